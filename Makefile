@@ -1,0 +1,56 @@
+# One entry point for everything. The first target that needs Python creates
+# .venv from pyproject.toml; later runs reuse it (the stamp is newer than
+# pyproject.toml), so `make test` twice costs one install.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+RDU    := $(VENV)/bin/rdu
+STAMP  := $(VENV)/.installed-stamp
+# pytest workers: `make test JOBS=0` runs in one process.
+JOBS   ?= auto
+
+.PHONY: all venv test test-fast sim waves verilog lint clean distclean help
+
+all: test
+
+help:
+	@echo "make test      run the whole pytest suite (Amaranth + cocotb/Verilator tiers)"
+	@echo "make test-fast run only the Amaranth-simulator tier"
+	@echo "make sim       run the main simulation under Verilator and print its report"
+	@echo "make waves     the same with an FST waveform in build/waves/"
+	@echo "make verilog   write Verilog for every top level to build/verilog and lint it"
+	@echo "make lint      ruff over the Python sources"
+	@echo "make clean     remove build products (keeps .venv)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(JOBS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) -m "not verilator"
+
+sim: $(STAMP)
+	$(RDU) sim
+
+waves: $(STAMP)
+	$(RDU) sim --waves build/waves
+
+verilog: $(STAMP)
+	$(RDU) verilog -o build/verilog --lint
+
+lint: $(STAMP)
+	$(PY) -m ruff check hdl tb sim_models software tests
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

