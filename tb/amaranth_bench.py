@@ -48,7 +48,7 @@ class AmaranthBench(Bench):
         if key not in self._resolved:
             obj = self.component
             for part in path.split("."):
-                obj = getattr(obj, part)
+                obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
             if field is not None:
                 obj = getattr(obj, field)
             self._resolved[key] = Value.cast(obj)

@@ -6,8 +6,9 @@ to start, for unit tests) and under cocotb + Verilator on the generated Verilog
 (:class:`tb.cocotb_bench.CocotbBench`, fast per cycle, for long randomised runs).
 
 Signals are named by their path on the component: ``"level"``, ``"cfg.write"``; a
-stream by the path of the interface (``"i"``). In Verilog the same path is spelled
-with double underscores (``cfg__write``), as Amaranth names ports.
+stream by the path of the interface (``"i"``); an element of an interface array by
+its index (``"lane_out.3"``). In Verilog the same path is spelled with double
+underscores (``cfg__write``, ``lane_out__3``), as Amaranth names ports.
 
 Timing contract, identical in both tiers: :meth:`Bench.set` drives a value from the
 current cycle on; :meth:`Bench.cycles` advances past clock edges; :meth:`Bench.read`
