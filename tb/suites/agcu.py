@@ -1,0 +1,288 @@
+"""Test bodies for :class:`hdl.agcu.AGCU` with the memory models attached, both tiers."""
+
+import numpy as np
+from rdu.memory_map import DDR, HBM
+
+from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout, agcu_config_layout
+from hdl.interfaces import ControlToken
+from sim_models.memory_system import default_memory_system
+
+BEAT = 32
+LANES = 8
+MASK32 = (1 << 32) - 1
+
+_COMMAND = agcu_command_layout()
+_CONFIG = agcu_config_layout()
+
+
+# -- references --------------------------------------------------------------------------
+
+def pattern_addresses(pattern):
+    """Beat addresses of a three-level affine pattern, innermost level first."""
+    base, counts, strides = pattern["base"], pattern["count"], pattern["stride"]
+    return [(base + i0 * strides[0] + i1 * strides[1] + i2 * strides[2]) & MASK32
+            for i2 in range(counts[2]) for i1 in range(counts[1]) for i0 in range(counts[0])]
+
+
+def reference_bursts(pattern, max_burst=16, beat=BEAT):
+    """The bursts the AGCU must issue for ``pattern`` (runs, then coalescing)."""
+    runs = []
+    base, counts, strides = pattern["base"], pattern["count"], pattern["stride"]
+    for i2 in range(counts[2]):
+        for i1 in range(counts[1]):
+            row = (base + i1 * strides[1] + i2 * strides[2]) & MASK32
+            if strides[0] != beat:
+                runs += [((row + i0 * strides[0]) & MASK32, 1) for i0 in range(counts[0])]
+                continue
+            i0 = 0
+            while i0 < counts[0]:
+                addr = (row + i0 * beat) & MASK32
+                run = min(counts[0] - i0, (4096 - addr % 4096) // beat, max_burst)
+                runs.append((addr, run))
+                i0 += run
+    bursts = []
+    for addr, run in runs:
+        if bursts:
+            open_addr, open_beats = bursts[-1]
+            if (addr == open_addr + open_beats * beat and addr >> 12 == open_addr >> 12
+                    and open_beats + run <= max_burst):
+                bursts[-1] = (open_addr, open_beats + run)
+                continue
+        bursts.append((addr, run))
+    return bursts
+
+
+def beat_value(raw):
+    return int.from_bytes(raw, "little")
+
+
+# -- driving helpers ---------------------------------------------------------------------
+
+async def write_config(bench, config):
+    """Write ``config`` (a dict for :func:`agcu_config_layout`) through ``cfg``."""
+    value = _CONFIG.const(config).as_value().value
+    words = -(-_CONFIG.size // 32)
+    for index in range(words):
+        bench.set("cfg.write", 1)
+        bench.set("cfg.index", index)
+        bench.set("cfg.data", (value >> (32 * index)) & MASK32)
+        await bench.cycles(1)
+    bench.set("cfg.write", 0)
+    # read the words back
+    for index in range(words):
+        bench.set("cfg.index", index)
+        await bench.cycles(1)
+        back = await bench.read("cfg.read_data")
+        if back != (value >> (32 * index)) & MASK32:
+            raise AssertionError(f"configuration word {index} reads back {back:#x}")
+
+
+class Host:
+    """Issues AGCU commands through ``cmd`` and waits for ``done``."""
+
+    def __init__(self, bench, stall="none"):
+        self.bench = bench
+        self.source = bench.source("cmd", stall)
+
+    async def run(self, op, *, src=0, dst=0, length=0, timeout=200_000):
+        """Run one command; return ``(error code, cycles from issue to done)``."""
+        bench = self.bench
+        start = bench.cycle
+        self.source.send(_COMMAND.const({"op": op, "src": src, "dst": dst,
+                                         "length": length}).as_value().value)
+        while not self.source.idle:
+            await bench.cycles(1)
+        await bench.wait_for("done", 1, timeout=timeout, what=f"done of command {op!r}")
+        return await bench.read("error"), bench.cycle - start
+
+
+def random_pattern(rng, window_base, window_size, max_beats=160):
+    """A random three-level pattern whose beats all fall in the window."""
+    while True:
+        counts = [rng.randint(1, 24), rng.randint(1, 4), rng.randint(1, 3)]
+        if counts[0] * counts[1] * counts[2] > max_beats:
+            continue
+        s0 = rng.choice([BEAT, BEAT, BEAT, 0, 2 * BEAT, -BEAT])
+        s1 = rng.choice([counts[0] * s0, counts[0] * BEAT, rng.randint(-40, 40) * BEAT])
+        s2 = rng.randint(-64, 64) * BEAT
+        offsets = [i0 * s0 + i1 * s1 + i2 * s2 for i2 in (0, counts[2] - 1)
+                   for i1 in (0, counts[1] - 1) for i0 in (0, counts[0] - 1)]
+        span = max(offsets) - min(offsets) + BEAT
+        if span > window_size:
+            continue
+        slack = (window_size - span) // BEAT
+        base = window_base - min(offsets) + rng.randint(0, slack) * BEAT
+        return {"base": base, "count": counts, "stride": [s0, s1, s2]}
+
+
+def _check_bursts(port_bursts, expected, what):
+    if port_bursts != expected:
+        raise AssertionError(f"{what} bursts {port_bursts[:6]}... differ from the "
+                             f"coalescing reference {expected[:6]}... "
+                             f"({len(port_bursts)} vs {len(expected)} bursts)")
+    for addr, beats in port_bursts:
+        if addr >> 12 != (addr + beats * BEAT - 1) >> 12:
+            raise AssertionError(f"{what} burst at {addr:#x} of {beats} beats crosses 4 KiB")
+
+
+# -- bodies ------------------------------------------------------------------------------
+
+async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="random",
+                     fast=True):
+    """Kernel executes with random 3-level load and store patterns, run concurrently.
+
+    Loaded beats are checked in order on ``vector_out``; stored beats against a
+    reference memory after ``done``; the issued bursts against the coalescing
+    reference.
+    """
+    overrides = {"hbm": {"hit_latency": 8, "miss_latency": 12},
+                 "ddr": {"hit_latency": 14, "miss_latency": 20}} if fast else {}
+    memory = default_memory_system(**overrides)
+    port = memory.attach(bench, "axi", stall=memory_stall)
+    host = Host(bench)
+    out = bench.sink("vector_out", stream_stall)
+    inp = bench.source("vector_in", stream_stall)
+    control = bench.sink("control_out", stream_stall)
+    rng = bench.rng
+    load_window = (DDR.base + 0x40_0000, 32768)
+    store_window = (HBM.base + 0x10_0000, 32768)
+    image = bytes(rng.getrandbits(8) for _ in range(load_window[1]))
+    memory.load(load_window[0], image)
+    stored = bytearray(memory.dump(*store_window).tobytes())
+    total = {"loaded": 0, "stored": 0, "read_bursts": 0, "write_bursts": 0}
+    for _ in range(kernels):
+        load = random_pattern(rng, *load_window)
+        store = random_pattern(rng, *store_window)
+        await write_config(bench, {"load_enable": 1, "store_enable": 1, "load": load,
+                                   "store": store})
+        loads = pattern_addresses(load)
+        out.expect_all([beat_value(image[a - load_window[0]:a - load_window[0] + BEAT])
+                        for a in loads])
+        stores = pattern_addresses(store)
+        values = [rng.getrandbits(LANES * 32) for _ in stores]
+        inp.send_all(values)
+        for addr, value in zip(stores, values, strict=True):
+            offset = addr - store_window[0]
+            stored[offset:offset + BEAT] = value.to_bytes(BEAT, "little")
+        control.expect(ControlToken.STEP)
+        first_read, first_write = len(port.read_bursts), len(port.write_bursts)
+        error, _ = await host.run(AGCUOp.EXECUTE)
+        if error != AGCUError.NONE:
+            raise AssertionError(f"kernel execute ended with error {AGCUError(error).name}")
+        await bench.streams_done(timeout=1000)
+        _check_bursts(port.read_bursts[first_read:], reference_bursts(load), "load")
+        _check_bursts(port.write_bursts[first_write:], reference_bursts(store), "store")
+        dumped = memory.dump(*store_window).tobytes()
+        if dumped != bytes(stored):
+            index = next(i for i in range(len(stored)) if dumped[i] != stored[i])
+            raise AssertionError(f"stored memory differs at {store_window[0] + index:#x}")
+        total["loaded"] += len(loads)
+        total["stored"] += len(stores)
+        total["read_bursts"] += len(port.read_bursts) - first_read
+        total["write_bursts"] += len(port.write_bursts) - first_write
+    if memory.errors:
+        raise AssertionError(f"memory errors: {memory.errors[0]}")
+    return total
+
+
+async def copy(bench, *, length, src=DDR.base + 0x20_0000, dst=HBM.base + 0x8_0000,
+               memory_stall="none", fast=False):
+    """Copy ``length`` bytes memory to memory; check the destination byte for byte."""
+    overrides = {"hbm": {"hit_latency": 8, "miss_latency": 12},
+                 "ddr": {"hit_latency": 14, "miss_latency": 20}} if fast else {}
+    memory = default_memory_system(**overrides)
+    memory.attach(bench, "axi", stall=memory_stall)
+    host = Host(bench)
+    payload = np.random.default_rng(bench.rng.getrandbits(32)).integers(
+        0, 256, length, dtype=np.uint8)
+    memory.load(src, payload)
+    error, cycles = await host.run(AGCUOp.COPY, src=src, dst=dst, length=length,
+                                   timeout=50 * length // BEAT + 100_000)
+    if error != AGCUError.NONE:
+        raise AssertionError(f"copy ended with error {AGCUError(error).name}")
+    if not np.array_equal(memory.dump(dst, length), payload):
+        raise AssertionError("copied data differs from the source")
+    peak = min(region.timing.peak_bytes_per_cycle
+               for region in (memory.region_at(src), memory.region_at(dst)))
+    return {"cycles": cycles, "bound": length / min(peak, BEAT),
+            "bytes_per_cycle": length / cycles}
+
+
+async def launch(bench, *, stall="random", fast=True):
+    """Program load, argument load, and kernel execute waiting for a DONE token."""
+    overrides = {"hbm": {"hit_latency": 8, "miss_latency": 12}} if fast else {}
+    memory = default_memory_system(**overrides)
+    memory.attach(bench, "axi", stall=stall)
+    host = Host(bench)
+    rng = bench.rng
+    bitstream = [rng.getrandbits(32) for _ in range(rng.randint(50, 90))]
+    arguments = [rng.getrandbits(32) for _ in range(rng.randint(1, 11))]
+    memory.load(HBM.base + 0x1000, np.array(bitstream, dtype=np.uint32))
+    memory.load(HBM.base + 0x3000, np.array(arguments, dtype=np.uint32))
+    bits = bench.sink("bitstream_out", stall)
+    scalars = bench.sink("scalar_out", stall)
+    control = bench.sink("control_out", stall)
+    bits.expect_all(bitstream)
+    error, _ = await host.run(AGCUOp.PROGRAM_LOAD, src=HBM.base + 0x1000,
+                              length=4 * len(bitstream))
+    assert error == AGCUError.NONE, f"program load error {error}"
+    scalars.expect_all(arguments)
+    error, _ = await host.run(AGCUOp.ARGUMENT_LOAD, src=HBM.base + 0x3000,
+                              length=4 * len(arguments))
+    assert error == AGCUError.NONE, f"argument load error {error}"
+    await bench.streams_done(timeout=1000)
+    # kernel execute with only wait_done: ends when the array says DONE
+    await write_config(bench, {"wait_done": 1})
+    control.expect(ControlToken.STEP)
+    tokens = bench.source("control_in")
+    host.source.send(_COMMAND.const({"op": AGCUOp.EXECUTE}).as_value().value)
+    await bench.cycles(30)
+    if await bench.read("done") or not await bench.read("busy"):
+        raise AssertionError("kernel execute finished before the DONE token")
+    tokens.send_all([ControlToken.STEP, ControlToken.DONE])
+    await bench.wait_for("done", 1, timeout=100)
+    bench.set("scalar_in.valid", 1)
+    bench.set("scalar_in.payload", 0x1234_5678)
+    await bench.cycles(1)
+    bench.set("scalar_in.valid", 0)
+    await bench.cycles(1)
+    assert await bench.read("scalar_result") == 0x1234_5678
+    assert await bench.read("scalar_count") == 1
+    await bench.streams_done(timeout=100)
+    return {"bitstream_words": len(bitstream), "arguments": len(arguments)}
+
+
+async def errors(bench):
+    """Every bad command ends with ``done`` and its error code, never a hang."""
+    memory = default_memory_system(hbm={"hit_latency": 8, "miss_latency": 12},
+                                   ddr={"hit_latency": 14, "miss_latency": 20})
+    memory.attach(bench, "axi", stall="random")
+    host = Host(bench)
+    bench.sink("vector_out", "random")
+    results = {}
+    cases = {
+        "unmapped_read": (AGCUOp.COPY, 0x2000_0000, HBM.base, 256, AGCUError.READ_DECERR),
+        "read_past_end": (AGCUOp.COPY, HBM.end - 64, DDR.base, 256, AGCUError.READ_SLVERR),
+        "unmapped_write": (AGCUOp.COPY, HBM.base, 0xF000_0000, 256, AGCUError.WRITE_DECERR),
+        "write_past_end": (AGCUOp.COPY, HBM.base, DDR.end - 32, 128, AGCUError.WRITE_SLVERR),
+        "misaligned": (AGCUOp.COPY, HBM.base + 4, DDR.base, 64, AGCUError.MISALIGNED),
+        "bad_length": (AGCUOp.COPY, HBM.base, DDR.base, 48, AGCUError.BAD_LENGTH),
+        "zero_length": (AGCUOp.PROGRAM_LOAD, HBM.base, 0, 0, AGCUError.BAD_LENGTH),
+        "bad_opcode": (7, 0, 0, 32, AGCUError.BAD_OPCODE),
+    }
+    for name, (op, src, dst, length, expected) in cases.items():
+        error, _ = await host.run(op, src=src, dst=dst, length=length, timeout=5000)
+        results[name] = error
+        if error != expected:
+            raise AssertionError(f"{name}: error {error}, expected {expected.name}")
+    await write_config(bench, {"load_enable": 1,
+                               "load": {"base": HBM.base, "count": [4, 0, 1],
+                                        "stride": [32, 0, 0]}})
+    error, _ = await host.run(AGCUOp.EXECUTE, timeout=1000)
+    if error != AGCUError.BAD_CONFIG:
+        raise AssertionError(f"zero count: error {error}, expected BAD_CONFIG")
+    # after errors the unit still works
+    memory.load(HBM.base + 0x2000, bytes(range(256)))
+    error, _ = await host.run(AGCUOp.COPY, src=HBM.base + 0x2000, dst=DDR.base, length=256)
+    assert error == AGCUError.NONE and memory.dump(DDR.base, 256).tolist() == list(range(256))
+    return {"errors": results, "memory_errors": len(memory.errors)}
