@@ -107,6 +107,8 @@ class _Port:
         self.cycle = 0
         self.read_bursts = []         # (address, beats) of every ar, in order
         self.write_bursts = []        # (address, beats) of every aw, in order
+        self.traffic = {"r_beats": 0, "r_first": None, "r_last": None,
+                        "w_beats": 0, "w_first": None, "w_last": None}
         self.read_latencies = []      # per burst: first r handshake - ar handshake
         self._r_arrivals = deque()    # per queued r beat: its burst's ar cycle, or None
         self.ar = bench.agents.add_sink(_GatedSink(
@@ -175,6 +177,11 @@ class _Port:
         self.reads.append(_ReadBurst(fields["id"], beats, ready, data, resp, cycle))
 
     def _on_r_sent(self, item, cycle):
+        traffic = self.traffic
+        if traffic["r_first"] is None:
+            traffic["r_first"] = cycle
+        traffic["r_last"] = cycle
+        traffic["r_beats"] += 1
         arrival = self._r_arrivals.popleft()
         if arrival is not None:
             self.read_latencies.append(cycle - arrival)
@@ -216,6 +223,11 @@ class _Port:
             if entry[1] < entry[0]["len"] + 1:
                 break
         fields, index, resp, region, chunks = entry
+        traffic = self.traffic
+        if traffic["w_first"] is None:
+            traffic["w_first"] = cycle
+        traffic["w_last"] = cycle
+        traffic["w_beats"] += 1
         beat = self.codec.beat_bytes
         w = self.codec.w.unpack(payload)
         last = index == fields["len"]

@@ -73,6 +73,7 @@ async def write_config(bench, config):
         bench.set("cfg.index", index)
         await bench.cycles(1)
         back = await bench.read("cfg.read_data")
+        await bench.cycles(1)
         if back != (value >> (32 * index)) & MASK32:
             raise AssertionError(f"configuration word {index} reads back {back:#x}")
 
@@ -93,7 +94,9 @@ class Host:
         while not self.source.idle:
             await bench.cycles(1)
         await bench.wait_for("done", 1, timeout=timeout, what=f"done of command {op!r}")
-        return await bench.read("error"), bench.cycle - start
+        error, cycles = await bench.read("error"), bench.cycle - start
+        await bench.cycles(1)       # no set() after a read in the same cycle
+        return error, cycles
 
 
 def random_pattern(rng, window_base, window_size, max_beats=160):
@@ -166,7 +169,7 @@ async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="r
             stored[offset:offset + BEAT] = value.to_bytes(BEAT, "little")
         control.expect(ControlToken.STEP)
         first_read, first_write = len(port.read_bursts), len(port.write_bursts)
-        error, _ = await host.run(AGCUOp.EXECUTE)
+        error, _ = await host.run(AGCUOp.EXECUTE, timeout=20_000)
         if error != AGCUError.NONE:
             raise AssertionError(f"kernel execute ended with error {AGCUError(error).name}")
         await bench.streams_done(timeout=1000)
@@ -241,6 +244,7 @@ async def launch(bench, *, stall="random", fast=True):
         raise AssertionError("kernel execute finished before the DONE token")
     tokens.send_all([ControlToken.STEP, ControlToken.DONE])
     await bench.wait_for("done", 1, timeout=100)
+    await bench.cycles(1)
     bench.set("scalar_in.valid", 1)
     bench.set("scalar_in.payload", 0x1234_5678)
     await bench.cycles(1)
@@ -254,7 +258,11 @@ async def launch(bench, *, stall="random", fast=True):
 
 async def errors(bench):
     """Every bad command ends with ``done`` and its error code, never a hang."""
-    memory = default_memory_system(hbm={"hit_latency": 8, "miss_latency": 12},
+    # an HBM whose end is not 4 KiB aligned, so that a burst can run past it (SLVERR);
+    # past a 4 KiB aligned end the AGCU's next burst starts unmapped (DECERR)
+    hbm_end = HBM.end - 2048
+    memory = default_memory_system(hbm={"hit_latency": 8, "miss_latency": 12,
+                                        "size": HBM.size - 2048},
                                    ddr={"hit_latency": 14, "miss_latency": 20})
     memory.attach(bench, "axi", stall="random")
     host = Host(bench)
@@ -262,9 +270,12 @@ async def errors(bench):
     results = {}
     cases = {
         "unmapped_read": (AGCUOp.COPY, 0x2000_0000, HBM.base, 256, AGCUError.READ_DECERR),
-        "read_past_end": (AGCUOp.COPY, HBM.end - 64, DDR.base, 256, AGCUError.READ_SLVERR),
+        "read_past_end": (AGCUOp.COPY, hbm_end - 64, DDR.base, 256, AGCUError.READ_SLVERR),
+        "read_beyond_ddr": (AGCUOp.COPY, DDR.end - 64, HBM.base, 256, AGCUError.READ_DECERR),
         "unmapped_write": (AGCUOp.COPY, HBM.base, 0xF000_0000, 256, AGCUError.WRITE_DECERR),
-        "write_past_end": (AGCUOp.COPY, HBM.base, DDR.end - 32, 128, AGCUError.WRITE_SLVERR),
+        "write_past_end": (AGCUOp.COPY, HBM.base, hbm_end - 32, 128, AGCUError.WRITE_SLVERR),
+        "write_beyond_ddr": (AGCUOp.COPY, HBM.base, DDR.end - 32, 128,
+                             AGCUError.WRITE_DECERR),
         "misaligned": (AGCUOp.COPY, HBM.base + 4, DDR.base, 64, AGCUError.MISALIGNED),
         "bad_length": (AGCUOp.COPY, HBM.base, DDR.base, 48, AGCUError.BAD_LENGTH),
         "zero_length": (AGCUOp.PROGRAM_LOAD, HBM.base, 0, 0, AGCUError.BAD_LENGTH),

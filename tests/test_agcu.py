@@ -1,0 +1,80 @@
+"""AGCU: affine load/store streams, coalescing, copy, launch commands, error codes."""
+
+import pytest
+from rdu.memory_map import DDR, HBM
+
+from hdl.agcu import AGCU, AffineBurstGenerator, AGCUError
+from tb.runner import run_amaranth, run_verilator
+from tb.suites.agcu import copy, errors, launch, load_store, reference_bursts
+from tb.verilator import build
+
+
+def test_reference_coalescing_rules():
+    # a contiguous 2-D block whose rows touch: rows merge up to max_burst, never over 4 KiB
+    pattern = {"base": 0x0F00, "count": [4, 8, 1], "stride": [32, 128, 0]}
+    bursts = reference_bursts(pattern)
+    assert sum(beats for _, beats in bursts) == 32
+    assert all(addr >> 12 == (addr + 32 * beats - 1) >> 12 for addr, beats in bursts)
+    assert bursts[:2] == [(0x0F00, 8), (0x1000, 16)]
+    # strided beats are single-beat bursts
+    assert reference_bursts({"base": 0, "count": [3, 1, 1], "stride": [64, 0, 0]}) == \
+        [(0, 1), (64, 1), (128, 1)]
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_parameters_are_checked():
+    with pytest.raises(ValueError, match="Maximum burst must be between 1 and 256 beats, "
+                                         "not 300"):
+        AffineBurstGenerator(max_burst=300)
+    with pytest.raises(ValueError, match="Maximum outstanding bursts must be a positive "
+                                         "integer, not 0"):
+        AGCU(max_outstanding=0)
+
+
+@pytest.mark.parametrize("memory_stall,stream_stall", [("random", "random"),
+                                                       ("none", "none"),
+                                                       ("random:0.3", "random:0.8")])
+def test_load_store_amaranth(memory_stall, stream_stall, seed):
+    stats = run_amaranth(AGCU(), load_store, seed=seed, kernels=2,
+                         memory_stall=memory_stall, stream_stall=stream_stall)
+    assert stats.result["loaded"] > 0 and stats.result["stored"] > 0
+
+
+def test_copy_amaranth(seed):
+    stats = run_amaranth(AGCU(), copy, seed=seed, length=8192, memory_stall="random",
+                         fast=True)
+    assert stats.result["cycles"] >= stats.result["bound"]
+
+
+def test_launch_commands_amaranth(seed):
+    stats = run_amaranth(AGCU(), launch, seed=seed)
+    assert stats.result["bitstream_words"] >= 50
+
+
+def test_error_codes_amaranth(seed):
+    stats = run_amaranth(AGCU(), errors, seed=seed)
+    assert stats.result["errors"]["unmapped_read"] == AGCUError.READ_DECERR
+    assert stats.result["memory_errors"] == 6
+
+
+@pytest.mark.verilator
+def test_load_store_verilator(sim_dir, seed):
+    stats = run_verilator(build(AGCU), load_store, sim_dir, seed=seed, kernels=25,
+                          fast=False)
+    assert stats.result["loaded"] > 25
+
+
+@pytest.mark.verilator
+def test_copy_verilator(sim_dir, seed):
+    """64 KiB DDR -> HBM under random memory stalls, with the default timing."""
+    stats = run_verilator(build(AGCU), copy, sim_dir, seed=seed, length=65536,
+                          src=DDR.base + 0x30_0000, dst=HBM.base + 0x40_0000,
+                          memory_stall="random:0.7")
+    assert stats.result["cycles"] >= stats.result["bound"]
+
+
+@pytest.mark.verilator
+def test_launch_and_errors_verilator(sim_dir, seed):
+    run_verilator(build(AGCU), launch, sim_dir / "launch", seed=seed)
+    stats = run_verilator(build(AGCU), errors, sim_dir / "errors", seed=seed)
+    assert stats.result["memory_errors"] == 6
