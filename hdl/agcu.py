@@ -136,6 +136,7 @@ class AffineBurstGenerator(wiring.Component):
 
     def __init__(self, *, addr_width=32, beat_bytes=32, max_burst=16):
         if not 1 <= max_burst <= 256:
+            self._MustUse__silence = True     # a rejected object is not an unused one
             raise ValueError(f"Maximum burst must be between 1 and 256 beats, not {max_burst}")
         self._addr_width = addr_width
         self._beat_bytes = beat_bytes
@@ -294,6 +295,7 @@ class AGCU(wiring.Component):
         for name, value in (("Maximum outstanding bursts", max_outstanding),
                             ("Buffer depth", buffer_depth)):
             if not isinstance(value, int) or value < 1:
+                self._MustUse__silence = True
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
         self.lanes = lanes
         self.addr_width = addr_width

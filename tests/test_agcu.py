@@ -5,7 +5,15 @@ from rdu.memory_map import DDR, HBM
 
 from hdl.agcu import AGCU, AffineBurstGenerator, AGCUError
 from tb.runner import run_amaranth, run_verilator
-from tb.suites.agcu import copy, errors, launch, load_store, reference_bursts
+from tb.suites.agcu import (
+    AGCUGroup,
+    copy,
+    errors,
+    launch,
+    load_store,
+    reference_bursts,
+    shared_memory,
+)
 from tb.verilator import build
 
 
@@ -55,6 +63,14 @@ def test_error_codes_amaranth(seed):
     stats = run_amaranth(AGCU(), errors, seed=seed)
     assert stats.result["errors"]["unmapped_read"] == AGCUError.READ_DECERR
     assert stats.result["memory_errors"] == 6
+
+
+def test_two_agcus_share_the_memory_system_amaranth(seed):
+    stats = run_amaranth(AGCUGroup(2), shared_memory, seed=seed, length=16384)
+    result = stats.result
+    # everything that touched HBM went through its 32 B/cycle channels
+    assert result["total_cycles"] >= result["hbm_bytes"] / 32
+    assert result["stream_cycles"] >= 16384 / 32
 
 
 @pytest.mark.verilator

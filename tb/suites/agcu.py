@@ -1,9 +1,12 @@
 """Test bodies for :class:`hdl.agcu.AGCU` with the memory models attached, both tiers."""
 
 import numpy as np
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import Out
 from rdu.memory_map import DDR, HBM
 
-from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout, agcu_config_layout
+from hdl.agcu import AGCU, AGCUError, AGCUOp, agcu_command_layout, agcu_config_layout
 from hdl.interfaces import ControlToken
 from sim_models.memory_system import default_memory_system
 
@@ -58,32 +61,36 @@ def beat_value(raw):
 
 # -- driving helpers ---------------------------------------------------------------------
 
-async def write_config(bench, config):
+async def write_config(bench, config, prefix=""):
     """Write ``config`` (a dict for :func:`agcu_config_layout`) through ``cfg``."""
     value = _CONFIG.const(config).as_value().value
     words = -(-_CONFIG.size // 32)
     for index in range(words):
-        bench.set("cfg.write", 1)
-        bench.set("cfg.index", index)
-        bench.set("cfg.data", (value >> (32 * index)) & MASK32)
+        bench.set(f"{prefix}cfg.write", 1)
+        bench.set(f"{prefix}cfg.index", index)
+        bench.set(f"{prefix}cfg.data", (value >> (32 * index)) & MASK32)
         await bench.cycles(1)
-    bench.set("cfg.write", 0)
+    bench.set(f"{prefix}cfg.write", 0)
     # read the words back
     for index in range(words):
-        bench.set("cfg.index", index)
+        bench.set(f"{prefix}cfg.index", index)
         await bench.cycles(1)
-        back = await bench.read("cfg.read_data")
+        back = await bench.read(f"{prefix}cfg.read_data")
         await bench.cycles(1)
         if back != (value >> (32 * index)) & MASK32:
             raise AssertionError(f"configuration word {index} reads back {back:#x}")
 
 
 class Host:
-    """Issues AGCU commands through ``cmd`` and waits for ``done``."""
+    """Issues AGCU commands through ``cmd`` and waits for ``done``.
 
-    def __init__(self, bench, stall="none"):
+    ``prefix`` is the path of the AGCU in the design (``""`` when it is the top).
+    """
+
+    def __init__(self, bench, stall="none", prefix=""):
         self.bench = bench
-        self.source = bench.source("cmd", stall)
+        self.prefix = prefix
+        self.source = bench.source(f"{prefix}cmd", stall)
 
     async def run(self, op, *, src=0, dst=0, length=0, timeout=200_000):
         """Run one command; return ``(error code, cycles from issue to done)``."""
@@ -93,8 +100,9 @@ class Host:
                                          "length": length}).as_value().value)
         while not self.source.idle:
             await bench.cycles(1)
-        await bench.wait_for("done", 1, timeout=timeout, what=f"done of command {op!r}")
-        error, cycles = await bench.read("error"), bench.cycle - start
+        await bench.wait_for(f"{self.prefix}done", 1, timeout=timeout,
+                             what=f"done of command {op!r}")
+        error, cycles = await bench.read(f"{self.prefix}error"), bench.cycle - start
         await bench.cycles(1)       # no set() after a read in the same cycle
         return error, cycles
 
@@ -339,3 +347,62 @@ async def gateware_memory_errors(bench):
     if error != AGCUError.READ_DECERR:
         raise AssertionError(f"error {error}, expected READ_DECERR")
     return {"error": error}
+
+
+class AGCUGroup(wiring.Component):
+    """``count`` AGCUs side by side, ports ``agcu0`` ... (test top for shared memory)."""
+
+    def __init__(self, count=2):
+        self._agcus = [AGCU() for _ in range(count)]
+        super().__init__({f"agcu{index}": Out(agcu.signature)
+                          for index, agcu in enumerate(self._agcus)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for index, agcu in enumerate(self._agcus):
+            m.submodules[f"agcu{index}"] = agcu
+            wiring.connect(m, wiring.flipped(getattr(self, f"agcu{index}")), agcu)
+        return m
+
+
+async def shared_memory(bench, *, length=32768, stall="random:0.8"):
+    """Two AGCUs on one memory system at once: AGCU 0 streams HBM into the array while
+    AGCU 1 copies DDR -> HBM. Both see the same address map; the HBM channels are
+    shared, so the HBM stream cannot beat the HBM peak."""
+    memory = default_memory_system()
+    for index in range(2):
+        memory.attach(bench, f"agcu{index}.axi", stall=stall)
+    rng = np.random.default_rng(bench.rng.getrandbits(32))
+    stream_data = rng.integers(0, 256, length, dtype=np.uint8)
+    copy_data = rng.integers(0, 256, length, dtype=np.uint8)
+    memory.load(HBM.base + 0x20_0000, stream_data)
+    memory.load(DDR.base + 0x20_0000, copy_data)
+    beats = length // BEAT
+    out = bench.sink("agcu0.vector_out", stall)
+    out.expect_all([beat_value(stream_data[i * BEAT:(i + 1) * BEAT].tobytes())
+                    for i in range(beats)])
+    bench.sink("agcu0.control_out").expect(ControlToken.STEP)
+    await write_config(bench, {"load_enable": 1, "load": {
+        "base": HBM.base + 0x20_0000, "count": [beats, 1, 1], "stride": [BEAT, 0, 0]}},
+        prefix="agcu0.")
+    stream_host = Host(bench, prefix="agcu0.")
+    copy_host = Host(bench, prefix="agcu1.")
+    # issue both commands, then wait for both (the bench has one thread of control)
+    copy_host.source.send(_COMMAND.const({"op": AGCUOp.COPY, "src": DDR.base + 0x20_0000,
+                                          "dst": HBM.base + 0x60_0000, "length": length}
+                                         ).as_value().value)
+    start = bench.cycle
+    stream_error, stream_cycles = await stream_host.run(AGCUOp.EXECUTE,
+                                                        timeout=100 * beats + 20_000)
+    await bench.wait_for("agcu1.done", 1, timeout=100 * beats + 20_000)
+    copy_error = await bench.read("agcu1.error")
+    await bench.cycles(1)
+    total = bench.cycle - start
+    await bench.streams_done(timeout=1000)
+    if stream_error != AGCUError.NONE or copy_error != AGCUError.NONE:
+        raise AssertionError(f"errors {stream_error}, {copy_error}")
+    if not np.array_equal(memory.dump(HBM.base + 0x60_0000, length), copy_data):
+        raise AssertionError("copy by the second AGCU corrupted data")
+    return {"stream_cycles": stream_cycles, "total_cycles": total,
+            "hbm_bytes": memory["hbm"].stats["read_beats"] * BEAT +
+            memory["hbm"].stats["write_beats"] * BEAT}
