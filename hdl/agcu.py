@@ -15,8 +15,8 @@ Structure
   the write engine (copy) or to the word serializer (``bitstream_out`` for program
   load, ``scalar_out`` for argument load);
 * the write engine issues ``aw`` bursts (up to ``max_outstanding`` in flight) and
-  sends their ``w`` data from ``vector_in`` (kernel execute) or from the read engine
-  (copy).
+  sends their ``w`` data, independently of the ``aw`` handshake, from ``vector_in``
+  (kernel execute) or from the read engine (copy).
 """
 
 import enum
@@ -463,20 +463,27 @@ class AGCU(wiring.Component):
                 flag(AGCUError.READ_DECERR)
 
         # -- write engine --------------------------------------------------------------
+        # A burst leaves the generator into two queues at once: its address for ``aw``
+        # and its length for the ``w`` sender. ``w`` therefore never waits for the
+        # ``aw`` handshake (AXI4 forbids a manager to make WVALID wait for AWREADY).
+        m.submodules.write_addresses = write_addresses = StreamFIFO(
+            write_gen.burst_layout, 2)
         writes_in_flight = Signal(range(max_out + 1))
-        aw_go = Signal()
-        aw_open = Signal()
+        issue = Signal()
         m.d.comb += [
-            aw_open.eq((writes_in_flight < max_out) & write_lengths.i.ready),
-            axi.aw.valid.eq(write_gen.bursts.valid & aw_open),
-            axi.aw.payload.addr.eq(write_gen.bursts.payload.addr),
-            axi.aw.payload.len.eq(write_gen.bursts.payload.len),
+            issue.eq(write_gen.bursts.valid & (writes_in_flight < max_out) &
+                     write_addresses.i.ready & write_lengths.i.ready),
+            write_gen.bursts.ready.eq(issue),
+            write_addresses.i.valid.eq(issue),
+            write_addresses.i.payload.eq(write_gen.bursts.payload),
+            write_lengths.i.valid.eq(issue),
+            write_lengths.i.payload.eq(write_gen.bursts.payload.len),
+            axi.aw.valid.eq(write_addresses.o.valid),
+            axi.aw.payload.addr.eq(write_addresses.o.payload.addr),
+            axi.aw.payload.len.eq(write_addresses.o.payload.len),
             axi.aw.payload.size.eq(beat_shift),
             axi.aw.payload.burst.eq(AXIBurst.INCR),
-            write_gen.bursts.ready.eq(axi.aw.ready & aw_open),
-            aw_go.eq(axi.aw.valid & axi.aw.ready),
-            write_lengths.i.valid.eq(aw_go),
-            write_lengths.i.payload.eq(write_gen.bursts.payload.len),
+            write_addresses.o.ready.eq(axi.aw.ready),
         ]
         write_data_valid = Signal()
         write_data = Signal(data_width)
@@ -497,7 +504,7 @@ class AGCU(wiring.Component):
                 m.d.sync += w_beat.eq(w_beat + 1)
         b_go = Signal()
         m.d.comb += [axi.b.ready.eq(1), b_go.eq(axi.b.valid)]
-        m.d.sync += writes_in_flight.eq(writes_in_flight + aw_go - b_go)
+        m.d.sync += writes_in_flight.eq(writes_in_flight + issue - b_go)
         with m.If(b_go):
             with m.If(axi.b.payload.resp == AXIResp.SLVERR):
                 flag(AGCUError.WRITE_SLVERR)
@@ -571,6 +578,7 @@ class AGCU(wiring.Component):
         m.d.comb += finished.eq(
             read_gen.idle & (reads_in_flight == 0) & (read_fifo.level == 0) &
             write_gen.idle & (writes_in_flight == 0) & (write_lengths.level == 0) &
+            (write_addresses.level == 0) &
             ~launch_pending & (~wait_done | done_seen))
         with m.If(busy & finished & ~read_gen.start & ~write_gen.start):
             m.d.sync += [busy.eq(0), self.done.eq(1), done_seen.eq(0), wait_done.eq(0)]

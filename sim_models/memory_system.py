@@ -9,7 +9,8 @@ ports may be attached; they share the regions (and their channel bandwidth).
 Protocol (per port)
 -------------------
 * ``ar``/``aw`` accepted while fewer than ``max_reads``/``max_writes`` bursts of that
-  port are outstanding; ``w`` accepted only for bursts whose ``aw`` was accepted.
+  port are outstanding; by default ``w`` accepted only for bursts whose ``aw`` was
+  accepted, or (``write_order="w_first"``) ``aw`` only once write data is waiting.
 * responses return in request order (legal for any ID assignment); a read burst's
   beats are never interleaved with another burst's.
 * errors, with an entry in :attr:`MemorySystem.errors` (cycle, port, kind, address):
@@ -95,7 +96,13 @@ class _ReadBurst:
 class _Port:
     """AXI4 subordinate front end of one manager port."""
 
-    def __init__(self, system, bench, path, codec, stall, max_reads, max_writes):
+    def __init__(self, system, bench, path, codec, stall, max_reads, max_writes,
+                 write_order):
+        if write_order not in ("aw_first", "w_first"):
+            raise ValueError(f"Write order must be 'aw_first' or 'w_first', not "
+                             f"{write_order!r}")
+        self.write_order = write_order
+        self.w_buffer = deque()       # w_first: beats not yet claimed by an aw
         self.system = system
         self.path = path
         self.codec = codec
@@ -116,7 +123,7 @@ class _Port:
             lambda: len(self.reads) < self.max_reads))
         self.aw = bench.agents.add_sink(_GatedSink(
             f"{path}.aw", bench._stall(stall, f"{path}.aw", "sink"),
-            lambda: len(self.writes) < self.max_writes))
+            self._aw_open))
         self.w = bench.agents.add_sink(_GatedSink(
             f"{path}.w", bench._stall(stall, f"{path}.w", "sink"), self._w_open))
         self.r = bench.agents.add_source(_TickingSource(
@@ -209,19 +216,39 @@ class _Port:
 
     # -- writes ------------------------------------------------------------------------
 
+    def _incomplete(self):
+        for entry in self.writes:
+            if entry[1] < entry[0]["len"] + 1:
+                return entry
+        return None
+
+    def _aw_open(self):
+        if len(self.writes) >= self.max_writes:
+            return False
+        # w_first: like a subordinate that waits for WVALID before AWREADY
+        return self.write_order == "aw_first" or bool(self.w_buffer)
+
     def _w_open(self):
-        return any(entry[1] < entry[0]["len"] + 1 for entry in self.writes)
+        if self.write_order == "w_first" and len(self.w_buffer) < 64:
+            return True
+        return self._incomplete() is not None
 
     def _on_aw(self, payload, cycle):
         fields = self.codec.aw.unpack(payload)
         self.write_bursts.append((fields["addr"], fields["len"] + 1))
         region, resp = self._decode(fields, "write", cycle)
         self.writes.append([fields, 0, resp, region, []])
+        while self.w_buffer and self._incomplete() is not None:
+            self._take_w(*self.w_buffer.popleft())
 
     def _on_w(self, payload, cycle):
-        for entry in self.writes:
-            if entry[1] < entry[0]["len"] + 1:
-                break
+        if self._incomplete() is None:
+            self.w_buffer.append((payload, cycle))
+        else:
+            self._take_w(payload, cycle)
+
+    def _take_w(self, payload, cycle):
+        entry = self._incomplete()
         fields, index, resp, region, chunks = entry
         traffic = self.traffic
         if traffic["w_first"] is None:
@@ -298,15 +325,18 @@ class MemorySystem:
         return None
 
     def attach(self, bench, path="axi", *, stall="none", addr_width=32, id_width=4,
-               max_reads=32, max_writes=32):
+               max_reads=32, max_writes=32, write_order="aw_first"):
         """Serve the AXI4 manager port at ``path`` of the design under ``bench``.
 
         ``stall`` is the pattern of this side's ``ready`` (``ar``, ``aw``, ``w``) and
-        ``valid`` (``r``, ``b``).
+        ``valid`` (``r``, ``b``). ``write_order`` is ``"aw_first"`` (``w`` accepted only
+        for bursts whose ``aw`` was taken) or ``"w_first"`` (``aw`` accepted only once
+        write data is waiting: the other order a subordinate may impose; a manager must
+        work with both).
         """
         codec = AXICodec(addr_width=addr_width, data_width=self.beat_bytes * 8,
                          id_width=id_width)
-        port = _Port(self, bench, path, codec, stall, max_reads, max_writes)
+        port = _Port(self, bench, path, codec, stall, max_reads, max_writes, write_order)
         self.ports[path] = port
         return port
 

@@ -39,12 +39,13 @@ def test_parameters_are_checked():
         AGCU(max_outstanding=0)
 
 
-@pytest.mark.parametrize("memory_stall,stream_stall", [("random", "random"),
-                                                       ("none", "none"),
-                                                       ("random:0.3", "random:0.8")])
-def test_load_store_amaranth(memory_stall, stream_stall, seed):
+@pytest.mark.parametrize("memory_stall,stream_stall,write_order", [
+    ("random", "random", "aw_first"), ("none", "none", "aw_first"),
+    ("random:0.3", "random:0.8", "w_first"), ("random", "random", "w_first")])
+def test_load_store_amaranth(memory_stall, stream_stall, write_order, seed):
     stats = run_amaranth(AGCU(), load_store, seed=seed, kernels=2,
-                         memory_stall=memory_stall, stream_stall=stream_stall)
+                         memory_stall=memory_stall, stream_stall=stream_stall,
+                         write_order=write_order)
     assert stats.result["loaded"] > 0 and stats.result["stored"] > 0
 
 

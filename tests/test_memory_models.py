@@ -61,12 +61,13 @@ def test_bandwidth_schedule_matches_peak():
         assert rate == pytest.approx(model.timing.peak_bytes_per_cycle, rel=0.02)
 
 
-@pytest.mark.parametrize("manager_stall,memory_stall", [("random", "random"),
-                                                        ("none", "random:0.3"),
-                                                        ("random:0.3", "none")])
-def test_random_traffic_amaranth(manager_stall, memory_stall, seed):
+@pytest.mark.parametrize("manager_stall,memory_stall,write_order", [
+    ("random", "random", "aw_first"), ("none", "random:0.3", "aw_first"),
+    ("random:0.3", "none", "w_first"), ("random", "random", "w_first")])
+def test_random_traffic_amaranth(manager_stall, memory_stall, write_order, seed):
     stats = run_amaranth(AXIBuffer(), random_traffic, seed=seed, transactions=60,
-                         manager_stall=manager_stall, memory_stall=memory_stall)
+                         manager_stall=manager_stall, memory_stall=memory_stall,
+                         write_order=write_order)
     result = stats.result
     assert result["read"] + result["write"] == 60
     assert result["beats"] > 60

@@ -139,7 +139,7 @@ def _check_bursts(port_bursts, expected, what):
 # -- bodies ------------------------------------------------------------------------------
 
 async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="random",
-                     fast=True):
+                     fast=True, write_order="aw_first"):
     """Kernel executes with random 3-level load and store patterns, run concurrently.
 
     Loaded beats are checked in order on ``vector_out``; stored beats against a
@@ -149,7 +149,7 @@ async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="r
     overrides = {"hbm": {"hit_latency": 8, "miss_latency": 12},
                  "ddr": {"hit_latency": 14, "miss_latency": 20}} if fast else {}
     memory = default_memory_system(**overrides)
-    port = memory.attach(bench, "axi", stall=memory_stall)
+    port = memory.attach(bench, "axi", stall=memory_stall, write_order=write_order)
     host = Host(bench)
     out = bench.sink("vector_out", stream_stall)
     inp = bench.source("vector_in", stream_stall)

@@ -23,7 +23,8 @@ ERROR_WINDOWS = [(0x2000_0000, 4096, AXIResp.DECERR),       # gap after HBM
 
 
 async def random_traffic(bench, *, transactions, manager_stall="random",
-                         memory_stall="random", error_rate=0.1, outstanding=4, fast=True):
+                         memory_stall="random", error_rate=0.1, outstanding=4, fast=True,
+                         write_order="aw_first"):
     """Random bursts against the memory system with a reference memory; count errors.
 
     ``fast`` shrinks the latencies so that short runs still overlap many bursts.
@@ -43,7 +44,7 @@ async def random_traffic(bench, *, transactions, manager_stall="random",
         payload = bytes(bench.rng.getrandbits(8) for _ in range(size // 2))
         memory.load(base, payload)
         manager.reference.write(base, payload, (1 << len(payload)) - 1)
-    memory.attach(bench, "mgr", stall=memory_stall)
+    memory.attach(bench, "mgr", stall=memory_stall, write_order=write_order)
     result = await manager.run(transactions)
     # the model's error status lists exactly the bursts aimed at error windows
     if len(memory.errors) != result["error"]:
