@@ -67,6 +67,7 @@ class AGCUError(enum.IntEnum):
     READ_DECERR = 6     #: a read burst was answered DECERR (unmapped address)
     WRITE_SLVERR = 7    #: a write burst was answered SLVERR
     WRITE_DECERR = 8    #: a write burst was answered DECERR
+    ADDRESS_WRAP = 9    #: a pattern's address left the address space (wrapped around)
 
 
 def pattern_layout(addr_width=32):
@@ -132,6 +133,9 @@ class AffineBurstGenerator(wiring.Component):
         ``addr`` and ``len`` (beats - 1) of each burst.
     idle : Out(1)
         Not started, or every burst has been handed out.
+    wrapped : Out(1)
+        A computed address left ``[0, 2**addr_width)`` (it was used modulo
+        ``2**addr_width``); cleared by ``start``.
     """
 
     def __init__(self, *, addr_width=32, beat_bytes=32, max_burst=16):
@@ -152,6 +156,7 @@ class AffineBurstGenerator(wiring.Component):
             })),
             "bursts": Out(stream.Signature(self.burst_layout)),
             "idle": Out(1),
+            "wrapped": Out(1),
         })
 
     def elaborate(self, platform):
@@ -217,28 +222,34 @@ class AffineBurstGenerator(wiring.Component):
             with m.If(out_fifo.i.ready):
                 m.d.sync += open_valid.eq(0)
 
-        # stage 1 advance
+        # stage 1 advance; the next address is computed exactly (aw + 2 bits, signed) so
+        # that leaving the address space is reported on ``wrapped``, not hidden
+        next_addr = Signal(signed(aw + 34))
         with m.If(take):
             with m.If(index[0] + run < pattern.count[0]):
-                m.d.sync += [index[0].eq(index[0] + run),
-                             addr.eq(Mux(contiguous, addr + (run << beat_shift),
-                                         addr + pattern.stride[0]))]
+                m.d.comb += next_addr.eq(Mux(contiguous, addr + (run << beat_shift),
+                                             addr + pattern.stride[0]))
+                m.d.sync += index[0].eq(index[0] + run)
             with m.Elif(index[1] + 1 < pattern.count[1]):
+                m.d.comb += next_addr.eq(row + pattern.stride[1])
                 m.d.sync += [index[0].eq(0), index[1].eq(index[1] + 1),
-                             row.eq(row + pattern.stride[1]),
-                             addr.eq(row + pattern.stride[1])]
+                             row.eq(row + pattern.stride[1])]
             with m.Elif(index[2] + 1 < pattern.count[2]):
+                m.d.comb += next_addr.eq(plane + pattern.stride[2])
                 m.d.sync += [index[0].eq(0), index[1].eq(0), index[2].eq(index[2] + 1),
                              plane.eq(plane + pattern.stride[2]),
-                             row.eq(plane + pattern.stride[2]),
-                             addr.eq(plane + pattern.stride[2])]
+                             row.eq(plane + pattern.stride[2])]
             with m.Else():
+                m.d.comb += next_addr.eq(addr)
                 m.d.sync += running.eq(0)
+            m.d.sync += addr.eq(next_addr[:aw])
+            with m.If((next_addr < 0) | (next_addr >= 2 ** aw)):
+                m.d.sync += self.wrapped.eq(1)
 
         with m.If(self.start):
             m.d.sync += [pattern.eq(self.pattern), running.eq(1), open_valid.eq(0),
                          row.eq(self.pattern.base), plane.eq(self.pattern.base),
-                         addr.eq(self.pattern.base)]
+                         addr.eq(self.pattern.base), self.wrapped.eq(0)]
             m.d.sync += [i.eq(0) for i in index]
         m.d.comb += self.idle.eq(~running & ~open_valid & (out_fifo.level == 0))
         return m
@@ -456,6 +467,8 @@ class AGCU(wiring.Component):
             r_last.eq(axi.r.valid & axi.r.ready & axi.r.payload.last),
         ]
         m.d.sync += reads_in_flight.eq(reads_in_flight + ar_go - r_last)
+        with m.If(busy & (read_gen.wrapped | write_gen.wrapped)):
+            flag(AGCUError.ADDRESS_WRAP)
         with m.If(axi.r.valid & axi.r.ready):
             with m.If(axi.r.payload.resp == AXIResp.SLVERR):
                 flag(AGCUError.READ_SLVERR)

@@ -63,7 +63,8 @@ def test_launch_commands_amaranth(seed):
 def test_error_codes_amaranth(seed):
     stats = run_amaranth(AGCU(), errors, seed=seed)
     assert stats.result["errors"]["unmapped_read"] == AGCUError.READ_DECERR
-    assert stats.result["memory_errors"] == 6
+    assert stats.result["memory_errors"] == 7     # 6 commands + the wrapped beat
+    assert stats.result["errors"]["wrap"] == AGCUError.ADDRESS_WRAP
 
 
 def test_two_agcus_share_the_memory_system_amaranth(seed):
@@ -94,4 +95,4 @@ def test_copy_verilator(sim_dir, seed):
 def test_launch_and_errors_verilator(sim_dir, seed):
     run_verilator(build(AGCU), launch, sim_dir / "launch", seed=seed)
     stats = run_verilator(build(AGCU), errors, sim_dir / "errors", seed=seed)
-    assert stats.result["memory_errors"] == 6
+    assert stats.result["memory_errors"] == 7

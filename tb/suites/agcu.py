@@ -274,7 +274,7 @@ async def errors(bench):
                                    ddr={"hit_latency": 14, "miss_latency": 20})
     memory.attach(bench, "axi", stall="random")
     host = Host(bench)
-    bench.sink("vector_out", "random")
+    vector_out = bench.sink("vector_out", "random")
     results = {}
     cases = {
         "unmapped_read": (AGCUOp.COPY, 0x2000_0000, HBM.base, 256, AGCUError.READ_DECERR),
@@ -300,6 +300,17 @@ async def errors(bench):
     error, _ = await host.run(AGCUOp.EXECUTE, timeout=1000)
     if error != AGCUError.BAD_CONFIG:
         raise AssertionError(f"zero count: error {error}, expected BAD_CONFIG")
+    # a pattern walking below address 0 wraps: reported before any response arrives
+    await write_config(bench, {"load_enable": 1,
+                               "load": {"base": HBM.base + 64, "count": [4, 1, 1],
+                                        "stride": [-32, 0, 0]}})
+    vector_out.checked = False
+    bench.sink("control_out").expect(ControlToken.STEP)
+    error, _ = await host.run(AGCUOp.EXECUTE, timeout=2000)
+    if error != AGCUError.ADDRESS_WRAP or len(vector_out.items) != 4:
+        raise AssertionError(f"wrap: error {error}, {len(vector_out.items)} beats; expected "
+                             f"ADDRESS_WRAP and 4 beats")
+    results["wrap"] = error
     # after errors the unit still works
     memory.load(HBM.base + 0x2000, bytes(range(256)))
     error, _ = await host.run(AGCUOp.COPY, src=HBM.base + 0x2000, dst=DDR.base, length=256)
