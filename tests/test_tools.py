@@ -4,9 +4,9 @@ import json
 import subprocess
 
 import pytest
-
 from rdu.cli import main
 from rdu.designs import DESIGNS, get_design
+
 from tb.verilator import ensure_verilator, generate_verilog
 
 

@@ -129,7 +129,8 @@ def _parser():
     sim.add_argument("--items", type=int, default=20000)
     sim.add_argument("--seed", type=int, default=1)
     sim.add_argument("--stall", default="random", help="none, cyclic, random, random:P")
-    sim.add_argument("--waves", metavar="DIR", help="write a waveform to DIR/dump.fst (or dump.vcd)")
+    sim.add_argument("--waves", metavar="DIR",
+                     help="write a waveform to DIR/dump.fst (or dump.vcd)")
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(func=cmd_sim)
 
