@@ -3,7 +3,6 @@
 import random
 
 import pytest
-
 from rdu.ir import AccessPattern, IRError, Kernel
 from rdu.mapper import OPPOSITE, ArrayGeometry, MappingError, map_kernel
 
