@@ -266,6 +266,12 @@ class AgentGroup:
             fields += [(sink.name, "valid"), (sink.name, "ready"), (sink.name, "payload")]
         return fields
 
+    def skip_edge(self):
+        """Count an edge on which the agents drove nothing (the first one of a run, so
+        that agents attached before it start together in both backends)."""
+        self.cycle += 1
+        self._last_progress = self.cycle
+
     def edge(self, sampled):
         """Process one clock edge given ``{(path, field): value}`` sampled before it."""
         progress = False

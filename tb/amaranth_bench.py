@@ -74,6 +74,8 @@ class AmaranthBench(Bench):
         agents = self.agents
 
         async def agent_loop(ctx):
+            await ctx.tick()
+            agents.skip_edge()
             while True:
                 for (path, field), value in agents.drive().items():
                     ctx.set(self._resolve(path, field), value)

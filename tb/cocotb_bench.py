@@ -55,6 +55,8 @@ class CocotbBench(Bench):
     async def _agent_loop(self):
         agents = self.agents
         clk = self.dut.clk
+        await RisingEdge(clk)
+        agents.skip_edge()
         while True:
             for (path, field), value in agents.drive().items():
                 self._handle(path, field).value = value

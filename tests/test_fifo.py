@@ -32,7 +32,6 @@ def test_fifo_fill_drain_amaranth(depth, seed):
     run_amaranth(StreamFIFO(8, depth), fifo_fill_drain, seed=seed, width=8, depth=depth)
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_fifo_rejects_bad_depth():
     with pytest.raises(ValueError, match="FIFO depth must be at least 1, not 0"):
         StreamFIFO(8, 0)

@@ -78,3 +78,13 @@ def test_watchdog_stops_hung_design_verilator(sim_dir, seed):
     with pytest.raises(AssertionError, match=r"(?s)watchdog.*source 'i': 15 items not sent"):
         run_verilator(built, fifo_stream, sim_dir, seed=seed, watchdog=100, width=8,
                       count=20, in_stall="none", out_stall="none")
+
+
+@pytest.mark.verilator
+def test_tiers_agree_cycle_for_cycle(sim_dir, seed):
+    params = dict(width=16, count=400, in_stall="random", out_stall="random:0.7", record=True)
+    fast = run_amaranth(StreamFIFO(16, 3), fifo_stream, seed=seed, **params)
+    built = build(StreamFIFO, shape=16, depth=3)
+    slow = run_verilator(built, fifo_stream, sim_dir, seed=seed, **params)
+    assert fast.result["transfer_cycles"] == slow.result["transfer_cycles"]
+    assert fast.cycles == slow.cycles

@@ -1,0 +1,166 @@
+"""The ``rdu`` command line.
+
+``rdu sim``      run the main simulation under Verilator and print its report
+``rdu speed``    simulation speed of one design in both tiers, side by side
+``rdu verilog``  write Verilog of every registered design (and lint it)
+
+Every error is one line on stderr and a non-zero exit status.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+class CommandError(Exception):
+    """An error reported to the user as one line, exit status 2."""
+
+
+def _project_root():
+    from tb.verilator import project_root
+    return project_root()
+
+
+def _fifo_run(tier, items, seed, stall, waves_dir=None):
+    from hdl.stream_fifo import StreamFIFO
+    from tb.runner import run_amaranth, run_verilator
+    from tb.suites.fifo import fifo_stream
+    from tb.verilator import build
+    params = dict(width=32, count=items, in_stall=stall, out_stall=stall)
+    if tier == "amaranth":
+        return run_amaranth(StreamFIFO(32, 4), fifo_stream, seed=seed, **params)
+    built = build(StreamFIFO, shape=32, depth=4, waves=waves_dir is not None)
+    test_dir = Path(waves_dir) if waves_dir else _project_root() / "build" / "sim" / "fifo"
+    stats = run_verilator(built, fifo_stream, test_dir, seed=seed, **params)
+    stats.extra["build_seconds"] = built.seconds
+    stats.extra["build_cached"] = built.cached
+    return stats
+
+
+def cmd_sim(args):
+    start = time.perf_counter()
+    stats = _fifo_run("verilator", args.items, args.seed, args.stall, args.waves)
+    report = {
+        "design": "stream_fifo (until the tile array lands, the main job is the FIFO demo)",
+        "tier": "cocotb + Verilator",
+        "ok": True,
+        "seed": stats.seed,
+        "items": args.items,
+        "stall": args.stall,
+        "cycles": stats.cycles,
+        "items_per_cycle": round(args.items / stats.cycles, 4),
+        "sim_cycles_per_second": round(stats.cycles_per_second),
+        "verilator_build_seconds": round(stats.extra["build_seconds"], 1),
+        "verilator_build_cached": stats.extra["build_cached"],
+        "wall_seconds": round(time.perf_counter() - start, 2),
+    }
+    if args.waves:
+        dumps = sorted(Path(args.waves).glob("dump.*"))
+        report["waves"] = str(dumps[0]) if dumps else "(no waveform written)"
+    _report(report, args.json)
+    return 0
+
+
+def cmd_speed(args):
+    rows = []
+    for tier in ("amaranth", "verilator"):
+        stats = _fifo_run(tier, args.items, args.seed, args.stall)
+        rows.append((tier, stats.cycles, stats.seconds, stats.cycles_per_second))
+    if args.json:
+        print(json.dumps([dict(tier=t, cycles=c, seconds=round(s, 3), cycles_per_second=round(r))
+                          for t, c, s, r in rows]))
+        return 0
+    print(f"stream_fifo, {args.items} items, stall={args.stall}, seed={args.seed}")
+    print(f"{'tier':<12}{'cycles':>10}{'seconds':>10}{'cycles/s':>12}")
+    for tier, cycles, seconds, rate in rows:
+        print(f"{tier:<12}{cycles:>10}{seconds:>10.3f}{rate:>12.0f}")
+    print(f"verilator / amaranth speed ratio: {rows[1][3] / rows[0][3]:.1f}x")
+    return 0
+
+
+def cmd_verilog(args):
+    from rdu.designs import DESIGNS, get_design
+    from tb.verilator import ensure_verilator, generate_verilog
+    names = args.designs or sorted(DESIGNS)
+    out_dir = Path(args.output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    failures = 0
+    for name in names:
+        design = get_design(name)
+        start = time.perf_counter()
+        path = out_dir / f"{name}.v"
+        path.write_text(generate_verilog(design.instantiate(), name))
+        line = f"{path}  ({time.perf_counter() - start:.1f} s)"
+        if args.lint:
+            ensure_verilator()
+            lint = subprocess.run(["verilator", "--lint-only", "--top-module", name, str(path)],
+                                  capture_output=True, text=True)
+            if lint.returncode:
+                failures += 1
+                line += "  lint FAILED:\n" + lint.stderr.strip()
+            else:
+                line += "  lint ok"
+        print(line)
+    if failures:
+        raise CommandError(f"{failures} of {len(names)} designs failed verilator --lint-only")
+    return 0
+
+
+def _report(report, as_json):
+    if as_json:
+        print(json.dumps(report))
+        return
+    width = max(len(key) for key in report)
+    for key, value in report.items():
+        print(f"{key:<{width}}  {value}")
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="rdu", description="Reconfigurable Dataflow Unit "
+                                     "model: simulate, compile, inspect.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    sim = commands.add_parser("sim", help="run the main simulation under Verilator")
+    sim.add_argument("--items", type=int, default=20000)
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--stall", default="random", help="none, cyclic, random, random:P")
+    sim.add_argument("--waves", metavar="DIR",
+                     help="write a waveform to DIR/dump.fst (or dump.vcd)")
+    sim.add_argument("--json", action="store_true")
+    sim.set_defaults(func=cmd_sim)
+
+    speed = commands.add_parser("speed", help="simulation speed, Amaranth vs Verilator")
+    speed.add_argument("--items", type=int, default=20000)
+    speed.add_argument("--seed", type=int, default=1)
+    speed.add_argument("--stall", default="random")
+    speed.add_argument("--json", action="store_true")
+    speed.set_defaults(func=cmd_speed)
+
+    verilog = commands.add_parser("verilog", help="write Verilog of the registered designs")
+    verilog.add_argument("designs", nargs="*", help="design names (default: all)")
+    verilog.add_argument("-o", "--output", default="build/verilog")
+    verilog.add_argument("--lint", action="store_true", help="run verilator --lint-only")
+    verilog.set_defaults(func=cmd_verilog)
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CommandError, ValueError, OSError) as error:
+        print(f"rdu {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except AssertionError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "check failed"
+        print(f"rdu {args.command}: FAILED: {first}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

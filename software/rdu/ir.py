@@ -1,0 +1,307 @@
+"""The kernel IR: what a kernel computes and how data streams between units.
+
+A :class:`Kernel` is a dataflow graph. Its nodes are the work of one unit each:
+
+* :class:`Load` / :class:`Store` (an AGCU): a tensor in HBM or DDR streamed in or out
+  along an :class:`AccessPattern`;
+* :class:`Buffer` (a PMU): a scratchpad region written along one pattern and read
+  along another;
+* :class:`Compute` (a PCU): a matmul (systolic body), an elementwise map or a
+  reduction (SIMD body), or a special function (tail).
+
+Its edges are :class:`Stream` s on one of the three networks, from one producer port
+to one or more consumer ports (more than one is a multicast). The mapper
+(:mod:`rdu.mapper`) places the nodes on units and routes the streams.
+
+Example::
+
+    k = Kernel("copy")
+    x = k.tensor("x", (64, 8), "fp32", memory="hbm")
+    y = k.tensor("y", (64, 8), "fp32", memory="hbm")
+    loaded = k.load(x, AccessPattern.linear(64))
+    buf = k.buffer("stage", words=64 * 8, inputs=[loaded])
+    k.store(buf.output(), y, AccessPattern.linear(64))
+"""
+
+from dataclasses import dataclass, field
+
+__all__ = ["IRError", "AccessPattern", "Tensor", "Port", "Stream", "Node", "Load", "Store",
+           "Buffer", "Compute", "Kernel", "DTYPES", "MEMORIES", "NETWORKS"]
+
+DTYPES = {"bf16": 2, "fp32": 4, "int32": 4}
+MEMORIES = ("hbm", "ddr")
+NETWORKS = ("vector", "scalar", "control")
+COMPUTE_OPS = ("matmul", "map", "reduce", "exp", "reciprocal")
+
+
+class IRError(ValueError):
+    """A kernel description that is malformed (says what and where)."""
+
+
+@dataclass(frozen=True)
+class AccessPattern:
+    """A three-level affine loop over vector beats (innermost level first).
+
+    The address of beat ``(i0, i1, i2)`` is ``start + i0*strides[0] + i1*strides[1]
+    + i2*strides[2]`` with ``0 <= i_n < counts[n]``; addresses count vector beats
+    (``lanes`` words) for AGCUs and PMU words for buffers, as the unit documents.
+    """
+    start: int
+    counts: tuple
+    strides: tuple
+
+    def __post_init__(self):
+        if len(self.counts) != 3 or len(self.strides) != 3:
+            raise IRError(f"access pattern needs 3 counts and 3 strides, got "
+                          f"{len(self.counts)} and {len(self.strides)}")
+        if any(not isinstance(c, int) or c < 1 for c in self.counts):
+            raise IRError(f"access pattern counts must be positive integers, not "
+                          f"{self.counts}")
+        if self.start < 0:
+            raise IRError(f"access pattern start must be non-negative, not {self.start}")
+
+    @classmethod
+    def linear(cls, count, start=0, stride=1):
+        return cls(start, (count, 1, 1), (stride, 0, 0))
+
+    @property
+    def length(self):
+        return self.counts[0] * self.counts[1] * self.counts[2]
+
+    def addresses(self):
+        """Every address in order (the reference the hardware generators must match)."""
+        for i2 in range(self.counts[2]):
+            for i1 in range(self.counts[1]):
+                for i0 in range(self.counts[0]):
+                    yield (self.start + i0 * self.strides[0] + i1 * self.strides[1]
+                           + i2 * self.strides[2])
+
+    def span(self):
+        """(lowest, highest) address touched."""
+        low = high = self.start
+        for count, stride in zip(self.counts, self.strides, strict=True):
+            extent = (count - 1) * stride
+            if extent < 0:
+                low += extent
+            else:
+                high += extent
+        return low, high
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple
+    dtype: str
+    memory: str
+
+    @property
+    def elements(self):
+        total = 1
+        for dim in self.shape:
+            total *= dim
+        return total
+
+    @property
+    def nbytes(self):
+        return self.elements * DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Port:
+    """One port of one node: ``node`` name, port ``name``, ``network``."""
+    node: str
+    name: str
+    network: str
+
+
+@dataclass
+class Stream:
+    """A static route from one producer port to one or more consumer ports."""
+    name: str
+    source: Port
+    sinks: list = field(default_factory=list)
+
+    @property
+    def network(self):
+        return self.source.network
+
+    @property
+    def multicast(self):
+        return len(self.sinks) > 1
+
+
+@dataclass
+class Node:
+    name: str
+    unit: str = field(init=False, default="")     # "agcu", "pmu" or "pcu"
+    inputs: list = field(default_factory=list)    # Streams consumed, in port order
+
+    def input_ports(self):
+        return []
+
+    def output_ports(self):
+        return []
+
+
+@dataclass
+class Load(Node):
+    tensor: Tensor = None
+    pattern: AccessPattern = None
+
+    def __post_init__(self):
+        self.unit = "agcu"
+
+    def output_ports(self):
+        return [Port(self.name, "vector_out", "vector")]
+
+
+@dataclass
+class Store(Node):
+    tensor: Tensor = None
+    pattern: AccessPattern = None
+
+    def __post_init__(self):
+        self.unit = "agcu"
+
+    def input_ports(self):
+        return [Port(self.name, "vector_in", "vector")]
+
+
+@dataclass
+class Buffer(Node):
+    words: int = 0
+    write_pattern: AccessPattern = None
+    read_pattern: AccessPattern = None
+    buffers: int = 1            # N-buffering
+
+    def __post_init__(self):
+        self.unit = "pmu"
+
+    def input_ports(self):
+        return [Port(self.name, "vector_in", "vector")]
+
+    def output_ports(self):
+        return [Port(self.name, "vector_out", "vector")]
+
+
+@dataclass
+class Compute(Node):
+    op: str = "map"
+    params: dict = field(default_factory=dict)
+    arity: int = 1              # vector inputs used (matmul: 2)
+
+    def __post_init__(self):
+        self.unit = "pcu"
+        if self.op not in COMPUTE_OPS:
+            raise IRError(f"compute node {self.name!r}: unknown op {self.op!r}; expected "
+                          f"one of {', '.join(COMPUTE_OPS)}")
+
+    def input_ports(self):
+        return [Port(self.name, f"vector_in{index}", "vector") for index in range(self.arity)]
+
+    def output_ports(self):
+        return [Port(self.name, "vector_out", "vector"),
+                Port(self.name, "control_out", "control")]
+
+
+class Kernel:
+    """A dataflow kernel under construction (see the module docstring)."""
+
+    def __init__(self, name):
+        if not name or not name.replace("_", "").isalnum():
+            raise IRError(f"kernel name must be alphanumeric (underscores allowed), "
+                          f"not {name!r}")
+        self.name = name
+        self.tensors = {}
+        self.nodes = {}
+        self.streams = []
+        self._producer = {}       # Port -> Stream
+
+    # -- tensors -----------------------------------------------------------------------
+
+    def tensor(self, name, shape, dtype, memory="hbm"):
+        if name in self.tensors:
+            raise IRError(f"kernel {self.name!r}: tensor {name!r} defined twice")
+        if dtype not in DTYPES:
+            raise IRError(f"tensor {name!r}: dtype {dtype!r} is not one of "
+                          f"{', '.join(DTYPES)}")
+        if memory not in MEMORIES:
+            raise IRError(f"tensor {name!r}: memory {memory!r} is not one of "
+                          f"{', '.join(MEMORIES)}")
+        shape = tuple(shape)
+        if not shape or any(not isinstance(d, int) or d < 1 for d in shape):
+            raise IRError(f"tensor {name!r}: shape {shape} must be positive integers")
+        tensor = Tensor(name, shape, dtype, memory)
+        self.tensors[name] = tensor
+        return tensor
+
+    # -- nodes -------------------------------------------------------------------------
+
+    def _add(self, node, inputs=()):
+        if node.name in self.nodes:
+            raise IRError(f"kernel {self.name!r}: node {node.name!r} defined twice")
+        self.nodes[node.name] = node
+        ports = node.input_ports()
+        inputs = list(inputs)
+        if len(inputs) > len(ports):
+            raise IRError(f"node {node.name!r} takes {len(ports)} inputs, got {len(inputs)}")
+        for stream, port in zip(inputs, ports, strict=False):
+            if stream.network != port.network:
+                raise IRError(f"node {node.name!r} port {port.name}: a {stream.network} "
+                              f"stream cannot feed a {port.network} port")
+            stream.sinks.append(port)
+            node.inputs.append(stream)
+        return node
+
+    def output(self, node, port_name="vector_out"):
+        """The stream leaving ``node``'s port ``port_name`` (created on first use)."""
+        for port in node.output_ports():
+            if port.name == port_name:
+                if port not in self._producer:
+                    stream = Stream(f"{node.name}.{port_name}", port)
+                    self._producer[port] = stream
+                    self.streams.append(stream)
+                return self._producer[port]
+        raise IRError(f"node {node.name!r} has no output port {port_name!r}")
+
+    def load(self, tensor, pattern, name=None):
+        node = self._add(Load(name or f"load_{tensor.name}", tensor=tensor, pattern=pattern))
+        return self.output(node)
+
+    def store(self, stream, tensor, pattern, name=None):
+        return self._add(Store(name or f"store_{tensor.name}", tensor=tensor,
+                               pattern=pattern), [stream])
+
+    def buffer(self, name, words, inputs, write_pattern=None, read_pattern=None, buffers=1):
+        node = self._add(Buffer(name, words=words, write_pattern=write_pattern,
+                                read_pattern=read_pattern, buffers=buffers), inputs)
+        return self.output(node)
+
+    def compute(self, name, op, inputs, **params):
+        inputs = list(inputs)
+        arity = 2 if op == "matmul" else len(inputs)
+        if not 1 <= arity <= 2:
+            raise IRError(f"compute node {name!r} takes 1 or 2 vector inputs, got {arity}")
+        node = self._add(Compute(name, op=op, params=params, arity=arity), inputs)
+        return self.output(node)
+
+    # -- checks ------------------------------------------------------------------------
+
+    def validate(self):
+        """Check the graph is complete: every input fed, every stream consumed."""
+        for node in self.nodes.values():
+            missing = len(node.input_ports()) - len(node.inputs)
+            if missing > 0:
+                raise IRError(f"kernel {self.name!r}: node {node.name!r} has {missing} "
+                              f"unconnected input(s)")
+        for stream in self.streams:
+            if not stream.sinks and stream.network != "control":
+                raise IRError(f"kernel {self.name!r}: stream {stream.name!r} has no consumer")
+        return self
+
+    def units_needed(self):
+        counts = {"agcu": 0, "pmu": 0, "pcu": 0}
+        for node in self.nodes.values():
+            counts[node.unit] += 1
+        return counts

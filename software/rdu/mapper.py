@@ -1,0 +1,293 @@
+"""Placement and routing of a :class:`rdu.ir.Kernel` on a tile array.
+
+Geometry (:class:`ArrayGeometry`): ``rows`` x ``cols`` unit sites in a checkerboard
+(a PCU where ``row + col`` is even, a PMU where it is odd), one switch per site, and
+AGCUs beside the west and east edge switches. Each switch has four neighbour links
+(``north``, ``east``, ``south``, ``west``) and a local link to its unit (or, at an
+edge, to an AGCU). Every link carries ``tracks`` independent static routes per
+network.
+
+Placement puts each node on a free unit of its kind, greedily, in the order that
+keeps producers and consumers close (sum of Manhattan distances). Routing finds,
+for each stream, a tree of links from the producer's switch to every consumer's
+switch (a multicast shares links), breadth-first on free tracks.
+
+When a kernel does not fit, :class:`MappingError` says which resource ran out and
+by how much; mapping never asserts and never loops without bound.
+"""
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .ir import IRError
+
+__all__ = ["MappingError", "ArrayGeometry", "Site", "Placement", "Route", "Mapping",
+           "map_kernel", "DIRECTIONS"]
+
+DIRECTIONS = {"north": (-1, 0), "east": (0, 1), "south": (1, 0), "west": (0, -1)}
+OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
+
+
+class MappingError(ValueError):
+    """A kernel that cannot be placed or routed; the message names the resource."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a node sits: a unit kind and its grid position (AGCUs: ``side``, ``row``)."""
+    unit: str
+    row: int
+    col: int
+    slot: str = ""          # AGCUs: "load" or "store"
+
+    @property
+    def switch(self):
+        return (self.row, self.col)
+
+    def __str__(self):
+        extra = f".{self.slot}" if self.slot else ""
+        return f"{self.unit}({self.row},{self.col}){extra}"
+
+
+@dataclass(frozen=True)
+class ArrayGeometry:
+    rows: int = 4
+    cols: int = 4
+    lanes: int = 8
+    tracks: int = 2
+    pmu_words: int = 16384                       # 64 KiB of 32-bit words
+    agcu_rows: tuple = ("west", 0), ("east", 0)   # (side, row) of each AGCU
+
+    def __post_init__(self):
+        for name in ("rows", "cols", "lanes", "tracks", "pmu_words"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"array {name} must be a positive integer, not {value!r}")
+        for side, row in self.agcu_rows:
+            if side not in ("west", "east") or not 0 <= row < self.rows:
+                raise ValueError(f"AGCU position ({side!r}, {row}) is not on the array edge")
+
+    def unit_at(self, row, col):
+        return "pcu" if (row + col) % 2 == 0 else "pmu"
+
+    def sites(self, unit):
+        if unit == "agcu":
+            result = []
+            for side, row in self.agcu_rows:
+                col = -1 if side == "west" else self.cols
+                result += [Site("agcu", row, col, "load"), Site("agcu", row, col, "store")]
+            return result
+        return [Site(unit, r, c) for r in range(self.rows) for c in range(self.cols)
+                if self.unit_at(r, c) == unit]
+
+    def capacity(self):
+        return {"pcu": len(self.sites("pcu")), "pmu": len(self.sites("pmu")),
+                "agcu": len(self.agcu_rows)}
+
+    def switch_of(self, site):
+        """The switch a site attaches to (an AGCU attaches to its edge switch)."""
+        if site.unit == "agcu":
+            return (site.row, 0 if site.col < 0 else self.cols - 1)
+        return (site.row, site.col)
+
+    def attach_port(self, site):
+        """The switch port the site's unit uses: ``local`` or, for AGCUs, the edge."""
+        if site.unit == "agcu":
+            return "west" if site.col < 0 else "east"
+        return "local"
+
+
+@dataclass
+class Route:
+    """A routed stream: for each switch, the output ports it drives and from where."""
+    stream: str
+    network: str
+    track: int
+    hops: dict = field(default_factory=dict)   # (row, col) -> {out_port: in_port}
+
+    @property
+    def links(self):
+        return sum(len(outs) for outs in self.hops.values())
+
+
+@dataclass
+class Placement:
+    sites: dict = field(default_factory=dict)   # node name -> Site
+
+
+@dataclass
+class Mapping:
+    kernel: object
+    geometry: ArrayGeometry
+    placement: Placement
+    routes: list
+
+    def report(self):
+        used = self.kernel.units_needed()
+        cap = self.geometry.capacity()
+        links = sum(route.links for route in self.routes)
+        return (f"{self.kernel.name}: {used['pcu']}/{cap['pcu']} PCU, {used['pmu']}/"
+                f"{cap['pmu']} PMU, {len(self.routes)} streams over {links} switch hops")
+
+
+def _manhattan(a, b):
+    return abs(a[0] - b[0]) + abs(a[1] - b[1])
+
+
+def _place(kernel, geometry):
+    needed = kernel.units_needed()
+    capacity = geometry.capacity()
+    loads = sum(1 for n in kernel.nodes.values() if n.unit == "agcu" and n.output_ports())
+    stores = sum(1 for n in kernel.nodes.values() if n.unit == "agcu" and n.input_ports())
+    shortages = []
+    for unit in ("pcu", "pmu"):
+        if needed[unit] > capacity[unit]:
+            shortages.append(f"needs {needed[unit]} {unit.upper()}s, the {geometry.rows}x"
+                             f"{geometry.cols} array has {capacity[unit]} "
+                             f"({needed[unit] - capacity[unit]} short)")
+    for kind, count in (("load", loads), ("store", stores)):
+        if count > capacity["agcu"]:
+            shortages.append(f"needs {count} AGCU {kind} channels, the array has "
+                             f"{capacity['agcu']} ({count - capacity['agcu']} short)")
+    for node in kernel.nodes.values():
+        if node.unit == "pmu" and node.words * max(1, node.buffers) > geometry.pmu_words:
+            shortages.append(f"buffer {node.name!r} needs {node.words * node.buffers} words, "
+                             f"a PMU holds {geometry.pmu_words} "
+                             f"({node.words * node.buffers - geometry.pmu_words} over)")
+    if shortages:
+        raise MappingError(f"kernel {kernel.name!r} does not fit: " + "; ".join(shortages))
+
+    free = {unit: geometry.sites(unit) for unit in ("pcu", "pmu", "agcu")}
+    placement = Placement()
+    neighbours = {name: set() for name in kernel.nodes}
+    for stream in kernel.streams:
+        for sink in stream.sinks:
+            neighbours[stream.source.node].add(sink.node)
+            neighbours[sink.node].add(stream.source.node)
+
+    # AGCU nodes first (their sites are fixed at the edges), then the rest breadth-first
+    # from them so each node lands next to what it talks to.
+    order = [name for name, node in kernel.nodes.items() if node.unit == "agcu"]
+    seen = set(order)
+    queue = deque(order)
+    while queue:
+        for other in sorted(neighbours[queue.popleft()]):
+            if other not in seen:
+                seen.add(other)
+                order.append(other)
+                queue.append(other)
+    order += [name for name in kernel.nodes if name not in seen]
+
+    for name in order:
+        node = kernel.nodes[name]
+        candidates = free[node.unit]
+        if node.unit == "agcu":
+            slot = "load" if node.output_ports() else "store"
+            candidates = [site for site in candidates if site.slot == slot]
+        placed = [placement.sites[o] for o in neighbours[name] if o in placement.sites]
+
+        def cost(site, placed=placed):
+            here = geometry.switch_of(site)
+            return (sum(_manhattan(here, geometry.switch_of(p)) for p in placed),
+                    site.row, site.col)
+        best = min(candidates, key=cost)
+        free[node.unit].remove(best)
+        placement.sites[name] = best
+    return placement
+
+
+def _route(kernel, geometry, placement):
+    used = set()       # (network, track, (row, col), out_port)
+    routes = []
+    in_mesh = lambda r, c: 0 <= r < geometry.rows and 0 <= c < geometry.cols  # noqa: E731
+    for stream in kernel.streams:
+        if not stream.sinks:
+            continue
+        src_site = placement.sites[stream.source.node]
+        src_switch = geometry.switch_of(src_site)
+        src_port = geometry.attach_port(src_site)
+        failure = None
+        for track in range(geometry.tracks):
+            route = Route(stream.name, stream.network, track)
+            tree = {src_switch: src_port}          # switch -> input port it arrives on
+            ok = True
+            for sink in stream.sinks:
+                dst_site = placement.sites[sink.node]
+                dst_switch = geometry.switch_of(dst_site)
+                dst_port = _sink_port(geometry, dst_site, sink)
+                # a unit's input port is one wire whatever the track
+                key = (stream.network, None, dst_switch, dst_port)
+                if key in used:
+                    ok, failure = False, f"port {dst_port} of switch {dst_switch} is taken"
+                    break
+                path = _bfs(tree, dst_switch, geometry, used, stream.network, track, in_mesh)
+                if path is None:
+                    ok, failure = False, f"no free {stream.network} track to {dst_switch}"
+                    break
+                for (switch, out_port), next_switch in path:
+                    route.hops.setdefault(switch, {})[out_port] = tree[switch]
+                    used.add((stream.network, track, switch, out_port))
+                    tree[next_switch] = OPPOSITE[out_port]
+                route.hops.setdefault(dst_switch, {})[dst_port] = tree[dst_switch]
+                used.add(key)
+            if ok:
+                routes.append(route)
+                break
+            for switch, outs in route.hops.items():        # undo this track's attempt
+                for out_port in outs:
+                    used.discard((stream.network, track, switch, out_port))
+                    used.discard((stream.network, None, switch, out_port))
+        else:
+            raise MappingError(f"kernel {kernel.name!r}: cannot route stream "
+                               f"{stream.name!r} on any of the {geometry.tracks} "
+                               f"{stream.network} tracks ({failure})")
+    return routes
+
+
+def _sink_port(geometry, site, sink):
+    """Switch output port that delivers to ``sink`` (a unit's input port)."""
+    if site.unit == "agcu":
+        return geometry.attach_port(site)
+    return f"local.{sink.name}"
+
+
+def _bfs(tree, target, geometry, used, network, track, in_mesh):
+    """Shortest path from any switch already in ``tree`` to ``target`` on free links.
+
+    Returns ``[((switch, out_port), next_switch), ...]`` or None.
+    """
+    if target in tree:
+        return []
+    previous = {switch: None for switch in tree}
+    queue = deque(sorted(tree))
+    while queue:
+        switch = queue.popleft()
+        for direction, (dr, dc) in DIRECTIONS.items():
+            nxt = (switch[0] + dr, switch[1] + dc)
+            if not in_mesh(*nxt) or nxt in previous:
+                continue
+            if (network, track, switch, direction) in used:
+                continue
+            previous[nxt] = (switch, direction)
+            if nxt == target:
+                path = []
+                node = nxt
+                while previous[node] is not None:
+                    prev_switch, out_port = previous[node]
+                    path.append(((prev_switch, out_port), node))
+                    node = prev_switch
+                return path[::-1]
+            queue.append(nxt)
+    return None
+
+
+def map_kernel(kernel, geometry=None):
+    """Place and route ``kernel``; return a :class:`Mapping` or raise :class:`MappingError`."""
+    geometry = geometry or ArrayGeometry()
+    try:
+        kernel.validate()
+    except IRError as error:
+        raise MappingError(str(error)) from None
+    placement = _place(kernel, geometry)
+    routes = _route(kernel, geometry, placement)
+    return Mapping(kernel, geometry, placement, routes)

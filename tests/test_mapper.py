@@ -1,0 +1,145 @@
+"""Kernel IR, placement and routing."""
+
+import random
+
+import pytest
+from rdu.ir import AccessPattern, IRError, Kernel
+from rdu.mapper import OPPOSITE, ArrayGeometry, MappingError, map_kernel
+
+
+def _pipeline(n_stages, name="pipe"):
+    k = Kernel(name)
+    x = k.tensor("x", (64, 8), "fp32")
+    y = k.tensor("y", (64, 8), "fp32")
+    s = k.load(x, AccessPattern.linear(64))
+    for i in range(n_stages):
+        s = k.buffer(f"buf{i}", 512, [s])
+        s = k.compute(f"op{i}", "map", [s], function="add")
+    k.store(s, y, AccessPattern.linear(64))
+    return k
+
+
+def _check_routes(mapping):
+    """Every route is a tree from the producer's switch reaching every consumer."""
+    geometry = mapping.geometry
+    taken = {}
+    for route in mapping.routes:
+        for switch, outs in route.hops.items():
+            for out_port in outs:
+                key = ((route.network, None, switch, out_port) if "." in out_port
+                       or (out_port in OPPOSITE and not _is_mesh_link(geometry, switch,
+                                                                      out_port))
+                       else (route.network, route.track, switch, out_port))
+                assert key not in taken, f"{route.stream} and {taken[key]} share {key}"
+                taken[key] = route.stream
+        stream = next(s for s in mapping.kernel.streams if s.name == route.stream)
+        src = mapping.placement.sites[stream.source.node]
+        # walk from the source along the hops and collect the delivered ports
+        delivered = set()
+        frontier = [(geometry.switch_of(src), geometry.attach_port(src))]
+        visited = set()
+        while frontier:
+            switch, in_port = frontier.pop()
+            assert (switch, in_port) not in visited, "route has a loop"
+            visited.add((switch, in_port))
+            for out_port, from_port in route.hops.get(switch, {}).items():
+                if from_port != in_port:
+                    continue
+                if _is_mesh_link(geometry, switch, out_port):
+                    dr, dc = {"north": (-1, 0), "south": (1, 0), "east": (0, 1),
+                              "west": (0, -1)}[out_port]
+                    frontier.append(((switch[0] + dr, switch[1] + dc), OPPOSITE[out_port]))
+                else:
+                    delivered.add((switch, out_port))
+        for sink in stream.sinks:
+            site = mapping.placement.sites[sink.node]
+            port = (geometry.attach_port(site) if site.unit == "agcu"
+                    else f"local.{sink.name}")
+            assert (geometry.switch_of(site), port) in delivered, \
+                f"{route.stream} does not reach {sink}"
+
+
+def _is_mesh_link(geometry, switch, port):
+    if port not in OPPOSITE:
+        return False
+    dr, dc = {"north": (-1, 0), "south": (1, 0), "east": (0, 1), "west": (0, -1)}[port]
+    r, c = switch[0] + dr, switch[1] + dc
+    return 0 <= r < geometry.rows and 0 <= c < geometry.cols
+
+
+def test_pipeline_maps_and_routes():
+    mapping = map_kernel(_pipeline(3))
+    assert mapping.kernel.units_needed() == {"agcu": 2, "pmu": 3, "pcu": 3}
+    _check_routes(mapping)
+    sites = set(mapping.placement.sites.values())
+    assert len(sites) == len(mapping.placement.sites)
+    for name, site in mapping.placement.sites.items():
+        assert site.unit == mapping.kernel.nodes[name].unit
+
+
+def test_multicast_shares_a_tree():
+    k = Kernel("mc")
+    x = k.tensor("x", (64, 8), "fp32")
+    y = k.tensor("y", (64, 8), "fp32")
+    a = k.buffer("a", 512, [k.load(x, AccessPattern.linear(64))])
+    b = k.buffer("b", 512, [k.load(k.tensor("x2", (64, 8), "fp32"),
+                                   AccessPattern.linear(64))])
+    outs = [k.compute(f"mm{i}", "matmul", [a, b], k=64) for i in range(3)]
+    k.store(k.buffer("c", 512, [outs[0]]), y, AccessPattern.linear(64))
+    total = k.compute("sum", "map", [outs[1], outs[2]], function="add")
+    k.store(k.buffer("d", 512, [total]), k.tensor("z", (64, 8), "fp32"),
+            AccessPattern.linear(64))
+    mapping = map_kernel(k)
+    _check_routes(mapping)
+    a_route = next(r for r in mapping.routes if r.stream == "a.vector_out")
+    assert sum(1 for outs in a_route.hops.values() for p in outs if p.startswith("local")) == 3
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_kernels_route_or_explain(seed):
+    rng = random.Random(seed)
+    geometry = ArrayGeometry(rows=rng.choice([2, 4, 6]), cols=rng.choice([2, 4, 6]),
+                             tracks=rng.choice([1, 2, 3]))
+    k = _pipeline(rng.randint(1, 6), name=f"k{seed}")
+    try:
+        mapping = map_kernel(k, geometry)
+    except MappingError as error:
+        message = str(error)
+        assert "\n" not in message
+        assert ("short" in message) or ("cannot route" in message)
+        return
+    _check_routes(mapping)
+
+
+def test_too_big_says_what_and_how_much():
+    with pytest.raises(MappingError, match=r"needs 9 PCUs, the 4x4 array has 8 \(1 short\)"):
+        map_kernel(_pipeline(9))
+    k = Kernel("big")
+    x = k.tensor("x", (64, 8), "fp32")
+    s = k.buffer("huge", 20000, [k.load(x, AccessPattern.linear(64))])
+    k.store(s, k.tensor("y", (64, 8), "fp32"), AccessPattern.linear(64))
+    with pytest.raises(MappingError, match=r"buffer 'huge' needs 20000 words, a PMU holds "
+                                           r"16384 \(3616 over\)"):
+        map_kernel(k)
+
+
+def test_ir_errors_are_specific():
+    k = Kernel("bad")
+    with pytest.raises(IRError, match="dtype 'fp8' is not one of"):
+        k.tensor("t", (4,), "fp8")
+    x = k.tensor("x", (4, 8), "fp32")
+    with pytest.raises(IRError, match="unknown op 'conv'"):
+        k.compute("c", "conv", [k.load(x, AccessPattern.linear(4), name="l0")])
+    k.compute("m", "matmul", [k.load(x, AccessPattern.linear(4))])
+    with pytest.raises(IRError, match="node 'm' has 1 unconnected input"):
+        k.validate()
+    with pytest.raises(IRError, match="counts must be positive"):
+        AccessPattern(0, (0, 1, 1), (1, 0, 0))
+
+
+def test_access_pattern_addresses():
+    p = AccessPattern(5, (2, 3, 2), (1, 10, 100))
+    addresses = list(p.addresses())
+    assert len(addresses) == p.length == 12
+    assert addresses[:4] == [5, 6, 15, 16]
+    assert p.span() == (5, 126)
