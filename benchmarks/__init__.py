@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print measured cycles and ratios (not timed tests)."""
