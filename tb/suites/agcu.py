@@ -300,6 +300,14 @@ async def errors(bench):
     error, _ = await host.run(AGCUOp.EXECUTE, timeout=1000)
     if error != AGCUError.BAD_CONFIG:
         raise AssertionError(f"zero count: error {error}, expected BAD_CONFIG")
+    results["zero_count"] = error
+    await write_config(bench, {"store_enable": 1,
+                               "store": {"base": HBM.base, "count": [4, 1, 1],
+                                         "stride": [32, 48, 0]}})
+    error, _ = await host.run(AGCUOp.EXECUTE, timeout=1000)
+    if error != AGCUError.MISALIGNED:
+        raise AssertionError(f"misaligned stride: error {error}, expected MISALIGNED")
+    results["misaligned_stride"] = error
     # a pattern walking below address 0 wraps: reported before any response arrives
     await write_config(bench, {"load_enable": 1,
                                "load": {"base": HBM.base + 64, "count": [4, 1, 1],
