@@ -4,7 +4,8 @@ Run: ``.venv/bin/python -m benchmarks.bandwidth`` (Verilator tier; ``--tier amar
 for the Python simulator, ``--quick`` for shorter streams). Prints, per model, the
 achieved bytes per cycle of long read and write streams as a fraction of the model's
 configured peak, the measured read latency against the configured one, the cycles of a
-1 MiB DDR -> HBM copy against its bandwidth bound, and the simulation speed of every run
+1 MiB DDR -> HBM copy against its bandwidth bound (and a host -> HBM copy over the
+host link, for the model-switching comparison), and the simulation speed of every run
 (cycles per second of wall time).
 """
 
@@ -12,7 +13,7 @@ import argparse
 import time
 
 import numpy as np
-from rdu.memory_map import DDR, HBM
+from rdu.memory_map import DDR, HBM, HOST
 
 from hdl.agcu import AGCU, AGCUError, AGCUOp
 from hdl.interfaces import ControlToken
@@ -83,12 +84,14 @@ async def latency(bench, *, region):
             "configured_miss_hit": [timing.miss_latency, timing.hit_latency]}
 
 
-async def copy_1mib(bench, *, length=1 << 20):
-    """DDR -> HBM copy by one AGCU command; cycles against the DDR bandwidth bound."""
+async def copy_1mib(bench, *, length=1 << 20, source="ddr"):
+    """DDR (or host) -> HBM copy by one AGCU command; cycles against the bandwidth bound
+    of the source."""
     memory = default_memory_system()
     memory.attach(bench, "axi")
     host = Host(bench)
-    src, dst = DDR.base + 0x100_0000, HBM.base + 0x80_0000
+    src = {"ddr": DDR.base + 0x100_0000, "host": HOST.base + 0x10_0000}[source]
+    dst = HBM.base + 0x80_0000
     payload = np.random.default_rng(bench.seed).integers(0, 256, length, dtype=np.uint8)
     start = time.perf_counter()
     memory.load(src, payload)
@@ -99,7 +102,7 @@ async def copy_1mib(bench, *, length=1 << 20):
     start = time.perf_counter()
     assert np.array_equal(memory.dump(dst, length), payload)
     dump_seconds = time.perf_counter() - start
-    bound = length / memory["ddr"].timing.peak_bytes_per_cycle
+    bound = length / memory[source].timing.peak_bytes_per_cycle
     return {"bytes": length, "cycles": cycles, "bound": bound, "fraction": bound / cycles,
             "backdoor_load_s": load_seconds, "backdoor_dump_s": dump_seconds}
 
@@ -182,6 +185,13 @@ def main(argv=None):
         print(f"copy DDR->HBM {r['bytes']} bytes: {r['cycles']} cycles, bound "
               f"{r['bound']:.0f} ({r['fraction']:.1%} of the DDR bound); backdoor load "
               f"{r['backdoor_load_s']:.3f} s, dump {r['backdoor_dump_s']:.3f} s; "
+              f"{stats.cycles_per_second:.0f} sim cycles/s")
+        ddr_cycles_per_byte = r["cycles"] / r["bytes"]
+        stats = run(copy_1mib, "copy-host", length=(1 << 17) // scale, source="host")
+        r = stats.result
+        print(f"copy host->HBM {r['bytes']} bytes over the host link: {r['cycles']} cycles, "
+              f"bound {r['bound']:.0f} ({r['fraction']:.1%}); per byte "
+              f"{r['cycles'] / r['bytes'] / ddr_cycles_per_byte:.1f}x the DDR->HBM copy; "
               f"{stats.cycles_per_second:.0f} sim cycles/s")
 
 
