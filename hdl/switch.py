@@ -173,13 +173,16 @@ class Switch(wiring.Component):
         self._network(m, "vector", vector_layout(self._lanes),
                       [*self.vector_in, self.local_vector_in],
                       [*self.vector_out, *self.local_vector_out],
-                      [routes.vector[i] for i in range(len(VECTOR_OUTPUTS))], self.vector_stall_cycles)
+                      [routes.vector[i] for i in range(len(VECTOR_OUTPUTS))],
+                      self.vector_stall_cycles)
         self._network(m, "scalar", WORD_BITS,
                       [*self.scalar_in, self.local_scalar_in],
                       [*self.scalar_out, self.local_scalar_out],
-                      [routes.scalar[i] for i in range(len(NARROW_OUTPUTS))], self.scalar_stall_cycles)
+                      [routes.scalar[i] for i in range(len(NARROW_OUTPUTS))],
+                      self.scalar_stall_cycles)
         self._network(m, "control", 1,
                       [*self.control_in, self.local_control_in],
                       [*self.control_out, self.local_control_out],
-                      [routes.control[i] for i in range(len(NARROW_OUTPUTS))], self.control_stall_cycles)
+                      [routes.control[i] for i in range(len(NARROW_OUTPUTS))],
+                      self.control_stall_cycles)
         return m

