@@ -69,6 +69,7 @@ async def load_bitstream(bench, words, expect_state=LoaderState.LOADED, timeout=
 
 
 async def pulse(bench, path):
+    await bench.cycles(1)          # a set must follow an edge, not a read
     bench.set(path, 1)
     await bench.cycles(1)
     bench.set(path, 0)
@@ -266,6 +267,7 @@ async def array_mesh_routes(bench, *, rows, cols, lanes, count, in_stall="random
         bench.set("host.perf_select", index)
         await bench.cycles(1)
         stalls.append(await bench.read("host.perf_value"))
+        await bench.cycles(1)
     return {"delivered": delivered, "multicasts": multicasts, "stall_cycles": sum(stalls),
             "routes": {n: len(r) for n, r in routes.items()}}
 
@@ -308,6 +310,7 @@ async def array_pmu_transpose(bench, *, rows, cols, lanes, matrix_rows, matrix_c
     assert await bench.read("host.unit_error") == 0
     await bench.cycles(5)
     assert await bench.read("host.cycles") == cycles, "cycle counter runs after done"
+    await bench.cycles(1)
     bench.set("host.perf_select", 3 * rows * cols + 2)        # pmu(0,0).beats_written
     await bench.cycles(1)
     written = await bench.read("host.perf_value")
