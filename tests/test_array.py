@@ -10,6 +10,7 @@ from tb.suites.array import (
     array_config_roundtrip,
     array_mesh_routes,
     array_pmu_transpose,
+    array_two_input_unit,
 )
 
 SMALL = {"rows": 2, "cols": 2, "lanes": 4}
@@ -40,6 +41,14 @@ def test_array_mesh_routes_amaranth(seed):
 def test_array_pmu_transpose_amaranth(seed):
     run_amaranth(small_array(), array_pmu_transpose, seed=seed, matrix_rows=8,
                  matrix_cols=8, **SMALL)
+
+
+def test_array_compute_positions_amaranth(seed):
+    """A compute-unit factory fills the checkerboard's even positions (here the test-only
+    lane adder from tb/, not a PCU); both of its vector inputs are routed."""
+    array = small_array(compute_unit="tb.test_units:LaneAdderTestUnit")
+    assert [array.unit_kind(r, c) for r in range(2) for c in range(2)] == [1, 2, 2, 1]
+    run_amaranth(array, array_two_input_unit, seed=seed, count=40, offset=12345, **SMALL)
 
 
 def test_array_perf_counter_names():

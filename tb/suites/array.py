@@ -316,3 +316,27 @@ async def array_pmu_transpose(bench, *, rows, cols, lanes, matrix_rows, matrix_c
     written = await bench.read("host.perf_value")
     assert written == len(beats), f"beats_written counter {written}, expected {len(beats)}"
     return {"cycles": cycles, "beats": len(beats)}
+
+
+async def array_two_input_unit(bench, *, rows, cols, lanes, count, offset):
+    """Both local vector outputs of a compute position: the test-only lane adder at (0, 0)
+    adds a stream from the west edge (local0) and one from the east edge (local1); the sum
+    leaves at the west edge of row 1."""
+    extra = [((0, 0, "vector", LOCAL0), Source.WEST),
+             ((0, 0, "vector", LOCAL0 + 1), Source.EAST),
+             ((0, 0, "vector", SOUTH), Source.LOCAL),
+             ((1, 0, "vector", WEST), Source.NORTH)]
+    for col in range(1, cols):
+        extra.append(((0, col, "vector", WEST), Source.EAST))
+    records = [Record(UnitKind.PCU, 0, 0, [offset])] + switch_records(rows, cols, {}, extra)
+    await load_bitstream(bench, write_bitstream(Geometry(rows, cols, lanes), records))
+    first = [[bench.rng.getrandbits(32) for _ in range(lanes)] for _ in range(count)]
+    second = [[bench.rng.getrandbits(32) for _ in range(lanes)] for _ in range(count)]
+    bench.source("agcu_vector_in.0", "random").send_all(pack_vector(b) for b in first)
+    bench.source(f"agcu_vector_in.{rows}", "random").send_all(pack_vector(b) for b in second)
+    bench.sink("agcu_vector_out.1", "random").expect_all(
+        pack_vector([(x + y + offset) & 0xFFFF_FFFF for x, y in zip(a, b, strict=True)])
+        for a, b in zip(first, second, strict=True))
+    await pulse(bench, "host.start")
+    await bench.streams_done(timeout=50 * count + 1000)
+    return {"beats": count}
