@@ -1,9 +1,11 @@
 """Verilog generation, ``verilator --lint-only`` and Verilator build times of TileArray.
 
-    .venv/bin/python -m benchmarks.array_build [--configs 2x2,4x4] [--no-build]
+    .venv/bin/python -m benchmarks.array_build [--configs 2x2,4x4] [--no-build] [--run]
 
 Prints one line per configuration: Verilog size, seconds to generate, lint result and
-seconds, Verilator build seconds (0 when the build was already cached).
+seconds, Verilator build seconds (0 when the build was already cached). With ``--run``
+it also runs, on each build, a whole-array configuration round trip and random
+multicast traffic across the mesh (the tests' bodies) and prints cycles and cycles/s.
 """
 
 import argparse
@@ -30,6 +32,8 @@ def main():
     parser.add_argument("--configs", default="2x2,4x4")
     parser.add_argument("--lanes", type=int, default=8)
     parser.add_argument("--no-build", action="store_true")
+    parser.add_argument("--run", action="store_true")
+    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     ensure_verilator()
     out_dir = project_root() / "build" / "verilog"
@@ -52,6 +56,23 @@ def main():
         print(line, flush=True)
         if errors:
             print(log)
+        if args.run and not args.no_build:
+            from tb.runner import run_verilator
+            from tb.suites.array import array_config_roundtrip, array_mesh_routes
+            test_dir = project_root() / "build" / "bench" / f"array_{rows}x{cols}"
+            params = {"rows": rows, "cols": cols, "lanes": args.lanes}
+            stats = run_verilator(built, array_config_roundtrip, test_dir / "roundtrip",
+                                  seed=args.seed, agcus=2, agcu_words=16, **params)
+            print(f"  config round trip: {stats.result['words']} bitstream words loaded in "
+                  f"{stats.result['load_cycles']} cycles, {stats.result['readback_words']} "
+                  f"words read back; {stats.cycles} cycles, "
+                  f"{stats.cycles_per_second:.0f} cycles/s", flush=True)
+            stats = run_verilator(built, array_mesh_routes, test_dir / "mesh", seed=args.seed,
+                                  count=2000, **params)
+            print(f"  mesh traffic: {stats.result['delivered']} items over routes "
+                  f"{stats.result['routes']} ({stats.result['multicasts']} multicast); "
+                  f"{stats.cycles} cycles, {stats.cycles_per_second:.0f} cycles/s, "
+                  f"stall cycles {stats.result['stall_cycles']}", flush=True)
 
 
 if __name__ == "__main__":
