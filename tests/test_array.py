@@ -51,12 +51,14 @@ def test_array_compute_positions_amaranth(seed):
     run_amaranth(array, array_two_input_unit, seed=seed, count=40, offset=12345, **SMALL)
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_array_perf_counter_names():
     names = small_array().perf_counter_names()
     assert names[0] == "switch(0,0).vector_stall_cycles"
     assert names[3 * 4 + 2] == "pmu(0,0).beats_written"
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_array_rejects_bad_geometry():
     with pytest.raises(ValueError, match="Array rows must be between 1 and 255, not 0"):
         TileArray(0, 2, 4)
