@@ -51,6 +51,18 @@ def test_pmu_double_buffer_amaranth(buffers, read_repeat, read_pattern, seed):
     assert stats.result["write_stall_cycles"] > 0      # the writer did wait for the reader
 
 
+def test_pmu_concurrent_read_write_amaranth(seed):
+    """Double buffering with no stalls: the writer fills buffer k+1 while the reader
+    drains buffer k, so N passes take about (N + 1) passes' worth of cycles, not 2N."""
+    passes = 6
+    stats = run_amaranth(PMU(lanes=LANES, capacity_bytes=CAPACITY), pmu_double_buffer,
+                         seed=seed, lanes=LANES, buffers=2, passes=passes, read_repeat=1,
+                         buffer_rows=8, cols=16, read_pattern="column_major",
+                         in_stall="none", out_stall="none")
+    per_pass = stats.result["beats_per_pass"]
+    assert stats.result["cycles"] <= (passes + 1) * per_pass + 10, stats.result
+
+
 def test_pmu_predicate_amaranth(seed):
     run_amaranth(PMU(lanes=LANES, capacity_bytes=CAPACITY), pmu_predicate, seed=seed,
                  lanes=LANES, rows=16, cols=8, low_row=4, high_row=10)

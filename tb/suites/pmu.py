@@ -170,14 +170,18 @@ async def pmu_double_buffer(bench, *, lanes, buffers, passes, read_repeat, buffe
     source = bench.source("vector_in", in_stall)
     sink = bench.sink("vector_out", out_stall)
     tokens = bench.sink("control_out", "random")
+    start = bench.cycle
     source.send_all(pack_vector(beat) for beat in all_beats)
     sink.expect_all(pack_vector(beat) for beat in expected)
     tokens.expect_all([ControlToken.STEP] * (passes - 1) + [ControlToken.DONE])
+    last = []
+    sink.on_transfer = lambda item, cycle: last.append(cycle)
     await bench.streams_done(timeout=20 * (len(all_beats) + len(expected)) + 1000)
     assert await bench.read("error") == PMUError.OK
     write_stalls = await bench.read("write_stall_cycles")
     return {"beats_in": len(all_beats), "beats_out": len(expected),
-            "write_stall_cycles": write_stalls}
+            "write_stall_cycles": write_stalls, "beats_per_pass": per_pass,
+            "cycles": last[-1] - start + 1}
 
 
 async def pmu_predicate(bench, *, lanes, rows, cols, low_row, high_row):
