@@ -6,6 +6,7 @@ from hdl.array import TileArray
 from tb.runner import run_amaranth
 from tb.suites.array import (
     BAD_CASES,
+    array_agcu_config,
     array_bad_bitstream,
     array_config_roundtrip,
     array_mesh_routes,
@@ -25,6 +26,12 @@ def test_array_config_roundtrip_amaranth(seed):
     stats = run_amaranth(small_array(), array_config_roundtrip, seed=seed, agcus=1,
                          agcu_words=3, **SMALL)
     assert stats.result["readback_words"] > 0
+
+
+def test_array_agcu_config_amaranth(seed):
+    array = TileArray(2, 2, 4, capacity_bytes=1024, agcus=2, agcu_config_words=5)
+    stats = run_amaranth(array, array_agcu_config, seed=seed, agcus=2, agcu_words=5, **SMALL)
+    assert stats.result["writes"] == 10
 
 
 @pytest.mark.parametrize("case", BAD_CASES)

@@ -340,3 +340,25 @@ async def array_two_input_unit(bench, *, rows, cols, lanes, count, offset):
     await pulse(bench, "host.start")
     await bench.streams_done(timeout=50 * count + 1000)
     return {"beats": count}
+
+
+async def array_agcu_config(bench, *, rows, cols, lanes, agcus, agcu_words):
+    """AGCU records leave the array on ``agcu_cfg[i]``: index and data of every write."""
+    contents = {index: [bench.rng.getrandbits(32) for _ in range(agcu_words)]
+                for index in range(agcus)}
+    records = [Record(UnitKind.AGCU, 0, index, words) for index, words in contents.items()]
+    bench.rng.shuffle(records)
+    bench.source("bitstream", "random").send_all(
+        write_bitstream(Geometry(rows, cols, lanes), records))
+    seen = {index: [] for index in range(agcus)}
+    for _ in range(40 * agcus * agcu_words + 200):
+        for index in range(agcus):
+            if await bench.read(f"agcu_cfg.{index}.write"):
+                seen[index].append((await bench.read(f"agcu_cfg.{index}.index"),
+                                    await bench.read(f"agcu_cfg.{index}.data")))
+        if await bench.read("host.config_state") == LoaderState.LOADED:
+            break
+        await bench.cycles(1)
+    for index, words in contents.items():
+        assert seen[index] == list(enumerate(words)), f"AGCU {index} got {seen[index]}"
+    return {"writes": sum(len(v) for v in seen.values())}
