@@ -117,10 +117,48 @@ def _class_source_hash(cls):
         return None
 
 
+_INIT_LINE = re.compile(r"^(\s+)(\\\S+ |[A-Za-z_][\w$]*)\[(\d+)\] = (\d+)'d0;$")
+
+
+def _compact_zero_memory_init(text):
+    """Rewrite each ``initial`` block that zeroes a memory word by word (Amaranth writes
+    one line per word, 16 K lines for a 64 KiB PMU) as one ``for`` loop: the same
+    initial state, far less C++ for Verilator to compile."""
+    lines = text.split("\n")
+    out = []
+    index = 0
+    loops = 0
+    while index < len(lines):
+        line = lines[index]
+        if line.strip() == "initial begin":
+            end = index + 1
+            name = None
+            while end < len(lines):
+                match = _INIT_LINE.match(lines[end])
+                if not match or int(match.group(3)) != end - index - 1 or (
+                        name is not None and match.group(2) != name):
+                    break
+                name, width = match.group(2), match.group(4)
+                end += 1
+            count = end - index - 1
+            if count >= 16 and end < len(lines) and lines[end].strip() == "end":
+                indent = line[:len(line) - len(line.lstrip())]
+                var = f"memory_init_{loops}"
+                loops += 1
+                out += [f"{indent}integer {var};", line,
+                        f"{indent}  for ({var} = 0; {var} < {count}; {var} = {var} + 1)",
+                        f"{indent}    {name}[{var}] = {width}'d0;", lines[end]]
+                index = end + 1
+                continue
+        out.append(line)
+        index += 1
+    return "\n".join(out)
+
+
 def generate_verilog(component, name):
     """Verilog text of ``component`` with top module ``name``."""
     from amaranth.back import verilog
-    return verilog.convert(component, name=name, emit_src=False)
+    return _compact_zero_memory_init(verilog.convert(component, name=name, emit_src=False))
 
 
 @dataclass(frozen=True)

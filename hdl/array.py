@@ -1,0 +1,307 @@
+"""TileArray: the top level, a mesh of switches with a unit at every grid position.
+
+See ``docs/switch.md`` (mesh, edge ports) and ``docs/bitstream.md`` (configuration,
+host status) for the documentation.
+"""
+
+import importlib
+
+from amaranth import Cat, Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config_net import ConfigNetwork, LoaderState, UnitKind
+from .interfaces import (
+    WORD_BITS,
+    ConfigPort,
+    ControlToken,
+    config_words,
+    control_stream,
+    scalar_stream,
+    vector_stream,
+)
+from .pmu import PMU
+from .switch import Switch
+
+__all__ = ["HostPort", "TileArray", "NORTH", "EAST", "SOUTH", "WEST"]
+
+NORTH, EAST, SOUTH, WEST = range(4)
+
+
+class HostPort(wiring.Signature):
+    """Host control and status port (the host's view: it drives ``start``).
+
+    Members
+    -------
+    start : Out(1)
+        Pulse: run the loaded configuration (ignored unless ``config_state`` is LOADED).
+    config_clear : Out(1)
+        Forget a rejected or loaded bitstream and wait for a new one.
+    config_state : In(2)
+        ``LoaderState``: EMPTY, LOADING, LOADED, ERROR.
+    error : In(3)
+        ``ConfigStatus`` of the last bitstream (0 = accepted).
+    unit_error : In(1)
+        Some unit reports an error (PMU ``error`` codes are perf counters).
+    running : In(1)
+    done : In(1)
+        A ``DONE`` control token left the array at an edge control port.
+    cycles : In(32)
+        Cycles from ``start`` to ``done``.
+    perf_select : Out(16)
+        Index of a performance counter (:meth:`TileArray.perf_counter_names`).
+    perf_value : In(32)
+        Value of the selected counter, one cycle after ``perf_select``.
+    readback_start : Out(1)
+        Pulse: read the whole array's configuration back on ``TileArray.readback``.
+    """
+    def __init__(self):
+        super().__init__({
+            "start": Out(1),
+            "config_clear": Out(1),
+            "config_state": In(2),
+            "error": In(3),
+            "unit_error": In(1),
+            "running": In(1),
+            "done": In(1),
+            "cycles": In(32),
+            "perf_select": Out(16),
+            "perf_value": In(32),
+            "readback_start": Out(1),
+        })
+
+
+def _resolve_unit(factory):
+    if factory is None or callable(factory):
+        return factory
+    if isinstance(factory, str) and ":" in factory:
+        module, _, name = factory.partition(":")
+        return getattr(importlib.import_module(module), name)
+    raise TypeError(f"Compute unit must be a class, a callable or 'module:Class', "
+                    f"not {factory!r}")
+
+
+def _unit_config_words(unit):
+    layout = getattr(unit, "config_layout", None)
+    if layout is None:
+        raise TypeError(f"Unit {type(unit).__name__} has no config_layout attribute (the "
+                        f"configuration network needs its word count)")
+    return config_words(layout)
+
+
+class TileArray(wiring.Component):
+    """``rows x cols`` grid: a unit and a :class:`Switch` at each position.
+
+    Compute positions are those with ``(row + col)`` even (a checkerboard with PMUs);
+    they hold ``compute_unit(lanes=lanes)`` when a compute unit is given, and PMUs
+    otherwise.
+
+    Parameters
+    ----------
+    rows, cols : int
+    lanes : int
+    compute_unit : class, callable or "module:Class", optional
+        Factory of the compute unit (ports of the PCU: ``vector_in0``, ``vector_in1``,
+        ``scalar_in``, ``control_in``, ``vector_out``, ``scalar_out``, ``control_out``,
+        ``cfg``; and a ``config_layout`` attribute).
+    capacity_bytes : int
+        Capacity of each PMU.
+    fifo_depth : int
+        Depth of the switches' input FIFOs.
+    agcus : int
+        AGCU configuration ports at the edge (``agcu_cfg``).
+    agcu_config_words : int
+        Configuration words of each AGCU.
+    idle_timeout : int
+        Bitstream truncation timeout (cycles).
+
+    Attributes
+    ----------
+    bitstream : In(stream.Signature(32))
+    readback : Out(stream.Signature(32))
+    host : In(HostPort())
+    agcu_vector_in, agcu_scalar_in, agcu_control_in : In(...).array(2 * rows)
+        Into the mesh: index ``r`` enters switch ``(r, 0)`` from the west, index
+        ``rows + r`` enters switch ``(r, cols - 1)`` from the east.
+    agcu_vector_out, agcu_scalar_out, agcu_control_out : Out(...).array(2 * rows)
+        Out of the mesh, same indexing.
+    agcu_cfg : Out(ConfigPort()).array(agcus)
+    """
+    def __init__(self, rows=4, cols=4, lanes=8, *, compute_unit=None, capacity_bytes=65536,
+                 fifo_depth=2, agcus=2, agcu_config_words=16, idle_timeout=4096):
+        for name, value in (("rows", rows), ("cols", cols)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"Array {name} must be an integer, not {value!r}")
+            if not 1 <= value <= 255:
+                raise ValueError(f"Array {name} must be between 1 and 255, not {value}")
+        if not isinstance(agcus, int) or not 0 <= agcus <= 255:
+            raise ValueError(f"AGCU count must be an integer in 0..255, not {agcus!r}")
+        self._rows, self._cols, self._lanes = rows, cols, lanes
+        self._compute_unit = _resolve_unit(compute_unit)
+        self._capacity_bytes = capacity_bytes
+        self._fifo_depth = fifo_depth
+        self._agcus = agcus
+        self._agcu_config_words = agcu_config_words
+        self._idle_timeout = idle_timeout
+
+        # the units are built here so that their configuration sizes are known
+        self.units = {}
+        self.switches = {}
+        for row in range(rows):
+            for col in range(cols):
+                if self.is_compute(row, col):
+                    self.units[row, col] = self._compute_unit(lanes=lanes)
+                else:
+                    self.units[row, col] = PMU(lanes=lanes, capacity_bytes=capacity_bytes)
+                self.switches[row, col] = Switch(lanes=lanes, fifo_depth=fifo_depth)
+        vector = vector_stream(lanes)
+        super().__init__({
+            "bitstream": In(stream.Signature(WORD_BITS)),
+            "readback": Out(stream.Signature(WORD_BITS)),
+            "host": In(HostPort()),
+            "agcu_vector_in": In(vector).array(2 * rows),
+            "agcu_vector_out": Out(vector).array(2 * rows),
+            "agcu_scalar_in": In(scalar_stream()).array(2 * rows),
+            "agcu_scalar_out": Out(scalar_stream()).array(2 * rows),
+            "agcu_control_in": In(control_stream()).array(2 * rows),
+            "agcu_control_out": Out(control_stream()).array(2 * rows),
+            "agcu_cfg": Out(ConfigPort()).array(agcus),
+        })
+
+    def is_compute(self, row, col):
+        return self._compute_unit is not None and (row + col) % 2 == 0
+
+    def unit_kind(self, row, col):
+        return UnitKind.PCU if self.is_compute(row, col) else UnitKind.PMU
+
+    def config_targets(self):
+        """``[(kind, row, col, words)]`` in configuration-bus (and readback) order: for each
+        grid position in row-major order its unit then its switch, then the AGCUs."""
+        targets = []
+        for (row, col), unit in self.units.items():
+            targets.append((self.unit_kind(row, col), row, col, _unit_config_words(unit)))
+            targets.append((UnitKind.SWITCH, row, col,
+                            config_words(self.switches[row, col].config_layout)))
+        for index in range(self._agcus):
+            targets.append((UnitKind.AGCU, 0, index, self._agcu_config_words))
+        return targets
+
+    def _perf_counters(self):
+        counters = []
+        for (row, col), switch in self.switches.items():
+            for network in ("vector", "scalar", "control"):
+                counters.append((f"switch({row},{col}).{network}_stall_cycles",
+                                 getattr(switch, f"{network}_stall_cycles")))
+        for (row, col), unit in self.units.items():
+            if isinstance(unit, PMU):
+                for name in ("write_stall_cycles", "read_stall_cycles", "beats_written",
+                             "beats_read", "error"):
+                    counters.append((f"pmu({row},{col}).{name}", getattr(unit, name)))
+        return counters
+
+    def perf_counter_names(self):
+        """Names of the performance counters, in ``host.perf_select`` order."""
+        return [name for name, _ in self._perf_counters()]
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, cols = self._rows, self._cols
+        host = self.host
+
+        targets = self.config_targets()
+        m.submodules.config = config = ConfigNetwork(
+            targets, rows=rows, cols=cols, lanes=self._lanes, idle_timeout=self._idle_timeout)
+        wiring.connect(m, wiring.flipped(self.bitstream), config.bitstream)
+        wiring.connect(m, config.readback, wiring.flipped(self.readback))
+        m.d.comb += [config.clear.eq(host.config_clear),
+                     config.readback_start.eq(host.readback_start),
+                     host.config_state.eq(config.state), host.error.eq(config.error)]
+
+        index = 0
+        for (row, col), unit in self.units.items():
+            m.submodules[f"unit_{row}_{col}"] = unit
+            m.submodules[f"switch_{row}_{col}"] = self.switches[row, col]
+            wiring.connect(m, config.ports[index], unit.cfg)
+            wiring.connect(m, config.ports[index + 1], self.switches[row, col].cfg)
+            index += 2
+        for agcu in range(self._agcus):
+            wiring.connect(m, config.ports[index + agcu], wiring.flipped(self.agcu_cfg[agcu]))
+
+        # ---- run control -------------------------------------------------------------
+        # ``active``: the mesh moves data (from start until the configuration changes);
+        # ``running``: from start until a DONE token leaves the array (cycles counted).
+        running = host.running
+        active = Signal()
+        loaded = config.state == LoaderState.LOADED
+        with m.If(host.start & ~running & loaded):
+            m.d.sync += [running.eq(1), active.eq(1), host.done.eq(0), host.cycles.eq(0)]
+        with m.Elif(~loaded):
+            m.d.sync += [running.eq(0), active.eq(0)]   # a new bitstream arrived: stop
+        with m.Elif(running):
+            m.d.sync += host.cycles.eq(host.cycles + 1)
+        done_seen = Signal()
+        for port in self.agcu_control_out:
+            with m.If(port.valid & port.ready & (port.payload == ControlToken.DONE)):
+                m.d.comb += done_seen.eq(1)
+        with m.If(running & done_seen):
+            m.d.sync += [running.eq(0), host.done.eq(1)]
+
+        # ---- units to switches -------------------------------------------------------
+        unit_errors = []
+        for (row, col), unit in self.units.items():
+            switch = self.switches[row, col]
+            m.d.comb += switch.enable.eq(active)
+            wiring.connect(m, unit.vector_out, switch.local_vector_in)
+            wiring.connect(m, unit.scalar_out, switch.local_scalar_in)
+            wiring.connect(m, unit.control_out, switch.local_control_in)
+            if self.is_compute(row, col):
+                wiring.connect(m, switch.local_vector_out[0], unit.vector_in0)
+                wiring.connect(m, switch.local_vector_out[1], unit.vector_in1)
+            else:
+                wiring.connect(m, switch.local_vector_out[0], unit.vector_in)
+            wiring.connect(m, switch.local_scalar_out, unit.scalar_in)
+            wiring.connect(m, switch.local_control_out, unit.control_in)
+            if hasattr(unit, "error"):
+                unit_errors.append(unit.error != 0)
+        m.d.comb += host.unit_error.eq(Cat(*unit_errors).any() if unit_errors else 0)
+
+        # ---- mesh links ----------------------------------------------------------------
+        for (row, col), switch in self.switches.items():
+            for network in ("vector", "scalar", "control"):
+                outs = getattr(switch, f"{network}_out")
+                if col + 1 < cols:
+                    east = getattr(self.switches[row, col + 1], f"{network}_in")
+                    wiring.connect(m, outs[EAST], east[WEST])
+                    west_out = getattr(self.switches[row, col + 1], f"{network}_out")
+                    wiring.connect(m, west_out[WEST], getattr(switch, f"{network}_in")[EAST])
+                if row + 1 < rows:
+                    south = getattr(self.switches[row + 1, col], f"{network}_in")
+                    wiring.connect(m, outs[SOUTH], south[NORTH])
+                    north_out = getattr(self.switches[row + 1, col], f"{network}_out")
+                    wiring.connect(m, north_out[NORTH], getattr(switch, f"{network}_in")[SOUTH])
+
+        # ---- edge ports (inputs held off until the array is started) ---------------------------
+        for network in ("vector", "scalar", "control"):
+            edge_in = getattr(self, f"agcu_{network}_in")
+            edge_out = getattr(self, f"agcu_{network}_out")
+            for row in range(rows):
+                for edge, col, side in ((row, 0, WEST), (rows + row, cols - 1, EAST)):
+                    switch = self.switches[row, col]
+                    port_in = getattr(switch, f"{network}_in")[side]
+                    m.d.comb += [
+                        port_in.valid.eq(edge_in[edge].valid & active),
+                        port_in.payload.eq(edge_in[edge].payload),
+                        edge_in[edge].ready.eq(port_in.ready & active),
+                    ]
+                    wiring.connect(m, getattr(switch, f"{network}_out")[side],
+                                   wiring.flipped(edge_out[edge]))
+
+        # ---- performance counters -------------------------------------------------------
+        counters = self._perf_counters()
+        with m.Switch(host.perf_select):
+            for number, (_, signal) in enumerate(counters):
+                with m.Case(number):
+                    m.d.sync += host.perf_value.eq(signal)
+            with m.Default():
+                m.d.sync += host.perf_value.eq(0)
+        return m

@@ -1,0 +1,335 @@
+"""Configuration network: bitstream loader and checker, addressed configuration bus,
+readback. The format is in ``docs/bitstream.md`` and ``software/rdu/bitstream.py``."""
+
+from amaranth import Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .interfaces import WORD_BITS, ConfigPort
+
+__all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "ConfigStatus", "LoaderState", "UnitKind",
+           "crc32_word_matrix", "ConfigNetwork"]
+
+# The same constants as software/rdu/bitstream.py (the hardware does not import it).
+MAGIC = 0x31555244
+VERSION = 1
+HEADER_WORDS = 5
+
+
+class UnitKind:
+    PCU = 1
+    PMU = 2
+    SWITCH = 3
+    AGCU = 4
+
+
+class ConfigStatus:
+    """``config_error`` codes (identical to ``rdu.bitstream.ConfigStatus``)."""
+    OK = 0
+    BAD_MAGIC = 1
+    BAD_VERSION = 2
+    GEOMETRY = 3
+    LENGTH = 4
+    CRC = 5
+    BAD_RECORD = 6
+
+
+class LoaderState:
+    """``config_state`` values."""
+    EMPTY = 0        # nothing loaded since reset or ``config_clear``
+    LOADING = 1      # a bitstream is being received
+    LOADED = 2       # the last bitstream passed every check: the array may start
+    ERROR = 3        # the last bitstream was rejected (``config_error`` says why)
+
+
+_POLY = 0xEDB88320
+
+
+def _crc_bitwise(state, word):
+    for bit in range(WORD_BITS):
+        feedback = (state ^ (word >> bit)) & 1
+        state = (state >> 1) ^ (_POLY if feedback else 0)
+    return state
+
+
+def crc32_word_matrix():
+    """For each bit of the next CRC state, the (state, data) bit masks it XORs.
+
+    The reflected CRC-32 of zlib over one little-endian 32-bit word is linear in the
+    previous state and the word; ``next[i] = parity(state & s[i]) ^ parity(word & d[i])``.
+    """
+    state_masks = [0] * WORD_BITS
+    data_masks = [0] * WORD_BITS
+    for j in range(WORD_BITS):
+        from_state = _crc_bitwise(1 << j, 0)
+        from_data = _crc_bitwise(0, 1 << j)
+        for i in range(WORD_BITS):
+            if from_state >> i & 1:
+                state_masks[i] |= 1 << j
+            if from_data >> i & 1:
+                data_masks[i] |= 1 << j
+    return state_masks, data_masks
+
+
+class ConfigNetwork(wiring.Component):
+    """Loads a bitstream into the units' configuration ports, checks it, reads it back.
+
+    An addressed configuration bus: every record names its unit (kind, row, col); the
+    loader writes the record's words to that unit's :class:`ConfigPort`, one per cycle,
+    while it checks the header and accumulates the payload CRC-32. The bitstream is
+    accepted (``state`` = ``LOADED``) only when every check passed; otherwise ``state``
+    is ``ERROR`` with the reason in ``error``.
+
+    Parameters
+    ----------
+    targets : list of (kind, row, col, words)
+        The units on the bus, in readback order, with their configuration word counts.
+    rows, cols, lanes : int
+        The array geometry the header must carry.
+    idle_timeout : int
+        Cycles without a bitstream word, in the middle of a bitstream, after which it is
+        declared truncated (``LENGTH``).
+
+    Attributes
+    ----------
+    bitstream : In(stream.Signature(32))
+        One word per beat; accepted at one word per cycle (except in ``ERROR`` state,
+        where words are discarded, and while a readback runs).
+    ports : Out(ConfigPort()).array(len(targets))
+    clear : In(1)
+        Leave ``ERROR``/``LOADED`` and expect a new bitstream header.
+    state : Out(2)
+        :class:`LoaderState`.
+    error : Out(3)
+        :class:`ConfigStatus` of the last bitstream.
+    readback_start : In(1)
+        Pulse: emit every target's configuration on ``readback``.
+    readback : Out(stream.Signature(32))
+        For each target in order: its record header word, then its configuration words
+        (the same record format as the bitstream payload).
+    readback_busy : Out(1)
+    """
+    def __init__(self, targets, *, rows, cols, lanes, idle_timeout=4096):
+        targets = [tuple(int(v) for v in target) for target in targets]
+        if not targets:
+            raise ValueError("Configuration network needs at least one target")
+        keys = [target[:3] for target in targets]
+        if len(set(keys)) != len(keys):
+            raise ValueError("Configuration network targets must be distinct (kind, row, col)")
+        for kind, row, col, words in targets:
+            if not (1 <= kind <= 15 and 0 <= row <= 255 and 0 <= col <= 255 and
+                    1 <= words <= 255):
+                raise ValueError(f"Bad configuration target {(kind, row, col, words)}")
+        if not isinstance(idle_timeout, int) or idle_timeout < 2:
+            raise ValueError(f"Idle timeout must be an integer of at least 2, "
+                             f"not {idle_timeout!r}")
+        self._targets = targets
+        self._geometry = rows | cols << 8 | lanes << 16
+        self._idle_timeout = idle_timeout
+        super().__init__({
+            "bitstream": In(stream.Signature(WORD_BITS)),
+            "ports": Out(ConfigPort()).array(len(targets)),
+            "clear": In(1),
+            "state": Out(2),
+            "error": Out(3),
+            "readback_start": In(1),
+            "readback": Out(stream.Signature(WORD_BITS)),
+            "readback_busy": Out(1),
+        })
+
+    @property
+    def targets(self):
+        return list(self._targets)
+
+    def elaborate(self, platform):
+        m = Module()
+        targets = self._targets
+        word = self.bitstream.payload
+        take = Signal()
+        m.d.comb += take.eq(self.bitstream.valid & self.bitstream.ready)
+
+        # ---- CRC-32 of the payload, one word per cycle ------------------------------
+        crc = Signal(WORD_BITS, init=0xFFFF_FFFF)
+        crc_next = Signal(WORD_BITS)
+        state_masks, data_masks = crc32_word_matrix()
+        for i in range(WORD_BITS):
+            m.d.comb += crc_next[i].eq((crc & state_masks[i]).xor() ^
+                                       (word & data_masks[i]).xor())
+        crc_expected = Signal(WORD_BITS)
+
+        header_index = Signal(16)
+        header_words = Signal(16)
+        remaining = Signal(WORD_BITS)           # payload words still to come
+        record_left = Signal(8)                 # words of the current record still to come
+        target = Signal(range(len(targets)))
+        idle = Signal(range(self._idle_timeout + 1))
+
+        # ---- record lookup ----------------------------------------------------------
+        rec_kind, rec_row = word[24:28], word[16:24]
+        rec_col, rec_count = word[8:16], word[:8]
+        hit = Signal()
+        hit_index = Signal(range(len(targets)))
+        hit_words = Signal(9)
+        for index, (kind, row, col, words) in enumerate(targets):
+            with m.If((rec_kind == kind) & (rec_row == row) & (rec_col == col)):
+                m.d.comb += [hit.eq(1), hit_index.eq(index), hit_words.eq(words)]
+        record_ok = hit & (word[28:] == 0) & (rec_count <= hit_words)
+
+        writing = Signal()
+        write_index = Signal(8)
+        readback_index = Signal(8)
+        for index, port in enumerate(self.ports):
+            m.d.comb += [
+                port.write.eq(writing & (target == index)),
+                port.index.eq(Mux(self.readback_busy, readback_index, write_index)),
+                port.data.eq(word),
+            ]
+
+        def fail(code):
+            return [self.error.eq(code), self.state.eq(LoaderState.ERROR)]
+
+        def finish_check():
+            return Mux(crc_next ^ 0xFFFF_FFFF == crc_expected, LoaderState.LOADED,
+                       LoaderState.ERROR)
+
+        m.d.comb += self.bitstream.ready.eq(~self.readback_busy)
+
+        def timeout():
+            # truncation: a bitstream that stops part-way
+            with m.If(self.state == LoaderState.LOADING):
+                m.d.sync += idle.eq(idle + 1)
+                with m.If(idle == self._idle_timeout - 1):
+                    m.d.sync += fail(ConfigStatus.LENGTH)
+                    m.next = "ERROR"
+
+        with m.FSM(name="loader"):
+            with m.State("HEADER"):
+                with m.If(take):
+                    m.d.sync += [header_index.eq(header_index + 1),
+                                 self.state.eq(LoaderState.LOADING), self.error.eq(0),
+                                 idle.eq(0)]
+                    with m.Switch(header_index):
+                        with m.Case(0):
+                            with m.If(word != MAGIC):
+                                m.d.sync += fail(ConfigStatus.BAD_MAGIC)
+                                m.next = "ERROR"
+                        with m.Case(1):
+                            m.d.sync += header_words.eq(word[16:])
+                            with m.If((word[:16] != VERSION) | (word[16:] < HEADER_WORDS)):
+                                m.d.sync += fail(ConfigStatus.BAD_VERSION)
+                                m.next = "ERROR"
+                        with m.Case(2):
+                            with m.If(word[:24] != self._geometry):
+                                m.d.sync += fail(ConfigStatus.GEOMETRY)
+                                m.next = "ERROR"
+                        with m.Case(3):
+                            m.d.sync += remaining.eq(word)
+                        with m.Case(4):
+                            m.d.sync += crc_expected.eq(word)
+                    with m.If((header_index >= 4) & (header_index + 1 >= header_words)):
+                        m.d.sync += crc.eq(0xFFFF_FFFF)
+                        with m.If(remaining == 0):
+                            # empty payload: the CRC of nothing is 0
+                            with m.If(Mux(header_index == 4, word, crc_expected) == 0):
+                                m.d.sync += self.state.eq(LoaderState.LOADED)
+                                m.next = "DONE"
+                            with m.Else():
+                                m.d.sync += fail(ConfigStatus.CRC)
+                                m.next = "ERROR"
+                        with m.Else():
+                            m.next = "RECORD"
+                with m.Else():
+                    timeout()
+            with m.State("RECORD"):
+                with m.If(take):
+                    m.d.sync += [crc.eq(crc_next), remaining.eq(remaining - 1), idle.eq(0),
+                                 target.eq(hit_index), record_left.eq(rec_count),
+                                 write_index.eq(0)]
+                    with m.If(~record_ok):
+                        m.d.sync += fail(ConfigStatus.BAD_RECORD)
+                        m.next = "ERROR"
+                    with m.Elif(rec_count + 1 > remaining):
+                        m.d.sync += fail(ConfigStatus.LENGTH)
+                        m.next = "ERROR"
+                    with m.Elif(remaining == 1):
+                        m.d.sync += self.state.eq(finish_check())
+                        with m.If(finish_check() == LoaderState.ERROR):
+                            m.d.sync += self.error.eq(ConfigStatus.CRC)
+                            m.next = "ERROR"
+                        with m.Else():
+                            m.next = "DONE"
+                    with m.Elif(rec_count != 0):
+                        m.next = "DATA"
+                with m.Else():
+                    timeout()
+            with m.State("DATA"):
+                m.d.comb += writing.eq(take)
+                with m.If(take):
+                    m.d.sync += [crc.eq(crc_next), remaining.eq(remaining - 1), idle.eq(0),
+                                 write_index.eq(write_index + 1),
+                                 record_left.eq(record_left - 1)]
+                    with m.If(remaining == 1):
+                        m.d.sync += self.state.eq(finish_check())
+                        with m.If(finish_check() == LoaderState.ERROR):
+                            m.d.sync += self.error.eq(ConfigStatus.CRC)
+                            m.next = "ERROR"
+                        with m.Else():
+                            m.next = "DONE"
+                    with m.Elif(record_left == 1):
+                        m.next = "RECORD"
+                with m.Else():
+                    timeout()
+            with m.State("DONE"):
+                # a further word starts a new bitstream (taken in HEADER)
+                m.d.comb += self.bitstream.ready.eq(0)
+                m.d.sync += [header_index.eq(0), idle.eq(0)]
+                with m.If(self.clear):
+                    m.d.sync += [self.state.eq(LoaderState.EMPTY), self.error.eq(0)]
+                    m.next = "HEADER"
+                with m.Elif(self.bitstream.valid):
+                    m.next = "HEADER"
+            with m.State("ERROR"):
+                # words are discarded until ``clear``
+                m.d.sync += [header_index.eq(0), idle.eq(0)]
+                with m.If(self.clear):
+                    m.d.sync += [self.state.eq(LoaderState.EMPTY), self.error.eq(0)]
+                    m.next = "HEADER"
+
+        # ---- readback -----------------------------------------------------------------
+        readback_target = Signal(range(len(targets)))
+        header_word = Signal(WORD_BITS)
+        target_words = Signal(9)
+        read_data = Signal(WORD_BITS)
+        with m.Switch(readback_target):
+            for index, (kind, row, col, words) in enumerate(targets):
+                with m.Case(index):
+                    m.d.comb += [header_word.eq(Const(words | col << 8 | row << 16 |
+                                                      kind << 24, WORD_BITS)),
+                                 target_words.eq(words),
+                                 read_data.eq(self.ports[index].read_data)]
+        last_target = readback_target == len(targets) - 1
+        with m.FSM(name="readback"):
+            with m.State("IDLE"):
+                with m.If(self.readback_start & (self.state != LoaderState.LOADING)):
+                    m.d.sync += [readback_target.eq(0), readback_index.eq(0),
+                                 self.readback_busy.eq(1)]
+                    m.next = "HEADER"
+            with m.State("HEADER"):
+                m.d.comb += [self.readback.valid.eq(1), self.readback.payload.eq(header_word)]
+                with m.If(self.readback.ready):
+                    m.d.sync += readback_index.eq(0)
+                    m.next = "ADDRESS"
+            with m.State("ADDRESS"):
+                m.next = "WORD"             # read_data is registered: one cycle
+            with m.State("WORD"):
+                m.d.comb += [self.readback.valid.eq(1), self.readback.payload.eq(read_data)]
+                with m.If(self.readback.ready):
+                    m.d.sync += readback_index.eq(readback_index + 1)
+                    m.next = "ADDRESS"
+                    with m.If(readback_index + 1 == target_words):
+                        m.d.sync += readback_target.eq(readback_target + 1)
+                        m.next = "HEADER"
+                        with m.If(last_target):
+                            m.d.sync += self.readback_busy.eq(0)
+                            m.next = "IDLE"
+        return m

@@ -1,0 +1,233 @@
+"""Writer, reader and validator of the RDU configuration bitstream (``docs/bitstream.md``).
+
+Pure Python (``zlib.crc32`` for the checksum); shared by the compiler and the tests.
+A bitstream is a list of 32-bit words; :func:`to_bytes` gives its little-endian bytes.
+
+>>> words = write_bitstream(Geometry(2, 2, 8), [Record(UnitKind.PMU, 0, 1, [1, 2, 3])])
+>>> header, records = read_bitstream(words, Geometry(2, 2, 8))
+>>> records[0].words
+[1, 2, 3]
+"""
+
+import zlib
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+__all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "MAX_RECORD_WORDS", "UnitKind", "ConfigStatus",
+           "Geometry", "Record", "Header", "BitstreamError", "payload_crc", "record_header",
+           "parse_record_header", "write_bitstream", "read_bitstream", "to_bytes",
+           "from_bytes"]
+
+#: Word 0 (fixed by the project; its little-endian bytes spell "DRU1", see docs/bitstream.md).
+MAGIC = 0x31555244
+#: The format version this module writes and the hardware accepts.
+VERSION = 1
+#: Header words written by this version (readers accept longer headers and skip the rest).
+HEADER_WORDS = 5
+#: Most configuration words one record carries (8-bit count).
+MAX_RECORD_WORDS = 255
+
+_MASK32 = 0xFFFF_FFFF
+
+
+class UnitKind(IntEnum):
+    """Record unit kinds (bits 24..27 of a record header)."""
+    PCU = 1
+    PMU = 2
+    SWITCH = 3
+    AGCU = 4
+
+
+class ConfigStatus(IntEnum):
+    """Error codes of the configuration loader (hardware ``config_error``, Python errors)."""
+    OK = 0
+    BAD_MAGIC = 1
+    BAD_VERSION = 2        # unsupported version, or a header shorter than 5 words
+    GEOMETRY = 3           # rows, cols or lanes differ from the array
+    LENGTH = 4             # truncated (stream stopped early) or a record overruns the payload
+    CRC = 5                # CRC-32 of the payload differs from header word 4
+    BAD_RECORD = 6         # unknown kind, no such unit, reserved bits set, too many words
+
+
+@dataclass(frozen=True)
+class Geometry:
+    rows: int
+    cols: int
+    lanes: int
+
+    def __post_init__(self):
+        for name in ("rows", "cols", "lanes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"Geometry {name} must be an integer, not {value!r}")
+            if not 1 <= value <= 255:
+                raise ValueError(f"Geometry {name} must be between 1 and 255, not {value}")
+
+
+@dataclass
+class Record:
+    """Configuration words of one unit: ``kind`` at grid ``(row, col)``.
+
+    AGCUs are not on the grid: their records use ``row = 0`` and ``col`` = AGCU index.
+    """
+    kind: UnitKind
+    row: int
+    col: int
+    words: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Header:
+    version: int
+    header_words: int
+    geometry: Geometry
+    flags: int
+    length: int
+    crc: int
+
+
+class BitstreamError(ValueError):
+    """A bitstream that the hardware would reject; ``status`` is its :class:`ConfigStatus`."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = ConfigStatus(status)
+
+
+def payload_crc(payload):
+    """CRC-32 (zlib) of the payload words as little-endian bytes."""
+    return zlib.crc32(to_bytes(payload)) & _MASK32
+
+
+def to_bytes(words):
+    return b"".join((word & _MASK32).to_bytes(4, "little") for word in words)
+
+
+def from_bytes(raw):
+    if len(raw) % 4:
+        raise BitstreamError(ConfigStatus.LENGTH, f"Bitstream of {len(raw)} bytes is not a "
+                                                  f"whole number of 32-bit words")
+    return [int.from_bytes(raw[i:i + 4], "little") for i in range(0, len(raw), 4)]
+
+
+def record_header(kind, row, col, count):
+    """Record header word: ``count | col << 8 | row << 16 | kind << 24`` (bits 28..31 zero)."""
+    kind = UnitKind(kind)
+    for name, value, limit in (("row", row, 255), ("col", col, 255),
+                               ("word count", count, MAX_RECORD_WORDS)):
+        if not isinstance(value, int) or not 0 <= value <= limit:
+            raise ValueError(f"Record {name} must be an integer in 0..{limit}, not {value!r}")
+    return count | col << 8 | row << 16 | int(kind) << 24
+
+
+def parse_record_header(word):
+    """``(kind, row, col, count)`` of a record header word; raises :class:`BitstreamError`."""
+    kind = (word >> 24) & 0xF
+    if word >> 28 or kind not in UnitKind._value2member_map_:
+        raise BitstreamError(ConfigStatus.BAD_RECORD,
+                             f"Record header 0x{word:08x} has an unknown unit kind {kind} "
+                             f"or reserved bits set")
+    return UnitKind(kind), (word >> 16) & 0xFF, (word >> 8) & 0xFF, word & 0xFF
+
+
+def write_bitstream(geometry, records, *, flags=0):
+    """The words of a bitstream holding ``records`` for an array of ``geometry``."""
+    if not isinstance(geometry, Geometry):
+        raise TypeError(f"Geometry must be a Geometry, not {geometry!r}")
+    if not 0 <= flags <= 255:
+        raise ValueError(f"Flags must be in 0..255, not {flags}")
+    payload = []
+    for record in records:
+        words = list(record.words)
+        for word in words:
+            if not isinstance(word, int) or not 0 <= word <= _MASK32:
+                raise ValueError(f"Configuration word {word!r} of {record.kind.name} "
+                                 f"({record.row}, {record.col}) is not a 32-bit unsigned int")
+        payload.append(record_header(record.kind, record.row, record.col, len(words)))
+        payload += words
+    header = [
+        MAGIC,
+        VERSION | HEADER_WORDS << 16,
+        geometry.rows | geometry.cols << 8 | geometry.lanes << 16 | flags << 24,
+        len(payload),
+        payload_crc(payload),
+    ]
+    return header + payload
+
+
+def read_bitstream(words, geometry=None, units=None):
+    """Parse and check a bitstream exactly as the hardware does.
+
+    Parameters
+    ----------
+    words : list of int
+    geometry : Geometry, optional
+        The array's geometry; a mismatch raises (status ``GEOMETRY``).
+    units : dict, optional
+        ``{(kind, row, col): config_words}`` of the array's units; a record for another
+        unit or with more words raises (status ``BAD_RECORD``).
+
+    Returns
+    -------
+    (Header, list of Record)
+
+    Raises
+    ------
+    BitstreamError
+        With the :class:`ConfigStatus` the hardware would report.
+    """
+    words = list(words)
+    if len(words) < 1 or words[0] != MAGIC:
+        found = f"0x{words[0]:08x}" if words else "nothing"
+        raise BitstreamError(ConfigStatus.BAD_MAGIC,
+                             f"Bitstream starts with {found}, not the magic 0x{MAGIC:08x}")
+    if len(words) < HEADER_WORDS:
+        raise BitstreamError(ConfigStatus.LENGTH, f"Bitstream of {len(words)} words is shorter "
+                                                  f"than its {HEADER_WORDS}-word header")
+    version, header_words = words[1] & 0xFFFF, words[1] >> 16
+    if version != VERSION or header_words < HEADER_WORDS:
+        raise BitstreamError(ConfigStatus.BAD_VERSION,
+                             f"Bitstream version {version} with a {header_words}-word header is "
+                             f"not supported (version {VERSION}, at least {HEADER_WORDS} words)")
+    found = Geometry(max(1, words[2] & 0xFF), max(1, (words[2] >> 8) & 0xFF),
+                     max(1, (words[2] >> 16) & 0xFF))
+    if geometry is not None and (words[2] & 0xFFFFFF) != (
+            geometry.rows | geometry.cols << 8 | geometry.lanes << 16):
+        raise BitstreamError(ConfigStatus.GEOMETRY,
+                             f"Bitstream is for a {words[2] & 0xFF}x{(words[2] >> 8) & 0xFF} "
+                             f"array of {(words[2] >> 16) & 0xFF} lanes, not "
+                             f"{geometry.rows}x{geometry.cols} of {geometry.lanes}")
+    length, crc = words[3], words[4]
+    payload = words[header_words:header_words + length]
+
+    def truncated():
+        return BitstreamError(ConfigStatus.LENGTH, f"Bitstream is truncated: "
+                                                   f"{max(0, len(words) - header_words)} of "
+                                                   f"{length} payload words")
+    if len(words) < header_words:
+        raise truncated()
+    records = []
+    position = 0
+    while position < length:
+        if position >= len(payload):
+            raise truncated()
+        kind, row, col, count = parse_record_header(payload[position])
+        if units is not None:
+            key = (kind, row, col)
+            if key not in units or count > units[key]:
+                raise BitstreamError(ConfigStatus.BAD_RECORD,
+                                     f"Record for {kind.name} ({row}, {col}) with {count} "
+                                     f"words matches no unit of the array")
+        if position + 1 + count > length:
+            raise BitstreamError(ConfigStatus.LENGTH,
+                                 f"Record for {kind.name} ({row}, {col}) overruns the payload")
+        if position + 1 + count > len(payload):
+            raise truncated()
+        records.append(Record(kind, row, col, payload[position + 1:position + 1 + count]))
+        position += 1 + count
+    actual = payload_crc(payload)
+    if actual != crc:
+        raise BitstreamError(ConfigStatus.CRC, f"Payload CRC-32 is 0x{actual:08x}, the header "
+                                               f"says 0x{crc:08x}")
+    header = Header(version, header_words, found, words[2] >> 24, length, crc)
+    return header, records

@@ -1,0 +1,47 @@
+"""Helpers shared by the unit suites: configuration packing and loading, vector packing."""
+
+from amaranth.lib import data
+
+from hdl.interfaces import WORD_BITS, config_words
+
+MASK32 = (1 << WORD_BITS) - 1
+
+
+def pack_config(layout, fields):
+    """32-bit words of ``fields`` (a nested dict) packed by the ``lib.data`` ``layout``."""
+    layout = data.Layout.cast(layout)
+    value = layout.const(fields).as_value().value
+    return [(value >> (WORD_BITS * i)) & MASK32 for i in range(config_words(layout))]
+
+
+async def load_config(bench, words, prefix="cfg"):
+    """Write ``words`` through the configuration port at ``prefix``, one per cycle."""
+    for index, word in enumerate(words):
+        bench.set(f"{prefix}.write", 1)
+        bench.set(f"{prefix}.index", index)
+        bench.set(f"{prefix}.data", word)
+        await bench.cycles(1)
+    bench.set(f"{prefix}.write", 0)
+    await bench.cycles(1)
+
+
+async def read_config(bench, count, prefix="cfg"):
+    """Read ``count`` words back through the configuration port at ``prefix``."""
+    words = []
+    for index in range(count):
+        bench.set(f"{prefix}.index", index)
+        await bench.cycles(1)
+        words.append(await bench.read(f"{prefix}.read_data"))
+    return words
+
+
+def pack_vector(values):
+    """One vector beat (lane 0 in the LSBs) as an integer."""
+    result = 0
+    for lane, value in enumerate(values):
+        result |= (value & MASK32) << (WORD_BITS * lane)
+    return result
+
+
+def unpack_vector(value, lanes):
+    return [(value >> (WORD_BITS * lane)) & MASK32 for lane in range(lanes)]
