@@ -228,6 +228,7 @@ def build(cls, *, toplevel=None, waves=None, **params):
         "params": params,
         "hdl": hdl_source_hash(),
         "source": _class_source_hash(cls),
+        "harness": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
         "verilator": version,
         "waves": trace_format,
         "python": sys.version_info[:2],
