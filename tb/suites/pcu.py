@@ -1,0 +1,238 @@
+"""Test bodies for the FP building blocks (:mod:`hdl.fp`) and the PCU, shared by both tiers."""
+
+import numpy as np
+from rdu import fpmodel
+
+from hdl.fp import fp_lanes_payload
+
+__all__ = ["edge_words", "random_operands", "pack_fields", "fp_lanes_ops"]
+
+#: Special FP32 words every operation is checked on (pairwise in the edge-case run).
+EDGE_WORDS = [
+    0x00000000, 0x80000000,                     # +-0
+    0x7F800000, 0xFF800000,                     # +-inf
+    0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FBFFFFF,   # NaNs (quiet, signalling)
+    0x00000001, 0x807FFFFF, 0x00400000,         # denormals
+    0x00800000, 0x80800000, 0x00800001,         # smallest normals
+    0x7F7FFFFF, 0xFF7FFFFF, 0x7F7FFFFE,         # largest finite
+    0x3F800000, 0xBF800000, 0x3F800001, 0x3F7FFFFF,   # around 1
+    0x33800000, 0x33800001, 0x4B000000, 0x4B000001,   # 2**-24, 2**23 (tie makers)
+    0x1F800000, 0x20000000, 0x5F800000, 0x60000000,   # product under/overflow edges
+    0x3F808000, 0x3F818000, 0x00000002, 0xFFFFFFFF, 0x7FFFFFFF,
+]
+
+
+def edge_words():
+    """The edge-case operand list as a uint32 array."""
+    return np.array(EDGE_WORDS, dtype=np.uint32)
+
+
+def random_operands(rng, count):
+    """``count`` (a, b, c) uint32 triples mixing uniform bits, specials, close
+    exponents (cancellation, alignment), short significands (rounding ties) and
+    extreme exponents (overflow, FTZ underflow)."""
+    kind = rng.integers(0, 6, size=count)
+    a = rng.integers(0, 2 ** 32, size=count, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2 ** 32, size=count, dtype=np.uint64).astype(np.uint32)
+    c = rng.integers(0, 2 ** 32, size=count, dtype=np.uint64).astype(np.uint32)
+    edges = edge_words()
+    # 1: an edge word in a random position
+    pick = kind == 1
+    a = np.where(pick & (rng.random(count) < 0.5), edges[rng.integers(0, len(edges), count)], a)
+    b = np.where(pick & (rng.random(count) < 0.5), edges[rng.integers(0, len(edges), count)], b)
+    # 2: b's exponent near a's (alignment shifts 0..30, cancellation)
+    near = kind == 2
+    exp_a = (a >> np.uint32(23)) & np.uint32(0xFF)
+    delta = rng.integers(-30, 31, size=count)
+    exp_b = np.clip(exp_a.astype(np.int64) + delta, 1, 254).astype(np.uint32)
+    b_near = (b & np.uint32(0x807FFFFF)) | (exp_b << np.uint32(23))
+    b_near = np.where(rng.random(count) < 0.3, (b_near & np.uint32(0x7FFFFFFF)) |
+                      ((a ^ np.uint32(0x80000000)) & np.uint32(0x80000000)), b_near)
+    b = np.where(near, b_near, b)
+    # 3: short significands: products and sums land on rounding ties
+    short = kind == 3
+    keep = np.uint32(0xFFFFFFFF) << rng.integers(8, 23, size=count).astype(np.uint32)
+    a = np.where(short, a & keep, a)
+    b = np.where(short, b & (np.uint32(0xFFFFFFFF) << rng.integers(8, 23, size=count)
+                             .astype(np.uint32)), b)
+    # 4: moderate exponents (ordinary arithmetic) with a tie-making b in half the cases
+    mod = kind == 4
+    exps = rng.integers(100, 155, size=(3, count)).astype(np.uint32) << np.uint32(23)
+    a = np.where(mod, (a & np.uint32(0x807FFFFF)) | exps[0], a)
+    b = np.where(mod, (b & np.uint32(0x807FFFFF)) | exps[1], b)
+    c = np.where(mod, (c & np.uint32(0x807FFFFF)) | exps[2], c)
+    tie = mod & (rng.random(count) < 0.5)
+    exp_tie = np.clip(((a >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64) - 24, 1, 254)
+    b = np.where(tie, (b & np.uint32(0x80000000)) | (exp_tie.astype(np.uint32) << np.uint32(23)),
+                 b)
+    # 5: extreme exponents: overflow and underflow of products and sums
+    ext = kind == 5
+    lo = rng.integers(1, 40, size=count)
+    hi = rng.integers(215, 255, size=count)
+    e_pick = np.where(rng.random(count) < 0.5, lo, hi).astype(np.uint32) << np.uint32(23)
+    a = np.where(ext, (a & np.uint32(0x807FFFFF)) | e_pick, a)
+    e_pick = np.where(rng.random(count) < 0.5, lo, hi).astype(np.uint32) << np.uint32(23)
+    b = np.where(ext, (b & np.uint32(0x807FFFFF)) | e_pick, b)
+    return a.astype(np.uint32), b.astype(np.uint32), c.astype(np.uint32)
+
+
+def pack_fields(layout, values):
+    """Pack ``{field: int or list of ints}`` into an integer following ``layout``.
+
+    List values fill an ``ArrayLayout`` field element by element.
+    """
+    word = 0
+    for name, field in layout:
+        value = values.get(name, 0)
+        shape = field.shape
+        if isinstance(value, (list, tuple, np.ndarray)):
+            elem = shape.elem_shape
+            width = elem.width if hasattr(elem, "width") else elem.size
+            packed = 0
+            for index, item in enumerate(value):
+                packed |= (int(item) & ((1 << width) - 1)) << (index * width)
+            value = packed
+        word |= (int(value) & ((1 << field.width) - 1)) << field.offset
+    return word
+
+
+def pack_vector(words, width=32):
+    """Pack a sequence of lane words, lane 0 in the LSBs."""
+    value = 0
+    for index, word in enumerate(words):
+        value |= int(word) << (index * width)
+    return value
+
+
+async def fp_lanes_ops(bench, *, lanes, ops, count, edge_cases=True, in_stall="random",
+                       out_stall="random"):
+    """Drive ``count`` random operand vectors per op (and every edge-case pair) through
+    :class:`hdl.fp.FPLanes`; compare every result word with :mod:`rdu.fpmodel`."""
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = fp_lanes_payload(lanes)
+    source = bench.source("i", in_stall)
+    sink = bench.sink("o", out_stall)
+    edges = edge_words()
+    checked = 0
+    for op in ops:
+        a, b, c = random_operands(rng, count * lanes)
+        if edge_cases:
+            ea, eb = np.meshgrid(edges, edges)
+            ea, eb = ea.ravel(), eb.ravel()
+            ec = np.resize(edges, ea.size)
+            a, b, c = np.concatenate([ea, a]), np.concatenate([eb, b]), np.concatenate([ec, c])
+        pad = (-a.size) % lanes
+        a, b, c = (np.concatenate([x, x[:pad]]) for x in (a, b, c))
+        expected = fpmodel.apply(op, a, b, c)
+        for beat in range(a.size // lanes):
+            lane_slice = slice(beat * lanes, (beat + 1) * lanes)
+            source.send(pack_fields(layout, {"op": op, "a": a[lane_slice],
+                                             "b": b[lane_slice], "c": c[lane_slice]}))
+            sink.expect(pack_vector(expected[lane_slice]))
+        checked += a.size
+    await bench.streams_done(timeout=40 * checked + 1000)
+    return {"checked": checked}
+
+
+# -- PCU ----------------------------------------------------------------------------------
+
+def config_value(layout, config):
+    """Integer image of a configuration dict in ``layout`` (nested dicts and lists)."""
+    return layout.const(config).as_value().value
+
+
+async def write_config(bench, layout, config):
+    """Write ``config`` word by word through the ``cfg`` port, then read it back."""
+    from hdl.interfaces import config_words
+    value = config_value(layout, config)
+    words = config_words(layout)
+    for index in range(words):
+        bench.set("cfg.write", 1)
+        bench.set("cfg.index", index)
+        bench.set("cfg.data", (value >> (32 * index)) & 0xFFFFFFFF)
+        await bench.cycles(1)
+    bench.set("cfg.write", 0)
+    readback = 0
+    for index in range(words):
+        bench.set("cfg.index", index)
+        await bench.cycles(1)
+        readback |= await bench.read("cfg.read_data") << (32 * index)
+    assert readback == value, f"configuration read back as {readback:#x}, wrote {value:#x}"
+
+
+def random_bf16_matrix(rng, shape, scale=1.0):
+    """Random normal values rounded to BF16, as uint32 words (BF16 in the high half)."""
+    from rdu.pcu_model import bf16_words
+    return bf16_words(rng.standard_normal(shape) * scale)
+
+
+async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
+                           out_stall="random"):
+    """For each (M, K, N): tile A @ B onto the systolic mode, stream it under stalls,
+    check every result word against the model and the model against numpy float32."""
+    from rdu import pcu_model
+
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    in0 = bench.source("vector_in0", in_stall)
+    in1 = bench.source("vector_in1", in_stall)
+    ctrl_in = bench.source("control_in")
+    out = bench.sink("vector_out", out_stall)
+    ctrl_out = bench.sink("control_out", out_stall)
+    worst = 0.0
+    for m_len, k_len, n_len in shapes:
+        a = random_bf16_matrix(rng, (m_len, k_len))
+        b = random_bf16_matrix(rng, (k_len, n_len))
+        counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes)
+        config = {"mode": 1, "counters": counters}
+        expected = pcu_model.run_systolic(config, lanes, beats0, beats1)
+        result = pcu_model.matmul_from_stream(expected["vector_out"], (m_len, n_len), lanes)
+        reference = a.view(np.float32) @ b.view(np.float32)
+        magnitude = np.abs(a.view(np.float32).astype(np.float64)) @ \
+            np.abs(b.view(np.float32).astype(np.float64))
+        error = np.abs(result.view(np.float32) - reference) / np.maximum(magnitude, 1e-30)
+        worst = max(worst, float(error.max()))
+        assert error.max() < k_len * 2.0 ** -22, f"model differs from numpy: {error.max()}"
+        await write_config(bench, layout, config)
+        in0.send_all(pack_vector(beat) for beat in beats0)
+        in1.send_all(pack_vector(beat) for beat in beats1)
+        out.expect_all(pack_vector(row) for row in expected["vector_out"])
+        ctrl_out.expect(1)
+        ctrl_in.send(0)
+        await bench.streams_done(timeout=20 * len(beats0) + 2000)
+        assert await bench.read("busy") == 0
+    return {"worst_relative_error": worst}
+
+
+async def systolic_throughput(bench, *, lanes, stages, size):
+    """Stream a size^3 product without stalls; return cycles from start token to DONE."""
+    from rdu import pcu_model
+
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    a = random_bf16_matrix(rng, (size, size))
+    b = random_bf16_matrix(rng, (size, size))
+    counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes)
+    config = {"mode": 1, "counters": counters}
+    expected = pcu_model.run_systolic(config, lanes, beats0, beats1)
+    await write_config(bench, layout, config)
+    in0 = bench.source("vector_in0")
+    in1 = bench.source("vector_in1")
+    ctrl_in = bench.source("control_in")
+    out = bench.sink("vector_out")
+    ctrl_out = bench.sink("control_out")
+    in0.send_all(pack_vector(beat) for beat in beats0)
+    in1.send_all(pack_vector(beat) for beat in beats1)
+    out.expect_all(pack_vector(row) for row in expected["vector_out"])
+    ctrl_out.expect(1)
+    marks = {}
+    ctrl_in.on_transfer = lambda item, cycle: marks.setdefault("start", cycle)
+    ctrl_out.on_transfer = lambda item, cycle: marks.setdefault("done", cycle)
+    ctrl_in.send(0)
+    await bench.streams_done(timeout=20 * len(beats0) + 2000)
+    cycles = marks["done"] - marks["start"]
+    macs = size ** 3
+    return {"cycles": cycles, "macs": macs, "macs_per_cycle": macs / cycles,
+            "utilisation": macs / cycles / lanes ** 2}
