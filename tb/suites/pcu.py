@@ -236,3 +236,123 @@ async def systolic_throughput(bench, *, lanes, stages, size):
     macs = size ** 3
     return {"cycles": cycles, "macs": macs, "macs_per_cycle": macs / cycles,
             "utilisation": macs / cycles / lanes ** 2}
+
+
+def random_simd_config(rng, stages, max_trips=(4, 3, 2)):
+    """A random valid SIMD configuration (ops, sources, counters, reduce, emit)."""
+    counters = []
+    for trips in max_trips:
+        lo = int(rng.integers(0, 5))
+        stride = int(rng.integers(1, 4))
+        count = int(rng.integers(1, trips + 1))
+        counters.append({"min": lo, "max": lo + stride * (count - 1) + 1, "stride": stride})
+    stage_list = []
+    for _ in range(stages):
+        stage_list.append({
+            "op": int(rng.integers(0, 17)),
+            "src_a": int(rng.choice([0, 0, 1, 2, 3, 4, 5])),
+            "src_b": int(rng.choice([0, 1, 1, 2, 3, 4])),
+            "src_c": int(rng.choice([0, 1, 2, 3, 4])),
+            "constant": int(random_operands(rng, 1)[0][0]),
+        })
+    return {"mode": 0, "counters": counters, "scalar_in": int(rng.integers(0, 2)),
+            "emit_every": int(rng.integers(0, 2)), "vector_out": int(rng.integers(0, 4) > 0),
+            "reduce": int(rng.integers(0, 3)), "tail": 0, "stages": stage_list}
+
+
+async def run_simd_config(bench, ports, layout, lanes, config, rng):
+    """Feed one SIMD configuration random inputs; queue the model's outputs."""
+    from rdu import pcu_model
+    in0, in1, scalar_in, ctrl_in, vec_out, scalar_out, ctrl_out = ports
+    beats = len(pcu_model.iterations(config))
+    inner = pcu_model.trip_count(config["counters"][0])
+    a, b, _ = random_operands(rng, beats * lanes)
+    vec0, vec1 = a.reshape(beats, lanes), b.reshape(beats, lanes)
+    scalars = random_operands(rng, beats // inner)[2]
+    expected = pcu_model.run_simd(config, lanes, vec0, vec1, scalars)
+    await write_config(bench, layout, config)
+    uses_in1 = any(stage[src] == 4 for stage in config["stages"]
+                   for src in ("src_a", "src_b", "src_c"))
+    in0.send_all(pack_vector(beat) for beat in vec0)
+    if uses_in1:
+        in1.send_all(pack_vector(beat) for beat in vec1)
+    if config["scalar_in"]:
+        scalar_in.send_all(int(word) for word in scalars)
+    vec_out.expect_all(pack_vector(v) for v in expected["vector_out"])
+    scalar_out.expect_all(expected["scalar_out"])
+    ctrl_out.expect(1)
+    ctrl_in.send(0)
+    await bench.streams_done(timeout=40 * beats + 2000)
+    return beats
+
+
+async def simd_random_configs(bench, *, lanes, stages, configs, stall="random"):
+    """Run ``configs`` random SIMD configurations, stalls on every port, against the model."""
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
+             bench.source("scalar_in", stall), bench.source("control_in", stall),
+             bench.sink("vector_out", stall), bench.sink("scalar_out", stall),
+             bench.sink("control_out", stall))
+    total = 0
+    for _ in range(configs):
+        total += await run_simd_config(bench, ports, layout, lanes,
+                                       random_simd_config(rng, stages), rng)
+        assert await bench.read("busy") == 0
+    return {"beats": total}
+
+
+async def simd_op_sweep(bench, *, lanes, stages, ops, beats, stall="random"):
+    """Every op in ``ops`` on ``beats`` random vectors through stage 0 (sources in0, in1,
+    scalar), the other stages passing through; reduce alternating sum/max."""
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
+             bench.source("scalar_in", stall), bench.source("control_in", stall),
+             bench.sink("vector_out", stall), bench.sink("scalar_out", stall),
+             bench.sink("control_out", stall))
+    total = 0
+    for index, op in enumerate(ops):
+        passthrough = {"op": 0, "src_a": 0, "src_b": 0, "src_c": 0, "constant": 0}
+        config = {
+            "mode": 0, "scalar_in": 1, "emit_every": 1, "vector_out": 1,
+            "reduce": 1 + index % 2, "tail": 0,
+            "counters": [{"min": 0, "max": beats, "stride": 1},
+                         {"min": 0, "max": 1, "stride": 1}, {"min": 0, "max": 1, "stride": 1}],
+            "stages": [{"op": op, "src_a": 0, "src_b": 4, "src_c": 2, "constant": 0}] +
+                      [passthrough] * (stages - 1),
+        }
+        total += await run_simd_config(bench, ports, layout, lanes, config, rng)
+    return {"beats": total}
+
+
+async def config_errors(bench, *, lanes, stages):
+    """Bad configurations raise the documented error code and never start or hang."""
+    from hdl.pcu import PCUError, pcu_config_layout
+    layout = pcu_config_layout(lanes, stages)
+    ctrl_in = bench.source("control_in")
+    ctrl_out = bench.sink("control_out")
+    good = {"mode": 0, "counters": [{"min": 0, "max": 1, "stride": 1}] * 3,
+            "stages": [{"op": 0}] * stages}
+    cases = [
+        ({**good, "mode": 3}, PCUError.BAD_MODE),
+        ({**good, "counters": [{"min": 0, "max": 4, "stride": 0}] * 3}, PCUError.BAD_COUNTER),
+        ({**good, "counters": [{"min": 5, "max": 5, "stride": 1}] * 3}, PCUError.BAD_COUNTER),
+        ({**good, "stages": [{"op": 30}] * stages}, PCUError.BAD_OP),
+        ({**good, "stages": [{"op": 1, "src_b": 7}] * stages}, PCUError.BAD_SOURCE),
+        ({**good, "reduce": 3}, PCUError.BAD_REDUCE),
+        ({**good, "tail": 1}, PCUError.BAD_TAIL),
+    ]
+    for config, code in cases:
+        await write_config(bench, layout, config)
+        assert await bench.read("error") == 0
+        ctrl_in.send(0)
+        await bench.streams_done(timeout=200)
+        await bench.cycles(2)
+        error, busy = await bench.read("error"), await bench.read("busy")
+        assert error == code, f"config {config}: error {error}, expected {int(code)}"
+        assert busy == 0, "a rejected configuration started a run"
+    assert not ctrl_out.items, "a rejected configuration emitted a token"
+    return {"cases": len(cases)}
