@@ -412,3 +412,180 @@ class FPLanes(wiring.Component):
         with m.If(self.i.valid & self.i.ready):
             m.d.sync += self.o.valid.eq(1)
         return m
+
+
+# -- tail special functions -----------------------------------------------------------------
+
+class SpecialFunction(enum.IntEnum):
+    """Function of :class:`SpecialFunctionUnit` (the PCU's ``tail`` field)."""
+    NONE = 0
+    EXP = 1
+    RECIPROCAL = 2
+
+
+# Constants (FP32 words); the algorithms are described in docs/pcu.md and mirrored by
+# rdu.fpmodel.exp / rdu.fpmodel.reciprocal.
+_EXP_LOG2E, _EXP_MAGIC = 0x3FB8AA3B, 0x4B400000
+_EXP_LN2_HI, _EXP_LN2_LO = 0x3F317200, 0x35BFBE8E
+_EXP_LOW, _EXP_HIGH = 0xC2D00000, 0x42B20000
+_EXP_COEFFS = [0x39500D01, 0x3AB60B61, 0x3C088889, 0x3D2AAAAB, 0x3E2AAAAB, 0x3F000000,
+               0x3F800000, 0x3F800000]
+_RCP_A, _RCP_B = 0xBFF0F0F1, 0x4034B4B5
+_ONE, _NEG_ZERO, _SIGN = 0x3F800000, 0x80000000, 0x80000000
+
+# Programs: one unfused multiply-add per step, dst = a * b + c. Operands name a
+# register ("x", "nx" = x with its sign flipped, "r1", "r2", "r3") or are a constant.
+_EXP_PROGRAM = [
+    ("r1", "x", _EXP_LOG2E, _NEG_ZERO),           # t = x * log2(e)
+    ("r2", "r1", _ONE, _EXP_MAGIC),               # s = t + 1.5 * 2**23 (n in its low bits)
+    ("r1", "r2", _ONE, _EXP_MAGIC ^ _SIGN),       # n = s - 1.5 * 2**23
+    ("r3", "r1", _EXP_LN2_HI ^ _SIGN, "x"),       # r = x - n * ln2_hi
+    ("r3", "r1", _EXP_LN2_LO ^ _SIGN, "r3"),      # r = r - n * ln2_lo
+    ("r1", _EXP_COEFFS[0], "r3", _EXP_COEFFS[1]),  # Horner, degree 7
+] + [("r1", "r1", "r3", coeff) for coeff in _EXP_COEFFS[2:]]
+_RCP_PROGRAM = [("r1", "x", _RCP_A, _RCP_B)] + [   # y0 = 48/17 - 32/17 * m
+    step for _ in range(3) for step in (("r2", "r1", "nx", _ONE),   # e = 1 - m * y
+                                        ("r1", "r1", "r2", "r1"))   # y = y + y * e
+]
+PROGRAMS = {SpecialFunction.EXP: _EXP_PROGRAM, SpecialFunction.RECIPROCAL: _RCP_PROGRAM}
+
+
+def _scale_exponent(m, p, n, name):
+    """``p * 2**n`` for a positive normal ``p``: FTZ below, infinity above."""
+    field = Signal(signed(12), name=f"{name}_field")
+    m.d.comb += field.eq(p[23:31] + n)
+    result = Signal(32, name=f"{name}_result")
+    with m.If(field <= 0):
+        m.d.comb += result.eq(Cat(Const(0, 31), p[31]))
+    with m.Elif(field >= 255):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), p[31]))
+    with m.Else():
+        m.d.comb += result.eq(Cat(p[:23], field[:8], p[31]))
+    return result
+
+
+class SpecialFunctionUnit(wiring.Component):
+    """Iterative exp / reciprocal of ``lanes`` FP32 words: one multiply-add per lane,
+    stepped through a fixed program (12 steps for exp, 7 for the reciprocal).
+
+    ``start`` with ``func`` and ``x`` begins; ``busy`` is high for the program's steps
+    plus one cycle; ``done`` pulses on the cycle ``result`` becomes valid (it holds
+    until the next start).
+
+    Attributes
+    ----------
+    start : In(1)
+    func : In(2)
+        :class:`SpecialFunction` (``NONE`` copies ``x``).
+    x : In(ArrayLayout(32, lanes))
+    busy, done : Out(1)
+    result : Out(ArrayLayout(32, lanes))
+    """
+    def __init__(self, lanes=4):
+        if not isinstance(lanes, int) or isinstance(lanes, bool):
+            raise TypeError(f"Lane count must be an integer, not {lanes!r}")
+        if lanes < 1:
+            raise ValueError(f"Lane count must be at least 1, not {lanes}")
+        self._lanes = lanes
+        vec = data.ArrayLayout(unsigned(32), lanes)
+        super().__init__({
+            "start": In(1), "func": In(2), "x": In(vec),
+            "busy": Out(1), "done": Out(1), "result": Out(vec),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        longest = max(len(p) for p in PROGRAMS.values())
+        step = Signal(range(longest + 1))
+        func = Signal(2)
+        final = Signal()      # the cycle after the last step: compute the result
+        m.d.sync += self.done.eq(0)
+        last_step = Signal()
+        with m.Switch(func):
+            for which, program in PROGRAMS.items():
+                with m.Case(which):
+                    m.d.comb += last_step.eq(step == len(program) - 1)
+            with m.Default():
+                m.d.comb += last_step.eq(1)
+        running = Signal()
+        m.d.comb += self.busy.eq(running | final)
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [func.eq(self.func), step.eq(0), running.eq(1)]
+        with m.Elif(running):
+            with m.If(last_step):
+                m.d.sync += [running.eq(0), final.eq(1), step.eq(0)]
+            with m.Else():
+                m.d.sync += step.eq(step + 1)
+        with m.If(final):
+            m.d.sync += [final.eq(0), self.done.eq(1)]
+
+        for lane in range(self._lanes):
+            self._lane(m, lane, func, step, running, final)
+        return m
+
+    def _lane(self, m, lane, func, step, running, final):
+        name = f"sfu{lane}"
+        x_in = self.x[lane]
+        regs = {key: Signal(32, name=f"{name}_{key}") for key in ("x", "r1", "r2", "r3")}
+        nan = Signal(name=f"{name}_nan")
+        sign = Signal(name=f"{name}_sign")
+        field = Signal(8, name=f"{name}_field")
+        raw = Signal(32, name=f"{name}_raw")
+        inp = unpack(m, x_in, f"{name}_in")
+        clamped = fp32_min(m, fp32_max(m, x_in, Const(_EXP_LOW, 32), f"{name}_lo"),
+                           Const(_EXP_HIGH, 32), f"{name}_hi")
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [
+                nan.eq(inp.is_nan), sign.eq(inp.sign), field.eq(inp.exp), raw.eq(x_in),
+                regs["x"].eq(Mux(self.func == SpecialFunction.EXP, clamped,
+                                 Cat(inp.frac, Const(126, 8), Const(0, 1)))),
+            ]
+        a, b, c = (Signal(32, name=f"{name}_{n}") for n in "abc")
+        dst = Signal(2, name=f"{name}_dst")
+
+        def operand(spec):
+            if isinstance(spec, int):
+                return Const(spec, 32)
+            if spec == "nx":
+                return regs["x"] ^ _SIGN
+            return regs[spec]
+
+        with m.Switch(func):
+            for which, program in PROGRAMS.items():
+                with m.Case(which):
+                    with m.Switch(step):
+                        for index, (target, sa, sb, sc) in enumerate(program):
+                            with m.Case(index):
+                                m.d.comb += [a.eq(operand(sa)), b.eq(operand(sb)),
+                                             c.eq(operand(sc)),
+                                             dst.eq(("r1", "r2", "r3").index(target) + 1)]
+        product = fp32_mul(m, a, b, f"{name}_mul")
+        total = fp32_add(m, product, c, f"{name}_add")
+        with m.If(running):
+            for index, key in enumerate(("r1", "r2", "r3")):
+                with m.If(dst == index + 1):
+                    m.d.sync += regs[key].eq(total)
+
+        n_exp = Signal(signed(12), name=f"{name}_n_exp")
+        n_rcp = Signal(signed(12), name=f"{name}_n_rcp")
+        m.d.comb += [n_exp.eq(regs["r2"][:23] - 0x400000), n_rcp.eq(126 - field)]
+        exp_result = _scale_exponent(m, regs["r1"], n_exp, f"{name}_exp")
+        rcp_scaled = _scale_exponent(m, regs["r1"], n_rcp, f"{name}_rcp")
+        result = Signal(32, name=f"{name}_result")
+        is_inf = (field == 0xFF)
+        with m.Switch(func):
+            with m.Case(SpecialFunction.EXP):
+                m.d.comb += result.eq(Mux(nan, CANONICAL_NAN, exp_result))
+            with m.Case(SpecialFunction.RECIPROCAL):
+                with m.If(nan):
+                    m.d.comb += result.eq(CANONICAL_NAN)
+                with m.Elif(field == 0):
+                    m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
+                with m.Elif(is_inf):
+                    m.d.comb += result.eq(Cat(Const(0, 31), sign))
+                with m.Else():
+                    m.d.comb += result.eq(rcp_scaled | (sign << 31))
+            with m.Default():
+                m.d.comb += result.eq(raw)
+        with m.If(final):
+            m.d.sync += self.result[lane].eq(result)

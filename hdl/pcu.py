@@ -11,7 +11,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .fp import FPALU, OP_BITS, Op, fp32_add, fp32_max, fp32_mul
+from .fp import FPALU, OP_BITS, Op, SpecialFunctionUnit, fp32_add, fp32_max, fp32_mul
 from .interfaces import (
     ConfigPort,
     ConfigRegister,
@@ -57,8 +57,8 @@ class Reduce(enum.IntEnum):
 class Tail(enum.IntEnum):
     """Special function of the tail (the ``tail`` field)."""
     NONE = 0
-    EXP = 1         #: not implemented yet: rejected with ``PCUError.BAD_TAIL``
-    RECIPROCAL = 2  #: not implemented yet: rejected with ``PCUError.BAD_TAIL``
+    EXP = 1         #: e**x (12-step iterative unit)
+    RECIPROCAL = 2  #: 1/x (7-step iterative unit)
 
 
 class PCUError(enum.IntEnum):
@@ -69,7 +69,7 @@ class PCUError(enum.IntEnum):
     BAD_OP = 3          #: a stage ``op`` is not an :class:`hdl.fp.Op`
     BAD_SOURCE = 4      #: a stage source is not a :class:`Source`
     BAD_REDUCE = 5      #: ``reduce`` is not a :class:`Reduce`
-    BAD_TAIL = 6        #: ``tail`` is not supported
+    BAD_TAIL = 6        #: ``tail`` is not a :class:`Tail`
 
 
 def counter_layout():
@@ -268,7 +268,7 @@ class PCU(wiring.Component):
                 m.d.comb += check.eq(PCUError.BAD_SOURCE)
             with m.Elif(config.reduce > max(Reduce)):
                 m.d.comb += check.eq(PCUError.BAD_REDUCE)
-            with m.Elif(config.tail != Tail.NONE):
+            with m.Elif(config.tail > max(Tail)):
                 m.d.comb += check.eq(PCUError.BAD_TAIL)
 
         with m.If(self.cfg.write):
@@ -318,9 +318,12 @@ class PCU(wiring.Component):
             "in1": data.ArrayLayout(unsigned(32), lanes),
             "scalar": 32, "counter": COUNTER_BITS,
         })
-        # the whole pipeline advances when every tail FIFO has room
+        # the whole pipeline advances when every tail FIFO has room and the tail's
+        # special-function unit is not computing
+        m.submodules.special = special = SpecialFunctionUnit(lanes)
         advance = Signal(name="simd_advance")
-        m.d.comb += advance.eq(vec_out.ready & scalar_out.ready & control_out.ready)
+        m.d.comb += advance.eq(vec_out.ready & scalar_out.ready & control_out.ready &
+                               ~special.busy)
         need_scalar = Signal(name="simd_need_scalar")
         m.d.comb += need_scalar.eq(config.scalar_in & chain.first_inner)
         held_scalar = Signal(32, name="simd_held_scalar")
@@ -382,8 +385,25 @@ class PCU(wiring.Component):
                     m.d.sync += [out.vec[lane].eq(alu.result), register.eq(alu.result)]
             previous = out
 
+        # tail special function: the unit starts as a beat enters the tail register and
+        # holds its result until the next start, i.e. while the beat sits there
+        func_reg = Signal(record, name="simd_func")
+        with m.If(advance):
+            m.d.sync += [
+                func_reg.valid.eq(previous.valid), func_reg.emit.eq(previous.emit),
+                func_reg.done.eq(previous.done), func_reg.vec.eq(previous.vec),
+            ]
+        m.d.comb += [
+            special.start.eq(advance & previous.valid & (config.tail != Tail.NONE)),
+            special.func.eq(config.tail),
+            special.x.eq(previous.vec),
+        ]
+        func_out = Signal(data.ArrayLayout(unsigned(32), lanes), name="simd_func_out")
+        m.d.comb += func_out.eq(Mux(config.tail == Tail.NONE, func_reg.vec, special.result))
+        previous = func_reg
+
         # reduction tree: pairs (0,1), (2,3), ... then pairs of those, one register stage
-        level = [previous.vec[lane] for lane in range(lanes)]
+        level = [func_out[lane] for lane in range(lanes)]
         depth = 0
         while len(level) > 1:
             nxt = []
@@ -398,7 +418,7 @@ class PCU(wiring.Component):
         with m.If(advance):
             m.d.sync += [
                 tail.valid.eq(previous.valid), tail.emit.eq(previous.emit),
-                tail.done.eq(previous.done), tail.vec.eq(previous.vec),
+                tail.done.eq(previous.done), tail.vec.eq(func_out),
                 tail.scalar.eq(level[0]),
             ]
         emit = tail.valid & tail.emit & advance

@@ -109,3 +109,47 @@ def test_fp_ops_verilator(sim_dir, seed):
     stats = run_verilator(built, fp_lanes_ops, sim_dir, seed=seed, lanes=4, ops=ALL_OPS,
                           count=10_000, edge_cases=True)
     assert stats.result["checked"] >= len(ALL_OPS) * 40_000
+
+
+# -- exp and reciprocal: accuracy of the documented algorithms ------------------------------
+
+#: Documented bounds (docs/pcu.md), in units in the last place of the FP32 result.
+EXP_MAX_ULP = 1.5
+RECIPROCAL_MAX_ULP = 1.5
+
+
+def _ulp_error(result_bits, reference):
+    ulp = np.spacing(np.abs(reference.astype(np.float32))).astype(np.float64)
+    return np.abs(result_bits.view(np.float32).astype(np.float64) - reference) / ulp
+
+
+def test_exp_error_bound():
+    """exp over its useful range [-87.33, 88.72] (normal results): max error vs float64."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([np.linspace(-87.33, 88.72, 1_000_001),
+                        rng.uniform(-87.33, 88.72, 1_000_000),
+                        rng.uniform(-1, 1, 500_000)]).astype(np.float32)
+    error = _ulp_error(fpmodel.exp(x.view(np.uint32)), np.exp(x.astype(np.float64)))
+    assert error.max() <= EXP_MAX_ULP, f"exp max error {error.max():.3f} ulp at {x[error.argmax()]}"
+    assert error.max() > 0.5      # the measurement is real (not correctly rounded)
+
+
+def test_reciprocal_error_bound():
+    """1/x over every normal x with a normal result: max error vs float64."""
+    rng = np.random.default_rng(12)
+    x = rng.integers(0x00800000, 0x7E800001, size=2_000_000, dtype=np.uint64).astype(np.uint32)
+    x |= (rng.integers(0, 2, size=x.size).astype(np.uint32) << np.uint32(31))
+    mantissas = np.arange(0, 1 << 23, 7, dtype=np.uint32) | np.uint32(0x3F800000)
+    x = np.concatenate([x, mantissas])
+    error = _ulp_error(fpmodel.reciprocal(x), 1.0 / x.view(np.float32).astype(np.float64))
+    assert error.max() <= RECIPROCAL_MAX_ULP, f"reciprocal max error {error.max():.3f} ulp"
+
+
+def test_special_function_edge_cases():
+    words = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000,
+                      0x00000001, 0x3F800000, 0x42B20000, 0xC2D00000], dtype=np.uint32)
+    assert list(fpmodel.exp(words)) == [0x3F800000, 0x3F800000, 0x7F800000, 0, 0x7FC00000,
+                                        0x3F800000, 0x402DF854, 0x7F800000, 0]
+    assert list(fpmodel.reciprocal(words)) == [0x7F800000, 0xFF800000, 0, 0x80000000,
+                                               0x7FC00000, 0x7F800000, 0x3F800000,
+                                               0x3C381703, 0xBC1D89D9]

@@ -9,7 +9,13 @@ from rdu import pcu_model
 from hdl.interfaces import config_words
 from hdl.pcu import PCU, pcu_config_layout
 from tb.runner import run_amaranth, run_verilator
-from tb.suites.pcu import config_errors, simd_op_sweep, simd_random_configs, systolic_matmuls
+from tb.suites.pcu import (
+    config_errors,
+    simd_op_sweep,
+    simd_random_configs,
+    special_function_sweep,
+    systolic_matmuls,
+)
 from tb.verilator import build
 
 ALL_OPS = list(range(17))
@@ -124,3 +130,17 @@ def test_lanes8_verilator(sim_dir, seed):
                   shapes=[(8, 8, 8), (13, 21, 19), (24, 64, 9)])
     run_verilator(built, simd_random_configs, sim_dir / "simd", seed=seed, lanes=8, stages=4,
                   configs=40)
+
+
+def test_special_functions_amaranth(seed):
+    run_amaranth(PCU(lanes=4, stages=1), special_function_sweep, seed=seed, lanes=4, stages=1,
+                 funcs=[1, 2], beats=12)
+
+
+@pytest.mark.verilator
+def test_special_functions_verilator(sim_dir, seed):
+    """exp and reciprocal in the tail: 10,000 random 4-lane vectors each plus edge cases,
+    random stalls on every port."""
+    stats = run_verilator(_build(4), special_function_sweep, sim_dir, seed=seed, lanes=4,
+                          stages=4, funcs=[1, 2], beats=10_000)
+    assert stats.result["beats"] == 20_000

@@ -231,3 +231,76 @@ def apply(op, a, b, c):
     if op not in OPS:
         raise ValueError(f"Unknown PCU operation code {op}")
     return OPS[op][1](_u32(a), _u32(b), _u32(c)).astype(np.uint32)
+
+
+# -- special functions of the PCU tail ------------------------------------------------------
+# Both are written with the unfused multiply-add above, in the order the hardware's
+# iterative unit executes them (see docs/pcu.md, "Tail special functions").
+
+#: Constants of the exp algorithm (FP32 words).
+EXP_LOG2E = 0x3FB8AA3B       # log2(e)
+EXP_MAGIC = 0x4B400000       # 1.5 * 2**23: adding it rounds to an integer (RNE)
+EXP_LN2_HI = 0x3F317200      # ln 2, high part (16 significant bits: n * hi is exact)
+EXP_LN2_LO = 0x35BFBE8E      # ln 2 - hi
+EXP_LOW, EXP_HIGH = 0xC2D00000, 0x42B20000     # input clamp: -104.0, 89.0
+#: Taylor coefficients 1/k!, k = 7 .. 0, rounded to FP32.
+EXP_COEFFS = [0x39500D01, 0x3AB60B61, 0x3C088889, 0x3D2AAAAB, 0x3E2AAAAB, 0x3F000000,
+              0x3F800000, 0x3F800000]
+#: Initial reciprocal estimate y0 = 48/17 - 32/17 * m for m in [0.5, 1).
+RCP_A, RCP_B = 0xBFF0F0F1, 0x4034B4B5     # -32/17, 48/17
+ONE, NEG_ZERO = 0x3F800000, 0x80000000
+#: Cycles the tail's iterative unit needs per beat (steps + 1 to load).
+EXP_STEPS, RECIPROCAL_STEPS = 12, 7
+
+
+def _w(value):
+    return np.uint32(value)
+
+
+def scale_exponent(p, n):
+    """``p * 2**n`` for positive normal ``p`` by integer exponent arithmetic: a field
+    <= 0 gives +0 (FTZ), >= 255 gives +inf."""
+    p = _u32(p)
+    field = ((p >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64) + np.asarray(n, np.int64)
+    scaled = (p & np.uint32(0x807FFFFF)) | (np.clip(field, 0, 255).astype(np.uint32)
+                                           << np.uint32(23))
+    out = np.where(field <= 0, p & _SIGN, scaled)
+    out = np.where(field >= 255, (p & _SIGN) | np.uint32(0x7F800000), out)
+    return out.astype(np.uint32)
+
+
+def exp(x):
+    """FP32 e**x: clamp, Cody-Waite range reduction x = n ln2 + r, degree-7 Taylor
+    polynomial of r by Horner, scale by 2**n. Max error: see docs/pcu.md."""
+    x = daz(x)
+    nan = _is_nan(x)
+    clamped = fmin(fmax(x, _w(EXP_LOW)), _w(EXP_HIGH))
+    t = madd(clamped, _w(EXP_LOG2E), _w(NEG_ZERO))
+    s = madd(t, _w(ONE), _w(EXP_MAGIC))
+    nf = madd(s, _w(ONE), _w(EXP_MAGIC) ^ _SIGN)
+    r = madd(nf, _w(EXP_LN2_HI) ^ _SIGN, clamped)
+    r = madd(nf, _w(EXP_LN2_LO) ^ _SIGN, r)
+    p = madd(_w(EXP_COEFFS[0]), r, _w(EXP_COEFFS[1]))
+    for coeff in EXP_COEFFS[2:]:
+        p = madd(p, r, _w(coeff))
+    n = (s & np.uint32(0x7FFFFF)).astype(np.int64) - 0x400000
+    return np.where(nan, CANONICAL_NAN, scale_exponent(p, n)).astype(np.uint32)
+
+
+def reciprocal(x):
+    """FP32 1/x: x = m * 2**(e - 126) with m in [0.5, 1); linear estimate of 1/m, three
+    Newton steps y += y * (1 - m * y), scale by 2**(126 - e). Max error: docs/pcu.md."""
+    x = daz(x)
+    sign = x & _SIGN
+    field = ((x >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
+    m = (x & np.uint32(0x007FFFFF)) | np.uint32(126 << 23)
+    neg_m = m | _SIGN
+    y = madd(m, _w(RCP_A), _w(RCP_B))
+    for _ in range(3):
+        e = madd(y, neg_m, _w(ONE))
+        y = madd(y, e, y)
+    out = scale_exponent(y, 126 - field) | sign
+    out = np.where(field == 0, sign | np.uint32(0x7F800000), out)          # 1/+-0 = +-inf
+    inf = (x & np.uint32(0x7FFFFFFF)) == np.uint32(0x7F800000)
+    out = np.where(inf, sign, out)                                         # 1/+-inf = +-0
+    return np.where(_is_nan(x), CANONICAL_NAN, out).astype(np.uint32)

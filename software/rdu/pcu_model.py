@@ -17,7 +17,8 @@ import numpy as np
 from . import fpmodel
 
 __all__ = ["MODE_SIMD", "MODE_SYSTOLIC", "SOURCES", "REDUCE_NONE", "REDUCE_SUM",
-           "REDUCE_MAX", "trip_count", "iterations", "reduce_lanes", "run_simd",
+           "REDUCE_MAX", "TAIL_NONE", "TAIL_EXP", "TAIL_RECIPROCAL", "trip_count",
+           "iterations", "reduce_lanes", "run_simd",
            "systolic_tile", "run_systolic", "matmul_streams", "matmul_from_stream",
            "bf16_words"]
 
@@ -25,6 +26,7 @@ MODE_SIMD, MODE_SYSTOLIC = 0, 1
 #: Operand source codes (``hdl.pcu.Source``).
 SOURCES = {"prev": 0, "reg": 1, "scalar": 2, "const": 3, "in1": 4, "counter": 5}
 REDUCE_NONE, REDUCE_SUM, REDUCE_MAX = 0, 1, 2
+TAIL_NONE, TAIL_EXP, TAIL_RECIPROCAL = 0, 1, 2
 
 
 def trip_count(counter):
@@ -103,6 +105,11 @@ def run_simd(config, lanes, vector_in0, vector_in1=None, scalar_in=None):
             a, b, c = (operand_values[stage.get(src, 0)] for src in ("src_a", "src_b", "src_c"))
             vec = fpmodel.apply(stage.get("op", 0), a, b, c)
             registers[index] = vec
+        tail = config.get("tail", 0)
+        if tail == TAIL_EXP:
+            vec = fpmodel.exp(vec)
+        elif tail == TAIL_RECIPROCAL:
+            vec = fpmodel.reciprocal(vec)
         if config.get("emit_every") or last_inner:
             if config.get("vector_out"):
                 vector_out.append(vec.copy())

@@ -1,0 +1,1 @@
+"""Performance benchmarks: scripts that print measured cycle counts and ratios."""
