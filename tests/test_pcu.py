@@ -15,6 +15,7 @@ from tb.suites.pcu import (
     simd_random_configs,
     special_function_sweep,
     systolic_matmuls,
+    systolic_throughput,
 )
 from tb.verilator import build
 
@@ -73,10 +74,17 @@ def test_config_errors_amaranth(seed):
 
 @pytest.mark.parametrize("lanes", [4, 8])
 def test_systolic_amaranth(lanes, seed):
-    shapes = SHAPES if lanes == 4 else [(3, 9, 11)]
+    shapes = SHAPES if lanes == 4 else [(3, 4, 10)]
     stats = run_amaranth(PCU(lanes=lanes, stages=2), systolic_matmuls, seed=seed, lanes=lanes,
                          stages=2, shapes=shapes)
     assert stats.result["worst_relative_error"] < 1e-5
+
+
+def test_systolic_cycle_count(seed):
+    """Back-to-back tiles: T * K + 2 * lanes + 3 cycles from start token to DONE token."""
+    stats = run_amaranth(PCU(lanes=4, stages=1), systolic_throughput, seed=seed, lanes=4,
+                         stages=1, size=16)
+    assert stats.result["cycles"] == 16 * 16 + 2 * 4 + 3
 
 
 def test_simd_op_sweep_amaranth(seed):
@@ -84,7 +92,7 @@ def test_simd_op_sweep_amaranth(seed):
                  ops=ALL_OPS, beats=3)
 
 
-@pytest.mark.parametrize("lanes,stages", [(4, 3), (8, 4)])
+@pytest.mark.parametrize("lanes,stages", [(4, 3), (8, 2)])
 def test_simd_random_amaranth(lanes, stages, seed):
     run_amaranth(PCU(lanes=lanes, stages=stages), simd_random_configs, seed=seed,
                  lanes=lanes, stages=stages, configs=6 if lanes == 4 else 1)
@@ -124,7 +132,10 @@ def test_config_errors_verilator(sim_dir, seed):
 
 
 @pytest.mark.verilator
+@pytest.mark.slow
 def test_lanes8_verilator(sim_dir, seed):
+    """The one lanes=8 build (about 5 to 10 minutes of C++ compilation on this machine
+    the first time; cached afterwards)."""
     built = _build(8)
     run_verilator(built, systolic_matmuls, sim_dir / "systolic", seed=seed, lanes=8, stages=4,
                   shapes=[(8, 8, 8), (13, 21, 19), (24, 64, 9)])

@@ -157,6 +157,7 @@ async def write_config(bench, layout, config):
         bench.set("cfg.index", index)
         await bench.cycles(1)
         readback |= await bench.read("cfg.read_data") << (32 * index)
+        await bench.cycles(1)       # no set() after a read() in the same cycle
     assert readback == value, f"configuration read back as {readback:#x}, wrote {value:#x}"
 
 
@@ -202,6 +203,7 @@ async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
         ctrl_in.send(0)
         await bench.streams_done(timeout=20 * len(beats0) + 2000)
         assert await bench.read("busy") == 0
+        await bench.cycles(1)
     return {"worst_relative_error": worst}
 
 
@@ -301,6 +303,7 @@ async def simd_random_configs(bench, *, lanes, stages, configs, stall="random"):
         total += await run_simd_config(bench, ports, layout, lanes,
                                        random_simd_config(rng, stages), rng)
         assert await bench.read("busy") == 0
+        await bench.cycles(1)
     return {"beats": total}
 
 
@@ -349,12 +352,14 @@ async def config_errors(bench, *, lanes, stages):
     for config, code in cases:
         await write_config(bench, layout, config)
         assert await bench.read("error") == 0
+        await bench.cycles(1)
         ctrl_in.send(0)
         await bench.streams_done(timeout=200)
         await bench.cycles(2)
         error, busy = await bench.read("error"), await bench.read("busy")
         assert error == code, f"config {config}: error {error}, expected {int(code)}"
         assert busy == 0, "a rejected configuration started a run"
+        await bench.cycles(1)
     assert not ctrl_out.items, "a rejected configuration emitted a token"
     return {"cases": len(cases)}
 
