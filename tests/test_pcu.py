@@ -13,6 +13,7 @@ from tb.suites.pcu import (
     config_errors,
     simd_op_sweep,
     simd_random_configs,
+    softmax_rows,
     special_function_sweep,
     systolic_matmuls,
     systolic_throughput,
@@ -155,3 +156,10 @@ def test_special_functions_verilator(sim_dir, seed):
     stats = run_verilator(_build(4), special_function_sweep, sim_dir, seed=seed, lanes=4,
                           stages=4, funcs=[1, 2], beats=10_000)
     assert stats.result["beats"] == 20_000
+
+
+def test_softmax_amaranth(seed):
+    """A whole softmax as five configured runs, against the model and numpy."""
+    stats = run_amaranth(PCU(lanes=4, stages=2), softmax_rows, seed=seed, lanes=4, stages=2,
+                         rows=2, beats_per_row=4)
+    assert stats.result["max_relative_error"] < 2.0 ** -20

@@ -409,3 +409,73 @@ async def special_function_sweep(bench, *, lanes, stages, funcs, beats, stall="r
         ctrl_in.send(0)
         await bench.streams_done(timeout=60 * len(vectors) + 2000)
     return {"beats": beats * len(funcs)}
+
+
+async def softmax_rows(bench, *, lanes, stages, rows, beats_per_row, stall="random"):
+    """Softmax of ``rows`` rows of ``beats_per_row * lanes`` values as five PCU runs
+    (row max; exp(x - max); row sum; 1 / sum; scale), each run's outputs checked against
+    the model and fed to the next run; the result against numpy float64 softmax."""
+    from rdu import pcu_model
+
+    from hdl.fp import Op
+    from hdl.pcu import Reduce, Source, Tail, pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
+             bench.source("scalar_in", stall), bench.source("control_in", stall),
+             bench.sink("vector_out", stall), bench.sink("scalar_out", stall),
+             bench.sink("control_out", stall))
+    x = (rng.standard_normal((rows, beats_per_row * lanes)) * 4).astype(np.float32)
+    vectors = x.view(np.uint32).reshape(rows * beats_per_row, lanes)
+    passthrough = {"op": Op.PASS, "src_a": Source.PREV}
+
+    def config(stage0, *, inner, scalar_in=0, emit_every=0, vector_out=0, reduce=0, tail=0):
+        return {"mode": 0, "scalar_in": scalar_in, "emit_every": emit_every,
+                "vector_out": vector_out, "reduce": reduce, "tail": tail,
+                "counters": [{"min": 0, "max": inner, "stride": 1},
+                             {"min": 0, "max": rows, "stride": 1},
+                             {"min": 0, "max": 1, "stride": 1}],
+                "stages": [stage0] + [passthrough] * (stages - 1)}
+
+    async def run(cfg, in0, scalars=None):
+        expected = pcu_model.run_simd(cfg, lanes, in0, None, scalars)
+        await drive(cfg, in0, scalars, expected)
+        return expected
+
+    async def drive(cfg, in0, scalars, expected):
+        source0, _, scalar_src, ctrl_in, vec_out, scalar_out, ctrl_out = ports
+        await write_config(bench, layout, cfg)
+        source0.send_all(pack_vector(v) for v in in0)
+        if scalars is not None:
+            scalar_src.send_all(int(s) for s in scalars)
+        vec_out.expect_all(pack_vector(v) for v in expected["vector_out"])
+        scalar_out.expect_all(expected["scalar_out"])
+        ctrl_out.expect(1)
+        ctrl_in.send(0)
+        await bench.streams_done(timeout=100 * len(in0) + 2000)
+
+    # 1: running max over the row (REG starts at -inf), reduced across lanes
+    row_max = (await run(config({"op": Op.MAX, "src_a": Source.PREV, "src_b": Source.REG,
+                                 "constant": 0xFF800000}, inner=beats_per_row,
+                                reduce=Reduce.MAX), vectors))["scalar_out"]
+    # 2: exp(x - max): one scalar (the row max) per row
+    exps = (await run(config({"op": Op.SUB, "src_a": Source.PREV, "src_b": Source.SCALAR},
+                             inner=beats_per_row, scalar_in=1, emit_every=1, vector_out=1,
+                             tail=Tail.EXP), vectors, row_max))["vector_out"]
+    # 3: row sum: running lane sums (REG starts at +0), reduced across lanes
+    row_sum = (await run(config({"op": Op.ADD, "src_a": Source.PREV, "src_b": Source.REG},
+                                inner=beats_per_row, reduce=Reduce.SUM), exps))["scalar_out"]
+    # 4: 1 / sum, the scalar broadcast to a vector (the input beat only paces the run)
+    inverse = (await run(config({"op": Op.PASS, "src_a": Source.SCALAR}, inner=1,
+                                scalar_in=1, vector_out=1, tail=Tail.RECIPROCAL),
+                         np.zeros((rows, lanes), np.uint32), row_sum))["vector_out"]
+    # 5: scale every exp by its row's 1 / sum
+    probs = (await run(config({"op": Op.MUL, "src_a": Source.PREV, "src_b": Source.SCALAR},
+                              inner=beats_per_row, scalar_in=1, emit_every=1,
+                              vector_out=1), exps, [int(v[0]) for v in inverse]))["vector_out"]
+    result = np.array(probs, dtype=np.uint32).view(np.float32).reshape(x.shape)
+    shifted = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    reference = shifted / shifted.sum(axis=1, keepdims=True)
+    error = float(np.max(np.abs(result - reference) / reference))
+    assert error < 2.0 ** -20, f"softmax relative error {error}"
+    return {"max_relative_error": error}
