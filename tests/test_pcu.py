@@ -117,12 +117,12 @@ def test_simd_op_sweep_verilator(sim_dir, seed):
 @pytest.mark.verilator
 def test_simd_random_verilator(sim_dir, seed):
     run_verilator(_build(4), simd_random_configs, sim_dir, seed=seed, lanes=4, stages=4,
-                  configs=150)
+                  configs=500)
 
 
 @pytest.mark.verilator
 def test_systolic_verilator(sim_dir, seed):
-    shapes = SHAPES + [(16, 33, 12), (5, 64, 3), (12, 7, 4)]
+    shapes = SHAPES + [(16, 33, 12), (5, 64, 3), (12, 7, 4), (37, 50, 29), (64, 64, 64)]
     run_verilator(_build(4), systolic_matmuls, sim_dir, seed=seed, lanes=4, stages=4,
                   shapes=shapes)
 
@@ -142,6 +142,8 @@ def test_lanes8_verilator(sim_dir, seed):
                   shapes=[(8, 8, 8), (13, 21, 19), (24, 64, 9)])
     run_verilator(built, simd_random_configs, sim_dir / "simd", seed=seed, lanes=8, stages=4,
                   configs=40)
+    run_verilator(built, special_function_sweep, sim_dir / "special", seed=seed, lanes=8,
+                  stages=4, funcs=[1, 2], beats=500)
 
 
 def test_special_functions_amaranth(seed):
