@@ -70,6 +70,7 @@ class PCUError(enum.IntEnum):
     BAD_SOURCE = 4      #: a stage source is not a :class:`Source`
     BAD_REDUCE = 5      #: ``reduce`` is not a :class:`Reduce`
     BAD_TAIL = 6        #: ``tail`` is not a :class:`Tail`
+    WRITE_WHILE_BUSY = 7    #: a configuration write arrived during a run (it was dropped)
 
 
 def counter_layout():
@@ -175,8 +176,8 @@ class PCU(wiring.Component):
     busy : Out(1)
         A run is in progress.
     error : Out(3)
-        :class:`PCUError` of the last rejected start (0: none); cleared by a
-        configuration write.
+        :class:`PCUError` of the last rejected start or dropped configuration write
+        (0: none); cleared by a configuration write while idle.
     """
 
     def __init__(self, lanes=8, stages=4, fifo_depth=4):
@@ -221,8 +222,15 @@ class PCU(wiring.Component):
         lanes, stages, depth = self._lanes, self._stages, self._fifo_depth
         vec_shape = data.ArrayLayout(unsigned(32), lanes)
 
+        # configuration writes are taken only while idle (a write during a run is
+        # dropped and reported as WRITE_WHILE_BUSY)
         m.submodules.config = config_reg = ConfigRegister(self._layout)
-        wiring.connect(m, wiring.flipped(self.cfg), config_reg.port)
+        m.d.comb += [
+            config_reg.port.write.eq(self.cfg.write & ~self.busy),
+            config_reg.port.index.eq(self.cfg.index),
+            config_reg.port.data.eq(self.cfg.data),
+            self.cfg.read_data.eq(config_reg.port.read_data),
+        ]
         config = config_reg.value
 
         # -- header and tail FIFOs ---------------------------------------------------
@@ -272,7 +280,7 @@ class PCU(wiring.Component):
                 m.d.comb += check.eq(PCUError.BAD_TAIL)
 
         with m.If(self.cfg.write):
-            m.d.sync += self.error.eq(PCUError.NONE)
+            m.d.sync += self.error.eq(Mux(self.busy, PCUError.WRITE_WHILE_BUSY, PCUError.NONE))
 
         simd = Signal()
         m.d.comb += simd.eq(config.mode == Mode.SIMD)

@@ -361,7 +361,36 @@ async def config_errors(bench, *, lanes, stages):
         assert busy == 0, "a rejected configuration started a run"
         await bench.cycles(1)
     assert not ctrl_out.items, "a rejected configuration emitted a token"
-    return {"cases": len(cases)}
+    # a configuration write during a run is dropped and flagged; the run completes
+    from rdu import pcu_model
+    vec_in = bench.source("vector_in0")
+    vec_out = bench.sink("vector_out")
+    config = {"mode": 0, "emit_every": 1, "vector_out": 1,
+              "counters": [{"min": 0, "max": 3, "stride": 1}] + [{"min": 0, "max": 1,
+                                                                   "stride": 1}] * 2,
+              "stages": [{"op": 1, "src_a": 0, "src_b": 3, "constant": 0x3F800000}] +
+                        [{"op": 0}] * (stages - 1)}
+    await write_config(bench, layout, config)
+    ctrl_in.send(0)
+    await bench.cycles(4)
+    assert await bench.read("busy") == 1, "the run did not start"
+    await bench.cycles(1)
+    bench.set("cfg.write", 1)
+    bench.set("cfg.index", 0)
+    bench.set("cfg.data", 0xFFFFFFFF)
+    await bench.cycles(1)
+    bench.set("cfg.write", 0)
+    await bench.cycles(1)
+    assert await bench.read("error") == PCUError.WRITE_WHILE_BUSY
+    await bench.cycles(1)
+    words = [[1, 2, 3, 4], [0x40000000] * 4, [0xBF800000] * 4]
+    words = [w[:lanes] + [0] * (lanes - len(w[:lanes])) for w in words]
+    expected = pcu_model.run_simd(config, lanes, np.array(words, np.uint32))
+    vec_in.send_all(pack_vector(w) for w in words)
+    vec_out.expect_all(pack_vector(v) for v in expected["vector_out"])
+    ctrl_out.expect(1)
+    await bench.streams_done(timeout=500)
+    return {"cases": len(cases) + 1}
 
 
 def special_operands(rng, count, func):
