@@ -326,12 +326,15 @@ class PCU(wiring.Component):
             "in1": data.ArrayLayout(unsigned(32), lanes),
             "scalar": 32, "counter": COUNTER_BITS,
         })
-        # the whole pipeline advances when every tail FIFO has room and the tail's
-        # special-function unit is not computing
+        # the last (reduction) register empties into the tail FIFOs whenever all three
+        # have room; everything before it advances together when that register is free
+        # and the special-function unit is not computing
         m.submodules.special = special = SpecialFunctionUnit(lanes)
+        out_ready = Signal(name="simd_out_ready")
+        m.d.comb += out_ready.eq(vec_out.ready & scalar_out.ready & control_out.ready)
+        tail = Signal(record, name="simd_tail")
         advance = Signal(name="simd_advance")
-        m.d.comb += advance.eq(vec_out.ready & scalar_out.ready & control_out.ready &
-                               ~special.busy)
+        m.d.comb += advance.eq((~tail.valid | out_ready) & ~special.busy)
         need_scalar = Signal(name="simd_need_scalar")
         m.d.comb += need_scalar.eq(config.scalar_in & chain.first_inner)
         held_scalar = Signal(32, name="simd_held_scalar")
@@ -422,22 +425,26 @@ class PCU(wiring.Component):
                 nxt.append(Mux(config.reduce == Reduce.MAX, largest, total))
             level = nxt
             depth += 1
-        tail = Signal(record, name="simd_tail")
         with m.If(advance):
             m.d.sync += [
                 tail.valid.eq(previous.valid), tail.emit.eq(previous.emit),
                 tail.done.eq(previous.done), tail.vec.eq(func_out),
                 tail.scalar.eq(level[0]),
             ]
-        emit = tail.valid & tail.emit & advance
+        with m.Elif(out_ready):
+            m.d.sync += tail.valid.eq(0)
+        # the three FIFOs take a beat together (each valid is gated by all readies,
+        # which depend only on FIFO levels)
+        push = tail.valid & out_ready
+        emit = push & tail.emit
         m.d.comb += [
             vec_out.valid.eq(emit & config.vector_out),
             vec_out.payload.eq(tail.vec),
             scalar_out.valid.eq(emit & (config.reduce != Reduce.NONE)),
             scalar_out.payload.eq(tail.scalar),
-            control_out.valid.eq(tail.valid & tail.done & advance),
+            control_out.valid.eq(push & tail.done),
             control_out.payload.eq(1),
-            done_push.eq(tail.valid & tail.done & advance),
+            done_push.eq(push & tail.done),
         ]
 
     def _systolic(self, m, chain, running, finishing, issue, done_push,

@@ -13,6 +13,7 @@ from tb.suites.pcu import (
     config_errors,
     simd_op_sweep,
     simd_random_configs,
+    simd_timing,
     softmax_rows,
     special_function_sweep,
     systolic_matmuls,
@@ -165,3 +166,14 @@ def test_softmax_amaranth(seed):
     stats = run_amaranth(PCU(lanes=4, stages=2), softmax_rows, seed=seed, lanes=4, stages=2,
                          rows=2, beats_per_row=4)
     assert stats.result["max_relative_error"] < 2.0 ** -20
+
+
+@pytest.mark.parametrize("stages,tail,interval", [(4, 0, 1), (1, 0, 1), (2, 1, 14), (2, 2, 9)])
+def test_simd_timing(stages, tail, interval, seed):
+    """Latency port to port is stages + 4 cycles (+ interval - 1 with a special function);
+    one beat per cycle without one, one per 14 (exp) / 9 (reciprocal) cycles with one."""
+    stats = run_amaranth(PCU(lanes=4, stages=stages), simd_timing, seed=seed, lanes=4,
+                         stages=stages, tail=tail, beats=5)
+    marks = stats.result
+    assert marks["out"][0] - marks["in"][0] == stages + 4 + interval - 1
+    assert np.diff(marks["out"]).tolist() == [interval] * 4

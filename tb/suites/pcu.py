@@ -508,3 +508,31 @@ async def softmax_rows(bench, *, lanes, stages, rows, beats_per_row, stall="rand
     error = float(np.max(np.abs(result - reference) / reference))
     assert error < 2.0 ** -20, f"softmax relative error {error}"
     return {"max_relative_error": error}
+
+
+async def simd_timing(bench, *, lanes, stages, tail, beats):
+    """Port-to-port cycle numbers of a pass-through SIMD run without stalls: returns
+    the cycles at which each input beat and each output beat crossed the ports."""
+    from rdu import pcu_model
+
+    from hdl.pcu import pcu_config_layout
+    layout = pcu_config_layout(lanes, stages)
+    config = {"mode": 0, "emit_every": 1, "vector_out": 1, "tail": tail,
+              "counters": [{"min": 0, "max": beats, "stride": 1}] +
+                          [{"min": 0, "max": 1, "stride": 1}] * 2,
+              "stages": [{"op": 0}] * stages}
+    vectors = np.full((beats, lanes), 0x3F800000, dtype=np.uint32)
+    expected = pcu_model.run_simd(config, lanes, vectors)
+    await write_config(bench, layout, config)
+    source, sink = bench.source("vector_in0"), bench.sink("vector_out")
+    ctrl_in, ctrl_out = bench.source("control_in"), bench.sink("control_out")
+    marks = {"in": [], "out": []}
+    source.on_transfer = lambda item, cycle: marks["in"].append(cycle)
+    sink.on_transfer = lambda item, cycle: marks["out"].append(cycle)
+    ctrl_in.send(0)
+    await bench.cycles(3)
+    source.send_all(pack_vector(v) for v in vectors)
+    sink.expect_all(pack_vector(v) for v in expected["vector_out"])
+    ctrl_out.expect(1)
+    await bench.streams_done(timeout=50 * beats + 500)
+    return marks
