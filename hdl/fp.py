@@ -1,0 +1,591 @@
+"""FP32 / BF16 / INT32 arithmetic as reusable Amaranth building blocks.
+
+The functions here build combinational logic into a module ``m`` and return a
+32-bit ``Signal``; :class:`FPALU` puts them behind an operation code, and
+:class:`FPLanes` is a streamed, one-register-stage array of ALUs (the building block
+of a SIMD stage, and the unit the randomised bit-exact tests drive).
+
+Number policy (identical in :mod:`rdu.fpmodel`, described in ``docs/pcu.md``):
+denormal inputs are read as zero (DAZ), results whose rounded magnitude is below
+2**-126 are flushed to a zero of the result's sign (FTZ), rounding is to nearest
+even, overflow gives infinity, every NaN result is ``0x7FC00000``. Multiply-add is
+unfused (two roundings).
+"""
+
+import enum
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "fp32_add", "fp32_mul",
+           "fp32_max", "fp32_min", "fp32_compare", "fp32_to_bf16", "bf16_to_fp32",
+           "FPALU", "FPLanes", "fp_lanes_payload"]
+
+CANONICAL_NAN = 0x7FC00000
+POS_INF = 0x7F800000
+
+
+class Op(enum.IntEnum):
+    """Operation codes of a SIMD stage (the ``op`` field of its configuration)."""
+    PASS = 0        #: a
+    ADD = 1         #: a + b
+    SUB = 2         #: a - b
+    MUL = 3         #: a * b
+    MADD = 4        #: (a * b) + c, two roundings
+    MAX = 5         #: max(a, b)
+    MIN = 6         #: min(a, b)
+    LT = 7          #: 1 if a < b else 0
+    LE = 8          #: 1 if a <= b else 0
+    EQ = 9          #: 1 if a == b else 0
+    SELECT = 10     #: b if a != 0 else c (raw words)
+    TO_BF16 = 11    #: FP32 -> BF16 (RNE), BF16 in the high half
+    FROM_BF16 = 12  #: BF16 in the high half -> FP32
+    IADD = 13       #: a + b, INT32 wrapping
+    ISUB = 14       #: a - b, INT32 wrapping
+    ILT = 15        #: 1 if signed a < b else 0
+    IEQ = 16        #: 1 if a == b else 0
+
+
+#: Width of an operation code.
+OP_BITS = 5
+
+
+class _Unpacked:
+    """Fields of one FP32 operand after denormals-are-zero."""
+
+    def __init__(self, m, word, name):
+        self.sign = Signal(name=f"{name}_sign")
+        self.exp = Signal(8, name=f"{name}_exp")
+        self.frac = Signal(23, name=f"{name}_frac")
+        self.is_zero = Signal(name=f"{name}_zero")
+        self.is_inf = Signal(name=f"{name}_inf")
+        self.is_nan = Signal(name=f"{name}_nan")
+        self.mant = Signal(24, name=f"{name}_mant")        # 1.frac, 0 for zero
+        raw_exp = word[23:31]
+        m.d.comb += [
+            self.sign.eq(word[31]),
+            self.exp.eq(raw_exp),
+            self.frac.eq(Mux(raw_exp == 0, 0, word[:23])),
+            self.is_zero.eq(raw_exp == 0),
+            self.is_inf.eq((raw_exp == 0xFF) & (word[:23] == 0)),
+            self.is_nan.eq((raw_exp == 0xFF) & (word[:23] != 0)),
+            self.mant.eq(Mux(raw_exp == 0, 0, Cat(word[:23], Const(1, 1)))),
+        ]
+
+    @property
+    def magnitude(self):
+        """31-bit magnitude (exponent and fraction) after DAZ, for ordering."""
+        return Cat(self.frac, self.exp)
+
+
+def unpack(m, word, name="op"):
+    """Split FP32 ``word`` into DAZ-ed fields (``sign``, ``exp``, ``frac``, ``mant``,
+    ``is_zero``, ``is_inf``, ``is_nan``, ``magnitude``)."""
+    return _Unpacked(m, word, name)
+
+
+def _leading_zeros(value, width):
+    count = Const(width, range(width + 1))
+    for bit in range(width):
+        count = Mux(value[bit], width - 1 - bit, count)
+    return count
+
+
+def round_pack(m, sign, exponent, mant, width, precision=24, name="rp"):
+    """Normalise, round to nearest even and pack a finite non-NaN result.
+
+    Parameters
+    ----------
+    sign : Value
+        Sign of the result (also of a zero result).
+    exponent : Value
+        Signed biased exponent ``E``: a ``mant`` whose MSB (bit ``width - 1``) is set
+        has the value ``1.xxx * 2**(E - 127)``.
+    mant : Value
+        Unsigned significand of ``width`` bits (need not be normalised; 0 gives zero).
+    precision : int
+        Significand bits kept: 24 for FP32, 8 for BF16 (then the low 16 bits are zero).
+
+    Returns a 32-bit ``Signal``: infinity on overflow, a signed zero when the rounded
+    magnitude is below 2**-126 (FTZ).
+    """
+    assert width >= precision + 2
+    lz = Signal(range(width + 1), name=f"{name}_lz")
+    norm = Signal(width, name=f"{name}_norm")
+    exp_norm = Signal(signed(12), name=f"{name}_exp_norm")
+    m.d.comb += [
+        lz.eq(_leading_zeros(mant, width)),
+        norm.eq(mant << lz),
+        exp_norm.eq(exponent - lz),
+    ]
+    kept = norm[width - precision:]
+    guard = norm[width - precision - 1]
+    sticky = norm[:width - precision - 1] != 0
+    round_up = guard & (sticky | kept[0])
+    rounded = Signal(precision + 1, name=f"{name}_rounded")
+    exp_final = Signal(signed(12), name=f"{name}_exp_final")
+    frac = Signal(23, name=f"{name}_frac")
+    m.d.comb += [
+        rounded.eq(kept + round_up),
+        exp_final.eq(exp_norm + rounded[precision]),
+        # with a carry out the significand is 1.000..., its fraction is zero
+        frac.eq(Mux(rounded[precision], 0, rounded[:precision - 1] << (24 - precision))),
+    ]
+    result = Signal(32, name=f"{name}_result")
+    with m.If(mant == 0):
+        m.d.comb += result.eq(Cat(Const(0, 31), sign))
+    with m.Elif(exp_final >= 255):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
+    with m.Elif(exp_final <= 0):
+        m.d.comb += result.eq(Cat(Const(0, 31), sign))
+    with m.Else():
+        m.d.comb += result.eq(Cat(frac, exp_final[:8], sign))
+    return result
+
+
+def fp32_add(m, a, b, name="add"):
+    """FP32 ``a + b`` (use ``b ^ 0x80000000`` for a subtraction)."""
+    x, y = unpack(m, a, f"{name}_a"), unpack(m, b, f"{name}_b")
+    swap = Signal(name=f"{name}_swap")
+    m.d.comb += swap.eq(y.magnitude > x.magnitude)
+    big_exp = Mux(swap, y.exp, x.exp)
+    big_mant = Mux(swap, y.mant, x.mant)
+    big_sign = Mux(swap, y.sign, x.sign)
+    small_exp = Mux(swap, x.exp, y.exp)
+    small_mant = Mux(swap, x.mant, y.mant)
+    small_sign = Mux(swap, x.sign, y.sign)
+    shift = Signal(8, name=f"{name}_shift")
+    m.d.comb += shift.eq(big_exp - small_exp)
+    clamped = Mux(shift > 31, 31, shift)[:5]
+    # small significand with 3 extra low bits, shifted right with a sticky bit
+    wide = Signal(54, name=f"{name}_wide")
+    m.d.comb += wide.eq(Cat(Const(0, 27), Const(0, 3), small_mant) >> clamped)
+    aligned = Signal(27, name=f"{name}_aligned")
+    m.d.comb += aligned.eq(wide[27:] | (wide[:27] != 0))
+    big_ext = Cat(Const(0, 3), big_mant)
+    total = Signal(28, name=f"{name}_total")
+    with m.If(big_sign == small_sign):
+        m.d.comb += total.eq(big_ext + aligned)
+    with m.Else():
+        m.d.comb += total.eq(big_ext - aligned)
+    sign = Signal(name=f"{name}_sign")
+    # exact zero: -0 only if both operands are -0 (round to nearest)
+    m.d.comb += sign.eq(Mux(total == 0, x.sign & y.sign, big_sign))
+    exponent = Signal(signed(12), name=f"{name}_exponent")
+    m.d.comb += exponent.eq(big_exp + 1)
+    packed = round_pack(m, sign, exponent, total, 28, name=f"{name}_rp")
+    result = Signal(32, name=f"{name}_result")
+    with m.If(x.is_nan | y.is_nan | (x.is_inf & y.is_inf & (x.sign != y.sign))):
+        m.d.comb += result.eq(CANONICAL_NAN)
+    with m.Elif(x.is_inf):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), x.sign))
+    with m.Elif(y.is_inf):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), y.sign))
+    with m.Else():
+        m.d.comb += result.eq(packed)
+    return result
+
+
+def fp32_mul(m, a, b, name="mul"):
+    """FP32 ``a * b``."""
+    x, y = unpack(m, a, f"{name}_a"), unpack(m, b, f"{name}_b")
+    sign = Signal(name=f"{name}_sign")
+    product = Signal(48, name=f"{name}_product")
+    exponent = Signal(signed(12), name=f"{name}_exponent")
+    m.d.comb += [
+        sign.eq(x.sign ^ y.sign),
+        product.eq(x.mant * y.mant),
+        exponent.eq(x.exp + y.exp - 126),
+    ]
+    packed = round_pack(m, sign, exponent, product, 48, name=f"{name}_rp")
+    result = Signal(32, name=f"{name}_result")
+    with m.If(x.is_nan | y.is_nan | (x.is_inf & y.is_zero) | (x.is_zero & y.is_inf)):
+        m.d.comb += result.eq(CANONICAL_NAN)
+    with m.Elif(x.is_inf | y.is_inf):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
+    with m.Else():
+        m.d.comb += result.eq(packed)
+    return result
+
+
+def _ordered_less(m, x, y, name):
+    """``x < y`` for non-NaN DAZ-ed operands, with -0 == +0."""
+    less = Signal(name=name)
+    both_zero = x.is_zero & y.is_zero
+    with m.If(both_zero):
+        m.d.comb += less.eq(0)
+    with m.Elif(x.sign != y.sign):
+        m.d.comb += less.eq(x.sign)
+    with m.Elif(x.sign):
+        m.d.comb += less.eq(x.magnitude > y.magnitude)
+    with m.Else():
+        m.d.comb += less.eq(x.magnitude < y.magnitude)
+    return less
+
+
+def _daz_word(x):
+    return Cat(x.frac, x.exp, x.sign)
+
+
+def _max_min(m, a, b, is_max, name):
+    x, y = unpack(m, a, f"{name}_a"), unpack(m, b, f"{name}_b")
+    less = _ordered_less(m, x, y, f"{name}_less")
+    result = Signal(32, name=f"{name}_result")
+    with m.If(x.is_nan | y.is_nan):
+        m.d.comb += result.eq(CANONICAL_NAN)
+    with m.Elif(x.is_zero & y.is_zero):
+        zero_sign = (x.sign & y.sign) if is_max else (x.sign | y.sign)
+        m.d.comb += result.eq(Cat(Const(0, 31), zero_sign))
+    with m.Elif(less ^ (not is_max)):
+        m.d.comb += result.eq(_daz_word(y))
+    with m.Else():
+        m.d.comb += result.eq(_daz_word(x))
+    return result
+
+
+def fp32_max(m, a, b, name="max"):
+    """FP32 maximum: NaN if either operand is NaN, max(-0, +0) = +0."""
+    return _max_min(m, a, b, True, name)
+
+
+def fp32_min(m, a, b, name="min"):
+    """FP32 minimum: NaN if either operand is NaN, min(-0, +0) = -0."""
+    return _max_min(m, a, b, False, name)
+
+
+def fp32_compare(m, a, b, name="cmp"):
+    """Return ``(lt, le, eq)`` one-bit signals; any NaN operand makes all three 0."""
+    x, y = unpack(m, a, f"{name}_a"), unpack(m, b, f"{name}_b")
+    less = _ordered_less(m, x, y, f"{name}_less")
+    equal = Signal(name=f"{name}_equal")
+    m.d.comb += equal.eq((x.is_zero & y.is_zero) | (_daz_word(x) == _daz_word(y)))
+    nan = x.is_nan | y.is_nan
+    lt, le, eq = Signal(name=f"{name}_lt"), Signal(name=f"{name}_le"), Signal(name=f"{name}_eq")
+    m.d.comb += [lt.eq(~nan & less), le.eq(~nan & (less | equal)), eq.eq(~nan & equal)]
+    return lt, le, eq
+
+
+def fp32_to_bf16(m, a, name="to_bf16"):
+    """FP32 -> BF16 (round to nearest even), the BF16 in the high 16 bits."""
+    x = unpack(m, a, f"{name}_a")
+    exponent = Signal(signed(12), name=f"{name}_exponent")
+    m.d.comb += exponent.eq(x.exp)
+    packed = round_pack(m, x.sign, exponent, Cat(Const(0, 2), x.mant), 26, precision=8,
+                        name=f"{name}_rp")
+    result = Signal(32, name=f"{name}_result")
+    with m.If(x.is_nan):
+        m.d.comb += result.eq(CANONICAL_NAN)
+    with m.Elif(x.is_inf):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), x.sign))
+    with m.Else():
+        m.d.comb += result.eq(packed)
+    return result
+
+
+def bf16_to_fp32(m, a, name="from_bf16"):
+    """BF16 in the high 16 bits -> FP32 (exact; DAZ, canonical NaN)."""
+    x = unpack(m, Cat(Const(0, 16), a[16:]), f"{name}_a")
+    result = Signal(32, name=f"{name}_result")
+    m.d.comb += result.eq(Mux(x.is_nan, CANONICAL_NAN, _daz_word(x)))
+    return result
+
+
+class FPALU(wiring.Component):
+    """Combinational ALU of one lane: every :class:`Op` on 32-bit words.
+
+    Attributes
+    ----------
+    op : In(5)
+        Operation code (:class:`Op`); unknown codes give 0.
+    a, b, c : In(32)
+        Operands (``c`` is used by ``MADD`` and ``SELECT``).
+    result : Out(32)
+    """
+    def __init__(self):
+        super().__init__({
+            "op": In(OP_BITS),
+            "a": In(32), "b": In(32), "c": In(32),
+            "result": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b, c = self.a, self.b, self.c
+        sub = self.op == Op.SUB
+        madd = self.op == Op.MADD
+        product = fp32_mul(m, a, b)
+        # one adder serves ADD, SUB and the second half of MADD
+        add_lhs = Mux(madd, product, a)
+        add_rhs = Mux(madd, c, Mux(sub, b ^ 0x80000000, b))
+        total = fp32_add(m, add_lhs, add_rhs)
+        maximum = fp32_max(m, a, b)
+        minimum = fp32_min(m, a, b)
+        lt, le, eq = fp32_compare(m, a, b)
+        to_bf16 = fp32_to_bf16(m, a)
+        from_bf16 = bf16_to_fp32(m, a)
+        with m.Switch(self.op):
+            with m.Case(Op.PASS):
+                m.d.comb += self.result.eq(a)
+            with m.Case(Op.ADD, Op.SUB, Op.MADD):
+                m.d.comb += self.result.eq(total)
+            with m.Case(Op.MUL):
+                m.d.comb += self.result.eq(product)
+            with m.Case(Op.MAX):
+                m.d.comb += self.result.eq(maximum)
+            with m.Case(Op.MIN):
+                m.d.comb += self.result.eq(minimum)
+            with m.Case(Op.LT):
+                m.d.comb += self.result.eq(lt)
+            with m.Case(Op.LE):
+                m.d.comb += self.result.eq(le)
+            with m.Case(Op.EQ):
+                m.d.comb += self.result.eq(eq)
+            with m.Case(Op.SELECT):
+                m.d.comb += self.result.eq(Mux(a != 0, b, c))
+            with m.Case(Op.TO_BF16):
+                m.d.comb += self.result.eq(to_bf16)
+            with m.Case(Op.FROM_BF16):
+                m.d.comb += self.result.eq(from_bf16)
+            with m.Case(Op.IADD):
+                m.d.comb += self.result.eq(a + b)
+            with m.Case(Op.ISUB):
+                m.d.comb += self.result.eq(a - b)
+            with m.Case(Op.ILT):
+                m.d.comb += self.result.eq(a.as_signed() < b.as_signed())
+            with m.Case(Op.IEQ):
+                m.d.comb += self.result.eq(a == b)
+        return m
+
+
+def fp_lanes_payload(lanes):
+    """Input payload of :class:`FPLanes`: an op code and three operand vectors."""
+    return data.StructLayout({
+        "op": unsigned(OP_BITS),
+        "a": data.ArrayLayout(unsigned(32), lanes),
+        "b": data.ArrayLayout(unsigned(32), lanes),
+        "c": data.ArrayLayout(unsigned(32), lanes),
+    })
+
+
+class FPLanes(wiring.Component):
+    """``lanes`` :class:`FPALU` in parallel behind one output register (a pipeline stage).
+
+    Parameters
+    ----------
+    lanes : int
+        Number of ALUs, at least 1.
+
+    Attributes
+    ----------
+    i : In(stream.Signature(fp_lanes_payload(lanes)))
+        Operation and operands.
+    o : Out(stream.Signature(ArrayLayout(32, lanes)))
+        Results, one beat per input beat, one cycle later at the earliest.
+    """
+    def __init__(self, lanes=4):
+        if not isinstance(lanes, int) or isinstance(lanes, bool):
+            raise TypeError(f"Lane count must be an integer, not {lanes!r}")
+        if lanes < 1:
+            raise ValueError(f"Lane count must be at least 1, not {lanes}")
+        self._lanes = lanes
+        super().__init__({
+            "i": In(stream.Signature(fp_lanes_payload(lanes))),
+            "o": Out(stream.Signature(data.ArrayLayout(unsigned(32), lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        for lane in range(self._lanes):
+            alu = m.submodules[f"alu{lane}"] = FPALU()
+            m.d.comb += [
+                alu.op.eq(self.i.payload.op),
+                alu.a.eq(self.i.payload.a[lane]),
+                alu.b.eq(self.i.payload.b[lane]),
+                alu.c.eq(self.i.payload.c[lane]),
+            ]
+            with m.If(self.i.valid & self.i.ready):
+                m.d.sync += self.o.payload[lane].eq(alu.result)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += self.o.valid.eq(1)
+        return m
+
+
+# -- tail special functions -----------------------------------------------------------------
+
+class SpecialFunction(enum.IntEnum):
+    """Function of :class:`SpecialFunctionUnit` (the PCU's ``tail`` field)."""
+    NONE = 0
+    EXP = 1
+    RECIPROCAL = 2
+
+
+# Constants (FP32 words); the algorithms are described in docs/pcu.md and mirrored by
+# rdu.fpmodel.exp / rdu.fpmodel.reciprocal.
+_EXP_LOG2E, _EXP_MAGIC = 0x3FB8AA3B, 0x4B400000
+_EXP_LN2_HI, _EXP_LN2_LO = 0x3F317200, 0x35BFBE8E
+_EXP_LOW, _EXP_HIGH = 0xC2D00000, 0x42B20000
+_EXP_COEFFS = [0x39500D01, 0x3AB60B61, 0x3C088889, 0x3D2AAAAB, 0x3E2AAAAB, 0x3F000000,
+               0x3F800000, 0x3F800000]
+_RCP_A, _RCP_B = 0xBFF0F0F1, 0x4034B4B5
+_ONE, _NEG_ZERO, _SIGN = 0x3F800000, 0x80000000, 0x80000000
+
+# Programs: one unfused multiply-add per step, dst = a * b + c. Operands name a
+# register ("x", "nx" = x with its sign flipped, "r1", "r2", "r3") or are a constant.
+_EXP_PROGRAM = [
+    ("r1", "x", _EXP_LOG2E, _NEG_ZERO),           # t = x * log2(e)
+    ("r2", "r1", _ONE, _EXP_MAGIC),               # s = t + 1.5 * 2**23 (n in its low bits)
+    ("r1", "r2", _ONE, _EXP_MAGIC ^ _SIGN),       # n = s - 1.5 * 2**23
+    ("r3", "r1", _EXP_LN2_HI ^ _SIGN, "x"),       # r = x - n * ln2_hi
+    ("r3", "r1", _EXP_LN2_LO ^ _SIGN, "r3"),      # r = r - n * ln2_lo
+    ("r1", _EXP_COEFFS[0], "r3", _EXP_COEFFS[1]),  # Horner, degree 7
+] + [("r1", "r1", "r3", coeff) for coeff in _EXP_COEFFS[2:]]
+_RCP_PROGRAM = [("r1", "x", _RCP_A, _RCP_B)] + [   # y0 = 48/17 - 32/17 * m
+    step for _ in range(3) for step in (("r2", "r1", "nx", _ONE),   # e = 1 - m * y
+                                        ("r1", "r1", "r2", "r1"))   # y = y + y * e
+]
+PROGRAMS = {SpecialFunction.EXP: _EXP_PROGRAM, SpecialFunction.RECIPROCAL: _RCP_PROGRAM}
+
+
+def _scale_exponent(m, p, n, name):
+    """``p * 2**n`` for a positive normal ``p``: FTZ below, infinity above."""
+    field = Signal(signed(12), name=f"{name}_field")
+    m.d.comb += field.eq(p[23:31] + n)
+    result = Signal(32, name=f"{name}_result")
+    with m.If(field <= 0):
+        m.d.comb += result.eq(Cat(Const(0, 31), p[31]))
+    with m.Elif(field >= 255):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), p[31]))
+    with m.Else():
+        m.d.comb += result.eq(Cat(p[:23], field[:8], p[31]))
+    return result
+
+
+class SpecialFunctionUnit(wiring.Component):
+    """Iterative exp / reciprocal of ``lanes`` FP32 words: one multiply-add per lane,
+    stepped through a fixed program (12 steps for exp, 7 for the reciprocal).
+
+    ``start`` with ``func`` and ``x`` begins; ``busy`` is high for the program's steps
+    plus one cycle; ``done`` pulses on the cycle ``result`` becomes valid (it holds
+    until the next start).
+
+    Attributes
+    ----------
+    start : In(1)
+    func : In(2)
+        :class:`SpecialFunction` (``NONE`` copies ``x``).
+    x : In(ArrayLayout(32, lanes))
+    busy, done : Out(1)
+    result : Out(ArrayLayout(32, lanes))
+    """
+    def __init__(self, lanes=4):
+        if not isinstance(lanes, int) or isinstance(lanes, bool):
+            raise TypeError(f"Lane count must be an integer, not {lanes!r}")
+        if lanes < 1:
+            raise ValueError(f"Lane count must be at least 1, not {lanes}")
+        self._lanes = lanes
+        vec = data.ArrayLayout(unsigned(32), lanes)
+        super().__init__({
+            "start": In(1), "func": In(2), "x": In(vec),
+            "busy": Out(1), "done": Out(1), "result": Out(vec),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        longest = max(len(p) for p in PROGRAMS.values())
+        step = Signal(range(longest + 1))
+        func = Signal(2)
+        final = Signal()      # the cycle after the last step: compute the result
+        m.d.sync += self.done.eq(0)
+        last_step = Signal()
+        with m.Switch(func):
+            for which, program in PROGRAMS.items():
+                with m.Case(which):
+                    m.d.comb += last_step.eq(step == len(program) - 1)
+            with m.Default():
+                m.d.comb += last_step.eq(1)
+        running = Signal()
+        m.d.comb += self.busy.eq(running | final)
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [func.eq(self.func), step.eq(0), running.eq(1)]
+        with m.Elif(running):
+            with m.If(last_step):
+                m.d.sync += [running.eq(0), final.eq(1), step.eq(0)]
+            with m.Else():
+                m.d.sync += step.eq(step + 1)
+        with m.If(final):
+            m.d.sync += [final.eq(0), self.done.eq(1)]
+
+        for lane in range(self._lanes):
+            self._lane(m, lane, func, step, running, final)
+        return m
+
+    def _lane(self, m, lane, func, step, running, final):
+        name = f"sfu{lane}"
+        x_in = self.x[lane]
+        regs = {key: Signal(32, name=f"{name}_{key}") for key in ("x", "r1", "r2", "r3")}
+        nan = Signal(name=f"{name}_nan")
+        sign = Signal(name=f"{name}_sign")
+        field = Signal(8, name=f"{name}_field")
+        raw = Signal(32, name=f"{name}_raw")
+        inp = unpack(m, x_in, f"{name}_in")
+        clamped = fp32_min(m, fp32_max(m, x_in, Const(_EXP_LOW, 32), f"{name}_lo"),
+                           Const(_EXP_HIGH, 32), f"{name}_hi")
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [
+                nan.eq(inp.is_nan), sign.eq(inp.sign), field.eq(inp.exp), raw.eq(x_in),
+                regs["x"].eq(Mux(self.func == SpecialFunction.EXP, clamped,
+                                 Cat(inp.frac, Const(126, 8), Const(0, 1)))),
+            ]
+        a, b, c = (Signal(32, name=f"{name}_{n}") for n in "abc")
+        dst = Signal(2, name=f"{name}_dst")
+
+        def operand(spec):
+            if isinstance(spec, int):
+                return Const(spec, 32)
+            if spec == "nx":
+                return regs["x"] ^ _SIGN
+            return regs[spec]
+
+        with m.Switch(func):
+            for which, program in PROGRAMS.items():
+                with m.Case(which):
+                    with m.Switch(step):
+                        for index, (target, sa, sb, sc) in enumerate(program):
+                            with m.Case(index):
+                                m.d.comb += [a.eq(operand(sa)), b.eq(operand(sb)),
+                                             c.eq(operand(sc)),
+                                             dst.eq(("r1", "r2", "r3").index(target) + 1)]
+        product = fp32_mul(m, a, b, f"{name}_mul")
+        total = fp32_add(m, product, c, f"{name}_add")
+        with m.If(running):
+            for index, key in enumerate(("r1", "r2", "r3")):
+                with m.If(dst == index + 1):
+                    m.d.sync += regs[key].eq(total)
+
+        n_exp = Signal(signed(12), name=f"{name}_n_exp")
+        n_rcp = Signal(signed(12), name=f"{name}_n_rcp")
+        m.d.comb += [n_exp.eq(regs["r2"][:23] - 0x400000), n_rcp.eq(126 - field)]
+        exp_result = _scale_exponent(m, regs["r1"], n_exp, f"{name}_exp")
+        rcp_scaled = _scale_exponent(m, regs["r1"], n_rcp, f"{name}_rcp")
+        result = Signal(32, name=f"{name}_result")
+        is_inf = (field == 0xFF)
+        with m.Switch(func):
+            with m.Case(SpecialFunction.EXP):
+                m.d.comb += result.eq(Mux(nan, CANONICAL_NAN, exp_result))
+            with m.Case(SpecialFunction.RECIPROCAL):
+                with m.If(nan):
+                    m.d.comb += result.eq(CANONICAL_NAN)
+                with m.Elif(field == 0):
+                    m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
+                with m.Elif(is_inf):
+                    m.d.comb += result.eq(Cat(Const(0, 31), sign))
+                with m.Else():
+                    m.d.comb += result.eq(rcp_scaled | (sign << 31))
+            with m.Default():
+                m.d.comb += result.eq(raw)
+        with m.If(final):
+            m.d.sync += self.result[lane].eq(result)

@@ -1,0 +1,531 @@
+"""Pattern Compute Unit: header FIFOs -> SIMD pipeline or systolic array -> tail FIFOs.
+
+See ``docs/pcu.md`` for the configuration layout field by field, the timing, the
+systolic-mode streaming protocol and the error codes. :mod:`rdu.pcu_model` is the
+bit-exact reference model.
+"""
+
+import enum
+
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from .fp import FPALU, OP_BITS, Op, SpecialFunctionUnit, fp32_add, fp32_max, fp32_mul
+from .interfaces import (
+    ConfigPort,
+    ConfigRegister,
+    _check_lanes,
+    control_stream,
+    scalar_stream,
+    vector_stream,
+)
+from .stream_fifo import StreamFIFO
+
+__all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS",
+           "counter_layout", "stage_layout", "pcu_config_layout", "PCU"]
+
+#: Number of nested counters in the counter chain.
+COUNTERS = 3
+#: Width of a counter and of its min/max/stride fields.
+COUNTER_BITS = 16
+
+
+class Mode(enum.IntEnum):
+    """Body of the PCU selected by the ``mode`` field."""
+    SIMD = 0
+    SYSTOLIC = 1
+
+
+class Source(enum.IntEnum):
+    """Where a SIMD stage operand comes from (``src_a``/``src_b``/``src_c`` fields)."""
+    PREV = 0        #: the previous stage's lane (stage 0: vector_in0)
+    REG = 1         #: this stage's register: its own previous result in the inner loop
+    SCALAR = 2      #: the scalar taken from scalar_in for this inner loop, all lanes
+    CONST = 3       #: the stage's ``constant`` field, all lanes
+    IN1 = 4         #: the lane of the vector_in1 beat consumed with this beat
+    COUNTER = 5     #: the innermost counter's value (an INT32), all lanes
+
+
+class Reduce(enum.IntEnum):
+    """Cross-lane reduction at the end of the SIMD pipeline (to scalar_out)."""
+    NONE = 0
+    SUM = 1
+    MAX = 2
+
+
+class Tail(enum.IntEnum):
+    """Special function of the tail (the ``tail`` field)."""
+    NONE = 0
+    EXP = 1         #: e**x (12-step iterative unit)
+    RECIPROCAL = 2  #: 1/x (7-step iterative unit)
+
+
+class PCUError(enum.IntEnum):
+    """Value of the ``error`` status output (sticky until the next configuration write)."""
+    NONE = 0
+    BAD_MODE = 1        #: ``mode`` is not a :class:`Mode`
+    BAD_COUNTER = 2     #: a counter has ``stride == 0`` or ``max <= min``
+    BAD_OP = 3          #: a stage ``op`` is not an :class:`hdl.fp.Op`
+    BAD_SOURCE = 4      #: a stage source is not a :class:`Source`
+    BAD_REDUCE = 5      #: ``reduce`` is not a :class:`Reduce`
+    BAD_TAIL = 6        #: ``tail`` is not a :class:`Tail`
+    WRITE_WHILE_BUSY = 7    #: a configuration write arrived during a run (it was dropped)
+
+
+def counter_layout():
+    """One counter of the chain: counts ``min, min + stride, ...`` while below ``max``."""
+    return data.StructLayout({
+        "min": unsigned(COUNTER_BITS),
+        "max": unsigned(COUNTER_BITS),
+        "stride": unsigned(COUNTER_BITS),
+    })
+
+
+def stage_layout():
+    """Configuration of one SIMD stage."""
+    return data.StructLayout({
+        "op": unsigned(OP_BITS),
+        "src_a": unsigned(3),
+        "src_b": unsigned(3),
+        "src_c": unsigned(3),
+        "constant": unsigned(32),
+    })
+
+
+def _check_stages(stages):
+    if not isinstance(stages, int) or isinstance(stages, bool):
+        raise TypeError(f"Stage count must be an integer, not {stages!r}")
+    if not 1 <= stages <= 16:
+        raise ValueError(f"Stage count must be between 1 and 16, not {stages}")
+
+
+def pcu_config_layout(lanes, stages):
+    """Configuration layout of a PCU with ``lanes`` lanes and ``stages`` SIMD stages."""
+    _check_lanes(lanes)
+    _check_stages(stages)
+    return data.StructLayout({
+        "mode": unsigned(2),
+        "counters": data.ArrayLayout(counter_layout(), COUNTERS),
+        "scalar_in": unsigned(1),
+        "emit_every": unsigned(1),
+        "vector_out": unsigned(1),
+        "reduce": unsigned(2),
+        "tail": unsigned(2),
+        "stages": data.ArrayLayout(stage_layout(), stages),
+    })
+
+
+class _CounterChain:
+    """Three nested counters (counter 0 innermost), built into a module."""
+
+    def __init__(self, m, config):
+        self.values = [Signal(COUNTER_BITS, name=f"counter{n}") for n in range(COUNTERS)]
+        self.load = Signal(name="chain_load")      # set every counter to its min
+        self.step = Signal(name="chain_step")      # advance by one iteration
+        self.last = [Signal(name=f"counter{n}_last") for n in range(COUNTERS)]
+        self.first_inner = Signal(name="chain_first_inner")
+        self.last_all = Signal(name="chain_last_all")
+        self.bad = Signal(name="chain_bad")
+        bad = Const(0)
+        for n in range(COUNTERS):
+            counter = config.counters[n]
+            bad = bad | (counter.stride == 0) | (counter.max <= counter.min)
+            m.d.comb += self.last[n].eq(self.values[n] + counter.stride >= counter.max)
+        m.d.comb += [
+            self.bad.eq(bad),
+            self.first_inner.eq(self.values[0] == config.counters[0].min),
+            self.last_all.eq(self.last[0] & self.last[1] & self.last[2]),
+        ]
+        with m.If(self.load):
+            for n in range(COUNTERS):
+                m.d.sync += self.values[n].eq(config.counters[n].min)
+        with m.Elif(self.step):
+            carry = Const(1)
+            for n in range(COUNTERS):
+                counter = config.counters[n]
+                with m.If(carry):
+                    m.d.sync += self.values[n].eq(
+                        Mux(self.last[n], counter.min, self.values[n] + counter.stride))
+                carry = carry & self.last[n]
+
+
+class PCU(wiring.Component):
+    """Pattern Compute Unit.
+
+    Parameters
+    ----------
+    lanes : int
+        Vector width (a power of two); the systolic array is ``lanes`` x ``lanes``.
+    stages : int
+        SIMD pipeline stages (1 to 16).
+    fifo_depth : int
+        Depth of every header and tail FIFO (at least 1).
+
+    Attributes
+    ----------
+    vector_in0, vector_in1 : In(vector_stream(lanes))
+    scalar_in : In(scalar_stream())
+    control_in : In(control_stream())
+        Any token starts one run of the configured work.
+    vector_out : Out(vector_stream(lanes))
+    scalar_out : Out(scalar_stream())
+    control_out : Out(control_stream())
+        One ``DONE`` token at the end of each run.
+    cfg : In(ConfigPort())
+    busy : Out(1)
+        A run is in progress.
+    error : Out(3)
+        :class:`PCUError` of the last rejected start or dropped configuration write
+        (0: none); cleared by a configuration write while idle.
+    """
+
+    def __init__(self, lanes=8, stages=4, fifo_depth=4):
+        _check_lanes(lanes)
+        _check_stages(stages)
+        if not isinstance(fifo_depth, int) or isinstance(fifo_depth, bool):
+            raise TypeError(f"FIFO depth must be an integer, not {fifo_depth!r}")
+        if fifo_depth < 1:
+            raise ValueError(f"FIFO depth must be at least 1, not {fifo_depth}")
+        self._lanes = lanes
+        self._stages = stages
+        self._fifo_depth = fifo_depth
+        self._layout = pcu_config_layout(lanes, stages)
+        super().__init__({
+            "vector_in0": In(vector_stream(lanes)),
+            "vector_in1": In(vector_stream(lanes)),
+            "scalar_in": In(scalar_stream()),
+            "control_in": In(control_stream()),
+            "vector_out": Out(vector_stream(lanes)),
+            "scalar_out": Out(scalar_stream()),
+            "control_out": Out(control_stream()),
+            "cfg": In(ConfigPort()),
+            "busy": Out(1),
+            "error": Out(3),
+        })
+
+    @property
+    def lanes(self):
+        return self._lanes
+
+    @property
+    def stages(self):
+        return self._stages
+
+    @property
+    def config_layout(self):
+        """The ``lib.data.StructLayout`` of this unit's configuration."""
+        return self._layout
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, stages, depth = self._lanes, self._stages, self._fifo_depth
+        vec_shape = data.ArrayLayout(unsigned(32), lanes)
+
+        # configuration writes are taken only while idle (a write during a run is
+        # dropped and reported as WRITE_WHILE_BUSY)
+        m.submodules.config = config_reg = ConfigRegister(self._layout)
+        m.d.comb += [
+            config_reg.port.write.eq(self.cfg.write & ~self.busy),
+            config_reg.port.index.eq(self.cfg.index),
+            config_reg.port.data.eq(self.cfg.data),
+            self.cfg.read_data.eq(config_reg.port.read_data),
+        ]
+        config = config_reg.value
+
+        # -- header and tail FIFOs ---------------------------------------------------
+        fifos = {}
+        for name, shape in (("vector_in0", vec_shape), ("vector_in1", vec_shape),
+                            ("scalar_in", unsigned(32)), ("control_in", unsigned(1)),
+                            ("vector_out", vec_shape), ("scalar_out", unsigned(32)),
+                            ("control_out", unsigned(1))):
+            fifo = m.submodules[f"{name}_fifo"] = StreamFIFO(shape, depth)
+            fifos[name] = fifo
+            if name.endswith("_in") or name.startswith("vector_in"):
+                wiring.connect(m, wiring.flipped(getattr(self, name)), fifo.i)
+            else:
+                wiring.connect(m, fifo.o, wiring.flipped(getattr(self, name)))
+        in0, in1 = fifos["vector_in0"].o, fifos["vector_in1"].o
+        scalar_in, control_in = fifos["scalar_in"].o, fifos["control_in"].o
+        vec_out, scalar_out = fifos["vector_out"].i, fifos["scalar_out"].i
+        control_out = fifos["control_out"].i
+
+        chain = _CounterChain(m, config)
+
+        # -- configuration check -----------------------------------------------------
+        uses_in1 = Signal()
+        bad_op = Const(0)
+        bad_source = Const(0)
+        in1_terms = Const(0)
+        for stage in range(stages):
+            cfg = config.stages[stage]
+            bad_op = bad_op | (cfg.op > max(Op))
+            for src in (cfg.src_a, cfg.src_b, cfg.src_c):
+                bad_source = bad_source | (src > max(Source))
+                in1_terms = in1_terms | (src == Source.IN1)
+        m.d.comb += uses_in1.eq(in1_terms)
+        check = Signal(3)
+        with m.If(config.mode > max(Mode)):
+            m.d.comb += check.eq(PCUError.BAD_MODE)
+        with m.Elif(chain.bad):
+            m.d.comb += check.eq(PCUError.BAD_COUNTER)
+        with m.Elif(config.mode == Mode.SIMD):
+            with m.If(bad_op):
+                m.d.comb += check.eq(PCUError.BAD_OP)
+            with m.Elif(bad_source):
+                m.d.comb += check.eq(PCUError.BAD_SOURCE)
+            with m.Elif(config.reduce > max(Reduce)):
+                m.d.comb += check.eq(PCUError.BAD_REDUCE)
+            with m.Elif(config.tail > max(Tail)):
+                m.d.comb += check.eq(PCUError.BAD_TAIL)
+
+        with m.If(self.cfg.write):
+            m.d.sync += self.error.eq(Mux(self.busy, PCUError.WRITE_WHILE_BUSY, PCUError.NONE))
+
+        simd = Signal()
+        m.d.comb += simd.eq(config.mode == Mode.SIMD)
+
+        # -- run control: IDLE -> RUN (counter chain) -> FINISH (drain, DONE) -> IDLE -
+        state = Signal(2)
+        idle, running, finishing = state == 0, state == 1, state == 2
+        issue = Signal()            # one iteration of the counter chain happens now
+        done_push = Signal()        # the DONE token enters the control_out FIFO
+        m.d.comb += [
+            self.busy.eq(~idle),
+            control_in.ready.eq(idle),
+            chain.step.eq(running & issue),
+        ]
+        with m.If(idle & control_in.valid):
+            with m.If(check != PCUError.NONE):
+                m.d.sync += self.error.eq(check)
+            with m.Else():
+                m.d.comb += chain.load.eq(1)
+                m.d.sync += state.eq(1)
+        with m.If(running & issue & chain.last_all):
+            m.d.sync += state.eq(2)
+        with m.If(finishing & done_push):
+            m.d.sync += state.eq(0)
+
+        simd = Signal()
+        m.d.comb += simd.eq(config.mode == Mode.SIMD)
+        with m.If(simd):
+            self._simd(m, config, chain, running, issue, done_push, uses_in1,
+                       in0, in1, scalar_in, vec_out, scalar_out, control_out)
+        with m.Else():
+            self._systolic(m, chain, running, finishing, issue, done_push,
+                           in0, in1, vec_out, control_out)
+        return m
+
+    def _simd(self, m, config, chain, running, issue, done_push, uses_in1,
+              in0, in1, scalar_in, vec_out, scalar_out, control_out):
+        """Lanes x stages pipeline, then the cross-lane reduction tree, into the tail."""
+        lanes, stages = self._lanes, self._stages
+        record = data.StructLayout({
+            "valid": 1, "first": 1, "emit": 1, "done": 1,
+            "vec": data.ArrayLayout(unsigned(32), lanes),
+            "in1": data.ArrayLayout(unsigned(32), lanes),
+            "scalar": 32, "counter": COUNTER_BITS,
+        })
+        # the last (reduction) register empties into the tail FIFOs whenever all three
+        # have room; everything before it advances together when that register is free
+        # and the special-function unit is not computing
+        m.submodules.special = special = SpecialFunctionUnit(lanes)
+        out_ready = Signal(name="simd_out_ready")
+        m.d.comb += out_ready.eq(vec_out.ready & scalar_out.ready & control_out.ready)
+        tail = Signal(record, name="simd_tail")
+        advance = Signal(name="simd_advance")
+        m.d.comb += advance.eq((~tail.valid | out_ready) & ~special.busy)
+        need_scalar = Signal(name="simd_need_scalar")
+        m.d.comb += need_scalar.eq(config.scalar_in & chain.first_inner)
+        held_scalar = Signal(32, name="simd_held_scalar")
+        m.d.comb += issue.eq(running & advance & in0.valid & (~uses_in1 | in1.valid) &
+                             (~need_scalar | scalar_in.valid))
+        m.d.comb += [
+            in0.ready.eq(issue),
+            in1.ready.eq(issue & uses_in1),
+            scalar_in.ready.eq(issue & need_scalar),
+        ]
+        with m.If(scalar_in.valid & scalar_in.ready):
+            m.d.sync += held_scalar.eq(scalar_in.payload)
+        head = Signal(record, name="simd_head")
+        m.d.comb += [
+            head.valid.eq(issue),
+            head.first.eq(chain.first_inner),
+            head.emit.eq(config.emit_every | chain.last[0]),
+            head.done.eq(chain.last_all),
+            head.vec.eq(in0.payload),
+            head.in1.eq(Mux(uses_in1, in1.payload, 0)),
+            head.scalar.eq(Mux(config.scalar_in,
+                               Mux(need_scalar, scalar_in.payload, held_scalar), 0)),
+            head.counter.eq(chain.values[0]),
+        ]
+        previous = head
+        for stage in range(stages):
+            cfg = config.stages[stage]
+            out = Signal(record, name=f"simd_stage{stage}")
+            with m.If(advance):
+                m.d.sync += [
+                    out.valid.eq(previous.valid), out.first.eq(previous.first),
+                    out.emit.eq(previous.emit), out.done.eq(previous.done),
+                    out.in1.eq(previous.in1), out.scalar.eq(previous.scalar),
+                    out.counter.eq(previous.counter),
+                ]
+            for lane in range(lanes):
+                alu = m.submodules[f"stage{stage}_alu{lane}"] = FPALU()
+                register = Signal(32, name=f"stage{stage}_reg{lane}")
+                operands = []
+                for src in (cfg.src_a, cfg.src_b, cfg.src_c):
+                    operand = Signal(32, name=f"stage{stage}_lane{lane}_operand")
+                    with m.Switch(src):
+                        with m.Case(Source.PREV):
+                            m.d.comb += operand.eq(previous.vec[lane])
+                        with m.Case(Source.REG):
+                            m.d.comb += operand.eq(Mux(previous.first, cfg.constant, register))
+                        with m.Case(Source.SCALAR):
+                            m.d.comb += operand.eq(previous.scalar)
+                        with m.Case(Source.CONST):
+                            m.d.comb += operand.eq(cfg.constant)
+                        with m.Case(Source.IN1):
+                            m.d.comb += operand.eq(previous.in1[lane])
+                        with m.Case(Source.COUNTER):
+                            m.d.comb += operand.eq(previous.counter)
+                    operands.append(operand)
+                m.d.comb += [alu.op.eq(cfg.op), alu.a.eq(operands[0]), alu.b.eq(operands[1]),
+                             alu.c.eq(operands[2])]
+                with m.If(advance & previous.valid):
+                    m.d.sync += [out.vec[lane].eq(alu.result), register.eq(alu.result)]
+            previous = out
+
+        # tail special function: the unit starts as a beat enters the tail register and
+        # holds its result until the next start, i.e. while the beat sits there
+        func_reg = Signal(record, name="simd_func")
+        with m.If(advance):
+            m.d.sync += [
+                func_reg.valid.eq(previous.valid), func_reg.emit.eq(previous.emit),
+                func_reg.done.eq(previous.done), func_reg.vec.eq(previous.vec),
+            ]
+        m.d.comb += [
+            special.start.eq(advance & previous.valid & (config.tail != Tail.NONE)),
+            special.func.eq(config.tail),
+            special.x.eq(previous.vec),
+        ]
+        func_out = Signal(data.ArrayLayout(unsigned(32), lanes), name="simd_func_out")
+        m.d.comb += func_out.eq(Mux(config.tail == Tail.NONE, func_reg.vec, special.result))
+        previous = func_reg
+
+        # reduction tree: pairs (0,1), (2,3), ... then pairs of those, one register stage
+        level = [func_out[lane] for lane in range(lanes)]
+        depth = 0
+        while len(level) > 1:
+            nxt = []
+            for pair in range(len(level) // 2):
+                left, right = level[2 * pair], level[2 * pair + 1]
+                total = fp32_add(m, left, right, name=f"red_add{depth}_{pair}")
+                largest = fp32_max(m, left, right, name=f"red_max{depth}_{pair}")
+                nxt.append(Mux(config.reduce == Reduce.MAX, largest, total))
+            level = nxt
+            depth += 1
+        with m.If(advance):
+            m.d.sync += [
+                tail.valid.eq(previous.valid), tail.emit.eq(previous.emit),
+                tail.done.eq(previous.done), tail.vec.eq(func_out),
+                tail.scalar.eq(level[0]),
+            ]
+        with m.Elif(out_ready):
+            m.d.sync += tail.valid.eq(0)
+        # the three FIFOs take a beat together (each valid is gated by all readies,
+        # which depend only on FIFO levels)
+        push = tail.valid & out_ready
+        emit = push & tail.emit
+        m.d.comb += [
+            vec_out.valid.eq(emit & config.vector_out),
+            vec_out.payload.eq(tail.vec),
+            scalar_out.valid.eq(emit & (config.reduce != Reduce.NONE)),
+            scalar_out.payload.eq(tail.scalar),
+            control_out.valid.eq(push & tail.done),
+            control_out.payload.eq(1),
+            done_push.eq(push & tail.done),
+        ]
+
+    def _systolic(self, m, chain, running, finishing, issue, done_push,
+                  in0, in1, vec_out, control_out):
+        """Output-stationary lanes x lanes array, BF16 x BF16 -> FP32, skewed inputs,
+        double-buffered accumulators (drain of tile n overlaps tile n + 1)."""
+        lanes = self._lanes
+        pending = Signal(name="sys_pending")      # a tile's results await draining
+        m.d.comb += issue.eq(running & in0.valid & in1.valid & (~chain.last[0] | ~pending))
+        m.d.comb += [in0.ready.eq(issue), in1.ready.eq(issue)]
+
+        tag = data.StructLayout({"valid": 1, "first": 1, "last": 1})
+        inject_tag = Signal(tag, name="sys_inject_tag")
+        inject_a = Signal(data.ArrayLayout(unsigned(16), lanes), name="sys_inject_a")
+        inject_b = Signal(data.ArrayLayout(unsigned(16), lanes), name="sys_inject_b")
+        m.d.sync += [
+            inject_tag.valid.eq(issue),
+            inject_tag.first.eq(chain.first_inner),
+            inject_tag.last.eq(chain.last[0]),
+        ]
+        for lane in range(lanes):
+            with m.If(issue):
+                m.d.sync += [inject_a[lane].eq(in0.payload[lane][16:]),
+                             inject_b[lane].eq(in1.payload[lane][16:])]
+
+        def delayed(value, cycles, name):
+            for n in range(cycles):
+                stage = Signal.like(value, name=f"{name}_d{n + 1}")
+                m.d.sync += stage.eq(value)
+                value = stage
+            return value
+
+        west_tag = [delayed(inject_tag, row, f"sys_west_tag{row}") for row in range(lanes)]
+        west_a = [delayed(inject_a[row], row, f"sys_west_a{row}") for row in range(lanes)]
+        north_b = [delayed(inject_b[col], col, f"sys_north_b{col}") for col in range(lanes)]
+
+        shadow = [[Signal(32, name=f"sys_shadow{row}_{col}") for col in range(lanes)]
+                  for row in range(lanes)]
+        row_full = Signal(lanes, name="sys_row_full")
+        tag_reg = [[None] * lanes for _ in range(lanes)]
+        a_reg = [[None] * lanes for _ in range(lanes)]
+        b_reg = [[None] * lanes for _ in range(lanes)]
+        for row in range(lanes):
+            for col in range(lanes):
+                tag_in = west_tag[row] if col == 0 else tag_reg[row][col - 1]
+                a_in = west_a[row] if col == 0 else a_reg[row][col - 1]
+                b_in = north_b[col] if row == 0 else b_reg[row - 1][col]
+                name = f"pe{row}_{col}"
+                tag_reg[row][col] = Signal(tag, name=f"{name}_tag")
+                a_reg[row][col] = Signal(16, name=f"{name}_a")
+                b_reg[row][col] = Signal(16, name=f"{name}_b")
+                m.d.sync += [tag_reg[row][col].eq(tag_in), a_reg[row][col].eq(a_in),
+                             b_reg[row][col].eq(b_in)]
+                acc = Signal(32, name=f"{name}_acc")
+                product = fp32_mul(m, Cat(Const(0, 16), a_in), Cat(Const(0, 16), b_in),
+                                   name=f"{name}_mul")
+                total = fp32_add(m, acc, product, name=f"{name}_add")
+                new = Signal(32, name=f"{name}_new")
+                m.d.comb += new.eq(Mux(tag_in.first, product, total))
+                with m.If(tag_in.valid):
+                    m.d.sync += acc.eq(new)
+                    with m.If(tag_in.last):
+                        m.d.sync += shadow[row][col].eq(new)
+                        if col == lanes - 1:
+                            m.d.sync += row_full[row].eq(1)
+
+        drain_row = Signal(range(lanes), name="sys_drain_row")
+        m.d.comb += vec_out.valid.eq(row_full.bit_select(drain_row, 1))
+        with m.Switch(drain_row):
+            for row in range(lanes):
+                with m.Case(row):
+                    m.d.comb += vec_out.payload.eq(Cat(*shadow[row]))
+        with m.If(vec_out.valid & vec_out.ready):
+            m.d.sync += row_full.bit_select(drain_row, 1).eq(0)
+            m.d.sync += drain_row.eq(Mux(drain_row == lanes - 1, 0, drain_row + 1))
+            with m.If(drain_row == lanes - 1):
+                m.d.sync += pending.eq(0)
+        with m.If(issue & chain.last[0]):
+            m.d.sync += pending.eq(1)
+        m.d.comb += [
+            control_out.valid.eq(finishing & ~pending),
+            control_out.payload.eq(1),
+            done_push.eq(finishing & ~pending & control_out.ready),
+        ]

@@ -1,0 +1,538 @@
+"""Test bodies for the FP building blocks (:mod:`hdl.fp`) and the PCU, shared by both tiers."""
+
+import numpy as np
+from rdu import fpmodel
+
+from hdl.fp import fp_lanes_payload
+
+__all__ = ["edge_words", "random_operands", "pack_fields", "fp_lanes_ops"]
+
+#: Special FP32 words every operation is checked on (pairwise in the edge-case run).
+EDGE_WORDS = [
+    0x00000000, 0x80000000,                     # +-0
+    0x7F800000, 0xFF800000,                     # +-inf
+    0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FBFFFFF,   # NaNs (quiet, signalling)
+    0x00000001, 0x807FFFFF, 0x00400000,         # denormals
+    0x00800000, 0x80800000, 0x00800001,         # smallest normals
+    0x7F7FFFFF, 0xFF7FFFFF, 0x7F7FFFFE,         # largest finite
+    0x3F800000, 0xBF800000, 0x3F800001, 0x3F7FFFFF,   # around 1
+    0x33800000, 0x33800001, 0x4B000000, 0x4B000001,   # 2**-24, 2**23 (tie makers)
+    0x1F800000, 0x20000000, 0x5F800000, 0x60000000,   # product under/overflow edges
+    0x3F808000, 0x3F818000, 0x00000002, 0xFFFFFFFF, 0x7FFFFFFF,
+]
+
+
+def edge_words():
+    """The edge-case operand list as a uint32 array."""
+    return np.array(EDGE_WORDS, dtype=np.uint32)
+
+
+def random_operands(rng, count):
+    """``count`` (a, b, c) uint32 triples mixing uniform bits, specials, close
+    exponents (cancellation, alignment), short significands (rounding ties) and
+    extreme exponents (overflow, FTZ underflow)."""
+    kind = rng.integers(0, 6, size=count)
+    a = rng.integers(0, 2 ** 32, size=count, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2 ** 32, size=count, dtype=np.uint64).astype(np.uint32)
+    c = rng.integers(0, 2 ** 32, size=count, dtype=np.uint64).astype(np.uint32)
+    edges = edge_words()
+    # 1: an edge word in a random position
+    pick = kind == 1
+    a = np.where(pick & (rng.random(count) < 0.5), edges[rng.integers(0, len(edges), count)], a)
+    b = np.where(pick & (rng.random(count) < 0.5), edges[rng.integers(0, len(edges), count)], b)
+    # 2: b's exponent near a's (alignment shifts 0..30, cancellation)
+    near = kind == 2
+    exp_a = (a >> np.uint32(23)) & np.uint32(0xFF)
+    delta = rng.integers(-30, 31, size=count)
+    exp_b = np.clip(exp_a.astype(np.int64) + delta, 1, 254).astype(np.uint32)
+    b_near = (b & np.uint32(0x807FFFFF)) | (exp_b << np.uint32(23))
+    b_near = np.where(rng.random(count) < 0.3, (b_near & np.uint32(0x7FFFFFFF)) |
+                      ((a ^ np.uint32(0x80000000)) & np.uint32(0x80000000)), b_near)
+    b = np.where(near, b_near, b)
+    # 3: short significands: products and sums land on rounding ties
+    short = kind == 3
+    keep = np.uint32(0xFFFFFFFF) << rng.integers(8, 23, size=count).astype(np.uint32)
+    a = np.where(short, a & keep, a)
+    b = np.where(short, b & (np.uint32(0xFFFFFFFF) << rng.integers(8, 23, size=count)
+                             .astype(np.uint32)), b)
+    # 4: moderate exponents (ordinary arithmetic) with a tie-making b in half the cases
+    mod = kind == 4
+    exps = rng.integers(100, 155, size=(3, count)).astype(np.uint32) << np.uint32(23)
+    a = np.where(mod, (a & np.uint32(0x807FFFFF)) | exps[0], a)
+    b = np.where(mod, (b & np.uint32(0x807FFFFF)) | exps[1], b)
+    c = np.where(mod, (c & np.uint32(0x807FFFFF)) | exps[2], c)
+    tie = mod & (rng.random(count) < 0.5)
+    exp_tie = np.clip(((a >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64) - 24, 1, 254)
+    b = np.where(tie, (b & np.uint32(0x80000000)) | (exp_tie.astype(np.uint32) << np.uint32(23)),
+                 b)
+    # 5: extreme exponents: overflow and underflow of products and sums
+    ext = kind == 5
+    lo = rng.integers(1, 40, size=count)
+    hi = rng.integers(215, 255, size=count)
+    e_pick = np.where(rng.random(count) < 0.5, lo, hi).astype(np.uint32) << np.uint32(23)
+    a = np.where(ext, (a & np.uint32(0x807FFFFF)) | e_pick, a)
+    e_pick = np.where(rng.random(count) < 0.5, lo, hi).astype(np.uint32) << np.uint32(23)
+    b = np.where(ext, (b & np.uint32(0x807FFFFF)) | e_pick, b)
+    return a.astype(np.uint32), b.astype(np.uint32), c.astype(np.uint32)
+
+
+def pack_fields(layout, values):
+    """Pack ``{field: int or list of ints}`` into an integer following ``layout``.
+
+    List values fill an ``ArrayLayout`` field element by element.
+    """
+    word = 0
+    for name, field in layout:
+        value = values.get(name, 0)
+        shape = field.shape
+        if isinstance(value, (list, tuple, np.ndarray)):
+            elem = shape.elem_shape
+            width = elem.width if hasattr(elem, "width") else elem.size
+            packed = 0
+            for index, item in enumerate(value):
+                packed |= (int(item) & ((1 << width) - 1)) << (index * width)
+            value = packed
+        word |= (int(value) & ((1 << field.width) - 1)) << field.offset
+    return word
+
+
+def pack_vector(words, width=32):
+    """Pack a sequence of lane words, lane 0 in the LSBs."""
+    value = 0
+    for index, word in enumerate(words):
+        value |= int(word) << (index * width)
+    return value
+
+
+async def fp_lanes_ops(bench, *, lanes, ops, count, edge_cases=True, in_stall="random",
+                       out_stall="random"):
+    """Drive ``count`` random operand vectors per op (and every edge-case pair) through
+    :class:`hdl.fp.FPLanes`; compare every result word with :mod:`rdu.fpmodel`."""
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = fp_lanes_payload(lanes)
+    source = bench.source("i", in_stall)
+    sink = bench.sink("o", out_stall)
+    edges = edge_words()
+    checked = 0
+    for op in ops:
+        a, b, c = random_operands(rng, count * lanes)
+        if edge_cases:
+            ea, eb = np.meshgrid(edges, edges)
+            ea, eb = ea.ravel(), eb.ravel()
+            ec = np.resize(edges, ea.size)
+            a, b, c = np.concatenate([ea, a]), np.concatenate([eb, b]), np.concatenate([ec, c])
+        pad = (-a.size) % lanes
+        a, b, c = (np.concatenate([x, x[:pad]]) for x in (a, b, c))
+        expected = fpmodel.apply(op, a, b, c)
+        for beat in range(a.size // lanes):
+            lane_slice = slice(beat * lanes, (beat + 1) * lanes)
+            source.send(pack_fields(layout, {"op": op, "a": a[lane_slice],
+                                             "b": b[lane_slice], "c": c[lane_slice]}))
+            sink.expect(pack_vector(expected[lane_slice]))
+        checked += a.size
+    await bench.streams_done(timeout=40 * checked + 1000)
+    return {"checked": checked}
+
+
+# -- PCU ----------------------------------------------------------------------------------
+
+def config_value(layout, config):
+    """Integer image of a configuration dict in ``layout`` (nested dicts and lists)."""
+    return layout.const(config).as_value().value
+
+
+async def write_config(bench, layout, config):
+    """Write ``config`` word by word through the ``cfg`` port, then read it back."""
+    from hdl.interfaces import config_words
+    value = config_value(layout, config)
+    words = config_words(layout)
+    for index in range(words):
+        bench.set("cfg.write", 1)
+        bench.set("cfg.index", index)
+        bench.set("cfg.data", (value >> (32 * index)) & 0xFFFFFFFF)
+        await bench.cycles(1)
+    bench.set("cfg.write", 0)
+    readback = 0
+    for index in range(words):
+        bench.set("cfg.index", index)
+        await bench.cycles(1)
+        readback |= await bench.read("cfg.read_data") << (32 * index)
+        await bench.cycles(1)       # no set() after a read() in the same cycle
+    assert readback == value, f"configuration read back as {readback:#x}, wrote {value:#x}"
+
+
+def random_bf16_matrix(rng, shape, scale=1.0):
+    """Random normal values rounded to BF16, as uint32 words (BF16 in the high half)."""
+    from rdu.pcu_model import bf16_words
+    return bf16_words(rng.standard_normal(shape) * scale)
+
+
+async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
+                           out_stall="random"):
+    """For each (M, K, N): tile A @ B onto the systolic mode, stream it under stalls,
+    check every result word against the model and the model against numpy float32."""
+    from rdu import pcu_model
+
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    in0 = bench.source("vector_in0", in_stall)
+    in1 = bench.source("vector_in1", in_stall)
+    ctrl_in = bench.source("control_in", in_stall)
+    out = bench.sink("vector_out", out_stall)
+    ctrl_out = bench.sink("control_out", out_stall)
+    worst = 0.0
+    for m_len, k_len, n_len in shapes:
+        a = random_bf16_matrix(rng, (m_len, k_len))
+        b = random_bf16_matrix(rng, (k_len, n_len))
+        counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes)
+        config = {"mode": 1, "counters": counters}
+        expected = pcu_model.run_systolic(config, lanes, beats0, beats1)
+        result = pcu_model.matmul_from_stream(expected["vector_out"], (m_len, n_len), lanes)
+        reference = a.view(np.float32) @ b.view(np.float32)
+        magnitude = np.abs(a.view(np.float32).astype(np.float64)) @ \
+            np.abs(b.view(np.float32).astype(np.float64))
+        error = np.abs(result.view(np.float32) - reference) / np.maximum(magnitude, 1e-30)
+        worst = max(worst, float(error.max()))
+        assert error.max() < k_len * 2.0 ** -22, f"model differs from numpy: {error.max()}"
+        await write_config(bench, layout, config)
+        in0.send_all(pack_vector(beat) for beat in beats0)
+        in1.send_all(pack_vector(beat) for beat in beats1)
+        out.expect_all(pack_vector(row) for row in expected["vector_out"])
+        ctrl_out.expect(1)
+        ctrl_in.send(0)
+        await bench.streams_done(timeout=20 * len(beats0) + 2000)
+        assert await bench.read("busy") == 0
+        await bench.cycles(1)
+    return {"worst_relative_error": worst}
+
+
+async def systolic_throughput(bench, *, lanes, stages, size):
+    """Stream a size^3 product without stalls; return cycles from start token to DONE."""
+    from rdu import pcu_model
+
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    a = random_bf16_matrix(rng, (size, size))
+    b = random_bf16_matrix(rng, (size, size))
+    counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes)
+    config = {"mode": 1, "counters": counters}
+    expected = pcu_model.run_systolic(config, lanes, beats0, beats1)
+    await write_config(bench, layout, config)
+    in0 = bench.source("vector_in0")
+    in1 = bench.source("vector_in1")
+    ctrl_in = bench.source("control_in")
+    out = bench.sink("vector_out")
+    ctrl_out = bench.sink("control_out")
+    in0.send_all(pack_vector(beat) for beat in beats0)
+    in1.send_all(pack_vector(beat) for beat in beats1)
+    out.expect_all(pack_vector(row) for row in expected["vector_out"])
+    ctrl_out.expect(1)
+    marks = {}
+    ctrl_in.on_transfer = lambda item, cycle: marks.setdefault("start", cycle)
+    ctrl_out.on_transfer = lambda item, cycle: marks.setdefault("done", cycle)
+    ctrl_in.send(0)
+    await bench.streams_done(timeout=20 * len(beats0) + 2000)
+    cycles = marks["done"] - marks["start"]
+    macs = size ** 3
+    return {"cycles": cycles, "macs": macs, "macs_per_cycle": macs / cycles,
+            "utilisation": macs / cycles / lanes ** 2}
+
+
+def random_simd_config(rng, stages, max_trips=(4, 3, 2)):
+    """A random valid SIMD configuration (ops, sources, counters, reduce, emit)."""
+    counters = []
+    for trips in max_trips:
+        lo = int(rng.integers(0, 5))
+        stride = int(rng.integers(1, 4))
+        count = int(rng.integers(1, trips + 1))
+        counters.append({"min": lo, "max": lo + stride * (count - 1) + 1, "stride": stride})
+    stage_list = []
+    for _ in range(stages):
+        stage_list.append({
+            "op": int(rng.integers(0, 17)),
+            "src_a": int(rng.choice([0, 0, 1, 2, 3, 4, 5])),
+            "src_b": int(rng.choice([0, 1, 1, 2, 3, 4])),
+            "src_c": int(rng.choice([0, 1, 2, 3, 4])),
+            "constant": int(random_operands(rng, 1)[0][0]),
+        })
+    return {"mode": 0, "counters": counters, "scalar_in": int(rng.integers(0, 2)),
+            "emit_every": int(rng.integers(0, 2)), "vector_out": int(rng.integers(0, 4) > 0),
+            "reduce": int(rng.integers(0, 3)), "tail": int(rng.choice([0, 0, 0, 1, 2])),
+            "stages": stage_list}
+
+
+async def run_simd_config(bench, ports, layout, lanes, config, rng):
+    """Feed one SIMD configuration random inputs; queue the model's outputs."""
+    from rdu import pcu_model
+    in0, in1, scalar_in, ctrl_in, vec_out, scalar_out, ctrl_out = ports
+    beats = len(pcu_model.iterations(config))
+    inner = pcu_model.trip_count(config["counters"][0])
+    a, b, _ = random_operands(rng, beats * lanes)
+    vec0, vec1 = a.reshape(beats, lanes), b.reshape(beats, lanes)
+    scalars = random_operands(rng, beats // inner)[2]
+    expected = pcu_model.run_simd(config, lanes, vec0, vec1, scalars)
+    await write_config(bench, layout, config)
+    uses_in1 = any(stage[src] == 4 for stage in config["stages"]
+                   for src in ("src_a", "src_b", "src_c"))
+    in0.send_all(pack_vector(beat) for beat in vec0)
+    if uses_in1:
+        in1.send_all(pack_vector(beat) for beat in vec1)
+    if config["scalar_in"]:
+        scalar_in.send_all(int(word) for word in scalars)
+    vec_out.expect_all(pack_vector(v) for v in expected["vector_out"])
+    scalar_out.expect_all(expected["scalar_out"])
+    ctrl_out.expect(1)
+    ctrl_in.send(0)
+    await bench.streams_done(timeout=40 * beats + 2000)
+    return beats
+
+
+async def simd_random_configs(bench, *, lanes, stages, configs, stall="random"):
+    """Run ``configs`` random SIMD configurations, stalls on every port, against the model."""
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
+             bench.source("scalar_in", stall), bench.source("control_in", stall),
+             bench.sink("vector_out", stall), bench.sink("scalar_out", stall),
+             bench.sink("control_out", stall))
+    total = 0
+    for _ in range(configs):
+        total += await run_simd_config(bench, ports, layout, lanes,
+                                       random_simd_config(rng, stages), rng)
+        assert await bench.read("busy") == 0
+        await bench.cycles(1)
+    return {"beats": total}
+
+
+async def simd_op_sweep(bench, *, lanes, stages, ops, beats, stall="random"):
+    """Every op in ``ops`` on ``beats`` random vectors through stage 0 (sources in0, in1,
+    scalar), the other stages passing through; reduce alternating sum/max."""
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
+             bench.source("scalar_in", stall), bench.source("control_in", stall),
+             bench.sink("vector_out", stall), bench.sink("scalar_out", stall),
+             bench.sink("control_out", stall))
+    total = 0
+    for index, op in enumerate(ops):
+        passthrough = {"op": 0, "src_a": 0, "src_b": 0, "src_c": 0, "constant": 0}
+        config = {
+            "mode": 0, "scalar_in": 1, "emit_every": 1, "vector_out": 1,
+            "reduce": 1 + index % 2, "tail": 0,
+            "counters": [{"min": 0, "max": beats, "stride": 1},
+                         {"min": 0, "max": 1, "stride": 1}, {"min": 0, "max": 1, "stride": 1}],
+            "stages": [{"op": op, "src_a": 0, "src_b": 4, "src_c": 2, "constant": 0}] +
+                      [passthrough] * (stages - 1),
+        }
+        total += await run_simd_config(bench, ports, layout, lanes, config, rng)
+    return {"beats": total}
+
+
+async def config_errors(bench, *, lanes, stages):
+    """Bad configurations raise the documented error code and never start or hang."""
+    from hdl.pcu import PCUError, pcu_config_layout
+    layout = pcu_config_layout(lanes, stages)
+    ctrl_in = bench.source("control_in")
+    ctrl_out = bench.sink("control_out")
+    good = {"mode": 0, "counters": [{"min": 0, "max": 1, "stride": 1}] * 3,
+            "stages": [{"op": 0}] * stages}
+    cases = [
+        ({**good, "mode": 3}, PCUError.BAD_MODE),
+        ({**good, "counters": [{"min": 0, "max": 4, "stride": 0}] * 3}, PCUError.BAD_COUNTER),
+        ({**good, "counters": [{"min": 5, "max": 5, "stride": 1}] * 3}, PCUError.BAD_COUNTER),
+        ({**good, "stages": [{"op": 30}] * stages}, PCUError.BAD_OP),
+        ({**good, "stages": [{"op": 1, "src_b": 7}] * stages}, PCUError.BAD_SOURCE),
+        ({**good, "reduce": 3}, PCUError.BAD_REDUCE),
+        ({**good, "tail": 3}, PCUError.BAD_TAIL),
+    ]
+    for config, code in cases:
+        await write_config(bench, layout, config)
+        assert await bench.read("error") == 0
+        await bench.cycles(1)
+        ctrl_in.send(0)
+        await bench.streams_done(timeout=200)
+        await bench.cycles(2)
+        error, busy = await bench.read("error"), await bench.read("busy")
+        assert error == code, f"config {config}: error {error}, expected {int(code)}"
+        assert busy == 0, "a rejected configuration started a run"
+        await bench.cycles(1)
+    assert not ctrl_out.items, "a rejected configuration emitted a token"
+    # a configuration write during a run is dropped and flagged; the run completes
+    from rdu import pcu_model
+    vec_in = bench.source("vector_in0")
+    vec_out = bench.sink("vector_out")
+    config = {"mode": 0, "emit_every": 1, "vector_out": 1,
+              "counters": [{"min": 0, "max": 3, "stride": 1}] + [{"min": 0, "max": 1,
+                                                                   "stride": 1}] * 2,
+              "stages": [{"op": 1, "src_a": 0, "src_b": 3, "constant": 0x3F800000}] +
+                        [{"op": 0}] * (stages - 1)}
+    await write_config(bench, layout, config)
+    ctrl_in.send(0)
+    await bench.cycles(4)
+    assert await bench.read("busy") == 1, "the run did not start"
+    await bench.cycles(1)
+    bench.set("cfg.write", 1)
+    bench.set("cfg.index", 0)
+    bench.set("cfg.data", 0xFFFFFFFF)
+    await bench.cycles(1)
+    bench.set("cfg.write", 0)
+    await bench.cycles(1)
+    assert await bench.read("error") == PCUError.WRITE_WHILE_BUSY
+    await bench.cycles(1)
+    words = [[1, 2, 3, 4], [0x40000000] * 4, [0xBF800000] * 4]
+    words = [w[:lanes] + [0] * (lanes - len(w[:lanes])) for w in words]
+    expected = pcu_model.run_simd(config, lanes, np.array(words, np.uint32))
+    vec_in.send_all(pack_vector(w) for w in words)
+    vec_out.expect_all(pack_vector(v) for v in expected["vector_out"])
+    ctrl_out.expect(1)
+    await bench.streams_done(timeout=500)
+    return {"cases": len(cases) + 1}
+
+
+def special_operands(rng, count, func):
+    """Inputs for exp (1) or reciprocal (2): the generic mix plus values spread over
+    the function's useful range."""
+    a, b, _ = random_operands(rng, count)
+    if func == 1:
+        spread = (rng.random(count) * 176.1 - 87.35).astype(np.float32).view(np.uint32)
+    else:
+        spread = rng.integers(0x00800000, 0x7F000000, size=count, dtype=np.uint64)
+        spread = (spread.astype(np.uint32) | (b & np.uint32(0x80000000)))
+    return np.where(rng.random(count) < 0.5, a, spread).astype(np.uint32)
+
+
+async def special_function_sweep(bench, *, lanes, stages, funcs, beats, stall="random"):
+    """exp / reciprocal in the tail on ``beats`` random vectors each (plus the edge-case
+    words), every stage passing through; results and lane sums against the model."""
+    from rdu import pcu_model
+
+    from hdl.pcu import pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    in0 = bench.source("vector_in0", stall)
+    ctrl_in = bench.source("control_in", stall)
+    vec_out = bench.sink("vector_out", stall)
+    scalar_out = bench.sink("scalar_out", stall)
+    ctrl_out = bench.sink("control_out", stall)
+    passthrough = {"op": 0, "src_a": 0, "src_b": 0, "src_c": 0, "constant": 0}
+    for func in funcs:
+        words = np.concatenate([edge_words(), special_operands(rng, beats * lanes, func)])
+        words = np.resize(words, (words.size + lanes - 1) // lanes * lanes)
+        vectors = words.reshape(-1, lanes)
+        config = {
+            "mode": 0, "scalar_in": 0, "emit_every": 1, "vector_out": 1, "reduce": 1,
+            "tail": func, "stages": [passthrough] * stages,
+            "counters": [{"min": 0, "max": len(vectors), "stride": 1},
+                         {"min": 0, "max": 1, "stride": 1}, {"min": 0, "max": 1, "stride": 1}],
+        }
+        expected = pcu_model.run_simd(config, lanes, vectors)
+        await write_config(bench, layout, config)
+        in0.send_all(pack_vector(v) for v in vectors)
+        vec_out.expect_all(pack_vector(v) for v in expected["vector_out"])
+        scalar_out.expect_all(expected["scalar_out"])
+        ctrl_out.expect(1)
+        ctrl_in.send(0)
+        await bench.streams_done(timeout=60 * len(vectors) + 2000)
+    return {"beats": beats * len(funcs)}
+
+
+async def softmax_rows(bench, *, lanes, stages, rows, beats_per_row, stall="random"):
+    """Softmax of ``rows`` rows of ``beats_per_row * lanes`` values as five PCU runs
+    (row max; exp(x - max); row sum; 1 / sum; scale), each run's outputs checked against
+    the model and fed to the next run; the result against numpy float64 softmax."""
+    from rdu import pcu_model
+
+    from hdl.fp import Op
+    from hdl.pcu import Reduce, Source, Tail, pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, stages)
+    ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
+             bench.source("scalar_in", stall), bench.source("control_in", stall),
+             bench.sink("vector_out", stall), bench.sink("scalar_out", stall),
+             bench.sink("control_out", stall))
+    x = (rng.standard_normal((rows, beats_per_row * lanes)) * 4).astype(np.float32)
+    vectors = x.view(np.uint32).reshape(rows * beats_per_row, lanes)
+    passthrough = {"op": Op.PASS, "src_a": Source.PREV}
+
+    def config(stage0, *, inner, scalar_in=0, emit_every=0, vector_out=0, reduce=0, tail=0):
+        return {"mode": 0, "scalar_in": scalar_in, "emit_every": emit_every,
+                "vector_out": vector_out, "reduce": reduce, "tail": tail,
+                "counters": [{"min": 0, "max": inner, "stride": 1},
+                             {"min": 0, "max": rows, "stride": 1},
+                             {"min": 0, "max": 1, "stride": 1}],
+                "stages": [stage0] + [passthrough] * (stages - 1)}
+
+    async def run(cfg, in0, scalars=None):
+        expected = pcu_model.run_simd(cfg, lanes, in0, None, scalars)
+        await drive(cfg, in0, scalars, expected)
+        return expected
+
+    async def drive(cfg, in0, scalars, expected):
+        source0, _, scalar_src, ctrl_in, vec_out, scalar_out, ctrl_out = ports
+        await write_config(bench, layout, cfg)
+        source0.send_all(pack_vector(v) for v in in0)
+        if scalars is not None:
+            scalar_src.send_all(int(s) for s in scalars)
+        vec_out.expect_all(pack_vector(v) for v in expected["vector_out"])
+        scalar_out.expect_all(expected["scalar_out"])
+        ctrl_out.expect(1)
+        ctrl_in.send(0)
+        await bench.streams_done(timeout=100 * len(in0) + 2000)
+
+    # 1: running max over the row (REG starts at -inf), reduced across lanes
+    row_max = (await run(config({"op": Op.MAX, "src_a": Source.PREV, "src_b": Source.REG,
+                                 "constant": 0xFF800000}, inner=beats_per_row,
+                                reduce=Reduce.MAX), vectors))["scalar_out"]
+    # 2: exp(x - max): one scalar (the row max) per row
+    exps = (await run(config({"op": Op.SUB, "src_a": Source.PREV, "src_b": Source.SCALAR},
+                             inner=beats_per_row, scalar_in=1, emit_every=1, vector_out=1,
+                             tail=Tail.EXP), vectors, row_max))["vector_out"]
+    # 3: row sum: running lane sums (REG starts at +0), reduced across lanes
+    row_sum = (await run(config({"op": Op.ADD, "src_a": Source.PREV, "src_b": Source.REG},
+                                inner=beats_per_row, reduce=Reduce.SUM), exps))["scalar_out"]
+    # 4: 1 / sum, the scalar broadcast to a vector (the input beat only paces the run)
+    inverse = (await run(config({"op": Op.PASS, "src_a": Source.SCALAR}, inner=1,
+                                scalar_in=1, vector_out=1, tail=Tail.RECIPROCAL),
+                         np.zeros((rows, lanes), np.uint32), row_sum))["vector_out"]
+    # 5: scale every exp by its row's 1 / sum
+    probs = (await run(config({"op": Op.MUL, "src_a": Source.PREV, "src_b": Source.SCALAR},
+                              inner=beats_per_row, scalar_in=1, emit_every=1,
+                              vector_out=1), exps, [int(v[0]) for v in inverse]))["vector_out"]
+    result = np.array(probs, dtype=np.uint32).view(np.float32).reshape(x.shape)
+    shifted = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    reference = shifted / shifted.sum(axis=1, keepdims=True)
+    error = float(np.max(np.abs(result - reference) / reference))
+    assert error < 2.0 ** -20, f"softmax relative error {error}"
+    return {"max_relative_error": error}
+
+
+async def simd_timing(bench, *, lanes, stages, tail, beats):
+    """Port-to-port cycle numbers of a pass-through SIMD run without stalls: returns
+    the cycles at which each input beat and each output beat crossed the ports."""
+    from rdu import pcu_model
+
+    from hdl.pcu import pcu_config_layout
+    layout = pcu_config_layout(lanes, stages)
+    config = {"mode": 0, "emit_every": 1, "vector_out": 1, "tail": tail,
+              "counters": [{"min": 0, "max": beats, "stride": 1}] +
+                          [{"min": 0, "max": 1, "stride": 1}] * 2,
+              "stages": [{"op": 0}] * stages}
+    vectors = np.full((beats, lanes), 0x3F800000, dtype=np.uint32)
+    expected = pcu_model.run_simd(config, lanes, vectors)
+    await write_config(bench, layout, config)
+    source, sink = bench.source("vector_in0"), bench.sink("vector_out")
+    ctrl_in, ctrl_out = bench.source("control_in"), bench.sink("control_out")
+    marks = {"in": [], "out": []}
+    source.on_transfer = lambda item, cycle: marks["in"].append(cycle)
+    sink.on_transfer = lambda item, cycle: marks["out"].append(cycle)
+    ctrl_in.send(0)
+    await bench.cycles(3)
+    source.send_all(pack_vector(v) for v in vectors)
+    sink.expect_all(pack_vector(v) for v in expected["vector_out"])
+    ctrl_out.expect(1)
+    await bench.streams_done(timeout=50 * beats + 500)
+    return marks

@@ -1,0 +1,179 @@
+"""PCU: configuration layout, SIMD pipeline, reduction, counter chain, systolic mode,
+error codes; bit-exact against rdu.pcu_model in both tiers, random stalls on every port."""
+
+import numpy as np
+import pytest
+from amaranth.lib import data
+from rdu import pcu_model
+
+from hdl.interfaces import config_words
+from hdl.pcu import PCU, pcu_config_layout
+from tb.runner import run_amaranth, run_verilator
+from tb.suites.pcu import (
+    config_errors,
+    simd_op_sweep,
+    simd_random_configs,
+    simd_timing,
+    softmax_rows,
+    special_function_sweep,
+    systolic_matmuls,
+    systolic_throughput,
+)
+from tb.verilator import build
+
+ALL_OPS = list(range(17))
+SHAPES = [(4, 3, 4), (9, 20, 7), (1, 1, 1)]
+
+
+# -- construction and layout ----------------------------------------------------------
+
+@pytest.mark.parametrize("lanes,stages", [(4, 4), (8, 4), (8, 6)])
+def test_config_layout(lanes, stages):
+    layout = pcu_config_layout(lanes, stages)
+    assert isinstance(layout, data.StructLayout)
+    assert PCU(lanes=lanes, stages=stages).config_layout == layout
+    assert layout["stages"].shape.length == stages
+    assert layout["counters"].shape.length == 3
+    assert config_words(layout) <= 256
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_pcu_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="Lane count must be a positive power of two, not 6"):
+        PCU(lanes=6)
+    with pytest.raises(TypeError, match="Lane count must be an integer, not 4.0"):
+        PCU(lanes=4.0)
+    with pytest.raises(ValueError, match="Stage count must be between 1 and 16, not 0"):
+        PCU(stages=0)
+    with pytest.raises(TypeError, match="Stage count must be an integer, not '4'"):
+        PCU(stages="4")
+    with pytest.raises(ValueError, match="FIFO depth must be at least 1, not 0"):
+        PCU(fifo_depth=0)
+    with pytest.raises(ValueError, match=r"Counter needs stride > 0 and max > min"):
+        pcu_model.trip_count({"min": 3, "max": 3, "stride": 1})
+    with pytest.raises(ValueError, match=r"Inner dimensions differ: A is \(2, 3\), B is \(4, 2\)"):
+        pcu_model.matmul_streams(np.zeros((2, 3)), np.zeros((4, 2)), 4)
+
+
+def test_model_systolic_matches_numpy():
+    """The systolic model against numpy float32 matmul of the same BF16 inputs."""
+    rng = np.random.default_rng(5)
+    a = pcu_model.bf16_words(rng.standard_normal((20, 64)))
+    b = pcu_model.bf16_words(rng.standard_normal((64, 13)))
+    counters, in0, in1, _ = pcu_model.matmul_streams(a, b, 8)
+    out = pcu_model.run_systolic({"mode": 1, "counters": counters}, 8, in0, in1)
+    result = pcu_model.matmul_from_stream(out["vector_out"], (20, 13), 8).view(np.float32)
+    reference = a.view(np.float32) @ b.view(np.float32)
+    bound = np.abs(a.view(np.float32)) @ np.abs(b.view(np.float32)) * 64 * 2.0 ** -23
+    assert (np.abs(result - reference) <= bound).all()
+
+
+# -- Amaranth tier ------------------------------------------------------------------------
+
+def test_config_errors_amaranth(seed):
+    run_amaranth(PCU(lanes=4, stages=2), config_errors, seed=seed, lanes=4, stages=2)
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_systolic_amaranth(lanes, seed):
+    shapes = SHAPES if lanes == 4 else [(3, 4, 10)]
+    stats = run_amaranth(PCU(lanes=lanes, stages=2), systolic_matmuls, seed=seed, lanes=lanes,
+                         stages=2, shapes=shapes)
+    assert stats.result["worst_relative_error"] < 1e-5
+
+
+def test_systolic_cycle_count(seed):
+    """Back-to-back tiles: T * K + 2 * lanes + 3 cycles from start token to DONE token."""
+    stats = run_amaranth(PCU(lanes=4, stages=1), systolic_throughput, seed=seed, lanes=4,
+                         stages=1, size=16)
+    assert stats.result["cycles"] == 16 * 16 + 2 * 4 + 3
+
+
+def test_simd_op_sweep_amaranth(seed):
+    run_amaranth(PCU(lanes=4, stages=2), simd_op_sweep, seed=seed, lanes=4, stages=2,
+                 ops=ALL_OPS, beats=3)
+
+
+@pytest.mark.parametrize("lanes,stages", [(4, 3), (8, 2)])
+def test_simd_random_amaranth(lanes, stages, seed):
+    run_amaranth(PCU(lanes=lanes, stages=stages), simd_random_configs, seed=seed,
+                 lanes=lanes, stages=stages, configs=6 if lanes == 4 else 1)
+
+
+# -- Verilator tier: one lanes=4 build for the long runs, one lanes=8 build -------------
+
+def _build(lanes):
+    return build(PCU, lanes=lanes, stages=4, fifo_depth=4)
+
+
+@pytest.mark.verilator
+def test_simd_op_sweep_verilator(sim_dir, seed):
+    """Every op through the configured pipeline: 2,000 random 4-lane vectors each, random
+    stalls on every port (the 10,000-vector-per-op run is tests/test_fp.py)."""
+    stats = run_verilator(_build(4), simd_op_sweep, sim_dir, seed=seed, lanes=4, stages=4,
+                          ops=ALL_OPS, beats=2000)
+    assert stats.result["beats"] == 2000 * len(ALL_OPS)
+
+
+@pytest.mark.verilator
+def test_simd_random_verilator(sim_dir, seed):
+    run_verilator(_build(4), simd_random_configs, sim_dir, seed=seed, lanes=4, stages=4,
+                  configs=500)
+
+
+@pytest.mark.verilator
+def test_systolic_verilator(sim_dir, seed):
+    shapes = SHAPES + [(16, 33, 12), (5, 64, 3), (12, 7, 4), (37, 50, 29), (64, 64, 64)]
+    run_verilator(_build(4), systolic_matmuls, sim_dir, seed=seed, lanes=4, stages=4,
+                  shapes=shapes)
+
+
+@pytest.mark.verilator
+def test_config_errors_verilator(sim_dir, seed):
+    run_verilator(_build(4), config_errors, sim_dir, seed=seed, lanes=4, stages=4)
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+def test_lanes8_verilator(sim_dir, seed):
+    """The one lanes=8 build (about 5 to 10 minutes of C++ compilation on this machine
+    the first time; cached afterwards)."""
+    built = _build(8)
+    run_verilator(built, systolic_matmuls, sim_dir / "systolic", seed=seed, lanes=8, stages=4,
+                  shapes=[(8, 8, 8), (13, 21, 19), (24, 64, 9)])
+    run_verilator(built, simd_random_configs, sim_dir / "simd", seed=seed, lanes=8, stages=4,
+                  configs=40)
+    run_verilator(built, special_function_sweep, sim_dir / "special", seed=seed, lanes=8,
+                  stages=4, funcs=[1, 2], beats=500)
+
+
+def test_special_functions_amaranth(seed):
+    run_amaranth(PCU(lanes=4, stages=1), special_function_sweep, seed=seed, lanes=4, stages=1,
+                 funcs=[1, 2], beats=12)
+
+
+@pytest.mark.verilator
+def test_special_functions_verilator(sim_dir, seed):
+    """exp and reciprocal in the tail: 10,000 random 4-lane vectors each plus edge cases,
+    random stalls on every port."""
+    stats = run_verilator(_build(4), special_function_sweep, sim_dir, seed=seed, lanes=4,
+                          stages=4, funcs=[1, 2], beats=10_000)
+    assert stats.result["beats"] == 20_000
+
+
+def test_softmax_amaranth(seed):
+    """A whole softmax as five configured runs, against the model and numpy."""
+    stats = run_amaranth(PCU(lanes=4, stages=2), softmax_rows, seed=seed, lanes=4, stages=2,
+                         rows=2, beats_per_row=4)
+    assert stats.result["max_relative_error"] < 2.0 ** -20
+
+
+@pytest.mark.parametrize("stages,tail,interval", [(4, 0, 1), (1, 0, 1), (2, 1, 14), (2, 2, 9)])
+def test_simd_timing(stages, tail, interval, seed):
+    """Latency port to port is stages + 4 cycles (+ interval - 1 with a special function);
+    one beat per cycle without one, one per 14 (exp) / 9 (reciprocal) cycles with one."""
+    stats = run_amaranth(PCU(lanes=4, stages=stages), simd_timing, seed=seed, lanes=4,
+                         stages=stages, tail=tail, beats=5)
+    marks = stats.result
+    assert marks["out"][0] - marks["in"][0] == stages + 4 + interval - 1
+    assert np.diff(marks["out"]).tolist() == [interval] * 4
