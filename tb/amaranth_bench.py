@@ -42,6 +42,8 @@ class AmaranthBench(Bench):
         self.component = component
         self._ctx = None
         self._resolved = {}
+        self._edges = 0            # edges the body has awaited
+        self._read_at = -1         # value of _edges at the body's last read
 
     def _resolve(self, path, field=None):
         key = (path, field)
@@ -57,11 +59,17 @@ class AmaranthBench(Bench):
     async def cycles(self, count=1):
         for _ in range(count):
             await self._ctx.tick()
+            self._edges += 1
 
     def set(self, path, value):
+        if self._read_at == self._edges:
+            # cocotb cannot write after its ReadOnly phase: keep both tiers to one contract
+            raise RuntimeError(f"set({path!r}) after read() in the same cycle: advance with "
+                               f"cycles() first (the Verilator tier cannot do this)")
         self._ctx.set(self._resolve(path), value)
 
     async def read(self, path):
+        self._read_at = self._edges
         return self._ctx.get(self._resolve(path))
 
     def run(self, body, *, vcd=None):

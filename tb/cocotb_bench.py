@@ -71,6 +71,9 @@ class CocotbBench(Bench):
             self._body_edges += 1
 
     def set(self, path, value):
+        if self._read_only_at == self._body_edges:
+            raise RuntimeError(f"set({path!r}) after read() in the same cycle: advance with "
+                               f"cycles() first (the simulator is in its read-only phase)")
         self._handle(path).value = value
 
     async def read(self, path):

@@ -88,3 +88,13 @@ def test_tiers_agree_cycle_for_cycle(sim_dir, seed):
     slow = run_verilator(built, fifo_stream, sim_dir, seed=seed, **params)
     assert fast.result["transfer_cycles"] == slow.result["transfer_cycles"]
     assert fast.cycles == slow.cycles
+
+
+async def _set_after_read(bench):
+    await bench.read("level")
+    bench.set("o.ready", 1)
+
+
+def test_set_after_read_is_refused_in_both_tiers(seed):
+    with pytest.raises(RuntimeError, match=r"set\('o.ready'\) after read\(\) in the same"):
+        run_amaranth(StreamFIFO(8, 2), _set_after_read, seed=seed)

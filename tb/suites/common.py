@@ -32,6 +32,7 @@ async def read_config(bench, count, prefix="cfg"):
         bench.set(f"{prefix}.index", index)
         await bench.cycles(1)
         words.append(await bench.read(f"{prefix}.read_data"))
+        await bench.cycles(1)      # no set() after read() in the same cycle
     return words
 
 
