@@ -26,11 +26,26 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MIN_VERILATOR", "ensure_verilator", "VerilatorBuild", "build", "run_cocotb",
-           "project_root", "hdl_source_hash", "generate_verilog"]
+__all__ = ["MIN_VERILATOR", "LINT_WAIVERS", "lint_verilog", "ensure_verilator",
+           "VerilatorBuild", "build", "run_cocotb", "project_root", "hdl_source_hash",
+           "generate_verilog"]
 
 #: cocotb 2.1 needs Verilator 5.036 or newer.
 MIN_VERILATOR = (5, 36)
+
+
+#: Warnings that Amaranth's Verilog back end produces by construction (operands of
+#: mixed widths, ``casez`` with a default assignment before it); everything else that
+#: ``verilator --lint-only`` reports fails the lint.
+LINT_WAIVERS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE")
+
+
+def lint_verilog(path, toplevel):
+    """Run ``verilator --lint-only`` on ``path``; return ``(ok, report)``."""
+    ensure_verilator()
+    result = subprocess.run(["verilator", "--lint-only", *LINT_WAIVERS, "--top-module",
+                             toplevel, str(path)], capture_output=True, text=True)
+    return result.returncode == 0, result.stderr.strip()
 
 
 def project_root():

@@ -9,7 +9,6 @@ Every error is one line on stderr and a non-zero exit status.
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -85,7 +84,7 @@ def cmd_speed(args):
 
 def cmd_verilog(args):
     from rdu.designs import DESIGNS, get_design
-    from tb.verilator import ensure_verilator, generate_verilog
+    from tb.verilator import generate_verilog, lint_verilog
     names = args.designs or sorted(DESIGNS)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -97,14 +96,12 @@ def cmd_verilog(args):
         path.write_text(generate_verilog(design.instantiate(), name))
         line = f"{path}  ({time.perf_counter() - start:.1f} s)"
         if args.lint:
-            ensure_verilator()
-            lint = subprocess.run(["verilator", "--lint-only", "--top-module", name, str(path)],
-                                  capture_output=True, text=True)
-            if lint.returncode:
-                failures += 1
-                line += "  lint FAILED:\n" + lint.stderr.strip()
-            else:
+            ok, report = lint_verilog(path, name)
+            if ok:
                 line += "  lint ok"
+            else:
+                failures += 1
+                line += "  lint FAILED:\n" + "\n".join(report.splitlines()[:40])
         print(line)
     if failures:
         raise CommandError(f"{failures} of {len(names)} designs failed verilator --lint-only")

@@ -17,6 +17,7 @@ class Design:
     cls_name: str
     params: dict = field(default_factory=dict)
     description: str = ""
+    quick: bool = True          # small enough to lint inside the test suite
 
     def load_class(self):
         import importlib
@@ -29,6 +30,17 @@ class Design:
 DESIGNS = {design.name: design for design in [
     Design("stream_fifo", "hdl.stream_fifo", "StreamFIFO", {"shape": 256, "depth": 4},
            "vector-width stream FIFO (the per-port buffer of every unit)"),
+    Design("pcu", "hdl.pcu", "PCU", {"lanes": 8, "stages": 4},
+           "Pattern Compute Unit: SIMD pipeline or 8x8 systolic array"),
+    Design("pmu", "hdl.pmu", "PMU", {"lanes": 8, "capacity_bytes": 65536},
+           "Pattern Memory Unit: 8 banks, 64 KiB"),
+    Design("switch", "hdl.switch", "Switch", {"lanes": 8},
+           "vector/scalar/control switch with static routes"),
+    Design("agcu", "hdl.agcu", "AGCU", {"lanes": 8},
+           "address-generator DMA, AXI4 manager"),
+    Design("tile_array_2x2", "hdl.array", "TileArray",
+           {"rows": 2, "cols": 2, "lanes": 8, "compute_unit": "hdl.pcu:PCU"},
+           "minimal (FPGA) tile array: 2x2 PCU/PMU checkerboard", quick=False),
 ]}
 
 

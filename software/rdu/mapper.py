@@ -54,7 +54,7 @@ class ArrayGeometry:
     rows: int = 4
     cols: int = 4
     lanes: int = 8
-    tracks: int = 2
+    tracks: int = 1                             # routes per link and network (hdl.switch: 1)
     pmu_words: int = 16384                       # 64 KiB of 32-bit words
     agcu_rows: tuple = ("west", 0), ("east", 0)   # (side, row) of each AGCU
 

@@ -10,6 +10,8 @@ from hdl.agcu import AGCU, AGCUError, AGCUOp, agcu_command_layout, agcu_config_l
 from hdl.interfaces import ControlToken
 from sim_models.memory_system import default_memory_system
 
+from .common import configure
+
 BEAT = 32
 LANES = 8
 MASK32 = (1 << 32) - 1
@@ -62,23 +64,9 @@ def beat_value(raw):
 # -- driving helpers ---------------------------------------------------------------------
 
 async def write_config(bench, config, prefix=""):
-    """Write ``config`` (a dict for :func:`agcu_config_layout`) through ``cfg``."""
-    value = _CONFIG.const(config).as_value().value
-    words = -(-_CONFIG.size // 32)
-    for index in range(words):
-        bench.set(f"{prefix}cfg.write", 1)
-        bench.set(f"{prefix}cfg.index", index)
-        bench.set(f"{prefix}cfg.data", (value >> (32 * index)) & MASK32)
-        await bench.cycles(1)
-    bench.set(f"{prefix}cfg.write", 0)
-    # read the words back
-    for index in range(words):
-        bench.set(f"{prefix}cfg.index", index)
-        await bench.cycles(1)
-        back = await bench.read(f"{prefix}cfg.read_data")
-        await bench.cycles(1)
-        if back != (value >> (32 * index)) & MASK32:
-            raise AssertionError(f"configuration word {index} reads back {back:#x}")
+    """Write ``config`` (a dict for :func:`agcu_config_layout`) through ``cfg`` and check
+    the readback."""
+    await configure(bench, _CONFIG, config, prefix=f"{prefix}cfg")
 
 
 class Host:

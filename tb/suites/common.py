@@ -36,11 +36,23 @@ async def read_config(bench, count, prefix="cfg"):
     return words
 
 
+async def configure(bench, layout, fields, prefix="cfg"):
+    """Write ``fields`` packed by ``layout`` through the port at ``prefix``, read every
+    word back and fail if any differs."""
+    words = pack_config(layout, fields)
+    await load_config(bench, words, prefix)
+    back = await read_config(bench, len(words), prefix)
+    for index, (wrote, read) in enumerate(zip(words, back, strict=True)):
+        if wrote != read:
+            raise AssertionError(f"{prefix}: configuration word {index} reads back "
+                                 f"{read:#x}, wrote {wrote:#x}")
+
+
 def pack_vector(values):
     """One vector beat (lane 0 in the LSBs) as an integer."""
     result = 0
     for lane, value in enumerate(values):
-        result |= (value & MASK32) << (WORD_BITS * lane)
+        result |= (int(value) & MASK32) << (WORD_BITS * lane)
     return result
 
 

@@ -5,6 +5,8 @@ from rdu import fpmodel
 
 from hdl.fp import fp_lanes_payload
 
+from .common import configure, pack_vector
+
 __all__ = ["edge_words", "random_operands", "pack_fields", "fp_lanes_ops"]
 
 #: Special FP32 words every operation is checked on (pairwise in the edge-case run).
@@ -96,14 +98,6 @@ def pack_fields(layout, values):
     return word
 
 
-def pack_vector(words, width=32):
-    """Pack a sequence of lane words, lane 0 in the LSBs."""
-    value = 0
-    for index, word in enumerate(words):
-        value |= int(word) << (index * width)
-    return value
-
-
 async def fp_lanes_ops(bench, *, lanes, ops, count, edge_cases=True, in_stall="random",
                        out_stall="random"):
     """Drive ``count`` random operand vectors per op (and every edge-case pair) through
@@ -136,29 +130,9 @@ async def fp_lanes_ops(bench, *, lanes, ops, count, edge_cases=True, in_stall="r
 
 # -- PCU ----------------------------------------------------------------------------------
 
-def config_value(layout, config):
-    """Integer image of a configuration dict in ``layout`` (nested dicts and lists)."""
-    return layout.const(config).as_value().value
-
-
 async def write_config(bench, layout, config):
-    """Write ``config`` word by word through the ``cfg`` port, then read it back."""
-    from hdl.interfaces import config_words
-    value = config_value(layout, config)
-    words = config_words(layout)
-    for index in range(words):
-        bench.set("cfg.write", 1)
-        bench.set("cfg.index", index)
-        bench.set("cfg.data", (value >> (32 * index)) & 0xFFFFFFFF)
-        await bench.cycles(1)
-    bench.set("cfg.write", 0)
-    readback = 0
-    for index in range(words):
-        bench.set("cfg.index", index)
-        await bench.cycles(1)
-        readback |= await bench.read("cfg.read_data") << (32 * index)
-        await bench.cycles(1)       # no set() after a read() in the same cycle
-    assert readback == value, f"configuration read back as {readback:#x}, wrote {value:#x}"
+    """Write ``config`` word by word through the ``cfg`` port, then check the readback."""
+    await configure(bench, layout, config)
 
 
 def random_bf16_matrix(rng, shape, scale=1.0):
