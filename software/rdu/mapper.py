@@ -12,6 +12,11 @@ keeps producers and consumers close (sum of Manhattan distances). Routing finds,
 for each stream, a tree of links from the producer's switch to every consumer's
 switch (a multicast shares links), breadth-first on free tracks.
 
+A stream that finds no free route is moved to the front and everything is routed
+again (at most once per stream); if routing still fails, up to
+``placement_attempts`` perturbed placements (seeded by the kernel name, so a kernel
+always maps the same way) are tried.
+
 When a kernel does not fit, :class:`MappingError` says which resource ran out and
 by how much; mapping never asserts and never loops without bound.
 """
@@ -134,7 +139,7 @@ def _manhattan(a, b):
     return abs(a[0] - b[0]) + abs(a[1] - b[1])
 
 
-def _place(kernel, geometry):
+def _place(kernel, geometry, rng=None):
     needed = kernel.units_needed()
     capacity = geometry.capacity()
     loads = sum(1 for n in kernel.nodes.values() if n.unit == "agcu" and n.output_ports())
@@ -190,17 +195,40 @@ def _place(kernel, geometry):
             here = geometry.switch_of(site)
             return (sum(_manhattan(here, geometry.switch_of(p)) for p in placed),
                     site.row, site.col)
-        best = min(candidates, key=cost)
+        ranked = sorted(candidates, key=cost)
+        best = ranked[0] if rng is None else rng.choice(ranked[:3])
         free[node.unit].remove(best)
         placement.sites[name] = best
     return placement
 
 
-def _route(kernel, geometry, placement):
+class _Unroutable(Exception):
+    def __init__(self, stream, message):
+        super().__init__(message)
+        self.stream = stream
+
+
+def _route(kernel, geometry, placement, attempts=None):
+    """Route all streams; when one fails, retry with it first (rip up everything),
+    at most ``attempts`` times (default: the number of streams)."""
+    order = sorted((s for s in kernel.streams if s.sinks),
+                   key=lambda s: (-len(s.sinks), s.name))
+    attempts = attempts or max(1, len(order))
+    for _ in range(attempts):
+        try:
+            return _route_in_order(kernel, geometry, placement, order)
+        except _Unroutable as failure:
+            last = failure
+            order.remove(failure.stream)
+            order.insert(0, failure.stream)
+    raise MappingError(str(last))
+
+
+def _route_in_order(kernel, geometry, placement, streams):
     used = set()       # (network, track, (row, col), out_port)
     routes = []
     in_mesh = lambda r, c: 0 <= r < geometry.rows and 0 <= c < geometry.cols  # noqa: E731
-    for stream in kernel.streams:
+    for stream in streams:
         if not stream.sinks:
             continue
         src_site = placement.sites[stream.source.node]
@@ -238,9 +266,9 @@ def _route(kernel, geometry, placement):
                     used.discard((stream.network, track, switch, out_port))
                     used.discard((stream.network, None, switch, out_port))
         else:
-            raise MappingError(f"kernel {kernel.name!r}: cannot route stream "
-                               f"{stream.name!r} on any of the {geometry.tracks} "
-                               f"{stream.network} tracks ({failure})")
+            raise _Unroutable(stream, f"kernel {kernel.name!r}: cannot route stream "
+                              f"{stream.name!r} on any of the {geometry.tracks} "
+                              f"{stream.network} tracks ({failure})")
     return routes
 
 
@@ -281,13 +309,29 @@ def _bfs(tree, target, geometry, used, network, track, in_mesh):
     return None
 
 
-def map_kernel(kernel, geometry=None):
+def map_kernel(kernel, geometry=None, placement_attempts=50):
     """Place and route ``kernel``; return a :class:`Mapping` or raise :class:`MappingError`."""
     geometry = geometry or ArrayGeometry()
     try:
         kernel.validate()
     except IRError as error:
         raise MappingError(str(error)) from None
+    import random
     placement = _place(kernel, geometry)
-    routes = _route(kernel, geometry, placement)
+    try:
+        routes = _route(kernel, geometry, placement)
+    except MappingError as first_failure:
+        # the greedy placement congested some switch: try perturbed placements
+        # (seeded, so the same kernel always maps the same way)
+        rng = random.Random(kernel.name)
+        for _ in range(placement_attempts):
+            placement = _place(kernel, geometry, rng)
+            try:
+                routes = _route(kernel, geometry, placement)
+                break
+            except MappingError:
+                continue
+        else:
+            raise MappingError(f"{first_failure} (and in {placement_attempts} other "
+                               f"placements)") from None
     return Mapping(kernel, geometry, placement, routes)
