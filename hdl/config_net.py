@@ -11,7 +11,7 @@ __all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "ConfigStatus", "LoaderState", "U
            "crc32_word_matrix", "ConfigNetwork"]
 
 # The same constants as software/rdu/bitstream.py (the hardware does not import it).
-MAGIC = 0x31555244
+MAGIC = 0x31554452      # the bytes "RDU1" as a little-endian word
 VERSION = 1
 HEADER_WORDS = 5
 

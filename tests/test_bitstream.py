@@ -36,7 +36,7 @@ def test_round_trip(seed):
     rng = random.Random(seed)
     records = _records(rng)
     words = write_bitstream(GEOMETRY, records, flags=3)
-    assert words[0] == MAGIC == 0x31555244 and to_bytes(words)[:4] == b"DRU1"
+    assert words[0] == MAGIC == 0x31554452 and to_bytes(words)[:4] == b"RDU1"
     header, parsed = read_bitstream(from_bytes(to_bytes(words)), GEOMETRY)
     assert parsed == records
     assert (header.version, header.header_words, header.flags) == (1, 5, 3)

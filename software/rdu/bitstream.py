@@ -18,8 +18,8 @@ __all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "MAX_RECORD_WORDS", "UnitKind", "
            "parse_record_header", "write_bitstream", "read_bitstream", "to_bytes",
            "from_bytes"]
 
-#: Word 0 (fixed by the project; its little-endian bytes spell "DRU1", see docs/bitstream.md).
-MAGIC = 0x31555244
+#: Word 0: the bytes "RDU1" read as a little-endian word (docs/bitstream.md).
+MAGIC = 0x31554452
 #: The format version this module writes and the hardware accepts.
 VERSION = 1
 #: Header words written by this version (readers accept longer headers and skip the rest).
