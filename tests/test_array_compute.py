@@ -1,0 +1,13 @@
+"""The tile array with real PCUs: memory units feed a compute unit, results leave."""
+
+from hdl.array import TileArray
+from hdl.pcu import PCU
+from tb.runner import run_amaranth
+from tb.suites.array_compute import array_pmu_pcu_matmul
+
+
+def test_array_pmu_pcu_matmul_amaranth(seed):
+    array = TileArray(2, 2, 4, compute_unit=PCU, capacity_bytes=1024, idle_timeout=64)
+    stats = run_amaranth(array, array_pmu_pcu_matmul, seed=seed, rows=2, cols=2, lanes=4,
+                         k_len=16)
+    assert stats.result["macs"] == 4 * 4 * 16
