@@ -165,7 +165,7 @@ def test_softmax_amaranth(seed):
     """A whole softmax as five configured runs, against the model and numpy."""
     stats = run_amaranth(PCU(lanes=4, stages=2), softmax_rows, seed=seed, lanes=4, stages=2,
                          rows=2, beats_per_row=4)
-    assert stats.result["max_relative_error"] < 2.0 ** -20
+    assert stats.result["error_over_budget"] <= 1.0
 
 
 @pytest.mark.parametrize("stages,tail,interval", [(4, 0, 1), (1, 0, 1), (2, 1, 14), (2, 2, 9)])

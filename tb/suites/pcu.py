@@ -479,9 +479,17 @@ async def softmax_rows(bench, *, lanes, stages, rows, beats_per_row, stall="rand
     result = np.array(probs, dtype=np.uint32).view(np.float32).reshape(x.shape)
     shifted = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
     reference = shifted / shifted.sum(axis=1, keepdims=True)
-    error = float(np.max(np.abs(result - reference) / reference))
-    assert error < 2.0 ** -20, f"softmax relative error {error}"
-    return {"max_relative_error": error}
+    relative = np.abs(result - reference) / reference
+    # FP32 error budget per element: rounding of x - max (an absolute error of up to
+    # |x - max| * 2^-24 in the exponent of exp), exp and reciprocal within 1.5 ulp
+    # each, the row sum (n - 1 roundings) and the final multiply.
+    row_length = x.shape[1]
+    budget = (np.abs(x.astype(np.float64) - x.max(axis=1, keepdims=True)) * 2.0 ** -24
+              + 2 * 1.5 * 2.0 ** -23 + (row_length - 1) * 2.0 ** -24 + 2.0 ** -24)
+    worst = float(np.max(relative / budget))
+    assert worst <= 1.0, (f"softmax error exceeds its FP32 budget by {worst:.2f}x "
+                          f"(max relative error {float(relative.max()):.3g})")
+    return {"max_relative_error": float(relative.max()), "error_over_budget": worst}
 
 
 async def simd_timing(bench, *, lanes, stages, tail, beats):
