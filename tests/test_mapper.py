@@ -4,7 +4,7 @@ import random
 
 import pytest
 from rdu.ir import AccessPattern, IRError, Kernel
-from rdu.mapper import OPPOSITE, ArrayGeometry, MappingError, map_kernel
+from rdu.mapper import DIRECTIONS, OPPOSITE, ArrayGeometry, MappingError, map_kernel
 
 
 def _pipeline(n_stages, name="pipe"):
@@ -46,8 +46,7 @@ def _check_routes(mapping):
                 if from_port != in_port:
                     continue
                 if _is_mesh_link(geometry, switch, out_port):
-                    dr, dc = {"north": (-1, 0), "south": (1, 0), "east": (0, 1),
-                              "west": (0, -1)}[out_port]
+                    dr, dc = DIRECTIONS[out_port]
                     frontier.append(((switch[0] + dr, switch[1] + dc), OPPOSITE[out_port]))
                 else:
                     delivered.add((switch, out_port))
@@ -62,7 +61,7 @@ def _check_routes(mapping):
 def _is_mesh_link(geometry, switch, port):
     if port not in OPPOSITE:
         return False
-    dr, dc = {"north": (-1, 0), "south": (1, 0), "east": (0, 1), "west": (0, -1)}[port]
+    dr, dc = DIRECTIONS[port]
     r, c = switch[0] + dr, switch[1] + dc
     return 0 <= r < geometry.rows and 0 <= c < geometry.cols
 
