@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "fp32_add", "fp32_mul",
            "fp32_max", "fp32_min", "fp32_compare", "fp32_to_bf16", "bf16_to_fp32",
-           "FPALU", "FPLanes", "fp_lanes_payload"]
+           "BF16MultiplyAccumulate", "FPALU", "FPLanes", "fp_lanes_payload"]
 
 CANONICAL_NAN = 0x7FC00000
 POS_INF = 0x7F800000
@@ -289,6 +289,34 @@ def bf16_to_fp32(m, a, name="from_bf16"):
     result = Signal(32, name=f"{name}_result")
     m.d.comb += result.eq(Mux(x.is_nan, CANONICAL_NAN, _daz_word(x)))
     return result
+
+
+class BF16MultiplyAccumulate(wiring.Component):
+    """Combinational processing element of the systolic array.
+
+    ``result = a * b`` when ``first`` is set, ``acc + a * b`` otherwise, with ``a`` and
+    ``b`` BF16 and ``acc`` and ``result`` FP32 (the product of two BF16 values is exact
+    in FP32; the addition rounds to nearest even, then flushes denormals).
+
+    Attributes
+    ----------
+    a, b : In(16)
+    acc : In(32)
+    first : In(1)
+    result : Out(32)
+    """
+    def __init__(self):
+        super().__init__({
+            "a": In(16), "b": In(16), "acc": In(32), "first": In(1),
+            "result": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        product = fp32_mul(m, Cat(Const(0, 16), self.a), Cat(Const(0, 16), self.b))
+        total = fp32_add(m, self.acc, product)
+        m.d.comb += self.result.eq(Mux(self.first, product, total))
+        return m
 
 
 class FPALU(wiring.Component):

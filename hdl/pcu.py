@@ -11,7 +11,15 @@ from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .fp import FPALU, OP_BITS, Op, SpecialFunctionUnit, fp32_add, fp32_max, fp32_mul
+from .fp import (
+    FPALU,
+    OP_BITS,
+    BF16MultiplyAccumulate,
+    Op,
+    SpecialFunctionUnit,
+    fp32_add,
+    fp32_max,
+)
 from .interfaces import (
     ConfigPort,
     ConfigRegister,
@@ -499,11 +507,11 @@ class PCU(wiring.Component):
                 m.d.sync += [tag_reg[row][col].eq(tag_in), a_reg[row][col].eq(a_in),
                              b_reg[row][col].eq(b_in)]
                 acc = Signal(32, name=f"{name}_acc")
-                product = fp32_mul(m, Cat(Const(0, 16), a_in), Cat(Const(0, 16), b_in),
-                                   name=f"{name}_mul")
-                total = fp32_add(m, acc, product, name=f"{name}_add")
-                new = Signal(32, name=f"{name}_new")
-                m.d.comb += new.eq(Mux(tag_in.first, product, total))
+                # one submodule per PE: Verilog generation then shares one module
+                mac = m.submodules[name] = BF16MultiplyAccumulate()
+                m.d.comb += [mac.a.eq(a_in), mac.b.eq(b_in), mac.acc.eq(acc),
+                             mac.first.eq(tag_in.first)]
+                new = mac.result
                 with m.If(tag_in.valid):
                     m.d.sync += acc.eq(new)
                     with m.If(tag_in.last):

@@ -171,9 +171,14 @@ def _compact_zero_memory_init(text):
 
 
 def generate_verilog(component, name):
-    """Verilog text of ``component`` with top module ``name``."""
+    """Verilog text of ``component`` with top module ``name``: identical submodules
+    merged into one module each (:mod:`tb.verilog_dedupe`) and zeroing memory
+    initialisers written as loops."""
     from amaranth.back import verilog
-    return _compact_zero_memory_init(verilog.convert(component, name=name, emit_src=False))
+
+    from .verilog_dedupe import dedupe_modules
+    text, _, _ = dedupe_modules(verilog.convert(component, name=name, emit_src=False))
+    return _compact_zero_memory_init(text)
 
 
 @dataclass(frozen=True)
@@ -243,7 +248,8 @@ def build(cls, *, toplevel=None, waves=None, **params):
         "params": params,
         "hdl": hdl_source_hash(),
         "source": _class_source_hash(cls),
-        "harness": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "harness": hashlib.sha256(Path(__file__).read_bytes() + (
+            Path(__file__).parent / "verilog_dedupe.py").read_bytes()).hexdigest(),
         "verilator": version,
         "waves": trace_format,
         "python": sys.version_info[:2],
