@@ -3,6 +3,7 @@
 ``rdu sim``      run the main simulation under Verilator and print its report
 ``rdu speed``    simulation speed of one design in both tiers, side by side
 ``rdu verilog``  write Verilog of every registered design (and lint it)
+``rdu compile``  compile a kernel (``gemm``) into a configuration bitstream
 
 Every error is one line on stderr and a non-zero exit status.
 """
@@ -108,6 +109,43 @@ def cmd_verilog(args):
     return 0
 
 
+def _geometry(args):
+    from rdu.mapper import ArrayGeometry
+    return ArrayGeometry(args.rows, args.cols, args.lanes,
+                         pmu_words=args.pmu_kib * 1024 // 4)
+
+
+def _compile_gemm(args):
+    from rdu.gemm import compile_gemm
+    return compile_gemm(args.m, args.n, args.k, _geometry(args))
+
+
+def cmd_compile(args):
+    from rdu.bitstream import to_bytes
+    start = time.perf_counter()
+    program = _compile_gemm(args)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_bytes(to_bytes(program.bitstream))
+    if args.program:
+        program.save(args.program)
+    meta = program.meta
+    report = {
+        "kernel": f"gemm M={meta['m']} N={meta['n']} K={meta['k']}",
+        "array": f"{args.rows}x{args.cols} lanes={args.lanes}",
+        "mapping": meta["mapping"],
+        "tiling": (f"{meta['pcus']} PCUs x {meta['lanes']}-row blocks, {meta['passes']} "
+                   f"passes, {meta['col_tiles']} column tiles, K padded to {meta['k_pad']}, "
+                   f"{meta['buffers']} PMU buffers"),
+        "bitstream": f"{output} ({len(program.bitstream)} words)",
+        "compile_seconds": round(time.perf_counter() - start, 2),
+    }
+    if args.program:
+        report["program"] = str(args.program)
+    _report(report, args.json)
+    return 0
+
+
 def _report(report, as_json):
     if as_json:
         print(json.dumps(report))
@@ -138,6 +176,27 @@ def _parser():
     speed.add_argument("--json", action="store_true")
     speed.set_defaults(func=cmd_speed)
 
+    def array_options(command):
+        command.add_argument("--rows", type=int, default=4)
+        command.add_argument("--cols", type=int, default=4)
+        command.add_argument("--lanes", type=int, default=8)
+        command.add_argument("--pmu-kib", type=int, default=64, help="PMU capacity (KiB)")
+
+    def gemm_options(command):
+        command.add_argument("kernel", choices=["gemm"])
+        command.add_argument("--m", type=int, required=True)
+        command.add_argument("--n", type=int, required=True)
+        command.add_argument("--k", type=int, required=True)
+        array_options(command)
+
+    compile_ = commands.add_parser("compile", help="compile a kernel into a bitstream")
+    gemm_options(compile_)
+    compile_.add_argument("-o", "--output", required=True, help="bitstream file to write")
+    compile_.add_argument("--program", metavar="DIR",
+                          help="also write the whole program (bitstream, layouts) to DIR")
+    compile_.add_argument("--json", action="store_true")
+    compile_.set_defaults(func=cmd_compile)
+
     verilog = commands.add_parser("verilog", help="write Verilog of the registered designs")
     verilog.add_argument("designs", nargs="*", help="design names (default: all)")
     verilog.add_argument("-o", "--output", default="build/verilog")
@@ -151,6 +210,7 @@ def main(argv=None):
     try:
         return args.func(args)
     except (CommandError, ValueError, OSError) as error:
+        # MappingError, BitstreamError, IRError and ProgramError are ValueErrors
         print(f"rdu {args.command}: error: {error}", file=sys.stderr)
         return 2
     except AssertionError as error:
