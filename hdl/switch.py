@@ -81,11 +81,17 @@ class Switch(wiring.Component):
 
     Every input (four directions and the attached unit's output) goes through a
     :class:`StreamFIFO`; outputs are driven from those FIFOs through a crossbar set by
-    the route table. An input feeding several outputs (multicast) is removed from its
-    FIFO once every one of those outputs has taken it; each output takes it at most
-    once. Output ``valid`` depends only on FIFO state and on which outputs already took
-    the item, never on a ``ready`` of this cycle, and every input ``ready`` is a FIFO's
-    occupancy, so chained switches have no combinational path around the mesh.
+    the route table. An output whose merge counts are all zero is fed by its ``select``
+    input; an output with a non-zero merge count is a merge output: it takes
+    ``count[i]`` items from each listed input ``i`` in the order north, east, south,
+    west, local, cyclically, waiting for the current input (a static sequence, one item
+    per cycle, no gap when it moves on). An input routed to several outputs (multicast,
+    plain or merged) is removed from its FIFO once every one of those outputs has taken
+    it; each output takes it at most once. Output ``valid`` depends only on FIFO state,
+    on the merge position and on which outputs already took the item, never on a
+    ``ready`` of this cycle, and every input ``ready`` is a FIFO's occupancy, so chained
+    switches have no combinational path around the mesh. The merge position restarts
+    while ``enable`` is low and after every configuration write.
 
     Parameters
     ----------
@@ -112,7 +118,8 @@ class Switch(wiring.Component):
     cfg : In(ConfigPort())
     vector_stall_cycles, scalar_stall_cycles, control_stall_cycles : Out(32)
         Cycles in which at least one routed input of that network held an item that it
-        could not deliver (some destination was not ready).
+        could not deliver (some destination was not ready, or a merge output it is
+        listed in was at another input).
     """
     def __init__(self, lanes=8, fifo_depth=2):
         if not isinstance(fifo_depth, int) or isinstance(fifo_depth, bool):

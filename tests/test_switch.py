@@ -123,3 +123,11 @@ def test_switch_merge_full_rate_amaranth(counts, seed):
                          counts=counts, rounds=8)
     assert stats.result["items"] == 8 * sum(counts)
     assert stats.result["span"] == stats.result["items"]
+
+
+@pytest.mark.verilator
+def test_switch_merges_verilator(sim_dir, seed):
+    built = build(Switch, lanes=8)         # the same build as test_switch_verilator
+    stats = run_verilator(built, switch_random_merges, sim_dir, seed=seed, lanes=8,
+                          rounds=6, merge_rounds=60, count=600)
+    assert stats.result["merged"] > 0
