@@ -1,4 +1,4 @@
-"""Switch: random static route tables with multicast under random stalls."""
+"""Switch: random static route tables with multicast and merges under random stalls."""
 
 import pytest
 

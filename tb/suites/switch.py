@@ -1,4 +1,4 @@
-"""Test bodies of :class:`hdl.switch.Switch`: random static routes with multicast."""
+"""Test bodies of :class:`hdl.switch.Switch`: random static routes with multicast and merges."""
 
 from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, Source, switch_config_layout
 
