@@ -4,6 +4,8 @@
 ``rdu speed``    simulation speed of one design in both tiers, side by side
 ``rdu verilog``  write Verilog of every registered design (and lint it)
 ``rdu compile``  compile a kernel (``gemm``) into a configuration bitstream
+``rdu inspect``  print a bitstream's header and every unit's fields
+``rdu run``      compile (or take) a bitstream, run it on the model or the RTL, check it
 
 Every error is one line on stderr and a non-zero exit status.
 """
@@ -146,6 +148,71 @@ def cmd_compile(args):
     return 0
 
 
+def cmd_run(args):
+    import shutil
+
+    import numpy as np
+
+    from rdu import gemm
+    from rdu.bitstream import Geometry, from_bytes, read_bitstream
+    from rdu.runtime import run_program
+    start = time.perf_counter()
+    program = _compile_gemm(args)
+    if args.bitstream:
+        raw = Path(args.bitstream).read_bytes()
+        words = from_bytes(raw)
+        read_bitstream(words, Geometry(args.rows, args.cols, args.lanes))
+        program.bitstream = list(words)
+    a, b = gemm.random_inputs(args.m, args.n, args.k, args.seed)
+    gemm.pack_inputs(program, a, b)
+    waves = bool(args.waves)
+    if waves and args.sim != "verilator":
+        raise CommandError("--waves needs --sim verilator")
+    result = run_program(program, args.sim, seed=args.seed, waves=waves,
+                         progress=not args.json)
+    c = gemm.unpack_output(program, result.outputs["c"])
+    ok, max_abs_err = gemm.check_result(c, a, b)
+    meta = program.meta
+    peak = meta["peak_macs_per_cycle"]
+    report = {
+        "ok": ok,
+        "kernel": f"gemm M={args.m} N={args.n} K={args.k}",
+        "sim": args.sim,
+        "seed": args.seed,
+        "array": f"{args.rows}x{args.cols} lanes={args.lanes}",
+        "pcus_used": meta["pcus"],
+        "cycles": result.cycles,
+        "macs": meta["macs"],
+        "peak_macs_per_cycle": peak,
+        "utilization": (round(meta["macs"] / (result.cycles * peak), 4)
+                        if result.cycles else None),
+        "max_abs_err": max_abs_err,
+        "wall_seconds": round(time.perf_counter() - start, 2),
+    }
+    if args.sim == "verilator":
+        report["verilator_build_seconds"] = round(result.build_seconds, 1)
+    if args.waves:
+        if not result.waves:
+            raise CommandError("the simulation wrote no waveform")
+        target = Path(args.waves)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(result.waves, target)
+        report["waves"] = str(target)
+    if args.save:
+        save = Path(args.save)
+        save.mkdir(parents=True, exist_ok=True)
+        np.save(save / "a.npy", np.asarray(a, np.uint32).view(np.float32))
+        np.save(save / "b.npy", np.asarray(b, np.uint32).view(np.float32))
+        np.save(save / "c.npy", c)
+        (save / "report.json").write_text(json.dumps(report, indent=1))
+        report["saved"] = str(save)
+    _report(report, args.json)
+    if not ok:
+        raise AssertionError(f"C differs from numpy float32 A @ B beyond the FP32 "
+                             f"accumulation budget (max |err| {max_abs_err:.3g})")
+    return 0
+
+
 def _report(report, as_json):
     if as_json:
         print(json.dumps(report))
@@ -196,6 +263,17 @@ def _parser():
                           help="also write the whole program (bitstream, layouts) to DIR")
     compile_.add_argument("--json", action="store_true")
     compile_.set_defaults(func=cmd_compile)
+
+    run = commands.add_parser("run", help="compile, run and check a kernel")
+    gemm_options(run)
+    run.add_argument("--seed", type=int, default=1, help="seed of the random inputs")
+    run.add_argument("--sim", choices=["model", "verilator"], default="model")
+    run.add_argument("--bitstream", metavar="FILE",
+                     help="run this bitstream instead of compiling one")
+    run.add_argument("--save", metavar="DIR", help="write a.npy, b.npy, c.npy and the report")
+    run.add_argument("--waves", metavar="FILE", help="write the waveform (verilator)")
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(func=cmd_run)
 
     verilog = commands.add_parser("verilog", help="write Verilog of the registered designs")
     verilog.add_argument("designs", nargs="*", help="design names (default: all)")
