@@ -282,6 +282,18 @@ async def bf16_load(bench, *, kernels=3, memory_stall="random", stream_stall="ra
         total["stored"] += len(stores)
     if memory.errors:
         raise AssertionError(f"memory errors: {memory.errors[0]}")
+    # a BF16 load from an unmapped address: READ_DECERR, and still both vector beats of
+    # every (zero) read beat reach the array before done
+    await write_config(bench, {"load_enable": 1, "load_bf16": 1, "load": {
+        "base": 0x2000_0000, "count": [3, 2, 1], "stride": [BEAT, 4096, 0]}})
+    out.expect_all([0] * 12)
+    control.expect(ControlToken.STEP)
+    error, _ = await host.run(AGCUOp.EXECUTE, timeout=20_000)
+    if error != AGCUError.READ_DECERR or not out.idle:
+        raise AssertionError(f"unmapped BF16 load: error {error}, "
+                             f"{len(out.scoreboard.pending)} vector beats missing")
+    await bench.streams_done(timeout=1000)
+    total["unmapped_errors"] = len(memory.errors)
     return total
 
 
