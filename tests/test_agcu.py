@@ -145,3 +145,11 @@ def test_launch_and_errors_verilator(sim_dir, seed):
     run_verilator(build(AGCU), launch, sim_dir / "launch", seed=seed)
     stats = run_verilator(build(AGCU), errors, sim_dir / "errors", seed=seed)
     assert stats.result["memory_errors"] == 7
+
+
+@pytest.mark.verilator
+def test_bf16_load_verilator(sim_dir, seed):
+    """20 BF16 kernels with concurrent stores, the default memory latencies."""
+    stats = run_verilator(build(AGCU), bf16_load, sim_dir, seed=seed, kernels=20,
+                          store=True, fast=False)
+    assert stats.result["bf16_kernels"] >= 1 and stats.result["unmapped_errors"] == 2
