@@ -281,7 +281,8 @@ class AGCU(wiring.Component):
     axi : Out(AXI4Signature)
         The memory port.
     vector_out : Out(vector_stream(lanes))
-        Data loaded from memory into the array (kernel execute, ``load`` pattern).
+        Data loaded from memory into the array (kernel execute, ``load`` pattern; with
+        ``load_bf16``, two expanded vector beats per read beat).
     vector_in : In(vector_stream(lanes))
         Data stored to memory (kernel execute, ``store`` pattern).
     scalar_out : Out(scalar_stream())
