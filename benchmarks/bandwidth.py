@@ -2,11 +2,12 @@
 
 Run: ``.venv/bin/python -m benchmarks.bandwidth`` (Verilator tier; ``--tier amaranth``
 for the Python simulator, ``--quick`` for shorter streams). Prints, per model, the
-achieved bytes per cycle of long read and write streams as a fraction of the model's
-configured peak, the measured read latency against the configured one, the cycles of a
-1 MiB DDR -> HBM copy against its bandwidth bound (and a host -> HBM copy over the
-host link, for the model-switching comparison), and the simulation speed of every run
-(cycles per second of wall time).
+achieved bytes per cycle of long read and write streams (and of a packed BF16 load,
+``read bf16``, whose bound is vector_out: 16 bytes of memory per cycle) as a fraction of
+the model's configured peak, the vector beats per cycle into the array, the measured
+read latency against the configured one, the cycles of a 1 MiB DDR -> HBM copy against
+its bandwidth bound (and a host -> HBM copy over the host link, for the model-switching
+comparison), and the simulation speed of every run (cycles per second of wall time).
 """
 
 import argparse
@@ -18,7 +19,7 @@ from rdu.memory_map import DDR, HBM, HOST
 from hdl.agcu import AGCU, AGCUError, AGCUOp
 from hdl.interfaces import ControlToken
 from sim_models.memory_system import default_memory_system
-from tb.suites.agcu import BEAT, Host, roundtrip, write_config
+from tb.suites.agcu import BEAT, Host, bf16_expanded_beats, roundtrip, write_config
 
 __all__ = ["stream", "latency", "copy_1mib"]
 
@@ -28,7 +29,9 @@ def _linear(base, beats):
 
 
 async def stream(bench, *, direction, region, length):
-    """One long contiguous load (``read``) or store (``write``) stream by kernel execute."""
+    """One long contiguous load (``read``), packed BF16 load expanded into the array
+    (``read_bf16``: ``length`` bytes from memory, twice as many vector beats) or store
+    (``write``) stream by kernel execute."""
     memory = default_memory_system()
     port = memory.attach(bench, "axi")
     host = Host(bench)
@@ -38,11 +41,20 @@ async def stream(bench, *, direction, region, length):
     payload = rng.integers(0, 1 << 32, length // 4, dtype=np.uint32)
     values = [int.from_bytes(payload[i * 8:(i + 1) * 8].tobytes(), "little")
               for i in range(beats)]
+    vector_cycles = []
     bench.sink("control_out").expect(ControlToken.STEP)     # the launch token
     if direction == "read":
         memory.load(base, payload)
         bench.sink("vector_out").expect_all(values)
         await write_config(bench, {"load_enable": 1, "load": _linear(base, beats)})
+    elif direction == "read_bf16":
+        memory.load(base, payload)
+        out = bench.sink("vector_out")
+        out.on_transfer = lambda value, cycle: vector_cycles.append(cycle)
+        out.expect_all(
+            bf16_expanded_beats(payload.tobytes(), [BEAT * i for i in range(beats)]))
+        await write_config(bench, {"load_enable": 1, "load_bf16": 1,
+                                   "load": _linear(base, beats)})
     else:
         bench.source("vector_in").send_all(values)
         await write_config(bench, {"store_enable": 1, "store": _linear(base, beats)})
@@ -52,14 +64,23 @@ async def stream(bench, *, direction, region, length):
     if direction == "write":
         assert np.array_equal(memory.dump(base, length, dtype=np.uint32), payload)
     traffic = port.traffic
-    # reads: first to last data beat; writes: first data beat to the last response
-    steady = (traffic["r_last"] - traffic["r_first"] + 1 if direction == "read"
-              else cycles - (traffic["w_first"] - start_cycle))
-    peak = min(memory[region].timing.peak_bytes_per_cycle, BEAT)
+    # reads: first to last data beat (BF16: on vector_out, the bound); writes: first
+    # data beat to the last response
+    if direction == "read_bf16":
+        steady = vector_cycles[-1] - vector_cycles[0] + 1
+    elif direction == "read":
+        steady = traffic["r_last"] - traffic["r_first"] + 1
+    else:
+        steady = cycles - (traffic["w_first"] - start_cycle)
+    # a BF16 load is bound by vector_out (one beat per cycle = half a read beat)
+    vector_beats = 2 * beats if direction == "read_bf16" else beats
+    link = BEAT // 2 if direction == "read_bf16" else BEAT
+    peak = min(memory[region].timing.peak_bytes_per_cycle, link)
     return {"direction": direction, "region": region, "bytes": length,
             "cycles": cycles, "bytes_per_cycle": length / cycles,
             "fraction": length / cycles / peak,
-            "steady_fraction": length / steady / peak, "peak": peak}
+            "steady_fraction": length / steady / peak, "peak": peak,
+            "vector_beats_per_cycle": vector_beats / cycles}
 
 
 async def latency(bench, *, region):
@@ -164,16 +185,19 @@ def main(argv=None):
         return
     scale = 8 if args.quick else 1
     print(f"tier: {args.tier}")
-    print(f"{'stream':<12}{'bytes':>9}{'cycles':>9}{'B/cycle':>9}{'peak':>7}"
-          f"{'of peak':>9}{'steady':>8}{'sim cyc/s':>11}")
+    print(f"{'stream':<16}{'bytes':>9}{'cycles':>9}{'B/cycle':>9}{'peak':>7}"
+          f"{'of peak':>9}{'steady':>8}{'vec/cyc':>9}{'sim cyc/s':>11}")
     for region, length in (("hbm", 512 * 1024), ("ddr", 128 * 1024)):
-        for direction in ("read", "write"):
+        for direction in ("read", "read_bf16", "write"):
+            if direction == "read_bf16" and region != "hbm":
+                continue
             stats = run(stream, f"{direction}-{region}", direction=direction, region=region,
                         length=length // scale)
             r = stats.result
-            print(f"{direction + ' ' + region:<12}{r['bytes']:>9}{r['cycles']:>9}"
-                  f"{r['bytes_per_cycle']:>9.2f}{r['peak']:>7.1f}{r['fraction']:>9.1%}"
-                  f"{r['steady_fraction']:>8.1%}{stats.cycles_per_second:>11.0f}")
+            print(f"{direction.replace('_', ' ') + ' ' + region:<16}{r['bytes']:>9}"
+                  f"{r['cycles']:>9}{r['bytes_per_cycle']:>9.2f}{r['peak']:>7.1f}"
+                  f"{r['fraction']:>9.1%}{r['steady_fraction']:>8.1%}"
+                  f"{r['vector_beats_per_cycle']:>9.3f}{stats.cycles_per_second:>11.0f}")
     for region in ("hbm", "ddr"):
         stats = run(latency, f"latency-{region}", region=region)
         r = stats.result

@@ -13,7 +13,9 @@ Structure
 * the read engine issues ``ar`` bursts (up to ``max_outstanding`` in flight, ID 0, so
   data returns in order) and routes ``r`` data to ``vector_out`` (kernel execute), to
   the write engine (copy) or to the word serializer (``bitstream_out`` for program
-  load, ``scalar_out`` for argument load);
+  load, ``scalar_out`` for argument load); with ``load_bf16`` the BF16 expander sends
+  each read beat (``2 * lanes`` packed BF16 values) to ``vector_out`` as two vector
+  beats whose lanes hold ``value << 16``;
 * the write engine issues ``aw`` bursts (up to ``max_outstanding`` in flight) and
   sends their ``w`` data, independently of the ``aw`` handshake, from ``vector_in``
   (kernel execute) or from the read engine (copy).
@@ -92,6 +94,7 @@ def agcu_config_layout(addr_width=32):
         "wait_done": unsigned(1),       # kernel execute also waits for a DONE token
         "load": pattern_layout(addr_width),
         "store": pattern_layout(addr_width),
+        "load_bf16": unsigned(1),       # kernel execute expands packed BF16 loads
     })
 
 
@@ -278,7 +281,8 @@ class AGCU(wiring.Component):
     axi : Out(AXI4Signature)
         The memory port.
     vector_out : Out(vector_stream(lanes))
-        Data loaded from memory into the array (kernel execute, ``load`` pattern).
+        Data loaded from memory into the array (kernel execute, ``load`` pattern; with
+        ``load_bf16``, two expanded vector beats per read beat).
     vector_in : In(vector_stream(lanes))
         Data stored to memory (kernel execute, ``store`` pattern).
     scalar_out : Out(scalar_stream())
@@ -420,6 +424,7 @@ class AGCU(wiring.Component):
                              gen.pattern.stride[k].eq(pattern.stride[k])]
 
         accept = Signal()
+        expand_bf16 = Signal()      # this kernel execute expands packed BF16 loads
         words_left = Signal(32)
         launch_pending = Signal()
         wait_done = Signal()
@@ -444,7 +449,8 @@ class AGCU(wiring.Component):
                     with m.Case(AGCUOp.EXECUTE):
                         m.d.comb += [read_gen.start.eq(conf.load_enable),
                                      write_gen.start.eq(conf.store_enable)]
-                        m.d.sync += [launch_pending.eq(1), wait_done.eq(conf.wait_done)]
+                        m.d.sync += [launch_pending.eq(1), wait_done.eq(conf.wait_done),
+                                     expand_bf16.eq(conf.load_bf16)]
 
         # -- read engine ---------------------------------------------------------------
         axi = self.axi
@@ -530,12 +536,37 @@ class AGCU(wiring.Component):
         word_valid = Signal()
         word_taken = Signal()
         m.d.comb += word.eq(read_fifo.o.payload.word_select(word_index, WORD_BITS))
+        # BF16 expander: a read beat holds 2 * lanes packed BF16 values (value i in bits
+        # 16i..16i+15); it leaves as two vector beats, values 0..lanes-1 then
+        # lanes..2*lanes-1, each lane ``value << 16``. The beat stays at the head of the
+        # read buffer until its second half is taken (one vector beat per cycle, no
+        # bubble), so the completion rule (read buffer empty) covers expanded beats.
+        second_half = Signal()
+        expanded = Signal(data_width)
+        half_bits = self.lanes * 16
+        for lane in range(self.lanes):
+            m.d.comb += expanded.word_select(lane, WORD_BITS).eq(Mux(
+                second_half,
+                read_fifo.o.payload[half_bits + 16 * lane:half_bits + 16 * (lane + 1)],
+                read_fifo.o.payload[16 * lane:16 * (lane + 1)]) << 16)
+        with m.If(accept):
+            m.d.sync += second_half.eq(0)
         with m.Switch(mode):
             with m.Case(AGCUOp.EXECUTE):
+                m.d.comb += self.vector_out.valid.eq(read_fifo.o.valid)
+                with m.If(expand_bf16):
+                    m.d.comb += [
+                        self.vector_out.payload.eq(expanded),
+                        read_fifo.o.ready.eq(self.vector_out.ready & second_half),
+                    ]
+                    with m.If(self.vector_out.valid & self.vector_out.ready):
+                        m.d.sync += second_half.eq(~second_half)
+                with m.Else():
+                    m.d.comb += [
+                        self.vector_out.payload.eq(read_fifo.o.payload),
+                        read_fifo.o.ready.eq(self.vector_out.ready),
+                    ]
                 m.d.comb += [
-                    self.vector_out.valid.eq(read_fifo.o.valid),
-                    self.vector_out.payload.eq(read_fifo.o.payload),
-                    read_fifo.o.ready.eq(self.vector_out.ready),
                     write_data_valid.eq(self.vector_in.valid),
                     write_data.eq(self.vector_in.payload),
                     self.vector_in.ready.eq(write_data_taken),

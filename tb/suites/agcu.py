@@ -10,6 +10,7 @@ from hdl.agcu import AGCU, AGCUError, AGCUOp, agcu_command_layout, agcu_config_l
 from hdl.interfaces import ControlToken
 from sim_models.memory_system import default_memory_system
 
+from ..stalls import StallPattern
 from .common import configure
 
 BEAT = 32
@@ -59,6 +60,29 @@ def reference_bursts(pattern, max_burst=16, beat=BEAT):
 
 def beat_value(raw):
     return int.from_bytes(raw, "little")
+
+
+def bf16_expanded_beats(image, offsets, lanes=LANES):
+    """The vector beats a ``load_bf16`` kernel sends for the read beats at ``offsets``
+    (byte offsets into ``image``): the beat's bytes as little-endian uint16 values,
+    each shifted into the high half of a uint32 lane, ``lanes`` lanes per vector beat
+    (two vector beats per read beat, lower addresses first)."""
+    values = np.frombuffer(bytes(image), dtype="<u2")
+    index = np.asarray(offsets, dtype=np.int64)[:, None] // 2 + np.arange(2 * lanes)
+    lanes32 = (values[index].astype(np.uint32) << 16).reshape(-1, lanes)
+    return [int.from_bytes(row.astype("<u4").tobytes(), "little") for row in lanes32]
+
+
+def random_bf16_image(rng, size):
+    """``size`` bytes of BF16 values: scaled normals plus zeros, infinities, NaNs and
+    subnormals (every bit pattern may reach the array)."""
+    import ml_dtypes
+    count = size // 2
+    values = (rng.standard_normal(count) * 10.0 ** rng.integers(-30, 30, count)).astype(
+        ml_dtypes.bfloat16).view(np.uint16)
+    special = rng.random(count) < 0.1
+    values[special] = rng.integers(0, 1 << 16, int(special.sum()), dtype=np.uint16)
+    return values.astype("<u2").tobytes()
 
 
 # -- driving helpers ---------------------------------------------------------------------
@@ -182,6 +206,177 @@ async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="r
     if memory.errors:
         raise AssertionError(f"memory errors: {memory.errors[0]}")
     return total
+
+
+async def bf16_load(bench, *, kernels=3, memory_stall="random", stream_stall="random",
+                    write_order="aw_first", store=False, fast=True):
+    """Kernel executes that load random BF16 tensors along random patterns with
+    ``load_bf16`` (every kernel but those drawn plain; the first is always BF16), each
+    read beat checked as two expanded vector beats against a numpy expansion of the
+    memory image; with ``store`` a random store pattern runs concurrently and the
+    stored memory is checked too."""
+    overrides = {"hbm": {"hit_latency": 8, "miss_latency": 12},
+                 "ddr": {"hit_latency": 14, "miss_latency": 20}} if fast else {}
+    memory = default_memory_system(**overrides)
+    port = memory.attach(bench, "axi", stall=memory_stall, write_order=write_order)
+    host = Host(bench)
+    out = bench.sink("vector_out", stream_stall)
+    inp = bench.source("vector_in", stream_stall)
+    control = bench.sink("control_out", stream_stall)
+    rng = bench.rng
+    np_rng = np.random.default_rng(rng.getrandbits(32))
+    load_window = (HBM.base + 0x20_0000, 16384)
+    store_window = (DDR.base + 0x8_0000, 16384)
+    image = random_bf16_image(np_rng, load_window[1])
+    memory.load(load_window[0], np.frombuffer(image, dtype=np.uint8))
+    stored = bytearray(memory.dump(*store_window).tobytes())
+    total = {"bf16_kernels": 0, "read_beats": 0, "vector_beats": 0, "stored": 0}
+    for kernel in range(kernels):
+        bf16 = kernel == 0 or rng.random() < 0.75
+        load = random_pattern(rng, *load_window, max_beats=96)
+        config = {"load_enable": 1, "load": load, "load_bf16": int(bf16)}
+        stores = []
+        if store:
+            config.update(store_enable=1, store=random_pattern(rng, *store_window))
+            stores = pattern_addresses(config["store"])
+        await write_config(bench, config)
+        offsets = [a - load_window[0] for a in pattern_addresses(load)]
+        if bf16:
+            expected = bf16_expanded_beats(image, offsets)
+        else:
+            expected = [beat_value(image[o:o + BEAT]) for o in offsets]
+        out.expect_all(expected)
+        values = [rng.getrandbits(LANES * 32) for _ in stores]
+        inp.send_all(values)
+        for addr, value in zip(stores, values, strict=True):
+            offset = addr - store_window[0]
+            stored[offset:offset + BEAT] = value.to_bytes(BEAT, "little")
+        control.expect(ControlToken.STEP)
+        first_read, first_write = len(port.read_bursts), len(port.write_bursts)
+        first_item = len(out.items)
+        error, _ = await host.run(AGCUOp.EXECUTE, timeout=20_000)
+        if error != AGCUError.NONE:
+            raise AssertionError(f"kernel execute ended with error {AGCUError(error).name}")
+        # done implies every expanded beat was delivered: nothing may still be pending
+        if not out.idle:
+            raise AssertionError(f"done with {len(out.scoreboard.pending)} vector beats "
+                                 f"not yet delivered")
+        await bench.streams_done(timeout=1000)
+        # the memory side sees the pattern's beats once (packed), the array twice as many
+        _check_bursts(port.read_bursts[first_read:], reference_bursts(load), "load")
+        read_beats = sum(beats for _, beats in port.read_bursts[first_read:])
+        vector_beats = len(out.items) - first_item
+        if read_beats != len(offsets) or vector_beats != (2 if bf16 else 1) * len(offsets):
+            raise AssertionError(f"{read_beats} read beats and {vector_beats} vector beats "
+                                 f"for a {len(offsets)}-beat pattern (bf16={bf16})")
+        if store:
+            _check_bursts(port.write_bursts[first_write:],
+                          reference_bursts(config["store"]), "store")
+            dumped = memory.dump(*store_window).tobytes()
+            if dumped != bytes(stored):
+                index = next(i for i in range(len(stored)) if dumped[i] != stored[i])
+                raise AssertionError(f"stored memory differs at {store_window[0] + index:#x}")
+        total["bf16_kernels"] += bf16
+        total["read_beats"] += read_beats
+        total["vector_beats"] += vector_beats
+        total["stored"] += len(stores)
+    if memory.errors:
+        raise AssertionError(f"memory errors: {memory.errors[0]}")
+    # a BF16 load from an unmapped address: READ_DECERR, and still both vector beats of
+    # every (zero) read beat reach the array before done
+    await write_config(bench, {"load_enable": 1, "load_bf16": 1, "load": {
+        "base": 0x2000_0000, "count": [3, 2, 1], "stride": [BEAT, 4096, 0]}})
+    out.expect_all([0] * 12)
+    control.expect(ControlToken.STEP)
+    error, _ = await host.run(AGCUOp.EXECUTE, timeout=20_000)
+    if error != AGCUError.READ_DECERR or not out.idle:
+        raise AssertionError(f"unmapped BF16 load: error {error}, "
+                             f"{len(out.scoreboard.pending)} vector beats missing")
+    await bench.streams_done(timeout=1000)
+    total["unmapped_errors"] = len(memory.errors)
+    return total
+
+
+class _Gate(StallPattern):
+    """A sink's ``ready``: held low until ``open`` is set."""
+
+    def __init__(self):
+        self.open = True
+
+    def next(self):
+        return self.open
+
+
+async def bf16_full_rate(bench, *, beats=256, fill_cycles=400):
+    """Full-rate BF16 expansion, no stalls.
+
+    Single-beat loads: a ``load_bf16`` one takes exactly one cycle more than a plain
+    one (its second vector beat). A ``beats``-beat ``load_bf16`` stream is held at
+    ``vector_out`` for ``fill_cycles`` (the read buffer fills and the memory gets
+    ahead), then released: its ``2 * beats`` vector beats leave on consecutive cycles
+    from the release on, ``axi.r`` takes a beat every second cycle meanwhile, and
+    ``done`` follows the last beat as it does for a single-beat load.
+    """
+    memory = default_memory_system(hbm={"hit_latency": 8, "miss_latency": 12})
+    port = memory.attach(bench, "axi")
+    host = Host(bench)
+    out = bench.sink("vector_out")
+    gate = out.stall = _Gate()
+    control = bench.sink("control_out")
+    image = random_bf16_image(np.random.default_rng(bench.rng.getrandbits(32)), beats * BEAT)
+    handshakes, r_handshakes = [], []
+    out.on_transfer = lambda payload, cycle: handshakes.append(cycle)
+    count_r = port.r.on_transfer
+
+    def on_r(payload, cycle):
+        r_handshakes.append(cycle)
+        count_r(payload, cycle)
+    port.r.on_transfer = on_r
+    result = {}
+    runs = (("plain_1", 1, 0), ("bf16_1", 1, 1), ("bf16_n", beats, 1))
+    for run, (name, count, bf16) in enumerate(runs):
+        # each run starts 1 MiB apart, on rows never opened: the same first latency
+        start = HBM.base + 0x10_0000 * (run + 1)
+        memory.load(start, np.frombuffer(image, dtype=np.uint8))
+        await write_config(bench, {"load_enable": 1, "load_bf16": bf16, "load": {
+            "base": start, "count": [count, 1, 1], "stride": [BEAT, 0, 0]}})
+        offsets = [BEAT * i for i in range(count)]
+        out.expect_all(bf16_expanded_beats(image, offsets) if bf16 else
+                       [beat_value(image[o:o + BEAT]) for o in offsets])
+        control.expect(ControlToken.STEP)
+        handshakes.clear()
+        r_handshakes.clear()
+        issued = bench.cycle
+        if count > 1:
+            gate.open = False
+            host.source.send(_COMMAND.const({"op": AGCUOp.EXECUTE}).as_value().value)
+            await bench.cycles(fill_cycles)
+            if handshakes or await bench.read("axi.r.ready"):
+                raise AssertionError(f"{name}: the read buffer did not fill while held")
+            released = bench.cycle + 1     # agents drive ready from the next cycle on
+            gate.open = True
+            await bench.wait_for("done", 1, timeout=20_000)
+            error, cycles = await bench.read("error"), bench.cycle - issued
+            await bench.cycles(1)
+            steady = [c for c in r_handshakes if c >= released]
+            if any(b - a != 2 for a, b in zip(steady, steady[1:], strict=False)):
+                raise AssertionError(f"{name}: axi.r not taken every second cycle")
+            result["r_beats_in_steady_state"] = len(steady)
+            if handshakes[0] != released:
+                raise AssertionError(f"{name}: first vector beat at {handshakes[0]}, "
+                                     f"released at {released}")
+        else:
+            error, cycles = await host.run(AGCUOp.EXECUTE, timeout=20_000)
+        if error != AGCUError.NONE:
+            raise AssertionError(f"{name}: error {AGCUError(error).name}")
+        await bench.streams_done(timeout=100)
+        if handshakes != list(range(handshakes[0], handshakes[0] + len(handshakes))):
+            gaps = [b - a for a, b in zip(handshakes, handshakes[1:], strict=False) if b - a > 1]
+            raise AssertionError(f"{name}: vector_out not on consecutive cycles "
+                                 f"({len(gaps)} gaps, e.g. {gaps[:4]})")
+        result[name] = {"cycles": cycles, "vector_beats": len(handshakes),
+                        "tail": issued + cycles - handshakes[-1]}
+    return result
 
 
 async def copy(bench, *, length, src=DDR.base + 0x20_0000, dst=HBM.base + 0x8_0000,
