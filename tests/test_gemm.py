@@ -20,7 +20,7 @@ def _unpack(layout, words):
 
 def test_plan_pads_and_counts():
     plan = gemm.plan_gemm(37, 50, 29, DEFAULT)
-    assert (plan.k_pad, plan.k_pitch, plan.col_tiles) == (32, 32, 7)
+    assert (plan.k_pad, plan.k_pitch, plan.col_tiles) == (32, 32, 7)    # K to 2 x lanes
     assert plan.pcus == 5                 # ceil(37 / 8) row blocks
     assert plan.m_pad == 40 and plan.passes == 1
     plan = gemm.plan_gemm(256, 256, 256, DEFAULT)
@@ -81,8 +81,16 @@ def test_layouts_round_trip():
     meta = program.meta
     a, b = gemm.random_inputs(13, 11, 7, seed=3)
     gemm.pack_inputs(program, a, b)
-    a_image = program.inputs["a"][1].reshape(meta["m_pad"], meta["k_pad"])
-    b_image = program.inputs["b"][1].reshape(meta["col_tiles"], meta["k_pad"], 4)
+    # packed BF16: value i of an image is bytes 2i, 2i+1 (little-endian)
+    def bf16_values(words):
+        raw = np.asarray(words, np.uint32).tobytes()
+        return [int.from_bytes(raw[2 * i:2 * i + 2], "little") << 16
+                for i in range(len(raw) // 2)]
+    a_image = np.array(bf16_values(program.inputs["a"][1])).reshape(meta["m_pad"],
+                                                                    meta["k_pad"])
+    b_image = np.array(bf16_values(program.inputs["b"][1])).reshape(meta["col_tiles"],
+                                                                    meta["k_pad"], 4)
+    assert meta["k_pad"] == 8                  # K padded to whole AXI beats (2 x lanes)
     for i in range(13):
         for k in range(7):
             assert a_image[i, k] == a[i, k]

@@ -17,9 +17,10 @@ Dataflow (``docs/compiler.md`` has the walkthrough):
   row block, so each store is a plain affine pattern.
 
 Tensors in HBM use layouts chosen by the compiler (the runtime packs and unpacks them):
-A row-major ``(Mp, Kp)`` 32-bit words with the BF16 value in the high half; B packed by
-column tile ``(Np / lanes, Kp, lanes)``; C packed by column tile ``(Np / lanes, Mp,
-lanes)`` FP32. Padding (to multiples of ``lanes`` and of the pass height) is zero.
+A row-major ``(Mp, Kp)`` packed BF16; B packed by column tile ``(Np / lanes, Kp,
+lanes)`` packed BF16 (the AGCUs' ``load_bf16`` mode expands them into the lanes' high
+halves); C packed by column tile ``(Np / lanes, Mp, lanes)`` FP32. Padding (K to
+``2 * lanes``, N to ``lanes``, M to the pass height) is zero.
 """
 
 import functools
@@ -52,6 +53,7 @@ __all__ = ["GemmPlan", "plan_gemm", "compile_gemm", "pack_inputs", "unpack_outpu
            "random_inputs", "reference", "check_result", "encode_switches"]
 
 WORD = 4
+BF16 = 2
 PAGE = 4096
 
 
@@ -77,7 +79,7 @@ class GemmPlan:
     k: int
     lanes: int
     pcus: int               # PCUs used
-    k_pad: int              # K padded to lanes
+    k_pad: int              # K padded to 2 * lanes (whole AXI beats of BF16)
     k_pitch: int            # PMU row pitch: a power of two >= k_pad (diagonal banks)
     col_tiles: int          # Np / lanes
     passes: int             # Mp / rows_per_pass
@@ -119,7 +121,8 @@ def plan_gemm(m, n, k, geometry=None, stages=4):
                            f"{geometry.rows}x{geometry.cols} array has "
                            f"{available} PCUs and {geometry.capacity()['pmu']} PMUs")
     pcus = min(available, geometry.capacity()["pmu"], _ceil(m, lanes))
-    k_pad = _ceil(k, lanes) * lanes
+    # K padded to 2 * lanes: one AXI beat of packed BF16 is two vector beats
+    k_pad = _ceil(k, 2 * lanes) * 2 * lanes
     k_pitch = max(lanes, _pow2_at_least(k_pad))
     buffers = 2 if 2 * lanes * k_pitch <= geometry.pmu_words else 1
     if lanes * k_pitch > geometry.pmu_words:
@@ -301,8 +304,8 @@ def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2):
     sites = mapping.placement.sites
 
     # memory: A, B, C, then the bitstream, each on its own 4 KiB page
-    a_bytes = plan.m_pad * plan.k_pad * WORD
-    b_bytes = plan.col_tiles * plan.k_pad * beat
+    a_bytes = plan.m_pad * plan.k_pad * BF16
+    b_bytes = plan.col_tiles * plan.k_pad * lanes * BF16
     c_bytes = plan.col_tiles * plan.m_pad * beat
     a_addr = HBM.base
     b_addr = a_addr + _ceil(a_bytes, PAGE) * PAGE
@@ -329,18 +332,20 @@ def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2):
             block_of[name] = next_block
             next_block += 1
 
-    agcu_fields = {index: {"load_enable": 0, "store_enable": 0, "wait_done": 0,
+    agcu_fields = {index: {"load_enable": 0, "store_enable": 0, "wait_done": 0, "load_bf16": 0,
                            "load": dict(_IDLE_PATTERN), "store": dict(_IDLE_PATTERN)}
                    for index in range(agcus)}
     beats = plan.k_pad // lanes
     rows = plan.rows_per_pass
+    # A and B are packed BF16: the AGCUs expand each AXI beat into two vector beats
     load_a = agcu_fields[_agcu_index(geometry, sites["load_a"])]
-    load_a.update(load_enable=1, load=_pattern(
-        a_addr, (beats, rows, plan.passes),
-        (beat, plan.k_pad * WORD, rows * plan.k_pad * WORD)))
+    load_a.update(load_enable=1, load_bf16=1, load=_pattern(
+        a_addr, (beats // 2, rows, plan.passes),
+        (beat, plan.k_pad * BF16, rows * plan.k_pad * BF16)))
     load_b = agcu_fields[_agcu_index(geometry, sites["load_b"])]
-    load_b.update(load_enable=1, load=_pattern(
-        b_addr, (plan.k_pad, plan.col_tiles, plan.passes), (beat, plan.k_pad * beat, 0)))
+    load_b.update(load_enable=1, load_bf16=1, load=_pattern(
+        b_addr, (plan.k_pad // 2, plan.col_tiles, plan.passes),
+        (beat, plan.k_pad * lanes * BF16, 0)))
     for g, (first_row, count) in store_rows.items():
         fields = agcu_fields[_agcu_index(geometry, sites[f"store_c{g}"])]
         fields.update(store_enable=1, store=_pattern(
@@ -429,9 +434,15 @@ def pack_inputs(program, a_words, b_words):
     b_pad = np.zeros((meta["k_pad"], meta["n_pad"]), np.uint32)
     b_pad[:k, :n] = b_words
     b_packed = b_pad.reshape(meta["k_pad"], meta["col_tiles"], lanes).transpose(1, 0, 2)
-    program.inputs["a"] = (meta["addresses"]["a"], a_pad.reshape(-1))
-    program.inputs["b"] = (meta["addresses"]["b"], np.ascontiguousarray(b_packed).reshape(-1))
+    program.inputs["a"] = (meta["addresses"]["a"], _bf16_image(a_pad))
+    program.inputs["b"] = (meta["addresses"]["b"], _bf16_image(b_packed))
     return program
+
+
+def _bf16_image(words):
+    """Packed BF16 memory image (value ``i`` in bytes ``2i, 2i+1``) as uint32 words."""
+    halves = np.ascontiguousarray((np.asarray(words, np.uint32) >> 16).astype("<u2"))
+    return halves.reshape(-1).view("<u4").astype(np.uint32)
 
 
 def unpack_output(program, c_words):
