@@ -273,8 +273,11 @@ def build(cls, *, toplevel=None, waves=None, **params):
         verilog_path.write_text(generate_verilog(cls(**params), toplevel))
         from cocotb_tools.runner import get_runner
         runner = get_runner("verilator")
+        # -fno-inline keeps each distinct module (after dedupe_modules) one C++ class,
+        # compiled once however often it is instantiated: Verilator would otherwise
+        # flatten the whole array into its root class (8 PCUs = 8 copies of the code).
         build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
-                      "--x-assign", "fast", "--x-initial", "fast"]
+                      "-fno-inline", "--x-assign", "fast", "--x-initial", "fast"]
         if waves:
             build_args += ["--trace-fst" if fst_supported() else "--trace", "--trace-structs"]
         log_path = build_dir / "build.log"
