@@ -9,9 +9,10 @@ is unchanged.
 Two modules are merged only when their texts are equal after (a) replacing the module's
 own name, (b) renaming Yosys's numbered internal names (``\\$auto$...$840``, whose
 numbers come from a global counter) to canonical names derived from how each is used,
-and (c) sorting the declaration lines (Yosys sorts those by the original names). The
-statements themselves are compared in order, so merged modules are equal up to a
-renaming of internal wires. Modules are merged bottom-up until nothing changes, so a
+and (c) sorting the declarations and the module-level ``assign`` statements (Yosys
+orders those by the original names; both are order-free in Verilog). Everything else
+(``always`` blocks, instances) is compared in order, so merged modules are equal up to
+a renaming of internal wires. Modules are merged bottom-up until nothing changes, so a
 parent whose children were merged can be merged in turn.
 """
 
@@ -57,7 +58,11 @@ def _canonical_body(name, body):
     def substitute(line):
         return _NUMBERED.sub(lambda m: rename.get(m.group(0), m.group(0)), line)
     declarations = sorted(substitute(line) for line in lines if _DECLARATION.match(line))
-    return "\n".join(declarations) + "\n" + "\n".join(substitute(line) for line in statements)
+    # module-level continuous assignments are order-free too (Yosys orders them by name);
+    # everything else (always blocks, instances) is compared in order
+    assigns = sorted(substitute(line) for line in statements if line.startswith("  assign "))
+    rest = [substitute(line) for line in statements if not line.startswith("  assign ")]
+    return "\n".join(declarations + assigns + rest)
 
 
 def dedupe_modules(text):
