@@ -148,6 +148,68 @@ def cmd_compile(args):
     return 0
 
 
+def _unit_layouts(lanes, stages):
+    from hdl.agcu import agcu_config_layout
+    from hdl.pcu import pcu_config_layout
+    from hdl.pmu import pmu_config_layout
+    from hdl.switch import switch_config_layout
+    from rdu.bitstream import UnitKind
+    return {UnitKind.PCU: pcu_config_layout(lanes, stages),
+            UnitKind.PMU: pmu_config_layout(),
+            UnitKind.SWITCH: switch_config_layout(),
+            UnitKind.AGCU: agcu_config_layout()}
+
+
+def _flatten(fields, prefix=""):
+    """``{"a": {"b": [1, 2]}}`` -> ``[("a.b[0]", 1), ("a.b[1]", 2)]``."""
+    if isinstance(fields, dict):
+        items = []
+        for name, value in fields.items():
+            items += _flatten(value, f"{prefix}.{name}" if prefix else name)
+        return items
+    if isinstance(fields, list):
+        if all(isinstance(v, int) for v in fields):
+            return [(prefix, fields)]
+        items = []
+        for index, value in enumerate(fields):
+            items += _flatten(value, f"{prefix}[{index}]")
+        return items
+    return [(prefix, fields)]
+
+
+def cmd_inspect(args):
+    from rdu.bitstream import from_bytes, read_bitstream
+    from rdu.unitconfig import unpack_config
+    raw = Path(args.file).read_bytes()
+    header, records = read_bitstream(from_bytes(raw))
+    geometry = header.geometry
+    layouts = _unit_layouts(geometry.lanes, args.stages)
+    units = []
+    for record in records:
+        fields = unpack_config(layouts[record.kind], record.words)
+        units.append({"kind": record.kind.name, "row": record.row, "col": record.col,
+                      "words": len(record.words), "fields": fields})
+    if args.json:
+        print(json.dumps({"header": {"rows": geometry.rows, "cols": geometry.cols,
+                                     "lanes": geometry.lanes, "version": header.version,
+                                     "payload_words": header.length, "crc": header.crc},
+                          "units": units}))
+        return 0
+    print(f"{args.file}: bitstream v{header.version}, array {geometry.rows}x{geometry.cols} "
+          f"lanes={geometry.lanes}, {header.length} payload words, CRC {header.crc:#010x} ok, "
+          f"{len(records)} records")
+    for unit in units:
+        where = (f"AGCU {unit['col']}" if unit["kind"] == "AGCU"
+                 else f"{unit['kind']}({unit['row']},{unit['col']})")
+        values = [(name, value) for name, value in _flatten(unit["fields"])
+                  if args.all or (value != 0 and value != [0] * len(value)
+                                  if isinstance(value, list) else value != 0)]
+        print(f"{where}: {unit['words']} words" + ("" if values else ", all zero (idle)"))
+        for name, value in values:
+            print(f"    {name} = {value}")
+    return 0
+
+
 def cmd_run(args):
     import shutil
 
@@ -263,6 +325,13 @@ def _parser():
                           help="also write the whole program (bitstream, layouts) to DIR")
     compile_.add_argument("--json", action="store_true")
     compile_.set_defaults(func=cmd_compile)
+
+    inspect = commands.add_parser("inspect", help="print a bitstream's units and fields")
+    inspect.add_argument("file")
+    inspect.add_argument("--stages", type=int, default=4, help="PCU SIMD stages")
+    inspect.add_argument("--all", action="store_true", help="also print zero fields")
+    inspect.add_argument("--json", action="store_true")
+    inspect.set_defaults(func=cmd_inspect)
 
     run = commands.add_parser("run", help="compile, run and check a kernel")
     gemm_options(run)
