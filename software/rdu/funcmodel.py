@@ -194,9 +194,15 @@ class _Unit:
         return 0
 
     def busy(self):
+        """Work remains that the run cannot finish without (a deadlock if nothing moves)."""
         return False
 
     def waits(self):
+        """One-line descriptions of what the unit waits on."""
+        return []
+
+    def leftovers(self):
+        """Items left behind that nothing waits for (unrouted tokens, for example)."""
         return []
 
 
@@ -300,7 +306,13 @@ class _SwitchNetwork(_Unit):
         return moved
 
     def busy(self):
-        return any(queue.items for queue in self.inputs)
+        return any(queue.items for source, queue in enumerate(self.inputs)
+                   if self.members[source])
+
+    def leftovers(self):
+        return [f"{self.name} input {DIRECTION_NAMES[source]}: {len(queue.items)} unrouted "
+                f"items" for source, queue in enumerate(self.inputs)
+                if queue.items and not self.members[source]]
 
     def waits(self):
         found = []
@@ -309,7 +321,6 @@ class _SwitchNetwork(_Unit):
                 continue
             where = f"{self.name} input {DIRECTION_NAMES[source]} holds {len(queue.items)}"
             if not self.members[source]:
-                found.append(f"{where} unrouted items")
                 continue
             for out in self.members[source]:
                 if self.taken[source] >> out & 1:
@@ -537,8 +548,11 @@ class _PMU(_Unit):
             total += moved
 
     def busy(self):
-        return bool(self.write_beat or self.vin.items or self.sin.items or
-                    self.step_tokens or self.done_token or self.armed)
+        return bool(self.write_beat or self.vin.items or self.sin.items or self.armed)
+
+    def leftovers(self):
+        tokens = self.step_tokens + self.done_token
+        return [f"{self.name}: {tokens} control tokens not sent"] if tokens else []
 
     def waits(self):
         found = []
@@ -556,8 +570,6 @@ class _PMU(_Unit):
             found.append(f"{self.name} read waits on vector_out")
         elif cfg["read_enable"] and not self.done and self.full and cfg["read_gate"]:
             found.append(f"{self.name} waits on control_in (read gate)")
-        if self.step_tokens or self.done_token:
-            found.append(f"{self.name} waits on control_out")
         if self.sin.items:
             found.append(f"{self.name} scalar lookups wait on scalar_out")
         return found
@@ -897,13 +909,15 @@ class RunResult:
     (``items_in``, ``items_out``, PCU ``macs``, PMU ``beats_written``...);
     ``done_tokens``: DONE tokens that left the array at edge control outputs;
     ``items_moved``: item transfers the model made; ``scalar_results``: per AGCU, the
-    words its ``scalar_in`` received.
+    words its ``scalar_in`` received; ``leftovers``: items that nothing waited for and
+    that stayed in the array (e.g. unrouted launch or release tokens).
     """
     edge_outputs: dict
     counters: dict
     done_tokens: int
     items_moved: int
     scalar_results: dict = field(default_factory=dict)
+    leftovers: list = field(default_factory=list)
 
 
 class FunctionalArray:
@@ -925,10 +939,14 @@ class FunctionalArray:
         Configuration words an AGCU record may carry (``TileArray`` default 16).
     fifo_depth : int
         Depth of the switches' input FIFOs.
+    switch_layout : data.Layout, optional
+        The switches' configuration layout (default ``hdl.switch.switch_config_layout()``);
+        merge fields (``vector_merge`` ...) are used when the layout has them.
     """
 
     def __init__(self, rows, cols, lanes, *, compute=True, stages=4, capacity_bytes=65536,
-                 agcus=2, agcu_config_words=16, fifo_depth=SWITCH_FIFO_DEPTH):
+                 agcus=2, agcu_config_words=16, fifo_depth=SWITCH_FIFO_DEPTH,
+                 switch_layout=None):
         self.geometry = Geometry(rows, cols, lanes)
         self.rows, self.cols, self.lanes = rows, cols, lanes
         self.compute, self.stages = compute, stages
@@ -942,7 +960,8 @@ class FunctionalArray:
             raise ValueError(f"{agcus} AGCUs do not fit the {2 * rows} edge ports")
         self.layouts = {UnitKind.PCU: pcu_config_layout(lanes, stages),
                         UnitKind.PMU: pmu_config_layout(),
-                        UnitKind.SWITCH: switch_config_layout(),
+                        UnitKind.SWITCH: (switch_config_layout() if switch_layout is None
+                                          else switch_layout),
                         UnitKind.AGCU: agcu_config_layout()}
         self.units = {}
         for row in range(rows):
@@ -1155,7 +1174,10 @@ class FunctionalArray:
         waiting = []
         for component in units + agcus + switches + sources:
             if component.busy():
-                waiting += component.waits() or [f"{component.name} is busy"]
+                # a switch held up by a full destination is explained by its consumer
+                default = [] if isinstance(component, _SwitchNetwork) else [
+                    f"{component.name} is busy"]
+                waiting += component.waits() or default
         if waiting:
             raise ModelDeadlock("deadlock: " + "; ".join(waiting))
         edge_outputs = {}
@@ -1172,7 +1194,9 @@ class FunctionalArray:
             counters[net.name] = {"items_out": net.forwarded}
         for agcu in agcus:
             counters[agcu.name] = {"beats_loaded": agcu.loaded, "beats_stored": agcu.stored}
-        return RunResult(edge_outputs, counters, done_tokens, moved_total, scalar_results)
+        leftovers = [text for component in switches + units for text in component.leftovers()]
+        return RunResult(edge_outputs, counters, done_tokens, moved_total, scalar_results,
+                         leftovers)
 
     def _beat(self, item):
         if isinstance(item, (int, np.integer)):
