@@ -370,7 +370,9 @@ class _AffineTable:
         # physical words beyond the SRAM wrap in the 20-bit address like the hardware's
         # row index (only reachable with an out-of-range lane, which is an error)
         physical = physical % pmu.capacity_words
-        cached = self.blocks[index] = (pred, out_of_range, conflict, physical)
+        any_bad = bool(((conflict | out_of_range) & pred).any())
+        cached = self.blocks[index] = (pred, out_of_range, conflict, physical, any_bad,
+                                       bool(pred.all()))
         return cached
 
 
@@ -432,18 +434,21 @@ class _PMU(_Unit):
         while vin and self.full < cfg["buffers"]:
             table = self._table("write", self.write_buffer)
             block, start = divmod(self.write_beat, BLOCK)
-            pred, bad_range, conflict, physical = table.block(block)
+            pred, bad_range, conflict, physical, any_bad, all_pred = table.block(block)
             count = min(len(vin), len(pred) - start)
             items = [vin.popleft() for _ in range(count)]
             sel = slice(start, start + count)
             chosen = pred[sel]
-            if (conflict[sel] & chosen).any():
+            if any_bad and (conflict[sel] & chosen).any():
                 beat = self.write_beat + int(np.argmax(conflict[sel] & chosen))
                 self._error("WRITE_CONFLICT", f"write beat {beat} maps two lanes to one bank")
-            if (bad_range[sel] & chosen).any():
+            if any_bad and (bad_range[sel] & chosen).any():
                 beat = self.write_beat + int(np.argmax(bad_range[sel] & chosen))
                 self._error("WRITE_RANGE", f"write beat {beat} falls outside its buffer")
-            if chosen.any():
+            if all_pred:
+                self.memory[physical[sel]] = _vectors(items, self.lanes)
+                self.beats_written += count
+            elif chosen.any():
                 values = _vectors(items, self.lanes)
                 self.memory[physical[sel][chosen]] = values[chosen]
                 self.beats_written += int(chosen.sum())
@@ -475,25 +480,29 @@ class _PMU(_Unit):
                 progress += 1
             table = self._table("read", self.read_buffer)
             block, start = divmod(self.read_beat, BLOCK)
-            pred, bad_range, conflict, physical = table.block(block)
-            space = vout.capacity - len(vout.items)
-            rest = pred[start:]
-            produced = np.cumsum(rest)
-            steps = int(np.searchsorted(produced, space + 1)) if space >= 0 else 0
+            pred, bad_range, conflict, physical, any_bad, all_pred = table.block(block)
+            space = max(0, vout.capacity - len(vout.items))
+            left = len(pred) - start
+            if all_pred:
+                steps = min(space, left)
+            else:
+                window = pred[start:start + min(left, 64 + 8 * space)]
+                produced = np.cumsum(window)
+                steps = int(np.searchsorted(produced, space + 1))
             # the beat the reader stops at is checked too (the hardware checks it while
             # it waits for room)
-            check = slice(start, start + min(len(rest), steps + 1))
+            check = slice(start, start + min(left, steps + 1))
             chosen = pred[check]
-            if (conflict[check] & chosen).any():
+            if any_bad and (conflict[check] & chosen).any():
                 beat = self.read_beat + int(np.argmax(conflict[check] & chosen))
                 self._error("READ_CONFLICT", f"read beat {beat} maps two lanes to one bank")
-            if (bad_range[check] & chosen).any():
+            if any_bad and (bad_range[check] & chosen).any():
                 beat = self.read_beat + int(np.argmax(bad_range[check] & chosen))
                 self._error("READ_RANGE", f"read beat {beat} falls outside its buffer")
             if steps == 0:
                 break
             sel = slice(start, start + steps)
-            rows = self.memory[physical[sel][pred[sel]]]
+            rows = self.memory[physical[sel] if all_pred else physical[sel][pred[sel]]]
             vout.items.extend(rows)
             self.beats_read += len(rows)
             progress += steps
