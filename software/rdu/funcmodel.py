@@ -258,7 +258,8 @@ class _SwitchNetwork(_Unit):
         self.forwarded = 0
 
     def active(self):
-        return bool(self.routed) or any(self.inputs[s] for s in range(len(self.inputs)))
+        """Whether any input is routed (a network without routes never moves items)."""
+        return bool(self.routed)
 
     def _advance(self, out):
         counts = self.counts[out]
@@ -1071,8 +1072,7 @@ class FunctionalArray:
                     net = _SwitchNetwork(f"switch({row},{col}) {network}",
                                          switch_inputs[row, col, network], outputs,
                                          cfg[network], merges)
-                    if net.active():
-                        switches.append(net)
+                    switches.append(net)
         units = []
         for row in range(rows):
             for col in range(cols):
@@ -1149,7 +1149,7 @@ class FunctionalArray:
             sources.append(_EdgeSource(network, edge, items, queue))
         collected = {key: [] for key in edge_out}
         agcu_edges = {agcu_edge(agcu.index, self.rows) for agcu in agcus}
-        components = sources + agcus + switches + units
+        components = sources + agcus + [net for net in switches if net.active()] + units
         moved_total = 0
         done_tokens = 0
         scalar_results = {agcu.index: [] for agcu in agcus}

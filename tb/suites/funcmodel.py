@@ -4,16 +4,32 @@ model's edge outputs as the exact expectation (``tests/test_funcmodel.py``)."""
 from .array import load_bitstream, pulse
 from .common import pack_vector
 
-__all__ = ["array_replay"]
+__all__ = ["array_replay", "as_json_ports"]
 
 NETWORKS = ("vector", "scalar", "control")
+
+
+def _as_dict(ports):
+    if isinstance(ports, dict):
+        return ports
+    return {(network, edge): items for network, edge, items in ports}
+
+
+def as_json_ports(ports):
+    """``{(network, edge): items}`` as ``[[network, edge, items]]`` of plain ints."""
+    return [[network, edge, [[int(v) for v in item] if network == "vector" else int(item)
+                             for item in items]]
+            for (network, edge), items in ports.items()]
 
 
 async def array_replay(bench, *, rows, cols, lanes, bitstream, edge_inputs, expected_outputs,
                        in_stall="random", out_stall="random", timeout=20_000):
     """Load ``bitstream``, drive ``edge_inputs`` ``{(network, edge): items}`` under
     stalls, start, and expect exactly ``expected_outputs`` on the edge outputs, in order
-    (every other edge output must stay silent). Vector items are lane lists."""
+    (every other edge output must stay silent). Vector items are lane lists. Both dicts
+    may also be given as ``[[network, edge, items], ...]`` (JSON, for Verilator)."""
+    edge_inputs = _as_dict(edge_inputs)
+    expected_outputs = _as_dict(expected_outputs)
     await load_bitstream(bench, bitstream)
 
     def pack(network, item):
