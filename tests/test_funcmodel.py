@@ -234,19 +234,21 @@ def test_rtl_replays_model_pmu_transpose(seed):
 # --------------------------------------------------------------------------------------
 
 def _simd_case(rng, lanes, rows_count):
-    """PCU (0,0): per row of 2 beats, x * 2 + in1 on vector_out, and the row's lane sum
-    on scalar_out; DONE to the west edge."""
-    config = {"mode": 0, "vector_out": 1, "reduce": 1, "emit_every": 1,
+    """PCU (0,0): per row of 2 beats, (x * 2 + in1) * s (s: one scalar per row from the
+    west edge) on vector_out, and the lane sum on scalar_out; DONE to the west edge."""
+    config = {"mode": 0, "vector_out": 1, "reduce": 1, "emit_every": 1, "scalar_in": 1,
               "counters": [{"min": 0, "max": 2, "stride": 1},
                            {"min": 0, "max": rows_count, "stride": 1},
                            {"min": 0, "max": 1, "stride": 1}],
               "stages": [{"op": 3, "src_a": 0, "src_b": 3, "constant": 0x40000000},
-                         {"op": 1, "src_a": 0, "src_b": 4}] + [{"op": 0}] * 2}
+                         {"op": 1, "src_a": 0, "src_b": 4},
+                         {"op": 3, "src_a": 0, "src_b": 2}, {"op": 0}]}
     extra = [((0, 0, "vector", LOCAL0), Source.WEST), ((0, 0, "vector", LOCAL0 + 1),
                                                        Source.EAST),
              ((0, 1, "vector", WEST), Source.EAST),
              ((0, 0, "vector", SOUTH), Source.LOCAL), ((1, 0, "vector", WEST), Source.NORTH),
-             ((0, 0, "scalar", WEST), Source.LOCAL), ((0, 0, "control", LOCAL0), Source.WEST),
+             ((0, 0, "scalar", WEST), Source.LOCAL), ((0, 0, "scalar", LOCAL0), Source.WEST),
+             ((0, 0, "control", LOCAL0), Source.WEST),
              ((0, 0, "control", SOUTH), Source.LOCAL), ((1, 0, "control", WEST), Source.NORTH)]
     records = [Record(UnitKind.PCU, 0, 0, pack_config(pcu_config_layout(lanes, 4), config))]
     words = write_bitstream(Geometry(2, 2, lanes), records + switch_records(2, 2, {}, extra))
@@ -255,8 +257,10 @@ def _simd_case(rng, lanes, rows_count):
                                        for _ in range(beats)]))
     b = pcu_model.bf16_words(np.array([[rng.gauss(0, 1) for _ in range(lanes)]
                                        for _ in range(beats)]))
-    reference = pcu_model.run_simd(config, lanes, a, b)
-    inputs = {("vector", 0): a.tolist(), ("vector", 2): b.tolist(), ("control", 0): [0]}
+    scalars = pcu_model.bf16_words(np.array([rng.gauss(0, 1) for _ in range(rows_count)]))
+    reference = pcu_model.run_simd(config, lanes, a, b, scalars)
+    inputs = {("vector", 0): a.tolist(), ("vector", 2): b.tolist(), ("control", 0): [0],
+              ("scalar", 0): scalars.tolist()}
     expected = {("vector", 1): [list(map(int, v)) for v in reference["vector_out"]],
                 ("scalar", 0): [int(x) for x in reference["scalar_out"]],
                 ("control", 1): [1]}
