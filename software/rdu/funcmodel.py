@@ -1142,6 +1142,10 @@ class FunctionalArray:
             if network not in NETWORKS:
                 raise ValueError(f"Unknown network {network!r}")
             queue = self._edge_input(switch_inputs, network, edge)
+            if any(agcu_edge(agcu.index, self.rows) == edge and
+                   (network == "control" and agcu.execute or
+                    network == "vector" and agcu.load_total) for agcu in agcus):
+                raise ValueError(f"Edge {network} input {edge} is driven by an AGCU")
             if network == "vector":
                 items = [self._beat(item) for item in items]
             else:
