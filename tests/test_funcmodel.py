@@ -545,7 +545,7 @@ def test_rtl_replays_model_verilator(sim_dir, seed):
     model runs: random multicast route sets, 1500 items per route; double-buffered 32x32
     transposes with a read gate."""
     from tb.runner import run_verilator
-    from tb.suites.funcmodel import as_json_ports
+    from tb.suites.funcmodel import write_replay
     from tb.verilator import build
     built = build(TileArray, rows=2, cols=2, lanes=8)
     rng = random.Random(seed)
@@ -571,9 +571,10 @@ def test_rtl_replays_model_verilator(sim_dir, seed):
         model = FunctionalArray(2, 2, 8, compute=False)
         model.load(words)
         outputs = _items(model.run(edge_inputs=inputs).edge_outputs)
+        sim_dir.mkdir(parents=True, exist_ok=True)
+        replay = write_replay(sim_dir / f"replay{index}.json", words, inputs, outputs)
         run_verilator(built, array_replay, sim_dir / f"replay{index}", seed=seed, rows=2,
-                      cols=2, lanes=8, bitstream=words, edge_inputs=as_json_ports(inputs),
-                      expected_outputs=as_json_ports(outputs), timeout=200_000)
+                      cols=2, lanes=8, replay_file=replay, timeout=200_000)
 
 
 def test_model_pmu_scalar_lookups(seed):

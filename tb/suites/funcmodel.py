@@ -1,10 +1,13 @@
 """Replay a functional-model run on the RTL: same bitstream, same edge inputs, and the
 model's edge outputs as the exact expectation (``tests/test_funcmodel.py``)."""
 
+import json
+from pathlib import Path
+
 from .array import load_bitstream, pulse
 from .common import pack_vector
 
-__all__ = ["array_replay", "as_json_ports"]
+__all__ = ["array_replay", "as_json_ports", "write_replay"]
 
 NETWORKS = ("vector", "scalar", "control")
 
@@ -22,12 +25,26 @@ def as_json_ports(ports):
             for (network, edge), items in ports.items()]
 
 
-async def array_replay(bench, *, rows, cols, lanes, bitstream, edge_inputs, expected_outputs,
-                       in_stall="random", out_stall="random", timeout=20_000):
+def write_replay(path, bitstream, edge_inputs, expected_outputs):
+    """Write a run to a JSON file for ``array_replay(replay_file=...)`` (large runs: the
+    Verilator tier passes parameters through the environment, which limits their size)."""
+    Path(path).write_text(json.dumps({"bitstream": [int(w) for w in bitstream],
+                                      "edge_inputs": as_json_ports(edge_inputs),
+                                      "expected_outputs": as_json_ports(expected_outputs)}))
+    return str(path)
+
+
+async def array_replay(bench, *, rows, cols, lanes, bitstream=None, edge_inputs=None,
+                       expected_outputs=None, replay_file=None, in_stall="random",
+                       out_stall="random", timeout=20_000):
     """Load ``bitstream``, drive ``edge_inputs`` ``{(network, edge): items}`` under
     stalls, start, and expect exactly ``expected_outputs`` on the edge outputs, in order
     (every other edge output must stay silent). Vector items are lane lists. Both dicts
     may also be given as ``[[network, edge, items], ...]`` (JSON, for Verilator)."""
+    if replay_file is not None:
+        run = json.loads(Path(replay_file).read_text())
+        bitstream, edge_inputs = run["bitstream"], run["edge_inputs"]
+        expected_outputs = run["expected_outputs"]
     edge_inputs = _as_dict(edge_inputs)
     expected_outputs = _as_dict(expected_outputs)
     await load_bitstream(bench, bitstream)
