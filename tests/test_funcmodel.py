@@ -413,7 +413,7 @@ def test_model_switch_merge_waits_for_its_source():
     model = FunctionalArray(2, 2, 4, compute=False, capacity_bytes=1024, switch_layout=layout)
     model.load(write_bitstream(Geometry(2, 2, 4), records))
     with pytest.raises(ModelDeadlock, match=r"switch\(0,0\) vector input west holds 2 items, "
-                                            r"merge output 1 waits on south"):
+                                            r"merge output east waits on south"):
         model.run(edge_inputs={("vector", 0): [[1, 2, 3, 4]] * 5})
 
 
@@ -602,3 +602,14 @@ def test_model_pmu_scalar_lookups(seed):
     assert result.edge_outputs["scalar", 2] == [reference.buffers[0][a] for a in addresses]
     with pytest.raises(UnitError, match=r"PMU\(0,1\): error SCALAR_RANGE"):
         model.run(edge_inputs={("scalar", 0): [256]})
+
+
+def test_model_deadlock_token_to_ungated_pmu():
+    """A PMU takes control tokens only with read_gate: a token routed to one without it
+    stays in the switch, named with the input that never takes it."""
+    extra = [((0, 1, "control", LOCAL0), Source.WEST), ((0, 0, "control", EAST), Source.WEST)]
+    model = FunctionalArray(2, 2, 4, compute=False, capacity_bytes=1024)
+    model.load(write_bitstream(Geometry(2, 2, 4), switch_records(2, 2, {}, extra)))
+    with pytest.raises(ModelDeadlock, match=r"^deadlock: switch\(0,1\) control input west "
+                                            r"waits on PMU\(0,1\) control_in$"):
+        model.run(edge_inputs={("control", 0): [0]})

@@ -25,7 +25,7 @@ from hdl.fp import Op
 from hdl.interfaces import config_words
 from hdl.pcu import pcu_config_layout
 from hdl.pmu import ADDRESS_BITS, MAX_BUFFERS, OUTPUT_FIFO_DEPTH, pmu_config_layout
-from hdl.switch import switch_config_layout
+from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, switch_config_layout
 
 from . import fpmodel, pcu_model
 from .bitstream import Geometry, UnitKind, read_bitstream
@@ -310,6 +310,19 @@ class _SwitchNetwork(_Unit):
         return any(queue.items for source, queue in enumerate(self.inputs)
                    if self.members[source])
 
+    def blocked(self):
+        """Routed inputs held up by full destinations (explained by their consumers)."""
+        found = []
+        for source, queue in enumerate(self.inputs):
+            if queue.items and self.members[source]:
+                full = [self.outputs[out].name for out in self.members[source]
+                        if not self.taken[source] >> out & 1 and
+                        self.outputs[out] is not None and self.outputs[out].full()]
+                if full:
+                    found.append(f"{self.name} input {DIRECTION_NAMES[source]} waits on "
+                                 f"{', '.join(full)}")
+        return found
+
     def leftovers(self):
         return [f"{self.name} input {DIRECTION_NAMES[source]}: {len(queue.items)} unrouted "
                 f"items" for source, queue in enumerate(self.inputs)
@@ -327,10 +340,12 @@ class _SwitchNetwork(_Unit):
                 if self.taken[source] >> out & 1:
                     continue
                 if self.outputs[out] is None:
-                    found.append(f"{where} items for unconnected output {out}")
+                    names = VECTOR_OUTPUTS if len(self.outputs) == 6 else NARROW_OUTPUTS
+                    found.append(f"{where} items for the unconnected output {names[out]}")
                 elif self.merge[out] and self.current[out] != source and \
                         not self.outputs[out].full():
-                    found.append(f"{where} items, merge output {out} waits on "
+                    names = VECTOR_OUTPUTS if len(self.outputs) == 6 else NARROW_OUTPUTS
+                    found.append(f"{where} items, merge output {names[out]} waits on "
                                  f"{DIRECTION_NAMES[self.current[out]]}")
         return found
 
@@ -1021,21 +1036,25 @@ class FunctionalArray:
                     compute = self.unit_kind(row, col) == UnitKind.PCU
                     unit_depth = {"vector": OUTPUT_FIFO_DEPTH, "scalar": PMU_SCALAR_OUT_DEPTH,
                                   "control": 0}[network] if not compute else PCU_FIFO_DEPTH
+                    unit = f"{'PCU' if compute else 'PMU'}({row},{col})"
                     switch_inputs[row, col, network] = [
-                        Queue(depth, f"switch({row},{col}).{network}_in."
+                        Queue(depth, f"switch({row},{col}) {network} input "
                                      f"{DIRECTION_NAMES[d]}") for d in range(4)
-                    ] + [Queue(depth + unit_depth, f"{network}_out")]
+                    ] + [Queue(depth + unit_depth, f"{unit} {network}_out")]
         unit_inputs = {}
         for row in range(rows):
             for col in range(cols):
                 if self.unit_kind(row, col) == UnitKind.PCU:
-                    unit_inputs[row, col] = {name: Queue(PCU_FIFO_DEPTH, name) for name in
-                                             ("vector_in0", "vector_in1", "scalar_in",
-                                              "control_in")}
+                    unit_inputs[row, col] = {name: Queue(PCU_FIFO_DEPTH,
+                                                         f"PCU({row},{col}) {name}")
+                                             for name in ("vector_in0", "vector_in1",
+                                                          "scalar_in", "control_in")}
                 else:
-                    unit_inputs[row, col] = {"vector_in": Queue(PMU_INPUT_DEPTH, "vector_in"),
-                                             "scalar_in": Queue(PMU_INPUT_DEPTH, "scalar_in"),
-                                             "control_in": Queue(0, "control_in")}
+                    unit = f"PMU({row},{col})"
+                    unit_inputs[row, col] = {
+                        "vector_in": Queue(PMU_INPUT_DEPTH, f"{unit} vector_in"),
+                        "scalar_in": Queue(PMU_INPUT_DEPTH, f"{unit} scalar_in"),
+                        "control_in": Queue(0, f"{unit} control_in")}
         edge_out = {(network, edge): Queue(UNBOUNDED, f"edge {network}_out {edge}")
                     for network in NETWORKS for edge in range(2 * rows)}
         switches = []
@@ -1191,6 +1210,10 @@ class FunctionalArray:
                 default = [] if isinstance(component, _SwitchNetwork) else [
                     f"{component.name} is busy"]
                 waiting += component.waits() or default
+        if not waiting:
+            # only switches wait, on destinations that never take anything (a PMU
+            # control_in without read_gate, for example)
+            waiting = [text for net in switches for text in net.blocked()]
         if waiting:
             raise ModelDeadlock("deadlock: " + "; ".join(waiting))
         edge_outputs = {}
