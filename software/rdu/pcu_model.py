@@ -18,7 +18,7 @@ from . import fpmodel
 
 __all__ = ["MODE_SIMD", "MODE_SYSTOLIC", "SOURCES", "REDUCE_NONE", "REDUCE_SUM",
            "REDUCE_MAX", "TAIL_NONE", "TAIL_EXP", "TAIL_RECIPROCAL", "trip_count",
-           "iterations", "reduce_lanes", "run_simd",
+           "iterations", "reduce_lanes", "uses_in1", "SimdState", "run_simd",
            "systolic_tile", "run_systolic", "matmul_streams", "matmul_from_stream",
            "bf16_words"]
 
@@ -61,6 +61,63 @@ def reduce_lanes(words, kind):
     return int(level[0])
 
 
+def uses_in1(config):
+    """Whether some SIMD stage reads ``vector_in1`` (then one beat is taken per iteration)."""
+    return any(stage.get(src, 0) == SOURCES["in1"] for stage in config["stages"]
+               for src in ("src_a", "src_b", "src_c"))
+
+
+class SimdState:
+    """The registers of one SIMD-mode run; :meth:`step` is one counter-chain iteration.
+
+    :func:`run_simd` runs a whole stream through it; the functional model
+    (:mod:`rdu.funcmodel`) steps it one beat at a time as beats arrive.
+    """
+
+    def __init__(self, config, lanes):
+        self.config = config
+        self.lanes = lanes
+        self.uses_in1 = uses_in1(config)
+        self.registers = [np.zeros(lanes, dtype=np.uint32) for _ in config["stages"]]
+        self.scalar = np.uint32(0)
+
+    def step(self, counter0, first, last_inner, vec, other=None, scalar=None):
+        """One iteration: ``vec`` from vector_in0, ``other`` from vector_in1 (when used),
+        ``scalar`` the word taken at the first inner iteration (when ``scalar_in``).
+        Returns ``(vector or None, reduction or None)``: what the iteration emits."""
+        config, lanes = self.config, self.lanes
+        vec = np.asarray(vec, dtype=np.uint32)
+        other = (np.asarray(other, dtype=np.uint32) if self.uses_in1
+                 else np.zeros(lanes, dtype=np.uint32))
+        if config.get("scalar_in") and first:
+            self.scalar = np.uint32(scalar)
+        for index, stage in enumerate(config["stages"]):
+            constant = np.full(lanes, stage.get("constant", 0), dtype=np.uint32)
+            operand_values = {
+                0: vec,
+                1: constant if first else self.registers[index],
+                2: np.full(lanes, self.scalar, dtype=np.uint32),
+                3: constant,
+                4: other,
+                5: np.full(lanes, counter0, dtype=np.uint32),
+            }
+            a, b, c = (operand_values[stage.get(src, 0)] for src in ("src_a", "src_b", "src_c"))
+            vec = fpmodel.apply(stage.get("op", 0), a, b, c)
+            self.registers[index] = vec
+        tail = config.get("tail", 0)
+        if tail == TAIL_EXP:
+            vec = fpmodel.exp(vec)
+        elif tail == TAIL_RECIPROCAL:
+            vec = fpmodel.reciprocal(vec)
+        vector = reduction = None
+        if config.get("emit_every") or last_inner:
+            if config.get("vector_out"):
+                vector = vec.copy()
+            if config.get("reduce", 0) != REDUCE_NONE:
+                reduction = reduce_lanes(vec, config["reduce"])
+        return vector, reduction
+
+
 def run_simd(config, lanes, vector_in0, vector_in1=None, scalar_in=None):
     """Run a SIMD-mode configuration.
 
@@ -78,43 +135,20 @@ def run_simd(config, lanes, vector_in0, vector_in1=None, scalar_in=None):
     dict with ``vector_out`` (list of lane arrays), ``scalar_out`` (list of ints) and
     ``control_out`` (``[1]``: the DONE token).
     """
-    stages = config["stages"]
-    uses_in1 = any(stage.get(src, 0) == SOURCES["in1"] for stage in stages
-                   for src in ("src_a", "src_b", "src_c"))
-    registers = [np.zeros(lanes, dtype=np.uint32) for _ in stages]
+    state = SimdState(config, lanes)
     vector_out, scalar_out = [], []
     in0 = iter(np.asarray(vector_in0, dtype=np.uint32))
-    in1 = iter(np.asarray(vector_in1, dtype=np.uint32)) if uses_in1 else None
+    in1 = iter(np.asarray(vector_in1, dtype=np.uint32)) if state.uses_in1 else None
     scalars = iter(np.asarray(scalar_in, dtype=np.uint32)) if config.get("scalar_in") else None
-    scalar = np.uint32(0)
     for (v0, _, _), first, last_inner, _ in iterations(config):
         vec = next(in0)
-        other = next(in1) if uses_in1 else np.zeros(lanes, dtype=np.uint32)
-        if scalars is not None and first:
-            scalar = next(scalars)
-        for index, stage in enumerate(stages):
-            constant = np.full(lanes, stage.get("constant", 0), dtype=np.uint32)
-            operand_values = {
-                0: vec,
-                1: constant if first else registers[index],
-                2: np.full(lanes, scalar, dtype=np.uint32),
-                3: constant,
-                4: other,
-                5: np.full(lanes, v0, dtype=np.uint32),
-            }
-            a, b, c = (operand_values[stage.get(src, 0)] for src in ("src_a", "src_b", "src_c"))
-            vec = fpmodel.apply(stage.get("op", 0), a, b, c)
-            registers[index] = vec
-        tail = config.get("tail", 0)
-        if tail == TAIL_EXP:
-            vec = fpmodel.exp(vec)
-        elif tail == TAIL_RECIPROCAL:
-            vec = fpmodel.reciprocal(vec)
-        if config.get("emit_every") or last_inner:
-            if config.get("vector_out"):
-                vector_out.append(vec.copy())
-            if config.get("reduce", 0) != REDUCE_NONE:
-                scalar_out.append(reduce_lanes(vec, config["reduce"]))
+        other = next(in1) if in1 is not None else None
+        scalar = next(scalars) if scalars is not None and first else None
+        vector, reduction = state.step(v0, first, last_inner, vec, other, scalar)
+        if vector is not None:
+            vector_out.append(vector)
+        if reduction is not None:
+            scalar_out.append(reduction)
     return {"vector_out": vector_out, "scalar_out": scalar_out, "control_out": [1]}
 
 

@@ -243,6 +243,7 @@ async def array_mesh_routes(bench, *, rows, cols, lanes, count, in_stall="random
     widths = {"vector": 32 * lanes, "scalar": 32, "control": 1}
     delivered = 0
     multicasts = 0
+    edge_inputs, expected = {}, {}           # the run as edge items (for rdu.funcmodel)
     for network in NETWORKS:
         for source, dests in routes[network]:
             if network == "control":
@@ -250,8 +251,10 @@ async def array_mesh_routes(bench, *, rows, cols, lanes, count, in_stall="random
             else:
                 items = [bench.rng.getrandbits(widths[network]) for _ in range(count)]
             bench.source(f"agcu_{network}_in.{source}", in_stall).send_all(items)
+            edge_inputs[network, source] = items
             for dest in dests:
                 bench.sink(f"agcu_{network}_out.{dest}", out_stall).expect_all(items)
+                expected[network, dest] = items
                 delivered += count
             multicasts += len(dests) > 1
     # outputs on no route must stay silent
@@ -269,7 +272,8 @@ async def array_mesh_routes(bench, *, rows, cols, lanes, count, in_stall="random
         stalls.append(await bench.read("host.perf_value"))
         await bench.cycles(1)
     return {"delivered": delivered, "multicasts": multicasts, "stall_cycles": sum(stalls),
-            "routes": {n: len(r) for n, r in routes.items()}}
+            "routes": {n: len(r) for n, r in routes.items()}, "bitstream": words,
+            "edge_inputs": edge_inputs, "expected_outputs": expected}
 
 
 # --------------------------------------------------------------------------------------

@@ -91,20 +91,29 @@ async def array_pmu_pcu_matmul(bench, *, rows, cols, lanes, k_len, stages=4,
         Record(UnitKind.PMU, 0, 1, pack_config(pmu_config_layout(), b_config)),
         Record(UnitKind.PCU, 0, 0, pack_config(pcu_config_layout(lanes, stages), pcu_config)),
     ] + switch_records(rows, cols, {}, extra)
-    await load_bitstream(bench, write_bitstream(Geometry(rows, cols, lanes), records))
+    words = write_bitstream(Geometry(rows, cols, lanes), records)
+    await load_bitstream(bench, words)
 
     east0 = rows                                     # edge index of row 0's east side
-    bench.source("agcu_vector_in.1", in_stall).send_all(pack_vector(x) for x in a_beats)
-    bench.source(f"agcu_vector_in.{east0}", in_stall).send_all(
-        pack_vector(x) for x in b_beats)
-    bench.source("agcu_control_in.0").send(ControlToken.STEP)
-    bench.sink("agcu_vector_out.0", out_stall).expect_all(pack_vector(r) for r in expected)
-    bench.sink("agcu_control_out.0").expect(ControlToken.DONE)
-    bench.sink("agcu_control_out.1").expect(ControlToken.STEP)        # PMU A released
-    bench.sink(f"agcu_control_out.{east0}").expect(ControlToken.STEP)  # PMU B released
+    # the same run as edge-level items (rdu.funcmodel runs them: tests/test_funcmodel.py)
+    edge_inputs = {("vector", 1): a_beats, ("vector", east0): b_beats,
+                   ("control", 0): [ControlToken.STEP]}
+    expected_outputs = {("vector", 0): [list(map(int, r)) for r in expected],
+                        ("control", 0): [ControlToken.DONE],
+                        ("control", 1): [ControlToken.STEP],       # PMU A released
+                        ("control", east0): [ControlToken.STEP]}   # PMU B released
+    for (network, edge), items in edge_inputs.items():
+        source = bench.source(f"agcu_{network}_in.{edge}", in_stall if network == "vector"
+                              else "none")
+        source.send_all(pack_vector(x) if network == "vector" else x for x in items)
+    for (network, edge), items in expected_outputs.items():
+        sink = bench.sink(f"agcu_{network}_out.{edge}", out_stall if network == "vector"
+                          else "none")
+        sink.expect_all(pack_vector(x) if network == "vector" else x for x in items)
     await pulse(bench, "host.start")
     await bench.wait_for("host.done", 1, timeout=200 * k_len + 2000)
     await bench.streams_done(timeout=2000)
     assert await bench.read("host.unit_error") == 0
     cycles = await bench.read("host.cycles")
-    return {"cycles": cycles, "macs": lanes * lanes * k_len}
+    return {"cycles": cycles, "macs": lanes * lanes * k_len, "bitstream": words,
+            "edge_inputs": edge_inputs, "expected_outputs": expected_outputs}

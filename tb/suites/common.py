@@ -1,17 +1,10 @@
 """Helpers shared by the unit suites: configuration packing and loading, vector packing."""
 
-from amaranth.lib import data
+from rdu.unitconfig import pack_config  # noqa: F401  (one encoder: the compiler's)
 
-from hdl.interfaces import WORD_BITS, config_words
+from hdl.interfaces import WORD_BITS
 
 MASK32 = (1 << WORD_BITS) - 1
-
-
-def pack_config(layout, fields):
-    """32-bit words of ``fields`` (a nested dict) packed by the ``lib.data`` ``layout``."""
-    layout = data.Layout.cast(layout)
-    value = layout.const(fields).as_value().value
-    return [(value >> (WORD_BITS * i)) & MASK32 for i in range(config_words(layout))]
 
 
 async def load_config(bench, words, prefix="cfg"):

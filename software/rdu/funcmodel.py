@@ -1,0 +1,1275 @@
+"""Functional model of a configured tile array: runs a bitstream item by item in Python.
+
+The model decodes every unit's configuration from the bitstream with the hardware's own
+``lib.data`` layouts (:mod:`rdu.unitconfig`) and moves items (vector beats, scalars,
+control tokens) through bounded queues whose capacities are the hardware FIFO depths:
+switches route by their tables (multicast, merge), PMUs write and read along their
+address generators with N buffers, read passes, predicates and gates, PCUs run their
+systolic or SIMD body (bit-exact, :mod:`rdu.pcu_model` / :mod:`rdu.fpmodel`), AGCUs
+stream memory in and out. It is item-exact, not cycle-exact: the RTL must produce the
+same items on every port, in the same order. ``docs/funcmodel.md`` documents it.
+
+>>> array = FunctionalArray(2, 2, 4, compute=False, capacity_bytes=1024)
+>>> array.load(bitstream_words)                                    # doctest: +SKIP
+>>> result = array.run(edge_inputs={("vector", 0): beats})         # doctest: +SKIP
+>>> result.edge_outputs["vector", 2]                               # doctest: +SKIP
+"""
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hdl.agcu import agcu_config_layout
+from hdl.fp import Op
+from hdl.interfaces import config_words
+from hdl.pcu import pcu_config_layout
+from hdl.pmu import ADDRESS_BITS, MAX_BUFFERS, OUTPUT_FIFO_DEPTH, pmu_config_layout
+from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, switch_config_layout
+
+from . import fpmodel, pcu_model
+from .bitstream import Geometry, UnitKind, read_bitstream
+from .memory_map import REGIONS, region_of
+from .unitconfig import unpack_config
+
+__all__ = ["ModelError", "ModelDeadlock", "UnitError", "FlatMemory", "RunResult",
+           "FunctionalArray", "run_program", "systolic_tiles", "agcu_edge"]
+
+NORTH, EAST, SOUTH, WEST, LOCAL = range(5)
+DIRECTION_NAMES = ("north", "east", "south", "west", "local")
+NETWORKS = ("vector", "scalar", "control")
+OPPOSITE = {NORTH: SOUTH, SOUTH: NORTH, EAST: WEST, WEST: EAST}
+STEP, DONE = 0, 1
+ADDRESS_MASK = (1 << ADDRESS_BITS) - 1
+UNBOUNDED = 1 << 62
+#: Hardware FIFO depths the queues follow (hdl/array.py, hdl/switch.py, hdl/pmu.py, hdl/pcu.py).
+SWITCH_FIFO_DEPTH = 2
+PMU_INPUT_DEPTH = 2
+PMU_SCALAR_OUT_DEPTH = 2
+PCU_FIFO_DEPTH = 4
+GATE_CREDITS = 255
+#: Beats of the address-generator tables computed at once.
+BLOCK = 4096
+
+
+class ModelError(RuntimeError):
+    """The configured array cannot run to completion (base class)."""
+
+
+class ModelDeadlock(ModelError):
+    """Nothing can move and work remains; the message names who waits on what."""
+
+
+class UnitError(ModelError):
+    """A unit raised its error status (the hardware would set its sticky error code)."""
+
+
+def agcu_edge(index, rows):
+    """Edge port index of AGCU ``index``: the west side of row ``index // 2`` for even
+    indices, the east side (``rows + index // 2``) for odd ones."""
+    return index // 2 if index % 2 == 0 else rows + index // 2
+
+
+# --------------------------------------------------------------------------------------
+# Queues and items
+# --------------------------------------------------------------------------------------
+
+class Queue:
+    """A bounded FIFO of items (``capacity`` may change, e.g. an AGCU store's demand)."""
+    __slots__ = ("items", "capacity", "name")
+
+    def __init__(self, capacity, name):
+        self.items = deque()
+        self.capacity = capacity
+        self.name = name
+
+    def full(self):
+        return len(self.items) >= self.capacity
+
+
+class _TileResult:
+    """The result of one systolic tile, computed together with the other pending tiles
+    of its PCU when the first of its rows is needed."""
+    __slots__ = ("pcu", "a", "b", "value")
+
+    def __init__(self, pcu, a, b):
+        self.pcu, self.a, self.b, self.value = pcu, a, b, None
+
+
+class LazyRow:
+    """A systolic result row whose value is computed on first use (tiles in batches)."""
+    __slots__ = ("tile", "row")
+
+    def __init__(self, tile, row):
+        self.tile, self.row = tile, row
+
+    def value(self):
+        if self.tile.value is None:
+            self.tile.pcu.compute_pending()
+        return self.tile.value[self.row]
+
+
+def _vector(item):
+    return item.value() if isinstance(item, LazyRow) else item
+
+
+def _vectors(items, lanes):
+    if not items:
+        return np.zeros((0, lanes), dtype=np.uint32)
+    return np.array([_vector(item) for item in items], dtype=np.uint32).reshape(-1, lanes)
+
+
+def systolic_tiles(a_columns, b_rows):
+    """Many systolic tiles at once: ``a_columns``, ``b_rows`` are (tiles, K, lanes);
+    returns (tiles, lanes, lanes). Same arithmetic, in the same order, as
+    :func:`rdu.pcu_model.systolic_tile` (one FP32 product, then FP32 adds in k order)."""
+    mask = np.uint32(0xFFFF0000)
+    a = np.asarray(a_columns, dtype=np.uint32) & mask
+    b = np.asarray(b_rows, dtype=np.uint32) & mask
+    acc = fpmodel.mul(a[:, 0, :, None], b[:, 0, None, :])
+    for k in range(1, a.shape[1]):
+        acc = fpmodel.add(acc, fpmodel.mul(a[:, k, :, None], b[:, k, None, :]))
+    return acc
+
+
+# --------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------
+
+class FlatMemory:
+    """Byte-addressed memory of the :mod:`rdu.memory_map` regions (4 KiB pages allocated
+    on first touch). An address outside every region raises ``ValueError`` (the AXI
+    ``DECERR``)."""
+
+    PAGE = 4096
+
+    def __init__(self, regions=REGIONS):
+        self.regions = tuple(regions)
+        self.pages = {}
+
+    def _check(self, address, nbytes):
+        region = region_of(address, self.regions)
+        if region is None or address + nbytes > region.end:
+            raise ValueError(f"Memory access of {nbytes} bytes at 0x{address:08x} is outside "
+                             f"the mapped regions (DECERR)")
+
+    def read(self, address, nbytes):
+        self._check(address, nbytes)
+        out = bytearray()
+        while nbytes:
+            page, offset = divmod(address, self.PAGE)
+            chunk = min(nbytes, self.PAGE - offset)
+            data = self.pages.get(page)
+            out += data[offset:offset + chunk] if data is not None else bytes(chunk)
+            address += chunk
+            nbytes -= chunk
+        return bytes(out)
+
+    def write(self, address, raw):
+        raw = bytes(raw)
+        self._check(address, len(raw))
+        position = 0
+        while position < len(raw):
+            page, offset = divmod(address + position, self.PAGE)
+            chunk = min(len(raw) - position, self.PAGE - offset)
+            data = self.pages.setdefault(page, bytearray(self.PAGE))
+            data[offset:offset + chunk] = raw[position:position + chunk]
+            position += chunk
+
+    def read_words(self, address, count):
+        return np.frombuffer(self.read(address, 4 * count), dtype="<u4").astype(np.uint32)
+
+    def write_words(self, address, words):
+        self.write(address, np.asarray(words, dtype="<u4").tobytes())
+
+
+# --------------------------------------------------------------------------------------
+# Units
+# --------------------------------------------------------------------------------------
+
+class _Unit:
+    name = "unit"
+
+    def step(self):
+        return 0
+
+    def busy(self):
+        """Work remains that the run cannot finish without (a deadlock if nothing moves)."""
+        return False
+
+    def waits(self):
+        """One-line descriptions of what the unit waits on."""
+        return []
+
+    def leftovers(self):
+        """Items left behind that nothing waits for (unrouted tokens, for example)."""
+        return []
+
+
+class _EdgeSource(_Unit):
+    """Items a test drives into an edge input."""
+
+    def __init__(self, network, edge, items, queue):
+        self.name = f"edge {network}_in {edge}"
+        self.items = deque(items)
+        self.queue = queue
+
+    def step(self):
+        moved = 0
+        items, queue = self.items, self.queue
+        while items and len(queue.items) < queue.capacity:
+            queue.items.append(items.popleft())
+            moved += 1
+        return moved
+
+    def busy(self):
+        return bool(self.items)
+
+    def waits(self):
+        return [f"{self.name} has {len(self.items)} items left"] if self.items else []
+
+
+class _SwitchNetwork(_Unit):
+    """One network of one switch: routes the heads of its input FIFOs to its outputs."""
+
+    def __init__(self, name, inputs, outputs, selects, merges):
+        self.name = name
+        self.inputs = inputs            # 5 queues: north, east, south, west, local
+        self.outputs = outputs          # destination queue per output (None: unconnected)
+        self.merge = [any(counts) for counts in merges]
+        self.counts = merges
+        self.members = [[] for _ in inputs]
+        for out, select in enumerate(selects):
+            if self.merge[out]:
+                for source, count in enumerate(merges[out]):
+                    if count:
+                        self.members[source].append(out)
+            elif 1 <= select <= len(inputs):
+                self.members[select - 1].append(out)
+        self.full_mask = [sum(1 << out for out in members) for members in self.members]
+        self.taken = [0] * len(inputs)
+        self.current = [None] * len(outputs)
+        self.remaining = [0] * len(outputs)
+        for out in range(len(outputs)):
+            if self.merge[out]:
+                first = next(s for s, count in enumerate(merges[out]) if count)
+                self.current[out], self.remaining[out] = first, merges[out][first]
+        self.routed = [s for s in range(len(inputs)) if self.members[s]]
+        self.forwarded = 0
+
+    def active(self):
+        """Whether any input is routed (a network without routes never moves items)."""
+        return bool(self.routed)
+
+    def _advance(self, out):
+        counts = self.counts[out]
+        source = self.current[out]
+        for offset in range(1, len(counts) + 1):
+            candidate = (source + offset) % len(counts)
+            if counts[candidate]:
+                self.current[out], self.remaining[out] = candidate, counts[candidate]
+                return
+
+    def step(self):
+        moved = 0
+        progress = True
+        inputs, outputs, members = self.inputs, self.outputs, self.members
+        while progress:
+            progress = False
+            for source in self.routed:
+                queue = inputs[source].items
+                while queue:
+                    item = queue[0]
+                    taken = self.taken[source]
+                    for out in members[source]:
+                        if taken >> out & 1:
+                            continue
+                        dest = outputs[out]
+                        if dest is None or len(dest.items) >= dest.capacity:
+                            continue
+                        if self.merge[out]:
+                            if self.current[out] != source:
+                                continue
+                            self.remaining[out] -= 1
+                            if self.remaining[out] == 0:
+                                self._advance(out)
+                        dest.items.append(item)
+                        taken |= 1 << out
+                        moved += 1
+                        progress = True
+                    if taken == self.full_mask[source]:
+                        queue.popleft()
+                        self.taken[source] = 0
+                    else:
+                        self.taken[source] = taken
+                        break
+        self.forwarded += moved
+        return moved
+
+    def busy(self):
+        return any(queue.items for source, queue in enumerate(self.inputs)
+                   if self.members[source])
+
+    def blocked(self):
+        """Routed inputs held up by full destinations (explained by their consumers)."""
+        found = []
+        for source, queue in enumerate(self.inputs):
+            if queue.items and self.members[source]:
+                full = [self.outputs[out].name for out in self.members[source]
+                        if not self.taken[source] >> out & 1 and
+                        self.outputs[out] is not None and self.outputs[out].full()]
+                if full:
+                    found.append(f"{self.name} input {DIRECTION_NAMES[source]} waits on "
+                                 f"{', '.join(full)}")
+        return found
+
+    def leftovers(self):
+        return [f"{self.name} input {DIRECTION_NAMES[source]}: {len(queue.items)} unrouted "
+                f"items" for source, queue in enumerate(self.inputs)
+                if queue.items and not self.members[source]]
+
+    def waits(self):
+        found = []
+        for source, queue in enumerate(self.inputs):
+            if not queue.items:
+                continue
+            where = f"{self.name} input {DIRECTION_NAMES[source]} holds {len(queue.items)}"
+            if not self.members[source]:
+                continue
+            for out in self.members[source]:
+                if self.taken[source] >> out & 1:
+                    continue
+                if self.outputs[out] is None:
+                    names = VECTOR_OUTPUTS if len(self.outputs) == 6 else NARROW_OUTPUTS
+                    found.append(f"{where} items for the unconnected output {names[out]}")
+                elif self.merge[out] and self.current[out] != source and \
+                        not self.outputs[out].full():
+                    names = VECTOR_OUTPUTS if len(self.outputs) == 6 else NARROW_OUTPUTS
+                    found.append(f"{where} items, merge output {names[out]} waits on "
+                                 f"{DIRECTION_NAMES[self.current[out]]}")
+        return found
+
+
+class _AffineTable:
+    """Per-beat tables of one PMU address generator for one buffer, block by block."""
+
+    def __init__(self, pmu, ag, buffer_base):
+        self.pmu, self.ag, self.base = pmu, ag, buffer_base
+        bounds = ag["bound"]
+        self.beats = bounds[0] * bounds[1] * bounds[2]
+        self.blocks = {}
+
+    def block(self, index):
+        cached = self.blocks.get(index)
+        if cached is not None:
+            return cached
+        pmu, ag, cfg = self.pmu, self.ag, self.pmu.cfg
+        b0, b1, _ = ag["bound"]
+        j = np.arange(index * BLOCK, min(self.beats, (index + 1) * BLOCK), dtype=np.int64)
+        i0, i1, i2 = j % b0, (j // b0) % b1, j // (b0 * b1)
+        address = (ag["start"] + i0 * ag["stride"][0] + i1 * ag["stride"][1] +
+                   i2 * ag["stride"][2]) & ADDRESS_MASK
+        if cfg["predicate_enable"]:
+            pred = (address >= cfg["predicate_low"]) & (address < cfg["predicate_high"])
+            offset = (address - cfg["predicate_low"]) & ADDRESS_MASK
+        else:
+            pred = np.ones(len(j), dtype=bool)
+            offset = address
+        lanes = np.arange(pmu.lanes, dtype=np.int64)
+        lane_offset = (offset[:, None] + ag["lane_stride"] * lanes[None, :]) & ADDRESS_MASK
+        out_of_range = (lane_offset >= cfg["buffer_words"]).any(axis=1)
+        physical = (self.base + lane_offset) & ADDRESS_MASK
+        skew = cfg["skew_shift"]
+        bank = (physical + (physical >> skew if skew else 0)) % pmu.lanes
+        ordered = np.sort(bank, axis=1)
+        conflict = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+        # physical words beyond the SRAM wrap in the 20-bit address like the hardware's
+        # row index (only reachable with an out-of-range lane, which is an error)
+        physical = physical % pmu.capacity_words
+        any_bad = bool(((conflict | out_of_range) & pred).any())
+        cached = self.blocks[index] = (pred, out_of_range, conflict, physical, any_bad,
+                                       bool(pred.all()))
+        return cached
+
+
+class _PMU(_Unit):
+    """Pattern Memory Unit (``hdl/pmu.py``) at item level."""
+
+    def __init__(self, row, col, lanes, capacity_words, cfg, memory, queues):
+        self.name = f"PMU({row},{col})"
+        self.lanes = lanes
+        self.capacity_words = capacity_words
+        self.cfg = cfg
+        self.memory = memory
+        self.vin, self.vout = queues["vector_in"], queues["vector_out"]
+        self.sin, self.sout = queues["scalar_in"], queues["scalar_out"]
+        self.cin, self.cout = queues["control_in"], queues["control_out"]
+        self.cin.capacity = GATE_CREDITS if cfg["read_gate"] else 0
+        self.full = 0
+        self.write_buffer = 0
+        self.read_buffer = 0
+        self.write_beat = 0
+        self.read_beat = 0
+        self.armed = False
+        self.repeat = 0
+        self.passes = 0
+        self.done = False
+        self.step_tokens = 0
+        self.done_token = False
+        self.beats_written = 0
+        self.beats_read = 0
+        self.items_in = 0
+        self.tables = {}
+        common = (1 <= cfg["buffers"] <= MAX_BUFFERS and
+                  cfg["buffer_words"] * cfg["buffers"] <= capacity_words and
+                  cfg["buffer_words"] != 0 and
+                  (cfg["skew_shift"] == 0 or
+                   lanes.bit_length() - 1 <= cfg["skew_shift"] < ADDRESS_BITS))
+        self.write_ok = common and all(cfg["write"]["bound"])
+        self.read_ok = common and all(cfg["read"]["bound"])
+
+    def _error(self, code, detail):
+        raise UnitError(f"{self.name}: error {code} ({detail})")
+
+    def _table(self, side, buffer):
+        key = (side, buffer)
+        table = self.tables.get(key)
+        if table is None:
+            table = self.tables[key] = _AffineTable(self, self.cfg[side],
+                                                    buffer * self.cfg["buffer_words"])
+        return table
+
+    def _write(self):
+        cfg, vin = self.cfg, self.vin.items
+        if not cfg["write_enable"] or not vin:
+            return 0
+        if not self.write_ok:
+            self._error("BAD_CONFIG", "write side: a loop bound of 0, bad buffers, "
+                                      "buffer_words or skew_shift")
+        moved = 0
+        while vin and self.full < cfg["buffers"]:
+            table = self._table("write", self.write_buffer)
+            block, start = divmod(self.write_beat, BLOCK)
+            pred, bad_range, conflict, physical, any_bad, all_pred = table.block(block)
+            count = min(len(vin), len(pred) - start)
+            items = [vin.popleft() for _ in range(count)]
+            sel = slice(start, start + count)
+            chosen = pred[sel]
+            if any_bad and (conflict[sel] & chosen).any():
+                beat = self.write_beat + int(np.argmax(conflict[sel] & chosen))
+                self._error("WRITE_CONFLICT", f"write beat {beat} maps two lanes to one bank")
+            if any_bad and (bad_range[sel] & chosen).any():
+                beat = self.write_beat + int(np.argmax(bad_range[sel] & chosen))
+                self._error("WRITE_RANGE", f"write beat {beat} falls outside its buffer")
+            if all_pred:
+                self.memory[physical[sel]] = _vectors(items, self.lanes)
+                self.beats_written += count
+            elif chosen.any():
+                values = _vectors(items, self.lanes)
+                self.memory[physical[sel][chosen]] = values[chosen]
+                self.beats_written += int(chosen.sum())
+            moved += count
+            self.items_in += count
+            self.write_beat += count
+            if self.write_beat == table.beats:
+                self.write_beat = 0
+                self.full += 1
+                self.write_buffer = (self.write_buffer + 1) % cfg["buffers"]
+        return moved
+
+    def _read(self):
+        cfg = self.cfg
+        if not cfg["read_enable"] or self.done:
+            return 0
+        progress = 0
+        vout = self.vout
+        while not self.done:
+            if not self.armed:
+                if self.full == 0 or (cfg["read_gate"] and not self.cin.items):
+                    break
+                if not self.read_ok:
+                    self._error("BAD_CONFIG", "read side: a loop bound of 0, bad buffers, "
+                                              "buffer_words or skew_shift")
+                if cfg["read_gate"]:
+                    self.cin.items.popleft()
+                self.armed = True
+                progress += 1
+            table = self._table("read", self.read_buffer)
+            block, start = divmod(self.read_beat, BLOCK)
+            pred, bad_range, conflict, physical, any_bad, all_pred = table.block(block)
+            space = max(0, vout.capacity - len(vout.items))
+            left = len(pred) - start
+            if all_pred:
+                steps = min(space, left)
+            else:
+                window = pred[start:start + min(left, 64 + 8 * space)]
+                produced = np.cumsum(window)
+                steps = int(np.searchsorted(produced, space + 1))
+            # the beat the reader stops at is checked too (the hardware checks it while
+            # it waits for room)
+            check = slice(start, start + min(left, steps + 1))
+            chosen = pred[check]
+            if any_bad and (conflict[check] & chosen).any():
+                beat = self.read_beat + int(np.argmax(conflict[check] & chosen))
+                self._error("READ_CONFLICT", f"read beat {beat} maps two lanes to one bank")
+            if any_bad and (bad_range[check] & chosen).any():
+                beat = self.read_beat + int(np.argmax(bad_range[check] & chosen))
+                self._error("READ_RANGE", f"read beat {beat} falls outside its buffer")
+            if steps == 0:
+                break
+            sel = slice(start, start + steps)
+            rows = self.memory[physical[sel] if all_pred else physical[sel][pred[sel]]]
+            vout.items.extend(rows)
+            self.beats_read += len(rows)
+            progress += steps
+            self.read_beat += steps
+            if self.read_beat == table.beats:
+                self.read_beat = 0
+                self.armed = False
+                self.repeat += 1
+                if self.repeat >= max(1, cfg["read_repeat"]):
+                    self.repeat = 0
+                    self.full -= 1
+                    self.passes += 1
+                    self.read_buffer = (self.read_buffer + 1) % cfg["buffers"]
+                    if cfg["read_passes"] and self.passes == cfg["read_passes"]:
+                        self.done = True
+                        self.done_token = True
+                    else:
+                        self.step_tokens += 1
+        return progress
+
+    def _tokens(self):
+        moved = 0
+        cout = self.cout
+        while (self.step_tokens or self.done_token) and len(cout.items) < cout.capacity:
+            if self.step_tokens:
+                self.step_tokens -= 1
+                cout.items.append(STEP)
+            else:
+                self.done_token = False
+                cout.items.append(DONE)
+            moved += 1
+        return moved
+
+    def _scalar(self):
+        moved = 0
+        sin, sout = self.sin.items, self.sout
+        while sin and len(sout.items) < sout.capacity:
+            address = sin[0]
+            if address >= self.capacity_words:
+                self._error("SCALAR_RANGE", f"scalar lookup of word {address}")
+            sin.popleft()
+            sout.items.append(int(self.memory[address]))
+            moved += 1
+        return moved
+
+    def step(self):
+        total = 0
+        while True:
+            moved = self._write() + self._read() + self._tokens() + self._scalar()
+            if not moved:
+                return total
+            total += moved
+
+    def busy(self):
+        return bool(self.write_beat or self.vin.items or self.sin.items or self.armed)
+
+    def leftovers(self):
+        tokens = self.step_tokens + self.done_token
+        return [f"{self.name}: {tokens} control tokens not sent"] if tokens else []
+
+    def waits(self):
+        found = []
+        cfg = self.cfg
+        if self.write_beat and not self.vin.items:
+            beats = self._table("write", self.write_buffer).beats
+            found.append(f"{self.name} waits on vector_in ({beats - self.write_beat} more "
+                         f"beats of a write pass)")
+        if self.vin.items and self.full >= cfg["buffers"]:
+            found.append(f"{self.name} write waits for a free buffer "
+                         f"({cfg['buffers']} full)")
+        if self.vin.items and not cfg["write_enable"]:
+            found.append(f"{self.name} holds vector_in beats with write_enable off")
+        if self.armed:
+            found.append(f"{self.name} read waits on vector_out")
+        elif cfg["read_enable"] and not self.done and self.full and cfg["read_gate"]:
+            found.append(f"{self.name} waits on control_in (read gate)")
+        if self.sin.items:
+            found.append(f"{self.name} scalar lookups wait on scalar_out")
+        return found
+
+    def counters(self):
+        return {"items_in": self.items_in, "items_out": self.beats_read,
+                "beats_written": self.beats_written, "beats_read": self.beats_read,
+                "passes": self.passes}
+
+
+class _PCU(_Unit):
+    """Pattern Compute Unit (``hdl/pcu.py``) at item level."""
+
+    def __init__(self, row, col, lanes, stages, cfg, queues):
+        self.name = f"PCU({row},{col})"
+        self.lanes, self.stages_count, self.cfg = lanes, stages, cfg
+        self.in0, self.in1 = queues["vector_in0"], queues["vector_in1"]
+        self.sin, self.cin = queues["scalar_in"], queues["control_in"]
+        self.vout, self.sout, self.cout = (queues["vector_out"], queues["scalar_out"],
+                                           queues["control_out"])
+        self.state = "idle"
+        self.runs = 0
+        self.macs = 0
+        self.items_in = 0
+        self.items_out = 0
+        self.pending = []          # systolic tiles whose value is not computed yet
+
+    # -- configuration check (hdl.pcu: the start token is checked) --------------------
+    def _check(self):
+        cfg = self.cfg
+        if cfg["mode"] > 1:
+            return "BAD_MODE"
+        for counter in cfg["counters"]:
+            if counter["stride"] == 0 or counter["max"] <= counter["min"]:
+                return "BAD_COUNTER"
+        if cfg["mode"] == pcu_model.MODE_SIMD:
+            stages = cfg["stages"]
+            if any(stage["op"] > max(Op) for stage in stages):
+                return "BAD_OP"
+            if any(stage[src] > 5 for stage in stages for src in ("src_a", "src_b", "src_c")):
+                return "BAD_SOURCE"
+            if cfg["reduce"] > 2:
+                return "BAD_REDUCE"
+            if cfg["tail"] > 2:
+                return "BAD_TAIL"
+        return None
+
+    def _start(self):
+        error = self._check()
+        if error:
+            raise UnitError(f"{self.name}: error {error} on the start token")
+        cfg = self.cfg
+        self.runs += 1
+        self.iteration = 0
+        if cfg["mode"] == pcu_model.MODE_SYSTOLIC:
+            self.state = "systolic"
+            self.k_len = pcu_model.trip_count(cfg["counters"][0])
+            self.total = self.k_len
+            for counter in cfg["counters"][1:]:
+                self.total *= pcu_model.trip_count(counter)
+            self.a_beats, self.b_beats = [], []
+            self.owed = deque()
+        else:
+            self.state = "simd"
+            self.steps = pcu_model.iterations(cfg)
+            self.simd = pcu_model.SimdState(cfg, self.lanes)
+            self.pipeline = deque()
+
+    def compute_pending(self):
+        tiles, self.pending = self.pending, []
+        if not tiles:
+            return
+        a = np.stack([tile.a for tile in tiles])
+        b = np.stack([tile.b for tile in tiles])
+        results = systolic_tiles(a, b)
+        for tile, value in zip(tiles, results, strict=True):
+            tile.value = value
+            tile.a = tile.b = None
+
+    def _systolic(self):
+        moved = 0
+        in0, in1, vout = self.in0.items, self.in1.items, self.vout
+        k_len, lanes = self.k_len, self.lanes
+        while self.iteration < self.total:
+            if self.owed and len(vout.items) < vout.capacity:
+                vout.items.append(self.owed.popleft())
+                self.items_out += 1
+                moved += 1
+                continue
+            if not (in0 and in1):
+                break
+            last_k = self.iteration % k_len == k_len - 1
+            if last_k and self.owed:
+                break
+            self.a_beats.append(in0.popleft())
+            self.b_beats.append(in1.popleft())
+            self.items_in += 2
+            moved += 2
+            self.iteration += 1
+            if last_k:
+                tile = _TileResult(self, _vectors(self.a_beats, lanes),
+                                   _vectors(self.b_beats, lanes))
+                self.a_beats, self.b_beats = [], []
+                self.pending.append(tile)
+                self.owed.extend(LazyRow(tile, row) for row in range(lanes))
+                self.macs += k_len * lanes * lanes
+        while self.owed and len(vout.items) < vout.capacity:
+            vout.items.append(self.owed.popleft())
+            self.items_out += 1
+            moved += 1
+        if self.iteration == self.total and not self.owed and not self.cout.full():
+            self.cout.items.append(DONE)
+            self.items_out += 1
+            self.state = "idle"
+            moved += 1
+        return moved
+
+    def _simd_run(self):
+        moved = 0
+        cfg, simd = self.cfg, self.simd
+        in0, in1, sin = self.in0.items, self.in1.items, self.sin.items
+        depth = self.stages_count + 2          # pipeline, special-function, reduction registers
+        while True:
+            progress = False
+            if self.pipeline:
+                vector, reduction, last = self.pipeline[0]
+                if not (self.vout.full() or self.sout.full() or self.cout.full()):
+                    self.pipeline.popleft()
+                    for item, queue in ((vector, self.vout), (reduction, self.sout)):
+                        if item is not None:
+                            queue.items.append(item)
+                            self.items_out += 1
+                            moved += 1
+                    if last:
+                        self.cout.items.append(DONE)
+                        self.items_out += 1
+                        self.state = "idle"
+                        return moved + 1
+                    progress = True
+            if self.iteration < len(self.steps) and len(self.pipeline) < depth:
+                (v0, _, _), first, last_inner, last = self.steps[self.iteration]
+                need_scalar = cfg["scalar_in"] and first
+                if in0 and (not simd.uses_in1 or in1) and (not need_scalar or sin):
+                    vec = _vector(in0.popleft())
+                    other = _vector(in1.popleft()) if simd.uses_in1 else None
+                    scalar = sin.popleft() if need_scalar else None
+                    self.items_in += 1 + (other is not None) + (scalar is not None)
+                    vector, reduction = simd.step(v0, first, last_inner, vec, other, scalar)
+                    self.pipeline.append((vector, reduction, last))
+                    self.iteration += 1
+                    self.macs += self.lanes * sum(
+                        stage["op"] in (Op.MUL, Op.MADD) for stage in cfg["stages"])
+                    moved += 1
+                    progress = True
+            if not progress:
+                return moved
+
+    def step(self):
+        moved = 0
+        while True:
+            if self.state == "idle":
+                if not self.cin.items:
+                    return moved
+                self.cin.items.popleft()
+                self.items_in += 1
+                moved += 1
+                self._start()
+            progress = self._systolic() if self.state == "systolic" else self._simd_run()
+            moved += progress
+            if self.state != "idle" and not progress:
+                return moved
+
+    def busy(self):
+        return self.state != "idle" or bool(self.in0.items or self.in1.items or
+                                            self.sin.items)
+
+    def waits(self):
+        if self.state == "idle":
+            held = [name for name, queue in (("vector_in0", self.in0), ("vector_in1", self.in1),
+                                             ("scalar_in", self.sin)) if queue.items]
+            return [f"{self.name} waits on control_in (a start token; {', '.join(held)} "
+                    f"hold data)"] if held else []
+        if self.state == "systolic":
+            if self.iteration == self.total:
+                return [f"{self.name} waits on vector_out" if self.owed
+                        else f"{self.name} waits on control_out"]
+            if self.owed and self.iteration % self.k_len == self.k_len - 1 and \
+                    self.in0.items and self.in1.items:
+                return [f"{self.name} waits on vector_out"]
+            empty = [name for name, queue in (("vector_in0", self.in0),
+                                              ("vector_in1", self.in1)) if not queue.items]
+            return [f"{self.name} waits on {' and '.join(empty)} "
+                    f"(k step {self.iteration} of {self.total})"]
+        if self.pipeline and len(self.pipeline) >= self.stages_count + 2:
+            full = [q.name for q in (self.vout, self.sout, self.cout) if q.full()]
+            return [f"{self.name} waits on {' and '.join(full) or 'its outputs'}"]
+        (_, _, _), first, _, _ = self.steps[min(self.iteration, len(self.steps) - 1)]
+        empty = ["vector_in0"] if not self.in0.items else []
+        if self.simd.uses_in1 and not self.in1.items:
+            empty.append("vector_in1")
+        if self.cfg["scalar_in"] and first and not self.sin.items:
+            empty.append("scalar_in")
+        return [f"{self.name} waits on {' and '.join(empty) or 'its outputs'} "
+                f"(iteration {self.iteration} of {len(self.steps)})"]
+
+    def counters(self):
+        return {"items_in": self.items_in, "items_out": self.items_out, "macs": self.macs,
+                "runs": self.runs}
+
+
+class _AGCU(_Unit):
+    """An AGCU running kernel execute: launch token, load and store patterns."""
+
+    def __init__(self, index, cfg, lanes, memory, edge_in, edge_out, execute):
+        self.name = f"AGCU {index}"
+        self.index, self.cfg, self.lanes, self.memory = index, cfg, lanes, memory
+        self.beat = 4 * lanes
+        self.edge_in, self.edge_out = edge_in, edge_out    # {network: queue}
+        self.execute = execute
+        self.launch = execute
+        self.done_seen = False
+        self.scalars = []
+        self.pending_stores = []
+        self.load_total = self.store_total = 0
+        self.loaded = self.stored = 0
+        if execute:
+            for side in ("load", "store"):
+                pattern = cfg[side]
+                if not cfg[f"{side}_enable"]:
+                    continue
+                if pattern["base"] % self.beat or any(s % self.beat for s in pattern["stride"]):
+                    raise UnitError(f"{self.name}: error MISALIGNED ({side} base or stride "
+                                    f"is not a multiple of {self.beat} bytes)")
+                if not all(pattern["count"]):
+                    raise UnitError(f"{self.name}: error BAD_CONFIG ({side} pattern has a "
+                                    f"zero count)")
+            if cfg["load_enable"]:
+                count = cfg["load"]["count"]
+                self.load_total = count[0] * count[1] * count[2]
+            if cfg["store_enable"]:
+                count = cfg["store"]["count"]
+                self.store_total = count[0] * count[1] * count[2]
+        edge_out["vector"].capacity = self.store_total
+
+    def _addresses(self, side, start, count):
+        pattern = self.cfg[side]
+        c0, c1, _ = pattern["count"]
+        j = np.arange(start, start + count, dtype=np.int64)
+        i0, i1, i2 = j % c0, (j // c0) % c1, j // (c0 * c1)
+        address = (pattern["base"] + i0 * pattern["stride"][0] + i1 * pattern["stride"][1] +
+                   i2 * pattern["stride"][2])
+        bad = (address < 0) | (address >= 1 << 32)
+        if bad.any():
+            raise UnitError(f"{self.name}: error ADDRESS_WRAP ({side} beat "
+                            f"{start + int(np.argmax(bad))} leaves the address space)")
+        return address
+
+    def flush(self):
+        for address, item in self.pending_stores:
+            self._write(address, _vector(item))
+        self.pending_stores = []
+
+    def _write(self, address, value):
+        try:
+            self.memory.write(int(address), np.asarray(value, dtype="<u4").tobytes())
+        except ValueError as error:
+            raise UnitError(f"{self.name}: error WRITE_DECERR ({error})") from None
+
+    def step(self):
+        moved = 0
+        control_in = self.edge_in["control"]
+        if self.launch and not control_in.full():
+            control_in.items.append(STEP)
+            self.launch = False
+            moved += 1
+        vin = self.edge_in["vector"]
+        space = min(vin.capacity - len(vin.items), self.load_total - self.loaded)
+        if space > 0:
+            addresses = self._addresses("load", self.loaded, space)
+            if self.pending_stores:
+                low = min(a for a, _ in self.pending_stores)
+                high = max(a for a, _ in self.pending_stores) + self.beat
+                if (addresses + self.beat > low).any() and (addresses < high).any():
+                    self.flush()
+            for address in addresses:
+                try:
+                    raw = self.memory.read(int(address), self.beat)
+                except ValueError as error:
+                    raise UnitError(f"{self.name}: error READ_DECERR ({error})") from None
+                vin.items.append(np.frombuffer(raw, dtype="<u4").astype(np.uint32))
+            self.loaded += space
+            moved += space
+        out = self.edge_out["vector"]
+        if out.items:
+            count = len(out.items)
+            addresses = self._addresses("store", self.stored, count)
+            self.pending_stores.extend(zip(addresses.tolist(), out.items, strict=True))
+            out.items.clear()
+            self.stored += count
+            out.capacity = self.store_total - self.stored
+            moved += count
+        return moved
+
+    def finished(self):
+        return (not self.launch and self.loaded == self.load_total and
+                self.stored == self.store_total and
+                (not self.cfg["wait_done"] or not self.execute or self.done_seen))
+
+    def busy(self):
+        return self.execute and not self.finished()
+
+    def waits(self):
+        found = []
+        if self.launch:
+            found.append(f"{self.name} launch token not taken")
+        if self.loaded < self.load_total:
+            found.append(f"{self.name} load has {self.load_total - self.loaded} beats "
+                         f"not taken")
+        if self.stored < self.store_total:
+            found.append(f"{self.name} store expects {self.store_total - self.stored} more "
+                         f"beats")
+        if self.execute and self.cfg["wait_done"] and not self.done_seen:
+            found.append(f"{self.name} waits for a DONE token")
+        return found
+
+
+# --------------------------------------------------------------------------------------
+# The array
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class RunResult:
+    """What a run produced.
+
+    ``edge_outputs``: ``{(network, edge): items}`` (vector: a (beats, lanes) uint32
+    array; scalar and control: lists of ints); ``counters``: per unit name a dict
+    (``items_in``, ``items_out``, PCU ``macs``, PMU ``beats_written``...);
+    ``done_tokens``: DONE tokens that left the array at edge control outputs;
+    ``items_moved``: item transfers the model made; ``scalar_results``: per AGCU, the
+    words its ``scalar_in`` received; ``leftovers``: items that nothing waited for and
+    that stayed in the array (e.g. unrouted launch or release tokens).
+    """
+    edge_outputs: dict
+    counters: dict
+    done_tokens: int
+    items_moved: int
+    scalar_results: dict = field(default_factory=dict)
+    leftovers: list = field(default_factory=list)
+
+
+class FunctionalArray:
+    """Item-level model of a ``rows x cols`` :class:`hdl.array.TileArray` and its AGCUs.
+
+    Parameters
+    ----------
+    rows, cols, lanes : int
+    compute : bool
+        PCUs on the checkerboard's even positions (``(row + col) % 2 == 0``), else
+        PMUs everywhere (as ``TileArray(compute_unit=PCU)`` / ``compute_unit=None``).
+    stages : int
+        SIMD stages of the PCUs.
+    capacity_bytes : int
+        PMU capacity.
+    agcus : int
+        AGCUs; AGCU ``k`` sits at edge :func:`agcu_edge` ``(k, rows)``.
+    agcu_config_words : int
+        Configuration words an AGCU record may carry (``TileArray`` default 16).
+    fifo_depth : int
+        Depth of the switches' input FIFOs.
+    switch_layout : data.Layout, optional
+        The switches' configuration layout (default ``hdl.switch.switch_config_layout()``);
+        merge fields (``vector_merge`` ...) are used when the layout has them.
+    """
+
+    def __init__(self, rows, cols, lanes, *, compute=True, stages=4, capacity_bytes=65536,
+                 agcus=2, agcu_config_words=16, fifo_depth=SWITCH_FIFO_DEPTH,
+                 switch_layout=None):
+        self.geometry = Geometry(rows, cols, lanes)
+        self.rows, self.cols, self.lanes = rows, cols, lanes
+        self.compute, self.stages = compute, stages
+        if capacity_bytes % (4 * lanes) or capacity_bytes < 8 * lanes:
+            raise ValueError(f"PMU capacity must be a multiple of {4 * lanes} bytes, "
+                             f"not {capacity_bytes}")
+        self.capacity_words = capacity_bytes // 4
+        self.agcus = agcus
+        self.fifo_depth = fifo_depth
+        if agcus > 2 * rows:
+            raise ValueError(f"{agcus} AGCUs do not fit the {2 * rows} edge ports")
+        self.layouts = {UnitKind.PCU: pcu_config_layout(lanes, stages),
+                        UnitKind.PMU: pmu_config_layout(),
+                        UnitKind.SWITCH: (switch_config_layout() if switch_layout is None
+                                          else switch_layout),
+                        UnitKind.AGCU: agcu_config_layout()}
+        self.units = {}
+        for row in range(rows):
+            for col in range(cols):
+                kind = self.unit_kind(row, col)
+                self.units[kind, row, col] = config_words(self.layouts[kind])
+                self.units[UnitKind.SWITCH, row, col] = config_words(self.layouts[
+                    UnitKind.SWITCH])
+        for index in range(agcus):
+            self.units[UnitKind.AGCU, 0, index] = agcu_config_words
+        self.words = {key: [0] * count for key, count in self.units.items()}
+        self.sram = {(row, col): np.zeros(self.capacity_words, dtype=np.uint32)
+                     for row in range(rows) for col in range(cols)
+                     if self.unit_kind(row, col) == UnitKind.PMU}
+        self.loaded = False
+
+    def unit_kind(self, row, col):
+        return UnitKind.PCU if self.compute and (row + col) % 2 == 0 else UnitKind.PMU
+
+    def load(self, bitstream_words):
+        """Check and apply a bitstream (raises :class:`rdu.bitstream.BitstreamError`
+        exactly where the hardware loader would stop)."""
+        _, records = read_bitstream(bitstream_words, self.geometry, self.units)
+        for record in records:
+            target = self.words[record.kind, record.row, record.col]
+            target[:len(record.words)] = record.words
+        self.loaded = True
+
+    def config(self, kind, row, col):
+        """The decoded configuration of one unit (nested dicts of ints)."""
+        layout = self.layouts[kind]
+        words = self.words[kind, row, col][:config_words(layout)]
+        return unpack_config(layout, words)
+
+    def pmu_memory(self, row, col):
+        """The SRAM words of the PMU at (row, col), indexed by physical word address."""
+        return self.sram[row, col]
+
+    # -- building the queues and units for a run ----------------------------------------
+    def _build(self, memory, execute):
+        rows, cols, lanes = self.rows, self.cols, self.lanes
+        depth = self.fifo_depth
+        switch_inputs = {}
+        for row in range(rows):
+            for col in range(cols):
+                for network in NETWORKS:
+                    compute = self.unit_kind(row, col) == UnitKind.PCU
+                    unit_depth = {"vector": OUTPUT_FIFO_DEPTH, "scalar": PMU_SCALAR_OUT_DEPTH,
+                                  "control": 0}[network] if not compute else PCU_FIFO_DEPTH
+                    unit = f"{'PCU' if compute else 'PMU'}({row},{col})"
+                    switch_inputs[row, col, network] = [
+                        Queue(depth, f"switch({row},{col}) {network} input "
+                                     f"{DIRECTION_NAMES[d]}") for d in range(4)
+                    ] + [Queue(depth + unit_depth, f"{unit} {network}_out")]
+        unit_inputs = {}
+        for row in range(rows):
+            for col in range(cols):
+                if self.unit_kind(row, col) == UnitKind.PCU:
+                    unit_inputs[row, col] = {name: Queue(PCU_FIFO_DEPTH,
+                                                         f"PCU({row},{col}) {name}")
+                                             for name in ("vector_in0", "vector_in1",
+                                                          "scalar_in", "control_in")}
+                else:
+                    unit = f"PMU({row},{col})"
+                    unit_inputs[row, col] = {
+                        "vector_in": Queue(PMU_INPUT_DEPTH, f"{unit} vector_in"),
+                        "scalar_in": Queue(PMU_INPUT_DEPTH, f"{unit} scalar_in"),
+                        "control_in": Queue(0, f"{unit} control_in")}
+        edge_out = {(network, edge): Queue(UNBOUNDED, f"edge {network}_out {edge}")
+                    for network in NETWORKS for edge in range(2 * rows)}
+        switches = []
+        for row in range(rows):
+            for col in range(cols):
+                cfg = self.config(UnitKind.SWITCH, row, col)
+                local = unit_inputs[row, col]
+                for network in NETWORKS:
+                    outputs = []
+                    for direction in range(4):
+                        d_row = row + (-1 if direction == NORTH else 1 if direction == SOUTH
+                                       else 0)
+                        d_col = col + (1 if direction == EAST else -1 if direction == WEST
+                                       else 0)
+                        if 0 <= d_row < rows and 0 <= d_col < cols:
+                            outputs.append(switch_inputs[d_row, d_col, network][
+                                OPPOSITE[direction]])
+                        elif direction == WEST and col == 0:
+                            outputs.append(edge_out[network, row])
+                        elif direction == EAST and col == cols - 1:
+                            outputs.append(edge_out[network, rows + row])
+                        else:
+                            outputs.append(None)
+                    if network == "vector":
+                        if "vector_in0" in local:
+                            outputs += [local["vector_in0"], local["vector_in1"]]
+                        else:
+                            outputs += [local["vector_in"], None]
+                    else:
+                        outputs.append(local[f"{network}_in"])
+                    merges = cfg.get(f"{network}_merge")
+                    if merges is None:
+                        merges = [[0] * 5 for _ in outputs]
+                    net = _SwitchNetwork(f"switch({row},{col}) {network}",
+                                         switch_inputs[row, col, network], outputs,
+                                         cfg[network], merges)
+                    switches.append(net)
+        units = []
+        for row in range(rows):
+            for col in range(cols):
+                queues = dict(unit_inputs[row, col])
+                for network in NETWORKS:
+                    queues[f"{network}_out"] = switch_inputs[row, col, network][LOCAL]
+                if self.unit_kind(row, col) == UnitKind.PCU:
+                    units.append(_PCU(row, col, lanes, self.stages,
+                                      self.config(UnitKind.PCU, row, col), queues))
+                else:
+                    units.append(_PMU(row, col, lanes, self.capacity_words,
+                                      self.config(UnitKind.PMU, row, col),
+                                      self.sram[row, col], queues))
+        agcus = []
+        if memory is not None:
+            for index in range(self.agcus):
+                edge = agcu_edge(index, rows)
+                ins = {network: self._edge_input(switch_inputs, network, edge)
+                       for network in NETWORKS}
+                outs = {network: edge_out[network, edge] for network in NETWORKS}
+                agcus.append(_AGCU(index, self.config(UnitKind.AGCU, 0, index), lanes,
+                                   memory, ins, outs, index in execute))
+        return switch_inputs, edge_out, switches, units, agcus
+
+    def _edge_input(self, switch_inputs, network, edge):
+        rows = self.rows
+        if not 0 <= edge < 2 * rows:
+            raise ValueError(f"Edge index {edge} is not in 0..{2 * rows - 1}")
+        if edge < rows:
+            return switch_inputs[edge, 0, network][WEST]
+        return switch_inputs[edge - rows, self.cols - 1, network][EAST]
+
+    # -- running -------------------------------------------------------------------------
+    def run(self, edge_inputs=None, memory=None, *, execute=None, max_items=50_000_000):
+        """Run the loaded configuration until nothing moves.
+
+        Parameters
+        ----------
+        edge_inputs : dict, optional
+            ``{(network, edge): items}``; vector items are sequences of ``lanes`` words
+            or packed integers (lane 0 in the LSBs), scalar items words, control items
+            0 (STEP) or 1 (DONE).
+        memory : object with ``read(address, nbytes)`` and ``write(address, raw)``, optional
+            Attaches the AGCUs; those in ``execute`` (default: every AGCU with a load or
+            store pattern enabled) run kernel execute.
+        max_items : int
+            Item transfers after which the run is stopped (:class:`ModelError`).
+
+        Raises
+        ------
+        ModelDeadlock
+            Nothing can move and work remains.
+        UnitError
+            A unit raised an error (the message names it and the code).
+        """
+        if not self.loaded:
+            raise ModelError("No bitstream loaded")
+        if memory is not None and execute is None:
+            execute = []
+            for index in range(self.agcus):
+                cfg = self.config(UnitKind.AGCU, 0, index)
+                if cfg["load_enable"] or cfg["store_enable"]:
+                    execute.append(index)
+        switch_inputs, edge_out, switches, units, agcus = self._build(memory, execute or [])
+        sources = []
+        for (network, edge), items in (edge_inputs or {}).items():
+            if network not in NETWORKS:
+                raise ValueError(f"Unknown network {network!r}")
+            queue = self._edge_input(switch_inputs, network, edge)
+            if any(agcu_edge(agcu.index, self.rows) == edge and
+                   (network == "control" and agcu.execute or
+                    network == "vector" and agcu.load_total) for agcu in agcus):
+                raise ValueError(f"Edge {network} input {edge} is driven by an AGCU")
+            if network == "vector":
+                items = [self._beat(item) for item in items]
+            else:
+                items = [int(item) for item in items]
+            sources.append(_EdgeSource(network, edge, items, queue))
+        collected = {key: [] for key in edge_out}
+        agcu_edges = {agcu_edge(agcu.index, self.rows) for agcu in agcus}
+        components = sources + agcus + [net for net in switches if net.active()] + units
+        moved_total = 0
+        done_tokens = 0
+        scalar_results = {agcu.index: [] for agcu in agcus}
+        while True:
+            moved = 0
+            for component in components:
+                moved += component.step()
+            for (network, edge), queue in edge_out.items():
+                if not queue.items or (network == "vector" and edge in agcu_edges):
+                    continue
+                if network == "control":
+                    done_tokens += sum(queue.items)
+                    for agcu in agcus:
+                        if agcu_edge(agcu.index, self.rows) == edge and DONE in queue.items:
+                            agcu.done_seen = True
+                elif network == "scalar":
+                    for agcu in agcus:
+                        if agcu_edge(agcu.index, self.rows) == edge:
+                            scalar_results[agcu.index] += queue.items
+                collected[network, edge].extend(queue.items)
+                moved += len(queue.items)
+                queue.items.clear()
+            if not moved:
+                break
+            moved_total += moved
+            if moved_total > max_items:
+                raise ModelError(f"run stopped after {moved_total} item transfers "
+                                 f"(max_items={max_items})")
+        for agcu in agcus:
+            agcu.flush()
+        waiting = []
+        for component in units + agcus + switches + sources:
+            if component.busy():
+                # a switch held up by a full destination is explained by its consumer
+                default = [] if isinstance(component, _SwitchNetwork) else [
+                    f"{component.name} is busy"]
+                waiting += component.waits() or default
+        if not waiting:
+            # only switches wait, on destinations that never take anything (a PMU
+            # control_in without read_gate, for example)
+            waiting = [text for net in switches for text in net.blocked()]
+        if waiting:
+            raise ModelDeadlock("deadlock: " + "; ".join(waiting))
+        edge_outputs = {}
+        for (network, edge), items in collected.items():
+            if network == "vector":
+                if items:
+                    edge_outputs[network, edge] = _vectors(items, self.lanes)
+            elif items:
+                edge_outputs[network, edge] = items
+        counters = {}
+        for unit in units:
+            counters[unit.name] = unit.counters()
+        for net in switches:
+            counters[net.name] = {"items_out": net.forwarded}
+        for agcu in agcus:
+            counters[agcu.name] = {"beats_loaded": agcu.loaded, "beats_stored": agcu.stored}
+        leftovers = [text for component in switches + units for text in component.leftovers()]
+        return RunResult(edge_outputs, counters, done_tokens, moved_total, scalar_results,
+                         leftovers)
+
+    def _beat(self, item):
+        if isinstance(item, (int, np.integer)):
+            value = int(item)
+            return np.array([(value >> (32 * lane)) & 0xFFFF_FFFF for lane in range(self.lanes)],
+                            dtype=np.uint32)
+        beat = np.asarray(item, dtype=np.uint64)
+        if beat.shape != (self.lanes,):
+            raise ValueError(f"Vector item of shape {beat.shape}, expected ({self.lanes},)")
+        return beat.astype(np.uint32)
+
+    def run_program(self, program, *, max_items=50_000_000):
+        """Run an :class:`rdu.program.Program`: inputs into a :class:`FlatMemory`, the
+        bitstream loaded from ``bitstream_address`` (as AGCU 0's program load reads it),
+        the AGCUs of ``program.execute`` run. Returns ``(outputs, result)``: ``{name:
+        uint32 array}`` for ``program.outputs`` and the :class:`RunResult`."""
+        memory = FlatMemory()
+        for _, (address, words) in program.inputs.items():
+            memory.write_words(address, words)
+        memory.write_words(program.bitstream_address, program.bitstream)
+        header = memory.read_words(program.bitstream_address, 5)
+        length = (int(header[1]) >> 16) + int(header[3]) if len(program.bitstream) >= 5 else 0
+        words = memory.read_words(program.bitstream_address,
+                                  min(max(length, 1), len(program.bitstream)))
+        self.load([int(word) for word in words])
+        result = self.run(memory=memory, execute=list(program.execute), max_items=max_items)
+        outputs = {name: memory.read_words(address, count)
+                   for name, (address, count) in program.outputs.items()}
+        return outputs, result
+
+
+def run_program(program, *, compute=True, stages=4, capacity_bytes=65536,
+                max_items=50_000_000):
+    """Build a :class:`FunctionalArray` of ``program.geometry`` and run ``program``
+    (:meth:`FunctionalArray.run_program`)."""
+    geometry = program.geometry
+    array = FunctionalArray(geometry["rows"], geometry["cols"], geometry["lanes"],
+                            compute=compute, stages=stages, capacity_bytes=capacity_bytes,
+                            agcus=geometry.get("agcus", 2))
+    return array.run_program(program, max_items=max_items)
