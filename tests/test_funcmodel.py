@@ -310,10 +310,12 @@ def test_model_agcu_transpose_program(seed):
     store = {"store_enable": 1, "wait_done": 1,
              "store": {"base": result_address, "count": [size, size // lanes, 1],
                        "stride": [4 * size, 4 * lanes, 0]}}
-    assert agcu_edge(0, 2) == 0 and agcu_edge(1, 2) == 2
+    # AGCU 0 at the west of row 0 (edge 0), AGCU 1 at the east of row 1 (edge 3)
+    assert agcu_edge(0, 2) == 0 and agcu_edge(1, 2) == 3
     extra = [((0, 0, "vector", LOCAL0), Source.WEST), ((0, 0, "vector", EAST), Source.LOCAL),
-             ((0, 1, "vector", EAST), Source.WEST), ((0, 0, "control", EAST), Source.LOCAL),
-             ((0, 1, "control", EAST), Source.WEST)]
+             ((0, 1, "vector", SOUTH), Source.WEST), ((1, 1, "vector", EAST), Source.NORTH),
+             ((0, 0, "control", EAST), Source.LOCAL), ((0, 1, "control", SOUTH), Source.WEST),
+             ((1, 1, "control", EAST), Source.NORTH)]
     records = [Record(UnitKind.PMU, 0, 0, pack_config(pmu_config_layout(), config)),
                Record(UnitKind.AGCU, 0, 0, pack_config(agcu_config_layout(), load)),
                Record(UnitKind.AGCU, 0, 1, pack_config(agcu_config_layout(), store))]
@@ -439,7 +441,8 @@ def test_model_deadlock_unrouted_pcu_input():
 def test_model_deadlock_agcu_store_short(seed):
     lanes = 8
     store = {"store_enable": 1, "store": _agcu_pattern(HBM.base, 64, 4 * lanes)}
-    extra = [((0, 0, "vector", EAST), Source.WEST), ((0, 1, "vector", EAST), Source.WEST)]
+    extra = [((0, 0, "vector", EAST), Source.WEST), ((0, 1, "vector", SOUTH), Source.WEST),
+             ((1, 1, "vector", EAST), Source.NORTH)]      # to AGCU 1, east of row 1
     records = [Record(UnitKind.AGCU, 0, 1, pack_config(agcu_config_layout(), store))]
     model = FunctionalArray(2, 2, lanes, compute=False)
     model.load(write_bitstream(Geometry(2, 2, lanes), records + switch_records(2, 2, {}, extra)))

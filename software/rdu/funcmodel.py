@@ -65,9 +65,11 @@ class UnitError(ModelError):
 
 
 def agcu_edge(index, rows):
-    """Edge port index of AGCU ``index``: the west side of row ``index // 2`` for even
-    indices, the east side (``rows + index // 2``) for odd ones."""
-    return index // 2 if index % 2 == 0 else rows + index // 2
+    """Edge port index of AGCU ``index`` (``rdu.mapper.agcu_site``: even indices on the
+    west edge, odd ones on the east edge, from the middle rows)."""
+    from .mapper import agcu_site
+    side, row = agcu_site(index, rows)
+    return row if side == "west" else rows + row
 
 
 # --------------------------------------------------------------------------------------
@@ -834,6 +836,8 @@ class _AGCU(_Unit):
             if cfg["load_enable"]:
                 count = cfg["load"]["count"]
                 self.load_total = count[0] * count[1] * count[2]
+                if cfg.get("load_bf16"):
+                    self.load_total *= 2       # each AXI beat: two expanded vector beats
             if cfg["store_enable"]:
                 count = cfg["store"]["count"]
                 self.store_total = count[0] * count[1] * count[2]
@@ -872,7 +876,9 @@ class _AGCU(_Unit):
             moved += 1
         vin = self.edge_in["vector"]
         space = min(vin.capacity - len(vin.items), self.load_total - self.loaded)
-        if space > 0:
+        if space > 0 and self.cfg.get("load_bf16"):
+            moved += self._load_bf16(vin, space)
+        elif space > 0:
             addresses = self._addresses("load", self.loaded, space)
             if self.pending_stores:
                 low = min(a for a, _ in self.pending_stores)
@@ -897,6 +903,26 @@ class _AGCU(_Unit):
             out.capacity = self.store_total - self.stored
             moved += count
         return moved
+
+    def _load_bf16(self, vin, space):
+        """``load_bf16``: AXI beat ``i`` (``2 * lanes`` packed BF16 values) becomes vector
+        beats ``2i`` (values ``0..lanes-1``) and ``2i + 1`` (the rest), ``value << 16``."""
+        first = self.loaded // 2
+        last = (self.loaded + space - 1) // 2
+        addresses = self._addresses("load", first, last - first + 1)
+        self.flush()
+        for index, address in enumerate(addresses):
+            try:
+                raw = self.memory.read(int(address), self.beat)
+            except ValueError as error:
+                raise UnitError(f"{self.name}: error READ_DECERR ({error})") from None
+            values = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+            for half in (0, 1):
+                beat = 2 * (first + index) + half
+                if self.loaded <= beat < self.loaded + space:
+                    vin.items.append(values[half * self.lanes:(half + 1) * self.lanes])
+        self.loaded += space
+        return space
 
     def finished(self):
         return (not self.launch and self.loaded == self.load_total and

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from .ir import IRError, Merge
 
 __all__ = ["MappingError", "ArrayGeometry", "Site", "Placement", "Route", "Mapping",
-           "map_kernel", "route_kernel", "default_agcu_rows", "DIRECTIONS"]
+           "map_kernel", "route_kernel", "agcu_site", "default_agcu_rows", "DIRECTIONS"]
 
 DIRECTIONS = {"north": (-1, 0), "east": (0, 1), "south": (1, 0), "west": (0, -1)}
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
@@ -54,14 +54,24 @@ class Site:
         return f"{self.unit}({self.row},{self.col}){extra}"
 
 
-def default_agcu_rows(rows):
-    """Where the two AGCUs of a ``rows``-row array sit: the west edge of row
-    ``(rows - 1) // 2`` and the east edge of row ``rows // 2``.
+def agcu_site(index, rows):
+    """``(side, row)`` of AGCU ``index`` on a ``rows``-row array: even indices on the
+    west edge from row ``(rows - 1) // 2`` down, odd ones on the east edge from row
+    ``rows // 2`` down (wrapping). The hardware (``hdl.system``), the functional model
+    and the mapper all use this."""
+    if index % 2 == 0:
+        return "west", ((rows - 1) // 2 + index // 2) % rows
+    return "east", (rows // 2 + index // 2) % rows
+
+
+def default_agcu_rows(rows, agcus=2):
+    """Where the AGCUs of a ``rows``-row array sit (:func:`agcu_site`): with two, the
+    west edge of row ``(rows - 1) // 2`` and the east edge of row ``rows // 2``.
 
     Mid-edge rather than corner positions: a corner switch has only two mesh links in
     each direction, and a GEMM's load trees and result merges all meet at the AGCUs'
     switches (on the 4x4 array a corner placement cannot route eight matmuls)."""
-    return (("west", (rows - 1) // 2), ("east", rows // 2))
+    return tuple(agcu_site(index, rows) for index in range(agcus))
 
 
 @dataclass(frozen=True)
