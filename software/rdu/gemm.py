@@ -404,7 +404,8 @@ def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2):
         "mapping": mapping.report(),
     }
     program = Program(kernel.name, {"rows": geometry.rows, "cols": geometry.cols,
-                                    "lanes": lanes, "agcus": agcus, "stages": stages},
+                                    "lanes": lanes, "agcus": agcus, "stages": stages,
+                                    "capacity_bytes": geometry.pmu_words * WORD},
                       bitstream, bitstream_addr,
                       outputs={"c": (c_addr, plan.col_tiles * plan.m_pad * lanes)},
                       execute=execute, meta=meta)

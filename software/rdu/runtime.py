@@ -39,7 +39,8 @@ def system_params(program):
     """Constructor arguments of the :class:`hdl.system.RDUSystem` a program needs."""
     geometry = program.geometry
     return {"rows": geometry["rows"], "cols": geometry["cols"], "lanes": geometry["lanes"],
-            "agcus": geometry.get("agcus", 2)}
+            "agcus": geometry.get("agcus", 2),
+            "capacity_bytes": geometry.get("capacity_bytes", 65536)}
 
 
 def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
@@ -51,11 +52,12 @@ def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
     start = time.perf_counter()
     if sim == "model":
         from .funcmodel import run_program as model_run
-        result = model_run(program)
-        outputs = {name: np.asarray(result[name], np.uint32) for name in program.outputs}
-        counters = result.get("counters", {}) if isinstance(result, dict) else {}
+        geometry = program.geometry
+        outputs, result = model_run(program, stages=geometry.get("stages", 4),
+                                    capacity_bytes=geometry.get("capacity_bytes", 65536))
+        outputs = {name: np.asarray(words, np.uint32) for name, words in outputs.items()}
         return RunResult(outputs, None, "model", time.perf_counter() - start,
-                         counters=counters)
+                         counters=result.counters)
 
     from hdl.system import RDUSystem
     from tb.suites.system import run_program as body
