@@ -1,0 +1,124 @@
+"""RDUSystem: a compiled program (bitstream + memory images) run end to end by the RTL
+runtime: program load through AGCU 0, start, execute on both AGCUs, outputs from HBM."""
+
+import numpy as np
+import pytest
+from rdu.bitstream import HEADER_WORDS, BitstreamError, ConfigStatus, Geometry, read_bitstream
+
+from hdl.system import RDUSystem, agcu_edge
+from tb.runner import run_amaranth
+from tb.suites.system import RunError, load_outputs, run_program, transpose_program
+
+SMALL = {"rows": 2, "cols": 2, "lanes": 4}
+#: shorter memory latencies for the error tests (the copy test uses the defaults)
+FAST_MEMORY = {"hbm": {"hit_latency": 8, "miss_latency": 12, "write_latency": 4}}
+
+
+def small_system():
+    return RDUSystem(2, 2, 4, compute_unit=None, capacity_bytes=4096, idle_timeout=256)
+
+
+def run(program_dir, watchdog=5000, seed=None, **params):
+    system = small_system()
+    return run_amaranth(system, run_program, seed=seed, watchdog=watchdog,
+                        program_dir=str(program_dir), **params), system
+
+
+def test_agcu_edge_assignment():
+    assert [agcu_edge(k, 4) for k in range(8)] == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert [agcu_edge(k, 1) for k in range(2)] == [0, 1]
+    with pytest.raises(ValueError, match=r"^AGCU index must be between 0 and 3 for 2 rows, "
+                                         r"not 4$"):
+        agcu_edge(4, 2)
+    with pytest.raises(TypeError, match=r"^AGCU index must be an integer, not '1'$"):
+        agcu_edge("1", 2)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_system_argument_checks():
+    with pytest.raises(ValueError, match=r"^AGCU count must be between 1 and 4 \(two per "
+                                         r"row\) for 2 rows, not 5$"):
+        RDUSystem(2, 2, 4, agcus=5, compute_unit=None)
+    with pytest.raises(ValueError, match=r"^AGCU count must be between 1 and 2 \(two per "
+                                         r"row\) for 1 rows, not 0$"):
+        RDUSystem(1, 2, 4, agcus=0, compute_unit=None)
+    with pytest.raises(TypeError, match=r"^AGCU count must be an integer, not 2.0$"):
+        RDUSystem(2, 2, 4, agcus=2.0, compute_unit=None)
+    with pytest.raises(ValueError, match=r"^System rows must be between 1 and 255, not 0$"):
+        RDUSystem(0, 2, 4)
+    system = RDUSystem(2, 2, 4, agcus=3, compute_unit=None)
+    assert [system.edge_of(k) for k in range(3)] == [0, 2, 1]
+    assert system.agcu_config_words == 12
+    assert [t for t in system.config_targets() if t[0] == 4] == [(4, 0, k, 12) for k in range(3)]
+
+
+def test_transpose_program_amaranth(sim_dir, seed):
+    """HBM -> AGCU 0 -> PMU (write row-major, read column-major) -> AGCU 1 (strided
+    store) -> HBM: the HBM output is the numpy transpose; default memory latencies."""
+    program, expected = transpose_program(**SMALL, matrix_rows=16, matrix_cols=16, seed=seed)
+    program.save(sim_dir / "program")
+    system = small_system()
+    stats, _ = run(sim_dir / "program", seed=seed, timeout=20_000,
+                   perf_counters=system.perf_counter_names())
+    result = stats.result
+    got = np.asarray(result["outputs"]["a_t"], dtype=np.uint32)
+    assert np.array_equal(got, expected), "transposed output differs from numpy"
+    assert np.array_equal(load_outputs(result)["a_t"], expected)
+    assert result["perf"]["pmu(0,0).beats_written"] == 64
+    assert result["perf"]["pmu(0,0).beats_read"] == 64
+    assert result["perf"]["pmu(0,1).beats_written"] == 0
+    assert result["array_cycles"] is not None and result["array_cycles"] <= result["cycles"]
+    assert result["memory"]["hbm"]["write_beats"] == 64
+    assert result["memory_errors"] == []
+    print(f"transpose 16x16 (lanes 4): load {result['load_cycles']} cycles, run "
+          f"{result['cycles']} cycles, AGCU {result['agcu_cycles']}, array "
+          f"{result['array_cycles']}")
+
+
+def test_bad_crc_is_reported_amaranth(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    program.bitstream[-1] ^= 1 << (seed % 32)       # a configuration word, not a header
+    with pytest.raises(BitstreamError) as error:
+        read_bitstream(program.bitstream, Geometry(2, 2, 4))
+    assert error.value.status == ConfigStatus.CRC
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError) as failure:
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+    message = str(failure.value)
+    assert message == ("program 'transpose': bitstream rejected by the configuration "
+                       "loader: CRC (host.error = 5)")
+    assert "\n" not in message
+
+
+def test_bad_magic_header_amaranth(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    assert HEADER_WORDS == 5
+    program.bitstream[0] ^= 0x100
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError, match=r"^program 'transpose': bitstream rejected by the "
+                                       r"configuration loader: BAD_MAGIC \(host.error = 1\)$"):
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+
+
+def test_unmapped_load_address_names_agcu_error_amaranth(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                   input_address=0x2000_0000, name="unmapped")
+    # the input image cannot live at an unmapped address: load it elsewhere
+    program.inputs = {"a": (0x1_0000, program.inputs["a"][1])}
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError) as failure:
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+    message = str(failure.value)
+    assert message.startswith("program 'unmapped': AGCU 0 ended EXECUTE with READ_DECERR "
+                              "(code 6); memory: DECERR on read"), message
+    assert "\n" not in message
+
+
+def test_watchdog_names_busy_agcu_amaranth(sim_dir, seed):
+    """AGCU 1 is told to store twice the beats the PMU sends: it never finishes."""
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                   store_beats=32, name="stuck")
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError, match=r"^program 'stuck': watchdog: AGCU 1 still busy after "
+                                       r"1500 cycles from start \(cycle \d+\); done: \[0\]$"):
+        run(sim_dir / "program", seed=seed, timeout=1500, memory=FAST_MEMORY, progress=500)
