@@ -52,27 +52,36 @@ def test_system_argument_checks():
     assert [t for t in system.config_targets() if t[0] == 4] == [(4, 0, k, 12) for k in range(3)]
 
 
-def test_transpose_program_amaranth(sim_dir, seed):
+@pytest.mark.parametrize("shape, stall, memory", [
+    ((16, 16), "none", None),                   # default HBM latencies: measured cycles
+    ((8, 32), "random", FAST_MEMORY),           # non-square, random stalls on every AXI channel
+])
+def test_transpose_program_amaranth(shape, stall, memory, sim_dir, seed):
     """HBM -> AGCU 0 -> PMU (write row-major, read column-major) -> AGCU 1 (strided
-    store) -> HBM: the HBM output is the numpy transpose; default memory latencies."""
-    program, expected = transpose_program(**SMALL, matrix_rows=16, matrix_cols=16, seed=seed)
+    store) -> HBM: the HBM output is the numpy transpose."""
+    matrix_rows, matrix_cols = shape
+    beats = matrix_rows * matrix_cols // 4
+    program, expected = transpose_program(**SMALL, matrix_rows=matrix_rows,
+                                          matrix_cols=matrix_cols, seed=seed)
     program.save(sim_dir / "program")
     system = small_system()
-    stats, _ = run(sim_dir / "program", seed=seed, timeout=20_000,
+    stats, _ = run(sim_dir / "program", seed=seed, timeout=20_000, stall=stall, memory=memory,
                    perf_counters=system.perf_counter_names())
     result = stats.result
     got = np.asarray(result["outputs"]["a_t"], dtype=np.uint32)
     assert np.array_equal(got, expected), "transposed output differs from numpy"
     assert np.array_equal(load_outputs(result)["a_t"], expected)
-    assert result["perf"]["pmu(0,0).beats_written"] == 64
-    assert result["perf"]["pmu(0,0).beats_read"] == 64
-    assert result["perf"]["pmu(0,1).beats_written"] == 0
+    assert result["perf"]["pmu(0,0).beats_written"] == beats
+    assert result["perf"]["pmu(0,0).beats_read"] == beats
+    for unit in ("pmu(0,1)", "pmu(1,0)", "pmu(1,1)"):
+        assert result["perf"][f"{unit}.beats_written"] == 0
+    assert result["unit_error"] == 0
     assert result["array_cycles"] is not None and result["array_cycles"] <= result["cycles"]
-    assert result["memory"]["hbm"]["write_beats"] == 64
+    assert result["memory"]["hbm"]["write_beats"] == beats
     assert result["memory_errors"] == []
-    print(f"transpose 16x16 (lanes 4): load {result['load_cycles']} cycles, run "
-          f"{result['cycles']} cycles, AGCU {result['agcu_cycles']}, array "
-          f"{result['array_cycles']}")
+    print(f"transpose {matrix_rows}x{matrix_cols} (lanes 4, stall {stall}): load "
+          f"{result['load_cycles']} cycles, run {result['cycles']} cycles, AGCU "
+          f"{result['agcu_cycles']}, array {result['array_cycles']}")
 
 
 def test_bad_crc_is_reported_amaranth(sim_dir, seed):
