@@ -84,6 +84,24 @@ def test_transpose_program_amaranth(shape, stall, memory, sim_dir, seed):
           f"{result['agcu_cycles']}, array {result['array_cycles']}")
 
 
+@pytest.mark.parametrize("load_agcu, store_agcu", [(2, 1), (1, 2)])
+def test_third_agcu_edge_amaranth(load_agcu, store_agcu, sim_dir, seed):
+    """Three AGCUs: AGCU 2 is west of row 1. A transpose loaded by one and stored by the
+    other reaches its destination only if both sit at their documented edges."""
+    program, expected = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                          agcus=3, load_agcu=load_agcu,
+                                          store_agcu=store_agcu)
+    assert program.meta["pmu"] == ([1, 0] if load_agcu == 2 else [0, 1])
+    program.save(sim_dir / "program")
+    system = RDUSystem(2, 2, 4, agcus=3, compute_unit=None, capacity_bytes=4096,
+                       idle_timeout=256)
+    stats = run_amaranth(system, run_program, seed=seed, watchdog=5000,
+                         program_dir=str(sim_dir / "program"), timeout=5000,
+                         memory=FAST_MEMORY, stall="random")
+    assert np.array_equal(load_outputs(stats.result)["a_t"], expected)
+    assert sorted(stats.result["agcu_cycles"]) == sorted([str(load_agcu), str(store_agcu)])
+
+
 def test_bad_crc_is_reported_amaranth(sim_dir, seed):
     program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
     program.bitstream[-1] ^= 1 << (seed % 32)       # a configuration word, not a header
@@ -131,3 +149,36 @@ def test_watchdog_names_busy_agcu_amaranth(sim_dir, seed):
     with pytest.raises(RunError, match=r"^program 'stuck': watchdog: AGCU 1 still busy after "
                                        r"1500 cycles from start \(cycle \d+\); done: \[0\]$"):
         run(sim_dir / "program", seed=seed, timeout=1500, memory=FAST_MEMORY, progress=500)
+
+
+@pytest.mark.verilator
+def test_transpose_program_verilator(sim_dir, seed):
+    """The registered minimal system (``system_2x2``: 2x2 PMUs, 4 lanes, 16 KiB, two
+    AGCUs) under cocotb + Verilator: a 64x64 transpose (1024 beats, a full PMU) with the
+    default memory latencies, then a corrupted bitstream that the runtime reports."""
+    from rdu.designs import get_design
+
+    from tb.runner import run_verilator
+    from tb.verilator import build
+    design = get_design("system_2x2")
+    built = build(RDUSystem, **design.params)
+    program, expected = transpose_program(**SMALL, matrix_rows=64, matrix_cols=64, seed=seed)
+    program.save(sim_dir / "program")
+    names = design.instantiate().perf_counter_names()
+    stats = run_verilator(built, run_program, sim_dir / "transpose", seed=seed,
+                          watchdog=5000, program_dir=str(sim_dir / "program"),
+                          timeout=50_000, perf_counters=names)
+    result = stats.result
+    assert np.array_equal(load_outputs(result)["a_t"], expected)
+    assert np.array_equal(np.asarray(result["outputs"]["a_t"], dtype=np.uint32), expected)
+    assert result["perf"]["pmu(0,0).beats_read"] == 1024
+    assert result["memory_errors"] == []
+    print(f"transpose 64x64 (Verilator): load {result['load_cycles']} cycles, run "
+          f"{result['cycles']} cycles, AGCU {result['agcu_cycles']}, "
+          f"{stats.cycles_per_second:.0f} cycles/s")
+    bad, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    bad.bitstream[-1] ^= 1
+    bad.save(sim_dir / "bad")
+    with pytest.raises(Exception, match="bitstream rejected by the configuration loader: CRC"):
+        run_verilator(built, run_program, sim_dir / "bad_crc", seed=seed,
+                      program_dir=str(sim_dir / "bad"), timeout=5000)

@@ -250,20 +250,52 @@ def load_outputs(result):
 # Test programs
 # --------------------------------------------------------------------------------------
 
+def _edge_position(edge, rows, cols):
+    """``(row, col, side)`` of the switch behind array edge index ``edge``."""
+    return (edge, 0, WEST) if edge < rows else (edge - rows, cols - 1, EAST)
+
+
+def _route_to_edge(rows, cols, start, edge):
+    """Hops ``((row, col, output), input)`` of a route from the unit at ``start`` to the
+    array edge ``edge``: first along the column, then along the row (Y then X)."""
+    row, col = start
+    came = Source.LOCAL
+    dest_row, dest_col, side = _edge_position(edge, rows, cols)
+    hops = []
+    while row != dest_row:
+        out = SOUTH if dest_row > row else NORTH
+        hops.append(((row, col, out), came))
+        row += 1 if out == SOUTH else -1
+        came = Source.NORTH if out == SOUTH else Source.SOUTH
+    while col != dest_col:
+        out = EAST if dest_col > col else WEST
+        hops.append(((row, col, out), came))
+        col += 1 if out == EAST else -1
+        came = Source.WEST if out == EAST else Source.EAST
+    hops.append(((row, col, side), came))
+    return hops
+
+
 def transpose_program(rows, cols, lanes, *, matrix_rows, matrix_cols, seed,
                       input_address=HBM.base + 0x1_0000, output_address=HBM.base + 0x2_0000,
                       bitstream_address=HBM.base + 0x100, store_beats=None,
-                      name="transpose"):
-    """A copy kernel: HBM -> AGCU 0 -> PMU (0, 0) -> AGCU 1 -> HBM, transposing.
+                      agcus=2, load_agcu=0, store_agcu=1, name="transpose"):
+    """A copy kernel: HBM -> AGCU ``load_agcu`` -> a PMU -> AGCU ``store_agcu`` -> HBM,
+    transposing.
 
-    AGCU 0 (west of row 0) streams the ``matrix_rows x matrix_cols`` uint32 matrix
-    ``A`` row-major; PMU (0, 0) writes it row-major (diagonal layout) and reads it
-    column-major (beat ``(b, c)`` = ``A[b*lanes:(b+1)*lanes, c]``), routed east along
-    row 0 to AGCU 1 (east of row 0), whose strided store pattern puts beat ``(b, c)``
-    at row ``c``, columns ``b*lanes..`` of ``A.T``; AGCU 1 also waits for the PMU's
-    DONE token. ``store_beats`` (default: all) changes the store count, to make a
-    program that never completes. Returns ``(program, expected output words)``.
+    The load AGCU streams the ``matrix_rows x matrix_cols`` uint32 matrix ``A``
+    row-major into the PMU next to its edge (:func:`hdl.system.agcu_edge`: AGCU 0 is
+    west of row 0, so PMU (0, 0)); the PMU writes it row-major (diagonal layout) and
+    reads it column-major (beat ``(b, c)`` = ``A[b*lanes:(b+1)*lanes, c]``); the beats
+    and the PMU's DONE token travel column first, then row, to the store AGCU's edge,
+    whose strided store pattern puts beat ``(b, c)`` at row ``c``, columns
+    ``b*lanes..`` of ``A.T``; the store AGCU also waits for the DONE token.
+    ``store_beats`` (default: all) replaces the store pattern by a linear one of that
+    many beats, e.g. more than arrive, to make a program that never completes.
+    Needs a PMU at the load AGCU's edge position (``compute_unit=None`` arrays).
+    Returns ``(program, expected output words)``.
     """
+    from hdl.system import agcu_edge
     rng = np.random.default_rng(seed)
     matrix = rng.integers(0, 1 << 32, (matrix_rows, matrix_cols), dtype=np.uint32)
     beat = lanes * WORD_BYTES
@@ -272,35 +304,38 @@ def transpose_program(rows, cols, lanes, *, matrix_rows, matrix_cols, seed,
                         read=pattern("column_major", lanes, matrix_rows, matrix_cols),
                         buffer_words=matrix_rows * matrix_cols,
                         skew_shift=matrix_cols.bit_length() - 1, read_passes=1)
-    extra = [((0, 0, "vector", LOCAL0), Source.WEST),
-             ((0, 0, "vector", EAST), Source.LOCAL),
-             ((0, 0, "control", EAST), Source.LOCAL)]
-    for col in range(1, cols):
-        extra += [((0, col, "vector", EAST), Source.WEST),
-                  ((0, col, "control", EAST), Source.WEST)]
+    pmu_row, pmu_col, side = _edge_position(agcu_edge(load_agcu, rows), rows, cols)
+    extra = [((pmu_row, pmu_col, "vector", LOCAL0),
+              Source.WEST if side == WEST else Source.EAST)]
+    for (row, col, out), came in _route_to_edge(rows, cols, (pmu_row, pmu_col),
+                                                agcu_edge(store_agcu, rows)):
+        extra += [((row, col, "vector", out), came), ((row, col, "control", out), came)]
     agcu_layout = agcu_config_layout()
     load = {"base": input_address, "count": [beats, 1, 1], "stride": [beat, 0, 0]}
     blocks = matrix_rows // lanes
-    store = {"base": output_address,
-             "count": [matrix_cols, blocks, 1] if store_beats is None
-             else [store_beats, 1, 1],
-             "stride": [matrix_rows * WORD_BYTES, beat, 0] if store_beats is None
-             else [beat, 0, 0]}
-    records = [Record(UnitKind.PMU, 0, 0, pack_config(pmu_config_layout(), config)),
+    if store_beats is None:
+        store = {"base": output_address, "count": [matrix_cols, blocks, 1],
+                 "stride": [matrix_rows * WORD_BYTES, beat, 0]}
+    else:
+        store = {"base": output_address, "count": [store_beats, 1, 1],
+                 "stride": [beat, 0, 0]}
+    records = [Record(UnitKind.PMU, pmu_row, pmu_col,
+                      pack_config(pmu_config_layout(), config)),
                *switch_records(rows, cols, {}, extra),
-               Record(UnitKind.AGCU, 0, 0, pack_config(agcu_layout, {
+               Record(UnitKind.AGCU, 0, load_agcu, pack_config(agcu_layout, {
                    "load_enable": 1, "load": load})),
-               Record(UnitKind.AGCU, 0, 1, pack_config(agcu_layout, {
+               Record(UnitKind.AGCU, 0, store_agcu, pack_config(agcu_layout, {
                    "store_enable": 1, "wait_done": 1, "store": store}))]
     program = Program(
         name=name,
-        geometry={"rows": rows, "cols": cols, "lanes": lanes, "agcus": 2},
+        geometry={"rows": rows, "cols": cols, "lanes": lanes, "agcus": agcus},
         bitstream=write_bitstream(Geometry(rows, cols, lanes), records),
         bitstream_address=bitstream_address,
         inputs={"a": (input_address, matrix.reshape(-1))},
         outputs={"a_t": (output_address, matrix_rows * matrix_cols)},
-        execute=[0, 1],
-        meta={"kernel": "transpose", "shape": [matrix_rows, matrix_cols], "beats": beats},
+        execute=[load_agcu, store_agcu],
+        meta={"kernel": "transpose", "shape": [matrix_rows, matrix_cols], "beats": beats,
+              "pmu": [pmu_row, pmu_col]},
     )
     return program, matrix.T.reshape(-1).copy()
 
