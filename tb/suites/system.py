@@ -63,13 +63,27 @@ def _error_name(code):
         return f"unknown code {code}"
 
 
-async def _accept(bench, source, timeout, what):
-    """Wait until ``source`` has handed over its command."""
+async def _issue(bench, agcus, command, timeout, what):
+    """Drive ``command`` on ``cmd[k]`` of every AGCU in ``agcus`` for one cycle, once
+    none of them is busy (``cmd.ready`` is ``~busy``, so the edge at the end of that
+    cycle accepts them all). Commands are driven by the body itself, not by a stream
+    agent, so that they are accepted on the same edge in both tiers."""
     for _ in range(timeout):
-        if source.idle:
-            return bench.cycle
+        busy = [k for k in agcus if await bench.read(f"agcu_busy.{k}")]
         await bench.cycles(1)
-    raise RunError(f"{what}: command not accepted within {timeout} cycles")
+        if not busy:
+            break
+    else:
+        raise RunError(f"{what}: AGCUs {busy} still busy after {timeout} cycles")
+    for k in agcus:
+        bench.set(f"cmd.{k}.valid", 1)
+        bench.set(f"cmd.{k}.payload", command)
+
+
+async def _end_issue(bench, agcus):
+    await bench.cycles(1)
+    for k in agcus:
+        bench.set(f"cmd.{k}.valid", 0)
 
 
 async def run_program(bench, program_dir, *, timeout=200_000, progress=False, memory=None,
@@ -101,8 +115,10 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
     Returns
     -------
     dict
-        ``cycles`` (start to the last AGCU ``done``), ``load_cycles``, ``agcu_cycles``
-        (per executing AGCU, ``EXECUTE`` accepted to ``done``), ``array_cycles``
+        ``cycles`` (edges from the one that sampled ``start`` and the ``EXECUTE``
+        commands to the one that raised the last ``done``), ``load_cycles`` (from the
+        edge that accepted ``PROGRAM_LOAD`` to the loader's verdict), ``agcu_cycles``
+        (per executing AGCU, string keys, the same measure), ``array_cycles``
         (``host.cycles``: start to the first ``DONE`` token at the edge, or ``None``),
         ``outputs`` (name -> list of uint32, or ``None`` when larger than
         ``INLINE_OUTPUT_WORDS`` in total), ``outputs_path``, ``perf`` and ``memory``
@@ -130,28 +146,27 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
     mem.load(program.bitstream_address, np.asarray(program.bitstream, dtype=np.uint32))
     for address, words in program.inputs.values():
         mem.load(address, np.asarray(words, dtype=np.uint32))
-    commands = [bench.source(f"cmd.{k}") for k in range(agcus)]
-
     # -- program load on AGCU 0 ----------------------------------------------------------
-    load_start = bench.cycle
-    commands[0].send(_command(AGCUOp.PROGRAM_LOAD, src=program.bitstream_address,
-                              length=WORD_BYTES * len(program.bitstream)))
-    await _accept(bench, commands[0], load_timeout, f"program {name!r}: program load")
-    state = None
-    for _ in range(load_timeout):
+    what = f"program {name!r}: program load"
+    await _issue(bench, [0], _command(AGCUOp.PROGRAM_LOAD, src=program.bitstream_address,
+                                      length=WORD_BYTES * len(program.bitstream)),
+                 load_timeout, what)
+    await _end_issue(bench, [0])           # the edge that accepted the command
+    load_cycles = 0
+    while True:
         done = await bench.read("agcu_done.0")
         state = await bench.read("host.config_state")
         if done and state != LoaderState.LOADING:
             break
+        if load_cycles >= load_timeout:
+            raise RunError(f"{what} not finished after {load_timeout} cycles (AGCU 0 "
+                           f"done={done}, configuration state {state})")
         await bench.cycles(1)
-    else:
-        raise RunError(f"program {name!r}: program load not finished after {load_timeout} "
-                       f"cycles (AGCU 0 done={done}, configuration state {state})")
+        load_cycles += 1
     load_error = await bench.read("agcu_error.0")
     if load_error != AGCUError.NONE:
-        raise RunError(f"program {name!r}: program load on AGCU 0 ended with "
-                       f"{_error_name(load_error)} (bitstream at "
-                       f"{program.bitstream_address:#x})")
+        raise RunError(f"{what} on AGCU 0 ended with {_error_name(load_error)} "
+                       f"(bitstream at {program.bitstream_address:#x})")
     if state != LoaderState.LOADED:
         code = await bench.read("host.error")
         try:
@@ -160,30 +175,23 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
             status = f"unknown code {code}"
         raise RunError(f"program {name!r}: bitstream rejected by the configuration loader: "
                        f"{status} (host.error = {code})")
-    load_cycles = bench.cycle - load_start
 
-    # -- start, execute, wait ------------------------------------------------------------
-    await bench.cycles(1)              # no set() after a read in the same cycle
+    # -- start and execute on one edge, then wait ----------------------------------------
+    execute = list(program.execute)
+    await _issue(bench, execute, _command(AGCUOp.EXECUTE), load_timeout,
+                 f"program {name!r}: execute")
     bench.set("host.start", 1)
-    await bench.cycles(1)
+    await _end_issue(bench, execute)       # the edge that sampled start and the commands
     bench.set("host.start", 0)
-    start = bench.cycle - 1            # the edge that sampled start
-    for k in program.execute:
-        commands[k].send(_command(AGCUOp.EXECUTE))
-    accepted = {}
-    pending = set(program.execute)
+    pending = set(execute)
     finished = {}
+    elapsed = 0                            # edges since the start edge
     every = (progress if isinstance(progress, int) and not isinstance(progress, bool)
              else max(1, timeout // 10)) if progress else 0
-    while pending:
-        elapsed = bench.cycle - start
+    while True:
         for k in sorted(pending):
-            if k not in accepted:
-                if commands[k].idle:
-                    accepted[k] = bench.cycle
-                continue
             if await bench.read(f"agcu_done.{k}"):
-                finished[k] = bench.cycle
+                finished[k] = elapsed
                 pending.discard(k)
         if not pending:
             break
@@ -199,9 +207,10 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
             print(f"[run_program {name}] {elapsed}/{timeout} cycles: busy AGCUs "
                   f"{sorted(pending)}, done {sorted(finished)}", flush=True)
         await bench.cycles(1)
-    cycles = max(finished.values()) - start if finished else 0
+        elapsed += 1
+    cycles = max(finished.values())
 
-    for k in program.execute:
+    for k in execute:
         code = await bench.read(f"agcu_error.{k}")
         if code != AGCUError.NONE:
             detail = f"; memory: {mem.errors[0]}" if mem.errors else ""
@@ -228,7 +237,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
         "program": name,
         "cycles": cycles,
         "load_cycles": load_cycles,
-        "agcu_cycles": {str(k): finished[k] - accepted[k] for k in program.execute},
+        "agcu_cycles": {str(k): finished[k] for k in execute},
         "array_cycles": array_cycles,
         "unit_error": unit_error,
         "outputs": ({out: array.tolist() for out, array in outputs.items()}
