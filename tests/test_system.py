@@ -7,7 +7,13 @@ from rdu.bitstream import HEADER_WORDS, BitstreamError, ConfigStatus, Geometry, 
 
 from hdl.system import RDUSystem, agcu_edge
 from tb.runner import run_amaranth
-from tb.suites.system import RunError, load_outputs, run_program, transpose_program
+from tb.suites.system import (
+    RunError,
+    check_program,
+    load_outputs,
+    run_program,
+    transpose_program,
+)
 
 SMALL = {"rows": 2, "cols": 2, "lanes": 4}
 #: shorter memory latencies for the error tests (the copy test uses the defaults)
@@ -65,11 +71,15 @@ def test_transpose_program_amaranth(shape, stall, memory, sim_dir, seed):
                                           matrix_cols=matrix_cols, seed=seed)
     program.save(sim_dir / "program")
     system = small_system()
+    inline = 1 << 16 if stall == "none" else 0       # 0: outputs only in the .npz file
     stats, _ = run(sim_dir / "program", seed=seed, timeout=20_000, stall=stall, memory=memory,
-                   perf_counters=system.perf_counter_names())
+                   perf_counters=system.perf_counter_names(), inline_output_words=inline)
     result = stats.result
-    got = np.asarray(result["outputs"]["a_t"], dtype=np.uint32)
-    assert np.array_equal(got, expected), "transposed output differs from numpy"
+    if inline:
+        got = np.asarray(result["outputs"]["a_t"], dtype=np.uint32)
+        assert np.array_equal(got, expected), "transposed output differs from numpy"
+    else:
+        assert result["outputs"] is None
     assert np.array_equal(load_outputs(result)["a_t"], expected)
     assert result["perf"]["pmu(0,0).beats_written"] == beats
     assert result["perf"]["pmu(0,0).beats_read"] == beats
@@ -125,6 +135,29 @@ def test_bad_magic_header_amaranth(sim_dir, seed):
     with pytest.raises(RunError, match=r"^program 'transpose': bitstream rejected by the "
                                        r"configuration loader: BAD_MAGIC \(host.error = 1\)$"):
         run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+
+
+def test_misaligned_bitstream_address_amaranth(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                   bitstream_address=0x104, name="misaligned")
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError, match=r"^program 'misaligned': program load on AGCU 0 ended "
+                                       r"with MISALIGNED \(bitstream at 0x104\)$"):
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+
+
+def test_program_checks(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    for execute, message in (([], r"executes no AGCU \(program.execute is empty\)"),
+                             ([0, 0], r"executes an AGCU twice: \[0, 0\]"),
+                             ([0, 2], r"executes AGCU 2, the system has 2")):
+        program.execute = execute
+        with pytest.raises(RunError, match=rf"^program 'transpose': {message}$"):
+            check_program(program)
+    # run_program makes the same check
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError, match=r"executes AGCU 2, the system has 2$"):
+        run(sim_dir / "program", seed=seed)
 
 
 def test_unmapped_load_address_names_agcu_error_amaranth(sim_dir, seed):

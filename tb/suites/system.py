@@ -25,7 +25,7 @@ from .array import LOCAL0, switch_records
 from .common import pack_config
 from .pmu import pattern, pmu_config
 
-__all__ = ["RunError", "system_memory", "run_program", "load_outputs",
+__all__ = ["RunError", "system_memory", "check_program", "run_program", "load_outputs",
            "transpose_program", "program_and_run"]
 
 NORTH, EAST, SOUTH, WEST = range(4)
@@ -86,9 +86,21 @@ async def _end_issue(bench, agcus):
         bench.set(f"cmd.{k}.valid", 0)
 
 
+def check_program(program):
+    """Raise :class:`RunError` if ``program`` cannot be run (before any simulation)."""
+    name, agcus = program.name, program.geometry["agcus"]
+    if not program.execute:
+        raise RunError(f"program {name!r}: executes no AGCU (program.execute is empty)")
+    if len(set(program.execute)) != len(program.execute):
+        raise RunError(f"program {name!r}: executes an AGCU twice: {program.execute}")
+    for k in program.execute:
+        if not 0 <= k < agcus:
+            raise RunError(f"program {name!r}: executes AGCU {k}, the system has {agcus}")
+
+
 async def run_program(bench, program_dir, *, timeout=200_000, progress=False, memory=None,
                       stall="none", perf_counters=None, load_timeout=100_000,
-                      outputs_path=None):
+                      outputs_path=None, inline_output_words=INLINE_OUTPUT_WORDS):
     """Run the program saved in ``program_dir`` on an :class:`RDUSystem`; return results.
 
     Parameters
@@ -111,6 +123,9 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
         Cycles allowed for the program load and the loader's verdict.
     outputs_path : str, optional
         Where to write the outputs as ``.npz`` (default ``program_dir/outputs.npz``).
+    inline_output_words : int
+        Outputs are also returned inline (as lists) when they hold at most this many
+        words in total.
 
     Returns
     -------
@@ -121,7 +136,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
         (per executing AGCU, string keys, the same measure), ``array_cycles``
         (``host.cycles``: start to the first ``DONE`` token at the edge, or ``None``),
         ``outputs`` (name -> list of uint32, or ``None`` when larger than
-        ``INLINE_OUTPUT_WORDS`` in total), ``outputs_path``, ``perf`` and ``memory``
+        ``inline_output_words`` in total), ``outputs_path``, ``perf`` and ``memory``
         statistics.
 
     Raises
@@ -136,9 +151,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
     geometry = program.geometry
     lanes, agcus = geometry["lanes"], geometry["agcus"]
     beat = lanes * WORD_BYTES
-    for k in program.execute:
-        if not 0 <= k < agcus:
-            raise RunError(f"program {name!r}: executes AGCU {k}, the system has {agcus}")
+    check_program(program)
 
     mem = system_memory(beat, memory)
     for k in range(agcus):
@@ -241,7 +254,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
         "array_cycles": array_cycles,
         "unit_error": unit_error,
         "outputs": ({out: array.tolist() for out, array in outputs.items()}
-                    if total_words <= INLINE_OUTPUT_WORDS else None),
+                    if total_words <= inline_output_words else None),
         "outputs_path": str(path),
         "perf": perf,
         "memory": stats,
