@@ -3,7 +3,14 @@ runtime: program load through AGCU 0, start, execute on both AGCUs, outputs from
 
 import numpy as np
 import pytest
-from rdu.bitstream import HEADER_WORDS, BitstreamError, ConfigStatus, Geometry, read_bitstream
+from rdu.bitstream import (
+    HEADER_WORDS,
+    BitstreamError,
+    ConfigStatus,
+    Geometry,
+    UnitKind,
+    read_bitstream,
+)
 
 from hdl.system import RDUSystem, agcu_edge
 from tb.runner import run_amaranth
@@ -54,6 +61,13 @@ def test_system_argument_checks():
         RDUSystem(0, 2, 4)
     system = RDUSystem(2, 2, 4, agcus=3, compute_unit=None)
     assert [system.edge_of(k) for k in range(3)] == [0, 2, 1]
+    assert len(system.cmd) == len(system.axi) == len(system.agcu_error) == 3
+    with_pcus = RDUSystem(2, 2, 4)                  # default compute unit: the PCU
+    assert [with_pcus.array.unit_kind(r, c) for r in range(2) for c in range(2)] == [
+        UnitKind.PCU, UnitKind.PMU, UnitKind.PMU, UnitKind.PCU]
+    with pytest.raises(ValueError, match=r"^Transpose needs rows a multiple of 4 lanes and "
+                                         r"columns a power of two >= 4, not 6x8$"):
+        transpose_program(**SMALL, matrix_rows=6, matrix_cols=8, seed=1)
     assert system.agcu_config_words == 12
     assert [t for t in system.config_targets() if t[0] == 4] == [(4, 0, k, 12) for k in range(3)]
 
@@ -127,13 +141,22 @@ def test_bad_crc_is_reported_amaranth(sim_dir, seed):
     assert "\n" not in message
 
 
-def test_bad_magic_header_amaranth(sim_dir, seed):
+@pytest.mark.parametrize("case, status", [("bad_magic", "BAD_MAGIC"),
+                                          ("truncated", "LENGTH")])
+def test_bad_bitstream_is_reported_amaranth(case, status, sim_dir, seed):
+    """A wrong magic word, and a bitstream cut short (the loader gives up after
+    ``idle_timeout`` cycles without words): one-line errors naming the loader status."""
     program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
     assert HEADER_WORDS == 5
-    program.bitstream[0] ^= 0x100
+    if case == "bad_magic":
+        program.bitstream[0] ^= 0x100
+    else:
+        program.bitstream = program.bitstream[:-3]
     program.save(sim_dir / "program")
-    with pytest.raises(RunError, match=r"^program 'transpose': bitstream rejected by the "
-                                       r"configuration loader: BAD_MAGIC \(host.error = 1\)$"):
+    code = int(ConfigStatus[status])
+    with pytest.raises(RunError, match=rf"^program 'transpose': bitstream rejected by the "
+                                       rf"configuration loader: {status} "
+                                       rf"\(host.error = {code}\)$"):
         run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
 
 

@@ -318,6 +318,9 @@ def transpose_program(rows, cols, lanes, *, matrix_rows, matrix_cols, seed,
     Returns ``(program, expected output words)``.
     """
     from hdl.system import agcu_edge
+    if matrix_rows % lanes or matrix_cols < lanes or matrix_cols & (matrix_cols - 1):
+        raise ValueError(f"Transpose needs rows a multiple of {lanes} lanes and columns a "
+                         f"power of two >= {lanes}, not {matrix_rows}x{matrix_cols}")
     rng = np.random.default_rng(seed)
     matrix = rng.integers(0, 1 << 32, (matrix_rows, matrix_cols), dtype=np.uint32)
     beat = lanes * WORD_BYTES
