@@ -1,6 +1,7 @@
 """Verilog generation, ``verilator --lint-only`` and Verilator build times of TileArray.
 
-    .venv/bin/python -m benchmarks.array_build [--configs 2x2,4x4] [--no-build] [--run]
+    .venv/bin/python -m benchmarks.array_build [--configs 2x2,4x4] [--lanes 8]
+        [--compute-unit hdl.pcu:PCU|none] [--no-build] [--run]
 
 Prints one line per configuration: Verilog size, seconds to generate, lint result and
 seconds, Verilator build seconds (0 when the build was already cached). With ``--run``
@@ -31,6 +32,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="2x2,4x4")
     parser.add_argument("--lanes", type=int, default=8)
+    parser.add_argument("--compute-unit", default="hdl.pcu:PCU",
+                        help="compute unit at the (row + col) even sites; 'none' for PMUs only")
     parser.add_argument("--no-build", action="store_true")
     parser.add_argument("--run", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
@@ -41,16 +44,20 @@ def main():
     for config in args.configs.split(","):
         rows, cols = (int(v) for v in config.split("x"))
         start = time.perf_counter()
-        text = generate_verilog(TileArray(rows, cols, args.lanes), "tile_array")
+        unit = None if args.compute_unit == "none" else args.compute_unit
+        text = generate_verilog(TileArray(rows, cols, args.lanes, compute_unit=unit),
+                                "tile_array")
         gen_seconds = time.perf_counter() - start
-        path = Path(out_dir) / f"tile_array_{rows}x{cols}_l{args.lanes}.v"
+        path = Path(out_dir) / f"tile_array_{rows}x{cols}_l{args.lanes}{'' if unit else '_pmu'}.v"
         path.write_text(text)
         code, warnings, errors, lint_seconds, log = lint(path, "tile_array")
-        line = (f"TileArray {rows}x{cols} lanes={args.lanes}: verilog {len(text) // 1024} KiB "
+        line = (f"TileArray {rows}x{cols} lanes={args.lanes} compute={unit}: "
+                f"verilog {len(text) // 1024} KiB "
                 f"in {gen_seconds:.1f} s; lint rc={code} warnings={warnings} errors={errors} "
                 f"in {lint_seconds:.1f} s")
         if not args.no_build:
-            built = build(TileArray, rows=rows, cols=cols, lanes=args.lanes)
+            built = build(TileArray, rows=rows, cols=cols, lanes=args.lanes,
+                          compute_unit=unit)
             line += (f"; verilator build {built.seconds:.1f} s"
                      f"{' (cached)' if built.cached else ''}")
         print(line, flush=True)

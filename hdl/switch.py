@@ -4,7 +4,7 @@ See ``docs/switch.md`` for the port map, the configuration layout, multicast and
 flow control.
 """
 
-from amaranth import Cat, Module, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,7 +19,7 @@ from .interfaces import (
 )
 from .stream_fifo import StreamFIFO
 
-__all__ = ["DIRECTIONS", "Source", "VECTOR_OUTPUTS", "NARROW_OUTPUTS",
+__all__ = ["DIRECTIONS", "Source", "VECTOR_OUTPUTS", "NARROW_OUTPUTS", "MERGE_BITS",
            "switch_config_layout", "Switch"]
 
 #: Mesh directions, in the index order of the ``*_in`` / ``*_out`` interface arrays.
@@ -42,15 +42,38 @@ VECTOR_OUTPUTS = ("north", "east", "south", "west", "local0", "local1")
 NARROW_OUTPUTS = ("north", "east", "south", "west", "local")
 
 SELECT_BITS = 3
+#: Width of one merge count (items taken from one input per merge round).
+MERGE_BITS = 8
+#: Inputs per network (four directions and the local one), in :class:`Source` order.
+MERGE_SOURCES = Source.LOCAL
+
+
+def _merge_layout(outputs):
+    return data.ArrayLayout(data.ArrayLayout(unsigned(MERGE_BITS), MERGE_SOURCES), outputs)
 
 
 def switch_config_layout():
-    """Route table: for each output of each network, the :class:`Source` feeding it."""
+    """Route table: for each output of each network, the :class:`Source` feeding it,
+    then for each output the merge counts of its inputs (indexed by ``Source - 1``)."""
     return data.StructLayout({
         "vector": data.ArrayLayout(unsigned(SELECT_BITS), len(VECTOR_OUTPUTS)),
         "scalar": data.ArrayLayout(unsigned(SELECT_BITS), len(NARROW_OUTPUTS)),
         "control": data.ArrayLayout(unsigned(SELECT_BITS), len(NARROW_OUTPUTS)),
+        "vector_merge": _merge_layout(len(VECTOR_OUTPUTS)),
+        "scalar_merge": _merge_layout(len(NARROW_OUTPUTS)),
+        "control_merge": _merge_layout(len(NARROW_OUTPUTS)),
     })
+
+
+def _next_listed(listed, after):
+    """Index of the first set bit of ``listed`` after bit ``after``, cyclically (bit
+    ``after`` itself last); ``after`` when none is set."""
+    width = len(listed)
+    order = [(after + step) % width for step in range(1, width + 1)]
+    result = after
+    for index in reversed(order):
+        result = Mux(listed[index], index, result)
+    return result
 
 
 class Switch(wiring.Component):
@@ -58,11 +81,17 @@ class Switch(wiring.Component):
 
     Every input (four directions and the attached unit's output) goes through a
     :class:`StreamFIFO`; outputs are driven from those FIFOs through a crossbar set by
-    the route table. An input feeding several outputs (multicast) is removed from its
-    FIFO once every one of those outputs has taken it; each output takes it at most
-    once. Output ``valid`` depends only on FIFO state and on which outputs already took
-    the item, never on a ``ready`` of this cycle, and every input ``ready`` is a FIFO's
-    occupancy, so chained switches have no combinational path around the mesh.
+    the route table. An output whose merge counts are all zero is fed by its ``select``
+    input; an output with a non-zero merge count is a merge output: it takes
+    ``count[i]`` items from each listed input ``i`` in the order north, east, south,
+    west, local, cyclically, waiting for the current input (a static sequence, one item
+    per cycle, no gap when it moves on). An input routed to several outputs (multicast,
+    plain or merged) is removed from its FIFO once every one of those outputs has taken
+    it; each output takes it at most once. Output ``valid`` depends only on FIFO state,
+    on the merge position and on which outputs already took the item, never on a
+    ``ready`` of this cycle, and every input ``ready`` is a FIFO's occupancy, so chained
+    switches have no combinational path around the mesh. The merge position restarts
+    while ``enable`` is low and after every configuration write.
 
     Parameters
     ----------
@@ -89,7 +118,8 @@ class Switch(wiring.Component):
     cfg : In(ConfigPort())
     vector_stall_cycles, scalar_stall_cycles, control_stall_cycles : Out(32)
         Cycles in which at least one routed input of that network held an item that it
-        could not deliver (some destination was not ready).
+        could not deliver (some destination was not ready, or a merge output it is
+        listed in was at another input).
     """
     def __init__(self, lanes=8, fifo_depth=2):
         if not isinstance(fifo_depth, int) or isinstance(fifo_depth, bool):
@@ -120,48 +150,91 @@ class Switch(wiring.Component):
             "control_stall_cycles": Out(32),
         })
 
-    def _network(self, m, name, shape, inputs, outputs, selects, stall_counter):
+    def _network(self, m, name, shape, inputs, outputs, selects, merges, stall_counter):
+        sources = len(inputs)
         fifos = []
         for index, port in enumerate(inputs):
             fifo = StreamFIFO(shape, self._fifo_depth)
             m.submodules[f"{name}_fifo{index}"] = fifo
             wiring.connect(m, wiring.flipped(port), fifo.i)
             fifos.append(fifo.o)
-        taken = Signal(len(outputs), name=f"{name}_taken")   # output already took the item
-        done = []                                              # output has/has just taken it
+        restart = Signal(init=1, name=f"{name}_merge_restart")
+        m.d.sync += restart.eq(~self.enable | self.cfg.write)
+        # taken[o][i]: output o already took the item at the head of input i
+        taken = [Signal(sources, name=f"{name}_taken{out_index}")
+                 for out_index in range(len(outputs))]
+        members = []       # members[o][i]: input i is routed to output o
+        source_of = []     # input index output o reads this cycle
+        transfers = []
         for out_index, out in enumerate(outputs):
-            with m.Switch(selects[out_index]):
-                for in_index, source in enumerate(fifos):
-                    with m.Case(in_index + 1):
+            select, counts = selects[out_index], merges[out_index]
+            merging = Signal(sources, name=f"{name}_merging{out_index}")
+            m.d.comb += merging.eq(Cat(*(counts[i] != 0 for i in range(sources))))
+            is_merge = merging.any()
+            member = Signal(sources, name=f"{name}_member{out_index}")
+            m.d.comb += member.eq(Mux(is_merge, merging,
+                                      Cat(*(select == i + 1 for i in range(sources)))))
+            members.append(member)
+            # merge position: current input and items taken from it (while ``restart``
+            # is high the position is the first listed input, none taken yet)
+            current = Signal(range(sources), name=f"{name}_merge_input{out_index}")
+            taken_count = Signal(MERGE_BITS, name=f"{name}_merge_taken{out_index}")
+            first = _next_listed(merging, sources - 1)
+            position = Signal(range(sources), name=f"{name}_merge_position{out_index}")
+            position_count = Signal(MERGE_BITS, name=f"{name}_merge_count{out_index}")
+            m.d.comb += [position.eq(Mux(restart, first, current)),
+                         position_count.eq(Mux(restart, 0, taken_count))]
+            source = Signal(range(sources), name=f"{name}_source{out_index}")
+            active = Signal(name=f"{name}_active{out_index}")
+            m.d.comb += [
+                source.eq(Mux(is_merge, position, select - 1)),
+                active.eq(is_merge | ((select >= Source.NORTH) & (select <= Source.LOCAL))),
+            ]
+            with m.Switch(source):
+                for in_index, fifo in enumerate(fifos):
+                    with m.Case(in_index):
                         m.d.comb += [
-                            out.valid.eq(self.enable & source.valid & ~taken[out_index]),
-                            out.payload.eq(source.payload),
+                            out.valid.eq(self.enable & active & fifo.valid
+                                         & ~taken[out_index][in_index]),
+                            out.payload.eq(fifo.payload),
                         ]
-            done.append(taken[out_index] | (out.valid & out.ready))
+            transfer = Signal(name=f"{name}_transfer{out_index}")
+            m.d.comb += transfer.eq(out.valid & out.ready)
+            transfers.append(transfer)
+            source_of.append(source)
+            # advance the merge position; ``restart`` reloads it from the next cycle on
+            last = Signal(name=f"{name}_merge_last{out_index}")
+            m.d.comb += last.eq(position_count + 1 == counts[position])
+            m.d.sync += [current.eq(position), taken_count.eq(position_count)]
+            with m.If(transfer & is_merge):
+                with m.If(last):
+                    with m.Switch(position):
+                        for in_index in range(sources):
+                            with m.Case(in_index):
+                                m.d.sync += current.eq(_next_listed(merging, in_index))
+                    m.d.sync += taken_count.eq(0)
+                with m.Else():
+                    m.d.sync += taken_count.eq(position_count + 1)
         pops = []
         blocked = []
-        for in_index, source in enumerate(fifos):
-            members = [select == in_index + 1 for select in selects]
-            routed = Cat(*members).any()
-            complete = Cat(*(~member | out_done
-                             for member, out_done in zip(members, done, strict=True))).all()
+        for in_index, fifo in enumerate(fifos):
+            routed = Cat(*(member[in_index] for member in members)).any()
+            complete = Cat(*(~member[in_index] | taken[out_index][in_index]
+                             | (transfers[out_index] & (source_of[out_index] == in_index))
+                             for out_index, member in enumerate(members))).all()
             pop = Signal(name=f"{name}_pop{in_index}")
-            m.d.comb += [pop.eq(self.enable & source.valid & routed & complete),
-                         source.ready.eq(pop)]
+            m.d.comb += [pop.eq(self.enable & fifo.valid & routed & complete),
+                         fifo.ready.eq(pop)]
             pops.append(pop)
-            blocked.append(self.enable & source.valid & routed & ~complete)
-        for out_index, out in enumerate(outputs):
-            with m.Switch(selects[out_index]):
-                for in_index in range(len(fifos)):
-                    with m.Case(in_index + 1):
-                        with m.If(pops[in_index]):
-                            m.d.sync += taken[out_index].eq(0)
-                        with m.Elif(out.valid & out.ready):
-                            m.d.sync += taken[out_index].eq(1)
-                with m.Default():
-                    m.d.sync += taken[out_index].eq(0)
+            blocked.append(self.enable & fifo.valid & routed & ~complete)
+        for out_index in range(len(outputs)):
+            for in_index in range(sources):
+                with m.If(pops[in_index]):
+                    m.d.sync += taken[out_index][in_index].eq(0)
+                with m.Elif(transfers[out_index] & (source_of[out_index] == in_index)):
+                    m.d.sync += taken[out_index][in_index].eq(1)
         with m.If(self.cfg.write):
-            m.d.sync += taken.eq(0)
+            m.d.sync += [flags.eq(0) for flags in taken]
         with m.If(Cat(*blocked).any()):
             m.d.sync += stall_counter.eq(stall_counter + 1)
 
@@ -174,15 +247,18 @@ class Switch(wiring.Component):
                       [*self.vector_in, self.local_vector_in],
                       [*self.vector_out, *self.local_vector_out],
                       [routes.vector[i] for i in range(len(VECTOR_OUTPUTS))],
+                      [routes.vector_merge[i] for i in range(len(VECTOR_OUTPUTS))],
                       self.vector_stall_cycles)
         self._network(m, "scalar", WORD_BITS,
                       [*self.scalar_in, self.local_scalar_in],
                       [*self.scalar_out, self.local_scalar_out],
                       [routes.scalar[i] for i in range(len(NARROW_OUTPUTS))],
+                      [routes.scalar_merge[i] for i in range(len(NARROW_OUTPUTS))],
                       self.scalar_stall_cycles)
         self._network(m, "control", 1,
                       [*self.control_in, self.local_control_in],
                       [*self.control_out, self.local_control_out],
                       [routes.control[i] for i in range(len(NARROW_OUTPUTS))],
+                      [routes.control_merge[i] for i in range(len(NARROW_OUTPUTS))],
                       self.control_stall_cycles)
         return m

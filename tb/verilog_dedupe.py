@@ -46,7 +46,7 @@ def _canonical_body(name, body):
                 continue
             for ident in idents:
                 text = _NUMBERED.sub(
-                    lambda m, ident=ident: "@" if m.group(0) == ident
+                    lambda m, ident=ident, classes=classes: "@" if m.group(0) == ident
                     else f"?{classes[m.group(0)]}", line)
                 occurrences[ident].append(text)
         classes = {ident: hashlib.sha1("\n".join(sorted(texts)).encode()).hexdigest()[:12]

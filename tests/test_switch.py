@@ -1,13 +1,19 @@
-"""Switch: random static route tables with multicast under random stalls."""
+"""Switch: random static route tables with multicast and merges under random stalls."""
 
 import pytest
 
 from hdl.switch import Switch
+from tb.agents import ScoreboardError
 from tb.runner import run_amaranth, run_verilator
 from tb.suites.common import load_config, read_config
 from tb.suites.switch import (
+    merge_consumption,
+    merge_order,
     random_routes,
     switch_disabled_holds,
+    switch_merge_rate,
+    switch_merge_restart,
+    switch_random_merges,
     switch_random_routes,
     switch_words,
 )
@@ -72,3 +78,56 @@ def test_switch_verilator(sim_dir, seed):
     stats = run_verilator(built, switch_random_routes, sim_dir, seed=seed, lanes=8,
                           count=2000, rounds=5)
     assert stats.result["multicasts"] > 0
+
+
+# -- merge outputs ---------------------------------------------------------------------
+
+def test_merge_reference():
+    """The reference merge order on hand-worked cases."""
+    items = [["n0", "n1", "n2", "n3"], [], ["s0", "s1"], [], ["l0", "l1", "l2"]]
+    assert merge_order(items, [2, 0, 1, 0, 3]) == ["n0", "n1", "s0", "l0", "l1", "l2",
+                                                   "n2", "n3", "s1"]
+    # waits at the first input with nothing left, even if later inputs have items
+    assert merge_order(items, [1, 0, 0, 0, 1]) == ["n0", "l0", "n1", "l1", "n2", "l2", "n3"]
+    assert merge_order([["a"], ["b"], [], [], []], [0, 1, 0, 0, 0]) == ["b"]
+    assert merge_order(items, [0] * 5) == []
+    assert merge_consumption([2, 0, 1, 0, 3], 2, 4) == [6, 0, 3, 0, 7]
+
+
+@pytest.mark.parametrize("in_stall,out_stall", [("random", "random"),
+                                                 ("random:0.9", "random:0.3"),
+                                                 ("random:0.3", "random:0.9")])
+def test_switch_random_merges_amaranth(in_stall, out_stall, seed):
+    stats = run_amaranth(Switch(lanes=LANES), switch_random_merges, seed=seed, lanes=LANES,
+                         in_stall=in_stall, out_stall=out_stall, rounds=3,
+                         merge_rounds=6, count=60)
+    assert stats.result["merged"] > 0
+
+
+def test_switch_merge_wrong_reference_fails_amaranth(seed):
+    """A merge reference that starts at the wrong input must be caught."""
+    with pytest.raises(ScoreboardError, match="sink 'vector_out|sink 'local_vector_out"):
+        run_amaranth(Switch(lanes=LANES), switch_random_merges, seed=seed, lanes=LANES,
+                     rounds=1, wrong_reference=True)
+
+
+@pytest.mark.parametrize("how", ["config", "enable"])
+def test_switch_merge_restarts_amaranth(how, seed):
+    run_amaranth(Switch(lanes=LANES), switch_merge_restart, seed=seed, lanes=LANES, how=how)
+
+
+@pytest.mark.parametrize("counts", [[1, 1, 1, 1, 1], [3, 0, 1, 5, 2], [0, 2, 0, 0, 0]])
+def test_switch_merge_full_rate_amaranth(counts, seed):
+    """A merge output forwards one item per cycle, switching inputs without a gap."""
+    stats = run_amaranth(Switch(lanes=LANES), switch_merge_rate, seed=seed, lanes=LANES,
+                         counts=counts, rounds=8)
+    assert stats.result["items"] == 8 * sum(counts)
+    assert stats.result["span"] == stats.result["items"]
+
+
+@pytest.mark.verilator
+def test_switch_merges_verilator(sim_dir, seed):
+    built = build(Switch, lanes=8)         # the same build as test_switch_verilator
+    stats = run_verilator(built, switch_random_merges, sim_dir, seed=seed, lanes=8,
+                          rounds=6, merge_rounds=60, count=600)
+    assert stats.result["merged"] > 0

@@ -3,6 +3,9 @@
 ``rdu sim``      run the main simulation under Verilator and print its report
 ``rdu speed``    simulation speed of one design in both tiers, side by side
 ``rdu verilog``  write Verilog of every registered design (and lint it)
+``rdu compile``  compile a kernel (``gemm``) into a configuration bitstream
+``rdu inspect``  print a bitstream's header and every unit's fields
+``rdu run``      compile (or take) a bitstream, run it on the model or the RTL, check it
 
 Every error is one line on stderr and a non-zero exit status.
 """
@@ -108,6 +111,108 @@ def cmd_verilog(args):
     return 0
 
 
+def _geometry(args):
+    from rdu.mapper import ArrayGeometry
+    return ArrayGeometry(args.rows, args.cols, args.lanes,
+                         pmu_words=args.pmu_kib * 1024 // 4)
+
+
+def _compile_gemm(args):
+    from rdu.gemm import compile_gemm
+    return compile_gemm(args.m, args.n, args.k, _geometry(args))
+
+
+def cmd_compile(args):
+    from rdu.bitstream import to_bytes
+    start = time.perf_counter()
+    program = _compile_gemm(args)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_bytes(to_bytes(program.bitstream))
+    if args.program:
+        program.save(args.program)
+    meta = program.meta
+    report = {
+        "kernel": f"gemm M={meta['m']} N={meta['n']} K={meta['k']}",
+        "array": f"{args.rows}x{args.cols} lanes={args.lanes}",
+        "mapping": meta["mapping"],
+        "tiling": (f"{meta['pcus']} PCUs x {meta['lanes']}-row blocks, {meta['passes']} "
+                   f"passes, {meta['col_tiles']} column tiles, K padded to {meta['k_pad']}, "
+                   f"{meta['buffers']} PMU buffers"),
+        "bitstream": f"{output} ({len(program.bitstream)} words)",
+        "compile_seconds": round(time.perf_counter() - start, 2),
+    }
+    if args.program:
+        report["program"] = str(args.program)
+    _report(report, args.json)
+    return 0
+
+
+def cmd_run(args):
+    import shutil
+
+    import numpy as np
+
+    from rdu import gemm
+    from rdu.bitstream import Geometry, from_bytes, read_bitstream
+    from rdu.runtime import run_program
+    start = time.perf_counter()
+    program = _compile_gemm(args)
+    if args.bitstream:
+        raw = Path(args.bitstream).read_bytes()
+        words = from_bytes(raw)
+        read_bitstream(words, Geometry(args.rows, args.cols, args.lanes))
+        program.bitstream = list(words)
+    a, b = gemm.random_inputs(args.m, args.n, args.k, args.seed)
+    gemm.pack_inputs(program, a, b)
+    waves = bool(args.waves)
+    if waves and args.sim != "verilator":
+        raise CommandError("--waves needs --sim verilator")
+    result = run_program(program, args.sim, seed=args.seed, waves=waves,
+                         progress=not args.json)
+    c = gemm.unpack_output(program, result.outputs["c"])
+    ok, max_abs_err = gemm.check_result(c, a, b)
+    meta = program.meta
+    peak = meta["peak_macs_per_cycle"]
+    report = {
+        "ok": ok,
+        "kernel": f"gemm M={args.m} N={args.n} K={args.k}",
+        "sim": args.sim,
+        "seed": args.seed,
+        "array": f"{args.rows}x{args.cols} lanes={args.lanes}",
+        "pcus_used": meta["pcus"],
+        "cycles": result.cycles,
+        "macs": meta["macs"],
+        "peak_macs_per_cycle": peak,
+        "utilization": (round(meta["macs"] / (result.cycles * peak), 4)
+                        if result.cycles else None),
+        "max_abs_err": max_abs_err,
+        "wall_seconds": round(time.perf_counter() - start, 2),
+    }
+    if args.sim == "verilator":
+        report["verilator_build_seconds"] = round(result.build_seconds, 1)
+    if args.waves:
+        if not result.waves:
+            raise CommandError("the simulation wrote no waveform")
+        target = Path(args.waves)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(result.waves, target)
+        report["waves"] = str(target)
+    if args.save:
+        save = Path(args.save)
+        save.mkdir(parents=True, exist_ok=True)
+        np.save(save / "a.npy", np.asarray(a, np.uint32).view(np.float32))
+        np.save(save / "b.npy", np.asarray(b, np.uint32).view(np.float32))
+        np.save(save / "c.npy", c)
+        (save / "report.json").write_text(json.dumps(report, indent=1))
+        report["saved"] = str(save)
+    _report(report, args.json)
+    if not ok:
+        raise AssertionError(f"C differs from numpy float32 A @ B beyond the FP32 "
+                             f"accumulation budget (max |err| {max_abs_err:.3g})")
+    return 0
+
+
 def _report(report, as_json):
     if as_json:
         print(json.dumps(report))
@@ -138,6 +243,38 @@ def _parser():
     speed.add_argument("--json", action="store_true")
     speed.set_defaults(func=cmd_speed)
 
+    def array_options(command):
+        command.add_argument("--rows", type=int, default=4)
+        command.add_argument("--cols", type=int, default=4)
+        command.add_argument("--lanes", type=int, default=8)
+        command.add_argument("--pmu-kib", type=int, default=64, help="PMU capacity (KiB)")
+
+    def gemm_options(command):
+        command.add_argument("kernel", choices=["gemm"])
+        command.add_argument("--m", type=int, required=True)
+        command.add_argument("--n", type=int, required=True)
+        command.add_argument("--k", type=int, required=True)
+        array_options(command)
+
+    compile_ = commands.add_parser("compile", help="compile a kernel into a bitstream")
+    gemm_options(compile_)
+    compile_.add_argument("-o", "--output", required=True, help="bitstream file to write")
+    compile_.add_argument("--program", metavar="DIR",
+                          help="also write the whole program (bitstream, layouts) to DIR")
+    compile_.add_argument("--json", action="store_true")
+    compile_.set_defaults(func=cmd_compile)
+
+    run = commands.add_parser("run", help="compile, run and check a kernel")
+    gemm_options(run)
+    run.add_argument("--seed", type=int, default=1, help="seed of the random inputs")
+    run.add_argument("--sim", choices=["model", "verilator"], default="model")
+    run.add_argument("--bitstream", metavar="FILE",
+                     help="run this bitstream instead of compiling one")
+    run.add_argument("--save", metavar="DIR", help="write a.npy, b.npy, c.npy and the report")
+    run.add_argument("--waves", metavar="FILE", help="write the waveform (verilator)")
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(func=cmd_run)
+
     verilog = commands.add_parser("verilog", help="write Verilog of the registered designs")
     verilog.add_argument("designs", nargs="*", help="design names (default: all)")
     verilog.add_argument("-o", "--output", default="build/verilog")
@@ -151,6 +288,7 @@ def main(argv=None):
     try:
         return args.func(args)
     except (CommandError, ValueError, OSError) as error:
+        # MappingError, BitstreamError, IRError and ProgramError are ValueErrors
         print(f"rdu {args.command}: error: {error}", file=sys.stderr)
         return 2
     except AssertionError as error:

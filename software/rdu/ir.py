@@ -25,7 +25,8 @@ Example::
 
 from dataclasses import dataclass, field
 
-__all__ = ["IRError", "AccessPattern", "Tensor", "Port", "Stream", "Node", "Load", "Store",
+__all__ = ["IRError", "AccessPattern", "Tensor", "Port", "Stream", "Merge", "Node", "Load",
+           "Store",
            "Buffer", "Compute", "Kernel", "DTYPES", "MEMORIES", "NETWORKS"]
 
 DTYPES = {"bf16": 2, "fp32": 4, "int32": 4}
@@ -130,6 +131,27 @@ class Stream:
     def multicast(self):
         return len(self.sinks) > 1
 
+    @property
+    def sources(self):
+        return [self.source]
+
+
+@dataclass
+class Merge(Stream):
+    """Several producer streams funnelled into one consumer in a fixed order.
+
+    The switches take ``counts[i]`` items from ``inputs[i]`` in turn (a statically
+    sequenced merge, ``docs/switch.md``); where the inputs' routes join, and so the
+    order of the merged stream, is the mapper's choice: :attr:`rdu.mapper.Route.order`
+    gives it.
+    """
+    inputs: list = field(default_factory=list)     # the merged Streams
+    counts: list = field(default_factory=list)     # items per turn of each
+
+    @property
+    def sources(self):
+        return [stream.source for stream in self.inputs]
+
 
 @dataclass
 class Node:
@@ -138,6 +160,11 @@ class Node:
     inputs: list = field(default_factory=list)    # Streams consumed, in port order
 
     def input_ports(self):
+        """Ports that must be fed (in the order of ``inputs``)."""
+        return []
+
+    def optional_input_ports(self):
+        """Ports that may be fed with :meth:`Kernel.connect` (e.g. start tokens)."""
         return []
 
     def output_ports(self):
@@ -153,7 +180,8 @@ class Load(Node):
         self.unit = "agcu"
 
     def output_ports(self):
-        return [Port(self.name, "vector_out", "vector")]
+        # control_out: the launch token the AGCU sends when the kernel starts
+        return [Port(self.name, "vector_out", "vector"), Port(self.name, "control_out", "control")]
 
 
 @dataclass
@@ -166,6 +194,9 @@ class Store(Node):
 
     def input_ports(self):
         return [Port(self.name, "vector_in", "vector")]
+
+    def optional_input_ports(self):
+        return [Port(self.name, "control_in", "control")]
 
 
 @dataclass
@@ -181,8 +212,12 @@ class Buffer(Node):
     def input_ports(self):
         return [Port(self.name, "vector_in", "vector")]
 
+    def optional_input_ports(self):
+        return [Port(self.name, "control_in", "control")]
+
     def output_ports(self):
-        return [Port(self.name, "vector_out", "vector")]
+        # control_out: one token per buffer released (docs/pmu.md)
+        return [Port(self.name, "vector_out", "vector"), Port(self.name, "control_out", "control")]
 
 
 @dataclass
@@ -199,6 +234,9 @@ class Compute(Node):
 
     def input_ports(self):
         return [Port(self.name, f"vector_in{index}", "vector") for index in range(self.arity)]
+
+    def optional_input_ports(self):
+        return [Port(self.name, "control_in", "control")]
 
     def output_ports(self):
         return [Port(self.name, "vector_out", "vector"),
@@ -264,6 +302,40 @@ class Kernel:
                     self.streams.append(stream)
                 return self._producer[port]
         raise IRError(f"node {node.name!r} has no output port {port_name!r}")
+
+    def connect(self, stream, node, port_name):
+        """Feed ``stream`` into an optional input port of ``node`` (e.g. ``control_in``)."""
+        for port in node.optional_input_ports():
+            if port.name == port_name:
+                if stream.network != port.network:
+                    raise IRError(f"node {node.name!r} port {port_name}: a {stream.network} "
+                                  f"stream cannot feed a {port.network} port")
+                if any(port in s.sinks for s in self.streams):
+                    raise IRError(f"node {node.name!r} port {port_name} is already fed")
+                stream.sinks.append(port)
+                return stream
+        raise IRError(f"node {node.name!r} has no optional input port {port_name!r}")
+
+    def merge(self, name, streams, counts):
+        """One stream that takes ``counts[i]`` items from ``streams[i]`` in turn."""
+        streams, counts = list(streams), list(counts)
+        if len(streams) < 2:
+            raise IRError(f"merge {name!r} needs at least 2 streams, got {len(streams)}")
+        if len(counts) != len(streams):
+            raise IRError(f"merge {name!r}: {len(streams)} streams but {len(counts)} counts")
+        if any(not isinstance(c, int) or c < 1 for c in counts):
+            raise IRError(f"merge {name!r}: counts must be positive integers, not {counts}")
+        networks = {stream.network for stream in streams}
+        if len(networks) != 1:
+            raise IRError(f"merge {name!r} mixes networks {sorted(networks)}")
+        for stream in streams:
+            if stream.sinks or any(stream in getattr(m, "inputs", ()) for m in self.streams):
+                raise IRError(f"merge {name!r}: stream {stream.name!r} already has a consumer")
+        merged = Merge(name, streams[0].source, inputs=streams, counts=counts)
+        for stream in streams:
+            self.streams.remove(stream)
+        self.streams.append(merged)
+        return merged
 
     def load(self, tensor, pattern, name=None):
         node = self._add(Load(name or f"load_{tensor.name}", tensor=tensor, pattern=pattern))

@@ -24,10 +24,10 @@ by how much; mapping never asserts and never loops without bound.
 from collections import deque
 from dataclasses import dataclass, field
 
-from .ir import IRError
+from .ir import IRError, Merge
 
 __all__ = ["MappingError", "ArrayGeometry", "Site", "Placement", "Route", "Mapping",
-           "map_kernel", "DIRECTIONS"]
+           "map_kernel", "route_kernel", "default_agcu_rows", "DIRECTIONS"]
 
 DIRECTIONS = {"north": (-1, 0), "east": (0, 1), "south": (1, 0), "west": (0, -1)}
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
@@ -54,6 +54,16 @@ class Site:
         return f"{self.unit}({self.row},{self.col}){extra}"
 
 
+def default_agcu_rows(rows):
+    """Where the two AGCUs of a ``rows``-row array sit: the west edge of row
+    ``(rows - 1) // 2`` and the east edge of row ``rows // 2``.
+
+    Mid-edge rather than corner positions: a corner switch has only two mesh links in
+    each direction, and a GEMM's load trees and result merges all meet at the AGCUs'
+    switches (on the 4x4 array a corner placement cannot route eight matmuls)."""
+    return (("west", (rows - 1) // 2), ("east", rows // 2))
+
+
 @dataclass(frozen=True)
 class ArrayGeometry:
     rows: int = 4
@@ -61,13 +71,16 @@ class ArrayGeometry:
     lanes: int = 8
     tracks: int = 1                             # routes per link and network (hdl.switch: 1)
     pmu_words: int = 16384                       # 64 KiB of 32-bit words
-    agcu_rows: tuple = ("west", 0), ("east", 0)   # (side, row) of each AGCU
+    #: (side, row) of each AGCU; default :func:`default_agcu_rows` (mid-edge rows)
+    agcu_rows: tuple = None
 
     def __post_init__(self):
         for name in ("rows", "cols", "lanes", "tracks", "pmu_words"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"array {name} must be a positive integer, not {value!r}")
+        if self.agcu_rows is None:
+            object.__setattr__(self, "agcu_rows", default_agcu_rows(self.rows))
         for side, row in self.agcu_rows:
             if side not in ("west", "east") or not 0 <= row < self.rows:
                 raise ValueError(f"AGCU position ({side!r}, {row}) is not on the array edge")
@@ -104,15 +117,24 @@ class ArrayGeometry:
 
 @dataclass
 class Route:
-    """A routed stream: for each switch, the output ports it drives and from where."""
+    """A routed stream: for each switch, the output ports it drives and from where.
+
+    A merge (:class:`rdu.ir.Merge`) is routed as a tree towards its consumer; where
+    branches join, ``merges[switch][out_port]`` gives the items taken from each input
+    port per turn, and ``order`` the merged stream's order of one turn as indices into
+    the merge's inputs.
+    """
     stream: str
     network: str
     track: int
     hops: dict = field(default_factory=dict)   # (row, col) -> {out_port: in_port}
+    merges: dict = field(default_factory=dict)  # (row, col) -> {out_port: {in_port: count}}
+    order: list = field(default_factory=list)
 
     @property
     def links(self):
-        return sum(len(outs) for outs in self.hops.values())
+        return sum(len(outs) for outs in self.hops.values()) + sum(
+            len(outs) for outs in self.merges.values())
 
 
 @dataclass
@@ -166,9 +188,10 @@ def _place(kernel, geometry, rng=None):
     placement = Placement()
     neighbours = {name: set() for name in kernel.nodes}
     for stream in kernel.streams:
-        for sink in stream.sinks:
-            neighbours[stream.source.node].add(sink.node)
-            neighbours[sink.node].add(stream.source.node)
+        for source in stream.sources:
+            for sink in stream.sinks:
+                neighbours[source.node].add(sink.node)
+                neighbours[sink.node].add(source.node)
 
     # AGCU nodes first (their sites are fixed at the edges), then the rest breadth-first
     # from them so each node lands next to what it talks to.
@@ -231,6 +254,9 @@ def _route_in_order(kernel, geometry, placement, streams):
     for stream in streams:
         if not stream.sinks:
             continue
+        if isinstance(stream, Merge):
+            routes.append(_route_merge(kernel, geometry, placement, stream, used, in_mesh))
+            continue
         src_site = placement.sites[stream.source.node]
         src_switch = geometry.switch_of(src_site)
         src_port = geometry.attach_port(src_site)
@@ -272,6 +298,110 @@ def _route_in_order(kernel, geometry, placement, streams):
     return routes
 
 
+#: Order in which a merging switch output visits its inputs (hdl.switch.Source order).
+MERGE_ORDER = ("north", "east", "south", "west", "local")
+
+
+def _route_merge(kernel, geometry, placement, stream, used, in_mesh):
+    """Route a merge as a tree of links towards its single consumer (track 0)."""
+    network, track = stream.network, 0
+    if len(stream.sinks) != 1:
+        raise _Unroutable(stream, f"kernel {kernel.name!r}: merge {stream.name!r} must "
+                          f"have exactly one consumer, has {len(stream.sinks)}")
+    sink = stream.sinks[0]
+    dst_site = placement.sites[sink.node]
+    root = geometry.switch_of(dst_site)
+    root_port = _sink_port(geometry, dst_site, sink)
+    if (network, None, root, root_port) in used:
+        raise _Unroutable(stream, f"kernel {kernel.name!r}: cannot route merge "
+                          f"{stream.name!r} (port {root_port} of switch {root} is taken)")
+    toward = {root: root_port}          # switch -> its output towards the consumer
+    feeds = {}                          # switch -> {in_port: [input indices]}
+    taken = []
+    for index, part in enumerate(stream.inputs):
+        site = placement.sites[part.source.node]
+        start, start_port = geometry.switch_of(site), geometry.attach_port(site)
+        path = _bfs_to_tree(start, toward, used, network, track, in_mesh)
+        if path is None:
+            for key in taken:
+                used.discard(key)
+            raise _Unroutable(stream, f"kernel {kernel.name!r}: cannot route merge "
+                              f"{stream.name!r} from {site} (no free {network} track)")
+        in_port, switch = start_port, start
+        for out_port, nxt in path:
+            toward[switch] = out_port
+            key = (network, track, switch, out_port)
+            used.add(key)
+            taken.append(key)
+            feeds.setdefault(switch, {}).setdefault(in_port, []).append(index)
+            in_port, switch = OPPOSITE[out_port], nxt
+        # joined the tree at ``switch``: this input now flows down to the root
+        while True:
+            feeds.setdefault(switch, {}).setdefault(in_port, []).append(index)
+            if switch == root:
+                break
+            out_port = toward[switch]
+            dr, dc = DIRECTIONS[out_port]
+            in_port, switch = OPPOSITE[out_port], (switch[0] + dr, switch[1] + dc)
+    used.add((network, None, root, root_port))
+    route = Route(stream.name, network, track)
+    for switch, inputs in feeds.items():
+        out_port = toward[switch]
+        if len(inputs) == 1:
+            route.hops.setdefault(switch, {})[out_port] = next(iter(inputs))
+        else:
+            route.merges.setdefault(switch, {})[out_port] = {
+                in_port: sum(stream.counts[i] for i in members)
+                for in_port, members in inputs.items()}
+
+    def order(switch):
+        result = []
+        for in_port in sorted(feeds[switch], key=MERGE_ORDER.index):
+            members = feeds[switch][in_port]
+            if in_port == "local" or len(members) == 1 and _starts_at(
+                    geometry, placement, stream.inputs[members[0]], switch, in_port):
+                result += members
+            else:
+                dr, dc = DIRECTIONS[in_port]
+                result += order((switch[0] + dr, switch[1] + dc))
+        return result
+    route.order = order(root)
+    return route
+
+
+def _starts_at(geometry, placement, part, switch, in_port):
+    site = placement.sites[part.source.node]
+    return geometry.switch_of(site) == switch and geometry.attach_port(site) == in_port
+
+
+def _bfs_to_tree(start, tree, used, network, track, in_mesh):
+    """Shortest path of free links from ``start`` to any switch of ``tree``:
+    ``[(out_port, next_switch), ...]`` (empty when ``start`` is in the tree), or None."""
+    if start in tree:
+        return []
+    previous = {start: None}
+    queue = deque([start])
+    while queue:
+        switch = queue.popleft()
+        for direction, (dr, dc) in DIRECTIONS.items():
+            nxt = (switch[0] + dr, switch[1] + dc)
+            if not in_mesh(*nxt) or nxt in previous:
+                continue
+            if (network, track, switch, direction) in used:
+                continue
+            previous[nxt] = (switch, direction)
+            if nxt in tree:
+                path = []
+                node = nxt
+                while previous[node] is not None:
+                    prev_switch, out_port = previous[node]
+                    path.append((out_port, node))
+                    node = prev_switch
+                return path[::-1]
+            queue.append(nxt)
+    return None
+
+
 def _sink_port(geometry, site, sink):
     """Switch output port that delivers to ``sink`` (a unit's input port)."""
     if site.unit == "agcu":
@@ -307,6 +437,13 @@ def _bfs(tree, target, geometry, used, network, track, in_mesh):
                 return path[::-1]
             queue.append(nxt)
     return None
+
+
+def route_kernel(kernel, geometry, placement, attempts=None):
+    """Route ``kernel`` on a given placement; return a :class:`Mapping` or raise
+    :class:`MappingError` (for compilers that search placements themselves)."""
+    return Mapping(kernel, geometry, placement,
+                   _route(kernel, geometry, placement, attempts))
 
 
 def map_kernel(kernel, geometry=None, placement_attempts=50):

@@ -1,0 +1,104 @@
+"""The GEMM compiler: tiling, mapping, bitstream, tensor layouts (software only)."""
+
+import numpy as np
+import pytest
+from rdu import gemm
+from rdu.bitstream import Geometry, UnitKind, read_bitstream
+from rdu.mapper import ArrayGeometry, MappingError
+
+from hdl.pmu import pmu_config_layout
+
+DEFAULT = ArrayGeometry()
+SMALL = ArrayGeometry(2, 2, 4, pmu_words=4096)
+
+
+def _unpack(layout, words):
+    from amaranth.lib import data
+    value = sum(word << (32 * i) for i, word in enumerate(words))
+    return data.Const(data.Layout.cast(layout), value)
+
+
+def test_plan_pads_and_counts():
+    plan = gemm.plan_gemm(37, 50, 29, DEFAULT)
+    assert (plan.k_pad, plan.k_pitch, plan.col_tiles) == (32, 32, 7)
+    assert plan.pcus == 5                 # ceil(37 / 8) row blocks
+    assert plan.m_pad == 40 and plan.passes == 1
+    plan = gemm.plan_gemm(256, 256, 256, DEFAULT)
+    assert (plan.pcus, plan.passes, plan.buffers) == (8, 4, 2)
+
+
+@pytest.mark.parametrize("shape, message", [
+    ((0, 4, 4), "GEMM M must be a positive integer, not 0"),
+    ((4, 4, -1), "GEMM K must be a positive integer, not -1"),
+    ((4, 4, 4000), "GEMM K=4000 does not fit: a 8-row A panel needs 32768 PMU words"),
+])
+def test_plan_rejects_bad_shapes(shape, message):
+    with pytest.raises((ValueError, MappingError)) as error:
+        gemm.plan_gemm(*shape, DEFAULT)
+    assert str(error.value).startswith(message)
+    assert "\n" not in str(error.value)
+
+
+def test_default_array_maps_every_pcu():
+    program = gemm.compile_gemm(256, 256, 256, DEFAULT)
+    assert program.meta["pcus"] == 8
+    blocks = sorted(program.meta["row_blocks"].values())
+    assert blocks == list(range(8))
+    assert program.execute == [0, 1]
+
+
+@pytest.mark.parametrize("geometry, shape", [(DEFAULT, (64, 24, 40)), (SMALL, (9, 5, 13))])
+def test_bitstream_is_valid_and_complete(geometry, shape):
+    program = gemm.compile_gemm(*shape, geometry)
+    header, records = read_bitstream(program.bitstream,
+                                     Geometry(geometry.rows, geometry.cols, geometry.lanes))
+    kinds = [record.kind for record in records]
+    # every grid unit and switch is written (stale configuration never survives)
+    assert kinds.count(UnitKind.SWITCH) == geometry.rows * geometry.cols
+    assert kinds.count(UnitKind.PCU) + kinds.count(UnitKind.PMU) == geometry.rows * geometry.cols
+    assert kinds.count(UnitKind.AGCU) == 2
+    # the PMUs that hold panels have disjoint predicate ranges covering the pass
+    ranges = []
+    for record in records:
+        if record.kind == UnitKind.PMU:
+            fields = _unpack(pmu_config_layout(), record.words)
+            if fields.write_enable:
+                ranges.append((int(fields.predicate_low), int(fields.predicate_high)))
+    ranges.sort()
+    plan_words = program.meta["lanes"] * program.meta["k_pitch"]
+    assert ranges == [(i * plan_words, (i + 1) * plan_words) for i in range(len(ranges))]
+    assert len(ranges) == program.meta["pcus"]
+
+
+def test_compile_is_deterministic():
+    first = gemm.compile_gemm(100, 30, 20, DEFAULT)
+    second = gemm.compile_gemm(100, 30, 20, DEFAULT)
+    assert first.bitstream == second.bitstream
+
+
+def test_layouts_round_trip():
+    program = gemm.compile_gemm(13, 11, 7, SMALL)
+    meta = program.meta
+    a, b = gemm.random_inputs(13, 11, 7, seed=3)
+    gemm.pack_inputs(program, a, b)
+    a_image = program.inputs["a"][1].reshape(meta["m_pad"], meta["k_pad"])
+    b_image = program.inputs["b"][1].reshape(meta["col_tiles"], meta["k_pad"], 4)
+    for i in range(13):
+        for k in range(7):
+            assert a_image[i, k] == a[i, k]
+    for k in range(7):
+        for j in range(11):
+            assert b_image[j // 4, k, j % 4] == b[k, j]
+    assert not a_image[13:].any() and not a_image[:, 7:].any()
+    # C: column tile t holds rows 0..m_pad-1 of columns 4t..4t+3
+    c = np.arange(meta["col_tiles"] * meta["m_pad"] * 4, dtype=np.uint32)
+    result = gemm.unpack_output(program, c).view(np.uint32)
+    assert result.shape == (13, 11)
+    assert result[5, 6] == (6 // 4) * meta["m_pad"] * 4 + 5 * 4 + 6 % 4
+
+
+def test_wrong_input_shape_is_refused():
+    program = gemm.compile_gemm(8, 8, 8, SMALL)
+    a, b = gemm.random_inputs(8, 8, 9, seed=1)
+    with pytest.raises(ValueError, match=r"takes A \(8, 8\) and B \(8, 8\)"):
+        gemm.pack_inputs(program, a, b[:8])
