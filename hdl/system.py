@@ -12,7 +12,9 @@ from .agcu import AGCU, agcu_command_layout, agcu_config_layout
 from .array import HostPort, TileArray
 from .interfaces import WORD_BITS, AXI4Signature, config_words
 
-__all__ = ["agcu_edge", "RDUSystem"]
+__all__ = ["agcu_edge", "position_edge", "default_agcu_positions", "RDUSystem"]
+
+SIDES = ("west", "east")
 
 
 def agcu_edge(k, rows):
@@ -34,10 +36,27 @@ def agcu_edge(k, rows):
     return k // 2 if k % 2 == 0 else rows + k // 2
 
 
+def position_edge(side, row, rows):
+    """The :class:`TileArray` edge index of the AGCU position ``(side, row)``:
+    ``row`` on the west side, ``rows + row`` on the east side."""
+    if side not in SIDES:
+        raise ValueError(f"AGCU side must be 'west' or 'east', not {side!r}")
+    if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < rows:
+        raise ValueError(f"AGCU row must be an integer between 0 and {rows - 1}, not {row!r}")
+    return row if side == "west" else rows + row
+
+
+def default_agcu_positions(agcus, rows):
+    """``[(side, row)]`` of :func:`agcu_edge`: west of row 0, east of row 0, west of row
+    1, ..."""
+    return [("west" if k % 2 == 0 else "east", k // 2) for k in range(agcus)]
+
+
 class RDUSystem(wiring.Component):
     """A tile array and ``agcus`` AGCUs: the whole chip minus its memories.
 
-    AGCU ``k`` is wired to edge :func:`agcu_edge(k, rows) <agcu_edge>` of the array on
+    AGCU ``k`` is wired to the edge at ``agcu_positions[k]`` (default
+    :func:`agcu_edge(k, rows) <agcu_edge>`: west of row 0, east of row 0, ...) on
     all three networks (its ``*_out`` into the array, the array's edge output back into
     its ``*_in``) and to the array's ``agcu_cfg[k]`` configuration port. AGCU 0's
     ``bitstream_out`` feeds the array's configuration network (``PROGRAM_LOAD``); the
@@ -59,6 +78,11 @@ class RDUSystem(wiring.Component):
         Depth of the switches' input FIFOs.
     idle_timeout : int
         Bitstream truncation timeout (cycles).
+    agcu_positions : sequence of (side, row), optional
+        Where each AGCU sits: ``side`` ``"west"`` or ``"east"``, ``row`` its row; one
+        per AGCU, all distinct. Default :func:`default_agcu_positions` (the
+        :func:`agcu_edge` assignment). A compiled program must be run on a system whose
+        positions are the ones its mapper assumed.
 
     Attributes
     ----------
@@ -78,7 +102,8 @@ class RDUSystem(wiring.Component):
     """
 
     def __init__(self, rows=4, cols=4, lanes=8, *, agcus=2, compute_unit="hdl.pcu:PCU",
-                 capacity_bytes=65536, fifo_depth=2, idle_timeout=4096):
+                 capacity_bytes=65536, fifo_depth=2, idle_timeout=4096,
+                 agcu_positions=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"System {name} must be an integer, not {value!r}")
@@ -89,6 +114,17 @@ class RDUSystem(wiring.Component):
         if not 1 <= agcus <= 2 * rows:
             raise ValueError(f"AGCU count must be between 1 and {2 * rows} (two per row) for "
                              f"{rows} rows, not {agcus}")
+        if agcu_positions is None:
+            agcu_positions = default_agcu_positions(agcus, rows)
+        positions = [tuple(position) for position in agcu_positions]
+        if len(positions) != agcus or any(len(position) != 2 for position in positions):
+            raise ValueError(f"AGCU positions must be {agcus} (side, row) pairs, one per AGCU, "
+                             f"not {agcu_positions!r}")
+        edges = [position_edge(side, row, rows) for side, row in positions]
+        if len(set(edges)) != len(edges):
+            raise ValueError(f"AGCU positions must be distinct, not {agcu_positions!r}")
+        self.agcu_positions = positions
+        self._edges = edges
         self.rows, self.cols, self.lanes = rows, cols, lanes
         self.agcu_count = agcus
         self.agcus = [AGCU(lanes=lanes) for _ in range(agcus)]
@@ -113,8 +149,8 @@ class RDUSystem(wiring.Component):
         })
 
     def edge_of(self, k):
-        """Array edge index of AGCU ``k`` (:func:`agcu_edge`)."""
-        return agcu_edge(k, self.rows)
+        """Array edge index of AGCU ``k`` (``row`` west, ``rows + row`` east)."""
+        return self._edges[k]
 
     def perf_counter_names(self):
         """Names of the array's performance counters, in ``host.perf_select`` order."""

@@ -62,6 +62,16 @@ def test_system_argument_checks():
     system = RDUSystem(2, 2, 4, agcus=3, compute_unit=None)
     assert [system.edge_of(k) for k in range(3)] == [0, 2, 1]
     assert len(system.cmd) == len(system.axi) == len(system.agcu_error) == 3
+    for positions, message in (
+            ([["west", 0]], r"AGCU positions must be 2 \(side, row\) pairs, one per AGCU, "
+                            r"not \[\['west', 0\]\]"),
+            ([["west", 0], ["west", 0]], r"AGCU positions must be distinct, not "
+                                         r"\[\['west', 0\], \['west', 0\]\]"),
+            ([["north", 0], ["east", 0]], r"AGCU side must be 'west' or 'east', not 'north'"),
+            ([["west", 0], ["east", 2]], r"AGCU row must be an integer between 0 and 1, "
+                                         r"not 2")):
+        with pytest.raises(ValueError, match=rf"^{message}$"):
+            RDUSystem(2, 2, 4, compute_unit=None, agcu_positions=positions)
     with_pcus = RDUSystem(2, 2, 4)                  # default compute unit: the PCU
     assert [with_pcus.array.unit_kind(r, c) for r in range(2) for c in range(2)] == [
         UnitKind.PCU, UnitKind.PMU, UnitKind.PMU, UnitKind.PCU]
@@ -124,6 +134,23 @@ def test_third_agcu_edge_amaranth(load_agcu, store_agcu, sim_dir, seed):
                          memory=FAST_MEMORY, stall="random")
     assert np.array_equal(load_outputs(stats.result)["a_t"], expected)
     assert sorted(stats.result["agcu_cycles"]) == sorted([str(load_agcu), str(store_agcu)])
+
+
+def test_agcu_positions_amaranth(sim_dir, seed):
+    """AGCUs placed by ``agcu_positions`` (here the compiler mapper's mid-edge default on
+    two rows: west of row 0, east of row 1): the transpose crosses the array diagonally."""
+    positions = [["west", 0], ["east", 1]]
+    program, expected = transpose_program(**SMALL, matrix_rows=8, matrix_cols=16, seed=seed,
+                                          agcu_positions=positions)
+    assert program.geometry["agcu_positions"] == positions
+    program.save(sim_dir / "program")
+    system = RDUSystem(2, 2, 4, compute_unit=None, capacity_bytes=4096, idle_timeout=256,
+                       agcu_positions=positions)
+    assert [system.edge_of(k) for k in range(2)] == [0, 3]
+    stats = run_amaranth(system, run_program, seed=seed, watchdog=5000,
+                         program_dir=str(sim_dir / "program"), timeout=5000,
+                         memory=FAST_MEMORY, stall="random")
+    assert np.array_equal(load_outputs(stats.result)["a_t"], expected)
 
 
 def test_bad_crc_is_reported_amaranth(sim_dir, seed):

@@ -301,23 +301,30 @@ def _route_to_edge(rows, cols, start, edge):
 def transpose_program(rows, cols, lanes, *, matrix_rows, matrix_cols, seed,
                       input_address=HBM.base + 0x1_0000, output_address=HBM.base + 0x2_0000,
                       bitstream_address=HBM.base + 0x100, store_beats=None,
-                      agcus=2, load_agcu=0, store_agcu=1, name="transpose"):
+                      agcus=2, load_agcu=0, store_agcu=1, agcu_positions=None,
+                      name="transpose"):
     """A copy kernel: HBM -> AGCU ``load_agcu`` -> a PMU -> AGCU ``store_agcu`` -> HBM,
     transposing.
 
     The load AGCU streams the ``matrix_rows x matrix_cols`` uint32 matrix ``A``
-    row-major into the PMU next to its edge (:func:`hdl.system.agcu_edge`: AGCU 0 is
-    west of row 0, so PMU (0, 0)); the PMU writes it row-major (diagonal layout) and
-    reads it column-major (beat ``(b, c)`` = ``A[b*lanes:(b+1)*lanes, c]``); the beats
-    and the PMU's DONE token travel column first, then row, to the store AGCU's edge,
-    whose strided store pattern puts beat ``(b, c)`` at row ``c``, columns
-    ``b*lanes..`` of ``A.T``; the store AGCU also waits for the DONE token.
+    row-major into the PMU next to its edge (``agcu_positions``, default
+    :func:`hdl.system.agcu_edge`: AGCU 0 is west of row 0, so PMU (0, 0)); the PMU
+    writes it row-major (diagonal layout) and reads it column-major (beat ``(b, c)`` =
+    ``A[b*lanes:(b+1)*lanes, c]``); the beats and the PMU's DONE token travel column
+    first, then row, to the store AGCU's edge, whose strided store pattern puts beat
+    ``(b, c)`` at row ``c``, columns ``b*lanes..`` of ``A.T``; the store AGCU also
+    waits for the DONE token.
     ``store_beats`` (default: all) replaces the store pattern by a linear one of that
     many beats, e.g. more than arrive, to make a program that never completes.
-    Needs a PMU at the load AGCU's edge position (``compute_unit=None`` arrays).
+    Needs a PMU at the load AGCU's edge position (``compute_unit=None`` arrays). The
+    positions are recorded in ``program.geometry["agcu_positions"]``.
     Returns ``(program, expected output words)``.
     """
-    from hdl.system import agcu_edge
+    from hdl.system import default_agcu_positions, position_edge
+    if agcu_positions is None:
+        agcu_positions = default_agcu_positions(agcus, rows)
+    agcu_positions = [list(position) for position in agcu_positions]
+    edges = [position_edge(side, row, rows) for side, row in agcu_positions]
     if matrix_rows % lanes or matrix_cols < lanes or matrix_cols & (matrix_cols - 1):
         raise ValueError(f"Transpose needs rows a multiple of {lanes} lanes and columns a "
                          f"power of two >= {lanes}, not {matrix_rows}x{matrix_cols}")
@@ -329,11 +336,11 @@ def transpose_program(rows, cols, lanes, *, matrix_rows, matrix_cols, seed,
                         read=pattern("column_major", lanes, matrix_rows, matrix_cols),
                         buffer_words=matrix_rows * matrix_cols,
                         skew_shift=matrix_cols.bit_length() - 1, read_passes=1)
-    pmu_row, pmu_col, side = _edge_position(agcu_edge(load_agcu, rows), rows, cols)
+    pmu_row, pmu_col, side = _edge_position(edges[load_agcu], rows, cols)
     extra = [((pmu_row, pmu_col, "vector", LOCAL0),
               Source.WEST if side == WEST else Source.EAST)]
     for (row, col, out), came in _route_to_edge(rows, cols, (pmu_row, pmu_col),
-                                                agcu_edge(store_agcu, rows)):
+                                                edges[store_agcu]):
         extra += [((row, col, "vector", out), came), ((row, col, "control", out), came)]
     agcu_layout = agcu_config_layout()
     load = {"base": input_address, "count": [beats, 1, 1], "stride": [beat, 0, 0]}
@@ -353,7 +360,8 @@ def transpose_program(rows, cols, lanes, *, matrix_rows, matrix_cols, seed,
                    "store_enable": 1, "wait_done": 1, "store": store}))]
     program = Program(
         name=name,
-        geometry={"rows": rows, "cols": cols, "lanes": lanes, "agcus": agcus},
+        geometry={"rows": rows, "cols": cols, "lanes": lanes, "agcus": agcus,
+                  "agcu_positions": agcu_positions},
         bitstream=write_bitstream(Geometry(rows, cols, lanes), records),
         bitstream_address=bitstream_address,
         inputs={"a": (input_address, matrix.reshape(-1))},
