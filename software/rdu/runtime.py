@@ -38,8 +38,17 @@ class RunResult:
 def system_params(program):
     """Constructor arguments of the :class:`hdl.system.RDUSystem` a program needs."""
     geometry = program.geometry
-    return {"rows": geometry["rows"], "cols": geometry["cols"], "lanes": geometry["lanes"],
-            "agcus": geometry.get("agcus", 2)}
+    params = {"rows": geometry["rows"], "cols": geometry["cols"], "lanes": geometry["lanes"],
+              "agcus": geometry.get("agcus", 2)}
+    # the AGCUs must sit where the mapper put them: the program's own record, else the
+    # mapper's default (mid-edge) for two AGCUs; RDUSystem's default is agcu_edge()
+    positions = geometry.get("agcu_positions")
+    if positions is None and params["agcus"] == 2:
+        from .mapper import default_agcu_rows
+        positions = default_agcu_rows(geometry["rows"])
+    if positions is not None:
+        params["agcu_positions"] = [list(position) for position in positions]
+    return params
 
 
 def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
@@ -58,9 +67,8 @@ def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
                          counters=counters)
 
     from hdl.system import RDUSystem
-    from tb.suites.system import run_program as body
-
     from tb.runner import run_verilator
+    from tb.suites.system import run_program as body
     from tb.verilator import build, project_root
     work_dir = Path(work_dir or project_root() / "build" / "run" / program.name)
     program_dir = program.save(work_dir / "program")

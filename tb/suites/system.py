@@ -100,7 +100,7 @@ def check_program(program):
 
 async def run_program(bench, program_dir, *, timeout=200_000, progress=False, memory=None,
                       stall="none", perf_counters=None, load_timeout=100_000,
-                      outputs_path=None, inline_output_words=INLINE_OUTPUT_WORDS):
+                      outputs_file=None, inline_output_words=INLINE_OUTPUT_WORDS):
     """Run the program saved in ``program_dir`` on an :class:`RDUSystem`; return results.
 
     Parameters
@@ -121,7 +121,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
         (:meth:`RDUSystem.perf_counter_names`); they are read after the run.
     load_timeout : int
         Cycles allowed for the program load and the loader's verdict.
-    outputs_path : str, optional
+    outputs_file : str, optional
         Where to write the outputs as ``.npz`` (default ``program_dir/outputs.npz``).
     inline_output_words : int
         Outputs are also returned inline (as lists) when they hold at most this many
@@ -136,7 +136,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
         (per executing AGCU, string keys, the same measure), ``array_cycles``
         (``host.cycles``: start to the first ``DONE`` token at the edge, or ``None``),
         ``outputs`` (name -> list of uint32, or ``None`` when larger than
-        ``inline_output_words`` in total), ``outputs_path``, ``perf`` and ``memory``
+        ``inline_output_words`` in total), ``outputs_file``, ``perf`` and ``memory``
         statistics.
 
     Raises
@@ -242,7 +242,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
         perf[counter] = await bench.read("host.perf_value")
     outputs = {out: mem.dump(address, WORD_BYTES * words, dtype=np.uint32)
                for out, (address, words) in program.outputs.items()}
-    path = Path(outputs_path) if outputs_path else Path(program_dir) / "outputs.npz"
+    path = Path(outputs_file) if outputs_file else Path(program_dir) / "outputs.npz"
     np.savez(path, **outputs)
     total_words = sum(array.size for array in outputs.values())
     stats = {region.name: dict(region.stats) for region in mem.regions}
@@ -255,7 +255,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
         "unit_error": unit_error,
         "outputs": ({out: array.tolist() for out, array in outputs.items()}
                     if total_words <= inline_output_words else None),
-        "outputs_path": str(path),
+        "outputs_file": str(path),
         "perf": perf,
         "memory": stats,
         "memory_errors": [str(error) for error in mem.errors],
@@ -264,7 +264,7 @@ async def run_program(bench, program_dir, *, timeout=200_000, progress=False, me
 
 def load_outputs(result):
     """The outputs of a :func:`run_program` result as numpy arrays (from its .npz file)."""
-    with np.load(result["outputs_path"]) as arrays:
+    with np.load(result["outputs_file"]) as arrays:
         return {name: arrays[name] for name in arrays.files}
 
 
