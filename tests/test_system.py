@@ -275,3 +275,29 @@ def test_transpose_program_verilator(sim_dir, seed):
     with pytest.raises(Exception, match="bitstream rejected by the configuration loader: CRC"):
         run_verilator(built, run_program, sim_dir / "bad_crc", seed=seed,
                       program_dir=str(sim_dir / "bad"), timeout=5000)
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 16, 16), (12, 20, 8)])
+def test_compiled_gemm_amaranth(m, n, k, sim_dir, seed):
+    """The GEMM compiler's program (rdu.gemm: placement, routes, PCU/PMU/AGCU records,
+    bitstream) on a 2x2 system with PCUs, at the AGCU positions its mapper assumed
+    (rdu.runtime.system_params): C checked against numpy within the FP32 budget."""
+    from rdu.gemm import check_result, compile_gemm, pack_inputs, random_inputs, unpack_output
+    from rdu.mapper import ArrayGeometry
+    from rdu.runtime import system_params
+    program = compile_gemm(m, n, k, ArrayGeometry(rows=2, cols=2, lanes=4, pmu_words=4096))
+    a, b = random_inputs(m, n, k, seed)
+    pack_inputs(program, a, b)
+    params = system_params(program)
+    assert params["agcu_positions"] == [["west", 0], ["east", 1]]
+    program.save(sim_dir / "program")
+    system = RDUSystem(capacity_bytes=16384, **params)
+    stats = run_amaranth(system, run_program, seed=seed, watchdog=20_000,
+                         program_dir=str(sim_dir / "program"), timeout=20_000)
+    result = stats.result
+    c = unpack_output(program, load_outputs(result)["c"])
+    ok, error = check_result(c, a, b)
+    assert ok, f"C differs from numpy by {error}"
+    assert result["memory_errors"] == [] and result["unit_error"] == 0
+    print(f"GEMM {m}x{n}x{k} on 2x2 (lanes 4): load {result['load_cycles']} cycles, run "
+          f"{result['cycles']} cycles")
