@@ -41,6 +41,10 @@ DESIGNS = {design.name: design for design in [
     Design("tile_array_2x2", "hdl.array", "TileArray",
            {"rows": 2, "cols": 2, "lanes": 8, "compute_unit": "hdl.pcu:PCU"},
            "minimal (FPGA) tile array: 2x2 PCU/PMU checkerboard", quick=False),
+    Design("system_2x2", "hdl.system", "RDUSystem",
+           {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "compute_unit": None,
+            "capacity_bytes": 16384},
+           "whole system, minimal: 2x2 PMUs (4 lanes, 16 KiB) and two AGCUs on row 0"),
 ]}
 
 

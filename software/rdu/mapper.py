@@ -55,13 +55,10 @@ class Site:
 
 
 def agcu_site(index, rows):
-    """``(side, row)`` of AGCU ``index`` on a ``rows``-row array: even indices on the
-    west edge from row ``(rows - 1) // 2`` down, odd ones on the east edge from row
-    ``rows // 2`` down (wrapping). The hardware (``hdl.system``), the functional model
-    and the mapper all use this."""
-    if index % 2 == 0:
-        return "west", ((rows - 1) // 2 + index // 2) % rows
-    return "east", (rows // 2 + index // 2) % rows
+    """``(side, row)`` of AGCU ``index`` on a ``rows``-row array: the hardware's rule,
+    :func:`hdl.system.agcu_position` (mid-edge rows, even indices west, odd east)."""
+    from hdl.system import agcu_position
+    return agcu_position(index, rows)
 
 
 def default_agcu_rows(rows, agcus=2):

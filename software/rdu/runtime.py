@@ -60,9 +60,8 @@ def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
                          counters=result.counters)
 
     from hdl.system import RDUSystem
-    from tb.suites.system import run_program as body
-
     from tb.runner import run_verilator
+    from tb.suites.system import run_program as body
     from tb.verilator import build, project_root
     work_dir = Path(work_dir or project_root() / "build" / "run" / program.name)
     program_dir = program.save(work_dir / "program")

@@ -1,0 +1,203 @@
+"""RDUSystem: the top level, a :class:`TileArray` with its AGCUs at the edge.
+
+``docs/system.md`` documents the edge assignment, the run sequence and the runtime
+(``tb/suites/system.py:run_program``) that drives it.
+"""
+
+from amaranth import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .agcu import AGCU, agcu_command_layout, agcu_config_layout
+from .array import HostPort, TileArray
+from .interfaces import WORD_BITS, AXI4Signature, config_words
+
+__all__ = ["agcu_position", "agcu_edge", "position_edge", "default_agcu_positions", "RDUSystem"]
+
+SIDES = ("west", "east")
+
+
+def agcu_position(k, rows):
+    """``(side, row)`` of AGCU ``k`` on a ``rows``-row array.
+
+    Even ``k`` on the west edge, odd ``k`` on the east edge, starting from the middle
+    rows: AGCU 0 west of row ``(rows - 1) // 2``, AGCU 1 east of row ``rows // 2``,
+    AGCU 2 west of the row below AGCU 0, and so on (wrapping). Mid-edge rather than
+    corners: a corner switch has only two mesh links per direction, and a kernel's load
+    trees and result merges meet at the AGCUs' switches (on the 4x4 array no placement
+    of a GEMM on all eight PCUs routes with corner AGCUs). The compiler's mapper and the
+    functional model use this rule (``rdu.mapper.agcu_site``).
+    """
+    for name, value in (("AGCU index", k), ("Row count", rows)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an integer, not {value!r}")
+    if rows < 1:
+        raise ValueError(f"Row count must be at least 1, not {rows}")
+    if not 0 <= k < 2 * rows:
+        raise ValueError(f"AGCU index must be between 0 and {2 * rows - 1} for {rows} rows, "
+                         f"not {k}")
+    if k % 2 == 0:
+        return "west", ((rows - 1) // 2 + k // 2) % rows
+    return "east", (rows // 2 + k // 2) % rows
+
+
+def agcu_edge(k, rows):
+    """The :class:`TileArray` edge index AGCU ``k`` attaches to (:func:`agcu_position`)."""
+    side, row = agcu_position(k, rows)
+    return position_edge(side, row, rows)
+
+
+def position_edge(side, row, rows):
+    """The :class:`TileArray` edge index of the AGCU position ``(side, row)``:
+    ``row`` on the west side, ``rows + row`` on the east side."""
+    if side not in SIDES:
+        raise ValueError(f"AGCU side must be 'west' or 'east', not {side!r}")
+    if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < rows:
+        raise ValueError(f"AGCU row must be an integer between 0 and {rows - 1}, not {row!r}")
+    return row if side == "west" else rows + row
+
+
+def default_agcu_positions(agcus, rows):
+    """``[(side, row)]`` of :func:`agcu_position` for AGCUs ``0 .. agcus - 1``."""
+    return [agcu_position(k, rows) for k in range(agcus)]
+
+
+class RDUSystem(wiring.Component):
+    """A tile array and ``agcus`` AGCUs: the whole chip minus its memories.
+
+    AGCU ``k`` is wired to the edge at ``agcu_positions[k]`` (default
+    :func:`agcu_position`: mid-edge rows, even ``k`` west, odd ``k`` east) on
+    all three networks (its ``*_out`` into the array, the array's edge output back into
+    its ``*_in``) and to the array's ``agcu_cfg[k]`` configuration port. AGCU 0's
+    ``bitstream_out`` feeds the array's configuration network (``PROGRAM_LOAD``); the
+    other AGCUs' ``bitstream_out`` is always ready and discarded.
+    Edge ports without an AGCU are idle: their inputs have ``valid`` low, their outputs
+    ``ready`` low (data routed there stalls and shows in the stall counters).
+
+    Parameters
+    ----------
+    rows, cols, lanes : int
+        Array geometry (:class:`TileArray`).
+    agcus : int
+        Number of AGCUs, 1 to ``2 * rows`` (AGCU 0 loads programs).
+    compute_unit : class, callable, "module:Class" or None
+        Compute unit of the checkerboard's even positions; ``None``: PMUs everywhere.
+    capacity_bytes : int
+        Capacity of each PMU.
+    fifo_depth : int
+        Depth of the switches' input FIFOs.
+    idle_timeout : int
+        Bitstream truncation timeout (cycles).
+    agcu_positions : sequence of (side, row), optional
+        Where each AGCU sits: ``side`` ``"west"`` or ``"east"``, ``row`` its row; one
+        per AGCU, all distinct. Default :func:`default_agcu_positions` (the
+        :func:`agcu_edge` assignment). A compiled program must be run on a system whose
+        positions are the ones its mapper assumed.
+
+    Attributes
+    ----------
+    axi : Out(AXI4Signature).array(agcus)
+        Memory port of each AGCU.
+    cmd : In(stream.Signature(agcu_command_layout())).array(agcus)
+        Host commands of each AGCU.
+    agcu_busy, agcu_done : Out(1).array(agcus)
+    agcu_error : Out(4).array(agcus)
+        ``AGCUError`` of each AGCU's last command (valid with ``agcu_done``).
+    agcu_scalar_result, agcu_scalar_count : Out(32).array(agcus)
+        Last scalar received by each AGCU from the array, and how many.
+    host : In(HostPort())
+        The array's host port (start, configuration state, run status, counters).
+    readback : Out(stream.Signature(32))
+        Configuration readback (``host.readback_start``).
+    """
+
+    def __init__(self, rows=4, cols=4, lanes=8, *, agcus=2, compute_unit="hdl.pcu:PCU",
+                 capacity_bytes=65536, fifo_depth=2, idle_timeout=4096,
+                 agcu_positions=None):
+        for name, value in (("rows", rows), ("cols", cols)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"System {name} must be an integer, not {value!r}")
+            if not 1 <= value <= 255:
+                raise ValueError(f"System {name} must be between 1 and 255, not {value}")
+        if not isinstance(agcus, int) or isinstance(agcus, bool):
+            raise TypeError(f"AGCU count must be an integer, not {agcus!r}")
+        if not 1 <= agcus <= 2 * rows:
+            raise ValueError(f"AGCU count must be between 1 and {2 * rows} (two per row) for "
+                             f"{rows} rows, not {agcus}")
+        if agcu_positions is None:
+            agcu_positions = default_agcu_positions(agcus, rows)
+        positions = [tuple(position) for position in agcu_positions]
+        if len(positions) != agcus or any(len(position) != 2 for position in positions):
+            raise ValueError(f"AGCU positions must be {agcus} (side, row) pairs, one per AGCU, "
+                             f"not {agcu_positions!r}")
+        edges = [position_edge(side, row, rows) for side, row in positions]
+        if len(set(edges)) != len(edges):
+            raise ValueError(f"AGCU positions must be distinct, not {agcu_positions!r}")
+        self.agcu_positions = positions
+        self._edges = edges
+        self.rows, self.cols, self.lanes = rows, cols, lanes
+        self.agcu_count = agcus
+        self.agcus = [AGCU(lanes=lanes) for _ in range(agcus)]
+        self.agcu_config_words = config_words(agcu_config_layout(self.agcus[0].addr_width))
+        self.array = TileArray(rows, cols, lanes, compute_unit=compute_unit,
+                               capacity_bytes=capacity_bytes, fifo_depth=fifo_depth,
+                               agcus=agcus, agcu_config_words=self.agcu_config_words,
+                               idle_timeout=idle_timeout)
+        first = self.agcus[0]
+        super().__init__({
+            "axi": Out(AXI4Signature(addr_width=first.addr_width,
+                                     data_width=lanes * WORD_BITS,
+                                     id_width=first.id_width)).array(agcus),
+            "cmd": In(stream.Signature(agcu_command_layout(first.addr_width))).array(agcus),
+            "agcu_busy": Out(1).array(agcus),
+            "agcu_done": Out(1).array(agcus),
+            "agcu_error": Out(4).array(agcus),
+            "agcu_scalar_result": Out(WORD_BITS).array(agcus),
+            "agcu_scalar_count": Out(WORD_BITS).array(agcus),
+            "host": In(HostPort()),
+            "readback": Out(stream.Signature(WORD_BITS)),
+        })
+
+    def edge_of(self, k):
+        """Array edge index of AGCU ``k`` (``row`` west, ``rows + row`` east)."""
+        return self._edges[k]
+
+    def perf_counter_names(self):
+        """Names of the array's performance counters, in ``host.perf_select`` order."""
+        return self.array.perf_counter_names()
+
+    def config_targets(self):
+        """The array's configuration targets (:meth:`TileArray.config_targets`)."""
+        return self.array.config_targets()
+
+    def elaborate(self, platform):
+        m = Module()
+        array = self.array
+        m.submodules.array = array
+        wiring.connect(m, wiring.flipped(self.host), array.host)
+        wiring.connect(m, array.readback, wiring.flipped(self.readback))
+        for k, agcu in enumerate(self.agcus):
+            m.submodules[f"agcu{k}"] = agcu
+            edge = self.edge_of(k)
+            wiring.connect(m, agcu.axi, wiring.flipped(self.axi[k]))
+            wiring.connect(m, wiring.flipped(self.cmd[k]), agcu.cmd)
+            wiring.connect(m, array.agcu_cfg[k], agcu.cfg)
+            for network in ("vector", "scalar", "control"):
+                wiring.connect(m, getattr(agcu, f"{network}_out"),
+                               getattr(array, f"agcu_{network}_in")[edge])
+                wiring.connect(m, getattr(array, f"agcu_{network}_out")[edge],
+                               getattr(agcu, f"{network}_in"))
+            m.d.comb += [
+                self.agcu_busy[k].eq(agcu.busy),
+                self.agcu_done[k].eq(agcu.done),
+                self.agcu_error[k].eq(agcu.error),
+                self.agcu_scalar_result[k].eq(agcu.scalar_result),
+                self.agcu_scalar_count[k].eq(agcu.scalar_count),
+            ]
+            if k == 0:
+                wiring.connect(m, agcu.bitstream_out, array.bitstream)
+            else:
+                # only AGCU 0 feeds the configuration network: a program load on another
+                # AGCU runs to its end and its words are discarded (never a hang)
+                m.d.comb += agcu.bitstream_out.ready.eq(1)
+        return m

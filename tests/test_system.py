@@ -1,0 +1,305 @@
+"""RDUSystem: a compiled program (bitstream + memory images) run end to end by the RTL
+runtime: program load through AGCU 0, start, execute on both AGCUs, outputs from HBM."""
+
+import numpy as np
+import pytest
+from rdu.bitstream import (
+    HEADER_WORDS,
+    BitstreamError,
+    ConfigStatus,
+    Geometry,
+    UnitKind,
+    read_bitstream,
+)
+
+from hdl.system import RDUSystem, agcu_edge
+from tb.runner import run_amaranth
+from tb.suites.system import (
+    RunError,
+    check_program,
+    load_outputs,
+    run_program,
+    transpose_program,
+)
+
+SMALL = {"rows": 2, "cols": 2, "lanes": 4}
+#: shorter memory latencies for the error tests (the copy test uses the defaults)
+FAST_MEMORY = {"hbm": {"hit_latency": 8, "miss_latency": 12, "write_latency": 4}}
+
+
+def small_system():
+    return RDUSystem(2, 2, 4, compute_unit=None, capacity_bytes=4096, idle_timeout=256)
+
+
+def run(program_dir, watchdog=5000, seed=None, **params):
+    system = small_system()
+    return run_amaranth(system, run_program, seed=seed, watchdog=watchdog,
+                        program_dir=str(program_dir), **params), system
+
+
+def test_agcu_edge_assignment():
+    # mid-edge first: AGCU 0 west of row 1, AGCU 1 east of row 2, then downwards, wrapping
+    assert [agcu_edge(k, 4) for k in range(8)] == [1, 6, 2, 7, 3, 4, 0, 5]
+    assert [agcu_edge(k, 1) for k in range(2)] == [0, 1]
+    with pytest.raises(ValueError, match=r"^AGCU index must be between 0 and 3 for 2 rows, "
+                                         r"not 4$"):
+        agcu_edge(4, 2)
+    with pytest.raises(TypeError, match=r"^AGCU index must be an integer, not '1'$"):
+        agcu_edge("1", 2)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_system_argument_checks():
+    with pytest.raises(ValueError, match=r"^AGCU count must be between 1 and 4 \(two per "
+                                         r"row\) for 2 rows, not 5$"):
+        RDUSystem(2, 2, 4, agcus=5, compute_unit=None)
+    with pytest.raises(ValueError, match=r"^AGCU count must be between 1 and 2 \(two per "
+                                         r"row\) for 1 rows, not 0$"):
+        RDUSystem(1, 2, 4, agcus=0, compute_unit=None)
+    with pytest.raises(TypeError, match=r"^AGCU count must be an integer, not 2.0$"):
+        RDUSystem(2, 2, 4, agcus=2.0, compute_unit=None)
+    with pytest.raises(ValueError, match=r"^System rows must be between 1 and 255, not 0$"):
+        RDUSystem(0, 2, 4)
+    system = RDUSystem(2, 2, 4, agcus=3, compute_unit=None)
+    assert [system.edge_of(k) for k in range(3)] == [0, 3, 1]
+    assert len(system.cmd) == len(system.axi) == len(system.agcu_error) == 3
+    for positions, message in (
+            ([["west", 0]], r"AGCU positions must be 2 \(side, row\) pairs, one per AGCU, "
+                            r"not \[\['west', 0\]\]"),
+            ([["west", 0], ["west", 0]], r"AGCU positions must be distinct, not "
+                                         r"\[\['west', 0\], \['west', 0\]\]"),
+            ([["north", 0], ["east", 0]], r"AGCU side must be 'west' or 'east', not 'north'"),
+            ([["west", 0], ["east", 2]], r"AGCU row must be an integer between 0 and 1, "
+                                         r"not 2")):
+        with pytest.raises(ValueError, match=rf"^{message}$"):
+            RDUSystem(2, 2, 4, compute_unit=None, agcu_positions=positions)
+    with_pcus = RDUSystem(2, 2, 4)                  # default compute unit: the PCU
+    assert [with_pcus.array.unit_kind(r, c) for r in range(2) for c in range(2)] == [
+        UnitKind.PCU, UnitKind.PMU, UnitKind.PMU, UnitKind.PCU]
+    with pytest.raises(ValueError, match=r"^Transpose needs rows a multiple of 4 lanes and "
+                                         r"columns a power of two >= 4, not 6x8$"):
+        transpose_program(**SMALL, matrix_rows=6, matrix_cols=8, seed=1)
+    assert system.agcu_config_words == 12
+    assert [t for t in system.config_targets() if t[0] == 4] == [(4, 0, k, 12) for k in range(3)]
+
+
+@pytest.mark.parametrize("shape, stall, memory", [
+    ((16, 16), "none", None),                   # default HBM latencies: measured cycles
+    ((8, 32), "random", FAST_MEMORY),           # non-square, random stalls on every AXI channel
+])
+def test_transpose_program_amaranth(shape, stall, memory, sim_dir, seed):
+    """HBM -> AGCU 0 -> PMU (write row-major, read column-major) -> AGCU 1 (strided
+    store) -> HBM: the HBM output is the numpy transpose."""
+    matrix_rows, matrix_cols = shape
+    beats = matrix_rows * matrix_cols // 4
+    program, expected = transpose_program(**SMALL, matrix_rows=matrix_rows,
+                                          matrix_cols=matrix_cols, seed=seed)
+    program.save(sim_dir / "program")
+    system = small_system()
+    inline = 1 << 16 if stall == "none" else 0       # 0: outputs only in the .npz file
+    stats, _ = run(sim_dir / "program", seed=seed, timeout=20_000, stall=stall, memory=memory,
+                   perf_counters=system.perf_counter_names(), inline_output_words=inline)
+    result = stats.result
+    if inline:
+        got = np.asarray(result["outputs"]["a_t"], dtype=np.uint32)
+        assert np.array_equal(got, expected), "transposed output differs from numpy"
+    else:
+        assert result["outputs"] is None
+    assert np.array_equal(load_outputs(result)["a_t"], expected)
+    assert result["perf"]["pmu(0,0).beats_written"] == beats
+    assert result["perf"]["pmu(0,0).beats_read"] == beats
+    for unit in ("pmu(0,1)", "pmu(1,0)", "pmu(1,1)"):
+        assert result["perf"][f"{unit}.beats_written"] == 0
+    assert result["unit_error"] == 0
+    assert result["array_cycles"] is not None and result["array_cycles"] <= result["cycles"]
+    assert result["memory"]["hbm"]["write_beats"] == beats
+    assert result["memory_errors"] == []
+    print(f"transpose {matrix_rows}x{matrix_cols} (lanes 4, stall {stall}): load "
+          f"{result['load_cycles']} cycles, run {result['cycles']} cycles, AGCU "
+          f"{result['agcu_cycles']}, array {result['array_cycles']}")
+
+
+@pytest.mark.parametrize("load_agcu, store_agcu", [(2, 1), (1, 2)])
+def test_third_agcu_edge_amaranth(load_agcu, store_agcu, sim_dir, seed):
+    """Three AGCUs on two rows: AGCU 1 east of row 1, AGCU 2 west of row 1. A transpose
+    loaded by one and stored by the other reaches its destination only if both sit at
+    their documented edges."""
+    program, expected = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                          agcus=3, load_agcu=load_agcu,
+                                          store_agcu=store_agcu)
+    assert program.meta["pmu"] == ([1, 0] if load_agcu == 2 else [1, 1])
+    program.save(sim_dir / "program")
+    system = RDUSystem(2, 2, 4, agcus=3, compute_unit=None, capacity_bytes=4096,
+                       idle_timeout=256)
+    stats = run_amaranth(system, run_program, seed=seed, watchdog=5000,
+                         program_dir=str(sim_dir / "program"), timeout=5000,
+                         memory=FAST_MEMORY, stall="random")
+    assert np.array_equal(load_outputs(stats.result)["a_t"], expected)
+    assert sorted(stats.result["agcu_cycles"]) == sorted([str(load_agcu), str(store_agcu)])
+
+
+def test_agcu_positions_amaranth(sim_dir, seed):
+    """AGCUs placed by ``agcu_positions`` (here the compiler mapper's mid-edge default on
+    two rows: west of row 0, east of row 1): the transpose crosses the array diagonally."""
+    positions = [["west", 0], ["east", 1]]
+    program, expected = transpose_program(**SMALL, matrix_rows=8, matrix_cols=16, seed=seed,
+                                          agcu_positions=positions)
+    assert program.geometry["agcu_positions"] == positions
+    program.save(sim_dir / "program")
+    system = RDUSystem(2, 2, 4, compute_unit=None, capacity_bytes=4096, idle_timeout=256,
+                       agcu_positions=positions)
+    assert [system.edge_of(k) for k in range(2)] == [0, 3]
+    stats = run_amaranth(system, run_program, seed=seed, watchdog=5000,
+                         program_dir=str(sim_dir / "program"), timeout=5000,
+                         memory=FAST_MEMORY, stall="random")
+    assert np.array_equal(load_outputs(stats.result)["a_t"], expected)
+
+
+def test_bad_crc_is_reported_amaranth(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    program.bitstream[-1] ^= 1 << (seed % 32)       # a configuration word, not a header
+    with pytest.raises(BitstreamError) as error:
+        read_bitstream(program.bitstream, Geometry(2, 2, 4))
+    assert error.value.status == ConfigStatus.CRC
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError) as failure:
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+    message = str(failure.value)
+    assert message == ("program 'transpose': bitstream rejected by the configuration "
+                       "loader: CRC (host.error = 5)")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("case, status", [("bad_magic", "BAD_MAGIC"),
+                                          ("truncated", "LENGTH")])
+def test_bad_bitstream_is_reported_amaranth(case, status, sim_dir, seed):
+    """A wrong magic word, and a bitstream cut short (the loader gives up after
+    ``idle_timeout`` cycles without words): one-line errors naming the loader status."""
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    assert HEADER_WORDS == 5
+    if case == "bad_magic":
+        program.bitstream[0] ^= 0x100
+    else:
+        program.bitstream = program.bitstream[:-3]
+    program.save(sim_dir / "program")
+    code = int(ConfigStatus[status])
+    with pytest.raises(RunError, match=rf"^program 'transpose': bitstream rejected by the "
+                                       rf"configuration loader: {status} "
+                                       rf"\(host.error = {code}\)$"):
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+
+
+def test_misaligned_bitstream_address_amaranth(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                   bitstream_address=0x104, name="misaligned")
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError, match=r"^program 'misaligned': program load on AGCU 0 ended "
+                                       r"with MISALIGNED \(bitstream at 0x104\)$"):
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+
+
+def test_program_checks(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    for execute, message in (([], r"executes no AGCU \(program.execute is empty\)"),
+                             ([0, 0], r"executes an AGCU twice: \[0, 0\]"),
+                             ([0, 2], r"executes AGCU 2, the system has 2")):
+        program.execute = execute
+        with pytest.raises(RunError, match=rf"^program 'transpose': {message}$"):
+            check_program(program)
+    # run_program makes the same check
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError, match=r"executes AGCU 2, the system has 2$"):
+        run(sim_dir / "program", seed=seed)
+
+
+def test_unmapped_load_address_names_agcu_error_amaranth(sim_dir, seed):
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                   input_address=0x2000_0000, name="unmapped")
+    # the input image cannot live at an unmapped address: load it elsewhere
+    program.inputs = {"a": (0x1_0000, program.inputs["a"][1])}
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError) as failure:
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY)
+    message = str(failure.value)
+    assert message.startswith("program 'unmapped': AGCU 0 ended EXECUTE with READ_DECERR "
+                              "(code 6); memory: DECERR on read"), message
+    assert "\n" not in message
+
+
+def test_watchdog_names_busy_agcu_amaranth(sim_dir, seed):
+    """AGCU 1 is told to store twice the beats the PMU sends: it never finishes."""
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                   store_beats=32, name="stuck")
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError, match=r"^program 'stuck': watchdog: AGCU 1 still busy after "
+                                       r"1500 cycles from start \(cycle \d+\); done: \[0\]$"):
+        run(sim_dir / "program", seed=seed, timeout=1500, memory=FAST_MEMORY, progress=500)
+
+
+@pytest.mark.verilator
+def test_transpose_program_verilator(sim_dir, seed):
+    """The registered minimal system (``system_2x2``: 2x2 PMUs, 4 lanes, 16 KiB, two
+    AGCUs) under cocotb + Verilator: a 64x64 transpose (1024 beats, a full PMU) with the
+    default memory latencies, then a corrupted bitstream that the runtime reports."""
+    from rdu.designs import get_design
+
+    from tb.runner import run_verilator
+    from tb.verilator import build
+    design = get_design("system_2x2")
+    built = build(RDUSystem, **design.params)
+    program, expected = transpose_program(**SMALL, matrix_rows=64, matrix_cols=64, seed=seed)
+    program.save(sim_dir / "program")
+    names = design.instantiate().perf_counter_names()
+    stats = run_verilator(built, run_program, sim_dir / "transpose", seed=seed,
+                          watchdog=5000, program_dir=str(sim_dir / "program"),
+                          timeout=50_000, perf_counters=names)
+    result = stats.result
+    assert np.array_equal(load_outputs(result)["a_t"], expected)
+    assert np.array_equal(np.asarray(result["outputs"]["a_t"], dtype=np.uint32), expected)
+    assert result["perf"]["pmu(0,0).beats_read"] == 1024
+    assert result["memory_errors"] == []
+    print(f"transpose 64x64 (Verilator): load {result['load_cycles']} cycles, run "
+          f"{result['cycles']} cycles, AGCU {result['agcu_cycles']}, "
+          f"{stats.cycles_per_second:.0f} cycles/s")
+    # both tiers count the same cycles for the same program (commands and start are
+    # driven by the body on a known edge, not by a stream agent)
+    small, _ = transpose_program(**SMALL, matrix_rows=16, matrix_cols=16, seed=seed)
+    small.save(sim_dir / "small")
+    figures = ("cycles", "load_cycles", "agcu_cycles", "array_cycles")
+    verilator = run_verilator(built, run_program, sim_dir / "small_run", seed=seed,
+                              program_dir=str(sim_dir / "small"), timeout=5000).result
+    amaranth = run_amaranth(design.instantiate(), run_program, seed=seed,
+                            program_dir=str(sim_dir / "small"), timeout=5000).result
+    assert {f: verilator[f] for f in figures} == {f: amaranth[f] for f in figures}
+    bad, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    bad.bitstream[-1] ^= 1
+    bad.save(sim_dir / "bad")
+    with pytest.raises(Exception, match="bitstream rejected by the configuration loader: CRC"):
+        run_verilator(built, run_program, sim_dir / "bad_crc", seed=seed,
+                      program_dir=str(sim_dir / "bad"), timeout=5000)
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 16, 16), (12, 20, 8)])
+def test_compiled_gemm_amaranth(m, n, k, sim_dir, seed):
+    """The GEMM compiler's program (rdu.gemm: placement, routes, PCU/PMU/AGCU records,
+    bitstream) on a 2x2 system with PCUs, at the AGCU positions its mapper assumed
+    (rdu.runtime.system_params): C checked against numpy within the FP32 budget."""
+    from rdu.gemm import check_result, compile_gemm, pack_inputs, random_inputs, unpack_output
+    from rdu.mapper import ArrayGeometry
+    from rdu.runtime import system_params
+    program = compile_gemm(m, n, k, ArrayGeometry(rows=2, cols=2, lanes=4, pmu_words=4096))
+    a, b = random_inputs(m, n, k, seed)
+    pack_inputs(program, a, b)
+    params = system_params(program)
+    assert params["capacity_bytes"] == 16384
+    program.save(sim_dir / "program")
+    system = RDUSystem(**params)
+    stats = run_amaranth(system, run_program, seed=seed, watchdog=20_000,
+                         program_dir=str(sim_dir / "program"), timeout=20_000)
+    result = stats.result
+    c = unpack_output(program, load_outputs(result)["c"])
+    ok, error = check_result(c, a, b)
+    assert ok, f"C differs from numpy by {error}"
+    assert result["memory_errors"] == [] and result["unit_error"] == 0
+    print(f"GEMM {m}x{n}x{k} on 2x2 (lanes 4): load {result['load_cycles']} cycles, run "
+          f"{result['cycles']} cycles")
