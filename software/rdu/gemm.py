@@ -49,8 +49,9 @@ from .mapper import (
 from .memory_map import HBM
 from .program import Program
 
-__all__ = ["GemmPlan", "plan_gemm", "compile_gemm", "pack_inputs", "unpack_output",
-           "random_inputs", "reference", "check_result", "encode_switches"]
+__all__ = ["GemmPlan", "plan_gemm", "compile_gemm", "map_gemm", "pack_inputs",
+           "unpack_output", "random_inputs", "exact_reference", "reference", "check_result",
+           "encode_switches"]
 
 WORD = 4
 BF16 = 2
@@ -453,6 +454,26 @@ def unpack_output(program, c_words):
     c = np.asarray(c_words, np.uint32).reshape(meta["col_tiles"], meta["m_pad"], lanes)
     c = c.transpose(1, 0, 2).reshape(meta["m_pad"], meta["n_pad"])
     return c[:meta["m"], :meta["n"]].view(np.float32)
+
+
+def exact_reference(a_words, b_words, k_pad=None):
+    """What the hardware computes, bit for bit (``rdu.fpmodel``): per element, the
+    first product, then an FP32 add (round to nearest even, denormals flushed) of each
+    further product in k order, over K zero-padded to ``k_pad``. uint32 words."""
+    from . import fpmodel
+    a = np.asarray(a_words, np.uint32) & np.uint32(0xFFFF0000)
+    b = np.asarray(b_words, np.uint32) & np.uint32(0xFFFF0000)
+    k_len = a.shape[1]
+    k_pad = k_pad or k_len
+    acc = None
+    for k in range(k_pad):
+        if k < k_len:
+            product = fpmodel.mul(a[:, k][:, None], b[k][None, :])
+        else:
+            product = fpmodel.mul(np.zeros((a.shape[0], 1), np.uint32),
+                                  np.zeros((1, b.shape[1]), np.uint32))
+        acc = product if acc is None else fpmodel.add(acc, product)
+    return acc
 
 
 def reference(a_words, b_words):
