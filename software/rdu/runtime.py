@@ -13,6 +13,8 @@ Two back ends, one result:
 Both return a :class:`RunResult` with the output words by name.
 """
 
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,8 +70,10 @@ def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
     built = build(RDUSystem, waves=waves, **system_params(program))
     if timeout is None:
         timeout = estimate_cycles(program) * 4 + 20000
-    stats = run_verilator(built, body, work_dir / "sim", seed=seed,
-                          program_dir=str(program_dir), timeout=timeout, progress=progress)
+    with _LogProgress(work_dir / "sim" / "sim.log", enabled=progress):
+        stats = run_verilator(built, body, work_dir / "sim", seed=seed,
+                              program_dir=str(program_dir), timeout=timeout,
+                              progress=progress)
     result = stats.result
     outputs = _read_outputs(result, program)
     wave_files = sorted((work_dir / "sim").glob("dump.*")) if waves else []
@@ -77,6 +81,42 @@ def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
                      built.seconds, {k: v for k, v in result.items()
                                      if k not in ("outputs", "outputs_file")},
                      str(wave_files[0]) if wave_files else None)
+
+
+class _LogProgress:
+    """While the simulation runs in its own process, show its latest progress line
+    (``[run_program ...] N/T cycles``) on one updating stderr line."""
+
+    def __init__(self, log_path, enabled):
+        self.log_path, self.enabled = Path(log_path), enabled and sys.stderr.isatty()
+        self.stop = threading.Event()
+
+    def __enter__(self):
+        if self.enabled:
+            self.thread = threading.Thread(target=self._watch, daemon=True)
+            self.thread.start()
+        return self
+
+    def _watch(self):
+        shown = ""
+        while not self.stop.wait(0.5):
+            try:
+                lines = self.log_path.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            latest = next((line for line in reversed(lines) if "[run_program" in line), "")
+            if latest and latest != shown:
+                shown = latest
+                text = latest[latest.index("[run_program"):]
+                print(f"\r{text[:100]:<100}", end="", file=sys.stderr, flush=True)
+        if shown:
+            print(file=sys.stderr)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.stop.set()
+            self.thread.join()
+        return False
 
 
 def _read_outputs(result, program):
