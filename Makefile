@@ -17,8 +17,8 @@ all: test
 help:
 	@echo "make test      run the whole pytest suite (Amaranth + cocotb/Verilator tiers)"
 	@echo "make test-fast run only the Amaranth-simulator tier"
-	@echo "make sim       run the main simulation under Verilator and print its report"
-	@echo "make waves     the same with an FST waveform in build/waves/"
+	@echo "make sim       compile a GEMM, run it on the default 4x4 array under Verilator, report"
+	@echo "make waves     the same with a waveform in build/waves/"
 	@echo "make verilog   write Verilog for every top level to build/verilog and lint it"
 	@echo "make lint      ruff over the Python sources"
 	@echo "make clean     remove build products (keeps .venv)"
@@ -36,17 +36,20 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) -m "not verilator"
 
+# the default GEMM of `make sim` (override: make sim GEMM="--m 256 --n 256 --k 256")
+GEMM   ?= --m 64 --n 64 --k 64 --seed 1
+
 sim: $(STAMP)
-	$(RDU) sim
+	$(RDU) run gemm $(GEMM) --sim verilator --save build/sim/gemm
 
 waves: $(STAMP)
-	$(RDU) sim --waves build/waves
+	$(RDU) run gemm $(GEMM) --sim verilator --waves build/waves/gemm.vcd
 
 verilog: $(STAMP)
 	$(RDU) verilog -o build/verilog --lint
 
 lint: $(STAMP)
-	$(PY) -m ruff check hdl tb sim_models software tests
+	$(PY) -m ruff check hdl tb sim_models software tests benchmarks
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -257,6 +257,9 @@ def cmd_run(args):
         if not result.waves:
             raise CommandError("the simulation wrote no waveform")
         target = Path(args.waves)
+        produced = Path(result.waves).suffix       # .fst with lz4/zlib headers, else .vcd
+        if target.suffix != produced:
+            target = target.with_suffix(produced)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(result.waves, target)
         report["waves"] = str(target)
