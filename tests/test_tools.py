@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 from rdu.cli import main
 from rdu.designs import DESIGNS, get_design
@@ -96,3 +97,81 @@ def _lint_text(text):
         path = Path(tmp) / "top.v"
         path.write_text(text)
         return lint_verilog(path, "top")
+
+
+# -- rdu compile / inspect / run --------------------------------------------------------
+
+SMALL_ARRAY = ["--rows", "2", "--cols", "2", "--lanes", "4", "--pmu-kib", "16"]
+
+
+def test_rdu_compile_inspect_run(capsys, tmp_path):
+    """compile -> inspect (every record decoded) -> run that bitstream on the model."""
+    bitstream = tmp_path / "gemm.bin"
+    assert main(["compile", "gemm", "--m", "9", "--n", "10", "--k", "11", "-o",
+                 str(bitstream), "--json", *SMALL_ARRAY]) == 0
+    compiled = json.loads(capsys.readouterr().out)
+    assert "2/2 PCU" in compiled["mapping"]
+    assert main(["inspect", str(bitstream), "--json"]) == 0
+    inspected = json.loads(capsys.readouterr().out)
+    assert inspected["header"]["rows"] == 2 and inspected["header"]["lanes"] == 4
+    kinds = [unit["kind"] for unit in inspected["units"]]
+    assert kinds.count("SWITCH") == 4 and kinds.count("AGCU") == 2
+    pcus = [u for u in inspected["units"] if u["kind"] == "PCU"]
+    assert all(u["fields"]["mode"] == 1 for u in pcus)         # systolic
+    assert main(["inspect", str(bitstream)]) == 0
+    text = capsys.readouterr().out
+    assert "PCU(0,0)" in text and "counters[0].max = 16" in text   # K padded to 16
+    save = tmp_path / "saved"
+    assert main(["run", "gemm", "--m", "9", "--n", "10", "--k", "11", "--bitstream",
+                 str(bitstream), "--sim", "model", "--seed", "4", "--save", str(save),
+                 "--json", *SMALL_ARRAY]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["macs"] == 9 * 10 * 11 and report["max_abs_err"] < 1e-3
+    for key in ("ok", "cycles", "macs", "utilization", "max_abs_err"):
+        assert key in report
+    a, b, c = (np.load(save / f"{name}.npy") for name in "abc")
+    assert np.allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda raw: raw[:-4], "truncated"),
+    (lambda raw: raw[:-1] + bytes([raw[-1] ^ 0x10]), "CRC"),
+    (lambda raw: raw[:10], "not a whole number of 32-bit words"),
+    (lambda raw: raw[:4] + b"\x00" * 4 + raw[8:], "version"),
+])
+def test_rdu_run_rejects_a_damaged_bitstream(capsys, tmp_path, damage, message):
+    bitstream = tmp_path / "gemm.bin"
+    assert main(["compile", "gemm", "--m", "4", "--n", "4", "--k", "4", "-o",
+                 str(bitstream), *SMALL_ARRAY]) == 0
+    bitstream.write_bytes(damage(bitstream.read_bytes()))
+    capsys.readouterr()
+    assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--bitstream",
+                 str(bitstream), *SMALL_ARRAY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rdu run: error:") and message in err[0], err
+
+
+def test_rdu_run_rejects_another_geometry(capsys, tmp_path):
+    bitstream = tmp_path / "gemm.bin"
+    assert main(["compile", "gemm", "--m", "4", "--n", "4", "--k", "4", "-o",
+                 str(bitstream)]) == 0                    # made for the 4x4 array
+    capsys.readouterr()
+    assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--bitstream",
+                 str(bitstream), *SMALL_ARRAY]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is for a 4x4 array of 8 lanes, not 2x2 of 4" in err[0], err
+
+
+def test_rdu_compile_reports_a_kernel_that_does_not_fit(capsys, tmp_path):
+    assert main(["compile", "gemm", "--m", "4", "--n", "4", "--k", "5000", "-o",
+                 str(tmp_path / "x.bin")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not fit" in err[0] and "K <= 2048" in err[0]
+
+
+def test_rdu_inspect_rejects_garbage(capsys, tmp_path):
+    path = tmp_path / "junk.bin"
+    path.write_bytes(b"\x01\x02\x03\x04" * 8)
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "magic" in err[0].lower()
