@@ -41,10 +41,17 @@ DESIGNS = {design.name: design for design in [
     Design("tile_array_2x2", "hdl.array", "TileArray",
            {"rows": 2, "cols": 2, "lanes": 8, "compute_unit": "hdl.pcu:PCU"},
            "minimal (FPGA) tile array: 2x2 PCU/PMU checkerboard", quick=False),
+    Design("tile_array_4x4", "hdl.array", "TileArray",
+           {"rows": 4, "cols": 4, "lanes": 8, "compute_unit": "hdl.pcu:PCU"},
+           "default tile array: 4x4 PCU/PMU checkerboard, 8 lanes", quick=False),
     Design("system_2x2", "hdl.system", "RDUSystem",
            {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "compute_unit": None,
             "capacity_bytes": 16384},
-           "whole system, minimal: 2x2 PMUs (4 lanes, 16 KiB) and two AGCUs on row 0"),
+           "whole system, minimal: 2x2 PMUs (4 lanes, 16 KiB) and two AGCUs"),
+    Design("system_4x4", "hdl.system", "RDUSystem",
+           {"rows": 4, "cols": 4, "lanes": 8, "agcus": 2, "compute_unit": "hdl.pcu:PCU"},
+           "the default machine: 4x4 tile array (8 PCUs, 8 PMUs, 8 lanes) and two AGCUs "
+           "(what `make sim` runs)", quick=False),
 ]}
 
 
