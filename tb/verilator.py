@@ -276,8 +276,12 @@ def build(cls, *, toplevel=None, waves=None, **params):
         # -fno-inline keeps each distinct module (after dedupe_modules) one C++ class,
         # compiled once however often it is instantiated: Verilator would otherwise
         # flatten the whole array into its root class (8 PCUs = 8 copies of the code).
+        # The testbenches touch only top-level ports, so only the top level is public
+        # to VPI (cocotb's runner asks for --public-flat-rw: every signal of every
+        # instance, half the C++ of the 4x4 system in symbol-table constructors).
         build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
-                      "-fno-inline", "--x-assign", "fast", "--x-initial", "fast"]
+                      "-fno-inline", "--no-public-flat-rw", "--public-depth", "1",
+                      "--x-assign", "fast", "--x-initial", "fast"]
         if waves:
             build_args += ["--trace-fst" if fst_supported() else "--trace", "--trace-structs"]
         log_path = build_dir / "build.log"
