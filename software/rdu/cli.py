@@ -252,6 +252,14 @@ def cmd_run(args):
         "wall_seconds": round(time.perf_counter() - start, 2),
     }
     if args.sim == "verilator":
+        report["config_cycles"] = result.counters.get("load_cycles")
+        perf = result.counters.get("perf", {})
+        for network in ("vector", "scalar", "control"):
+            report[f"switch_{network}_stall_cycles"] = sum(
+                value for name, value in perf.items()
+                if name.endswith(f".{network}_stall_cycles"))
+        report["pmu_read_stall_cycles"] = sum(
+            value for name, value in perf.items() if name.endswith(".read_stall_cycles"))
         report["verilator_build_seconds"] = round(result.build_seconds, 1)
     if args.waves:
         if not result.waves:

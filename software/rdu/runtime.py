@@ -67,13 +67,17 @@ def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
     from tb.verilator import build, project_root
     work_dir = Path(work_dir or project_root() / "build" / "run" / program.name)
     program_dir = program.save(work_dir / "program")
-    built = build(RDUSystem, waves=waves, **system_params(program))
+    params = system_params(program)
+    built = build(RDUSystem, waves=waves, **params)
+    # the array's performance counters (switch stalls, PMU beats and stalls), read
+    # through host.perf_select after the run
+    perf_counters = RDUSystem(**params).perf_counter_names()
     if timeout is None:
         timeout = estimate_cycles(program) * 4 + 20000
     with _LogProgress(work_dir / "sim" / "sim.log", enabled=progress):
         stats = run_verilator(built, body, work_dir / "sim", seed=seed,
                               program_dir=str(program_dir), timeout=timeout,
-                              progress=progress)
+                              progress=progress, perf_counters=perf_counters)
     result = stats.result
     outputs = _read_outputs(result, program)
     wave_files = sorted((work_dir / "sim").glob("dump.*")) if waves else []
