@@ -222,6 +222,15 @@ def _waves_enabled(waves):
     return os.environ.get("WAVES", "0") not in ("", "0", "false", "no")
 
 
+#: C++ keywords a class name could collide with (``Switch`` -> ``switch``).
+_CXX_KEYWORDS = frozenset(
+    "auto bool break case catch char class const continue default delete do double else "
+    "enum explicit extern false float for friend goto if inline int long namespace new "
+    "operator private protected public register return short signed sizeof static struct "
+    "switch template this throw true try typedef union unsigned using virtual void "
+    "volatile while".split())
+
+
 def build(cls, *, toplevel=None, waves=None, **params):
     """Build (or reuse) the Verilator model of ``cls(**params)``.
 
@@ -243,6 +252,8 @@ def build(cls, *, toplevel=None, waves=None, **params):
     trace_format = ("fst" if fst_supported() else "vcd") if waves else None
     if toplevel is None:
         toplevel = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
+        if toplevel in _CXX_KEYWORDS:        # Verilator names a C++ class after it
+            toplevel += "_top"
     key_data = {
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "params": params,

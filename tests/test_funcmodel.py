@@ -38,6 +38,7 @@ from tb.suites.array import (
     switch_records,
 )
 from tb.suites.array_compute import array_pmu_pcu_matmul
+from tb.suites.common import ports_from_json
 from tb.suites.funcmodel import array_replay
 from tb.suites.pmu import PMUModel, affine_addresses, pattern, pmu_config
 
@@ -112,9 +113,9 @@ def test_model_matches_rtl_pmu_pcu_matmul(seed):
     run = stats.result
     model = FunctionalArray(2, 2, 4, compute=True, capacity_bytes=1024)
     model.load(run["bitstream"])
-    result = model.run(edge_inputs=run["edge_inputs"])
+    result = model.run(edge_inputs=ports_from_json(run["edge_inputs"]))
     # the RTL's scoreboard held exactly these items on these ports
-    assert _items(result.edge_outputs) == run["expected_outputs"]
+    assert _items(result.edge_outputs) == ports_from_json(run["expected_outputs"])
     assert result.counters["PCU(0,0)"]["macs"] == run["macs"]
     assert result.done_tokens == 1
 
@@ -137,9 +138,9 @@ def test_model_matches_rtl_mesh_routes(seed):
     model = FunctionalArray(2, 2, 4, compute=False, capacity_bytes=1024, agcus=1,
                             agcu_config_words=3)
     model.load(run["bitstream"])
-    result = model.run(edge_inputs=run["edge_inputs"])
+    result = model.run(edge_inputs=ports_from_json(run["edge_inputs"]))
     got = {key: _packed(key[0], items, 4) for key, items in result.edge_outputs.items()}
-    assert got == run["expected_outputs"]       # what the RTL's scoreboards held
+    assert got == ports_from_json(run["expected_outputs"])   # what the RTL's scoreboards held
     assert not result.leftovers
 
 

@@ -16,7 +16,7 @@ from hdl.interfaces import ControlToken, config_words
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Source, switch_config_layout
 
-from .common import pack_config, pack_vector
+from .common import pack_config, pack_vector, ports_to_json
 from .pmu import PMUModel, affine_addresses, pattern, pmu_config
 
 NORTH, EAST, SOUTH, WEST = range(4)
@@ -273,7 +273,8 @@ async def array_mesh_routes(bench, *, rows, cols, lanes, count, in_stall="random
         await bench.cycles(1)
     return {"delivered": delivered, "multicasts": multicasts, "stall_cycles": sum(stalls),
             "routes": {n: len(r) for n, r in routes.items()}, "bitstream": words,
-            "edge_inputs": edge_inputs, "expected_outputs": expected}
+            "edge_inputs": ports_to_json(edge_inputs),
+            "expected_outputs": ports_to_json(expected)}
 
 
 # --------------------------------------------------------------------------------------

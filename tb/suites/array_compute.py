@@ -25,7 +25,7 @@ from hdl.pmu import pmu_config_layout
 from hdl.switch import Source
 
 from .array import EAST, LOCAL0, NORTH, WEST, load_bitstream, pulse, switch_records
-from .common import pack_config, pack_vector
+from .common import pack_config, pack_vector, ports_to_json
 from .pmu import PMUModel, affine_addresses, pattern, pmu_config
 
 __all__ = ["array_pmu_pcu_matmul"]
@@ -116,4 +116,5 @@ async def array_pmu_pcu_matmul(bench, *, rows, cols, lanes, k_len, stages=4,
     assert await bench.read("host.unit_error") == 0
     cycles = await bench.read("host.cycles")
     return {"cycles": cycles, "macs": lanes * lanes * k_len, "bitstream": words,
-            "edge_inputs": edge_inputs, "expected_outputs": expected_outputs}
+            "edge_inputs": ports_to_json(edge_inputs),
+            "expected_outputs": ports_to_json(expected_outputs)}

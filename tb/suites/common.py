@@ -51,3 +51,21 @@ def pack_vector(values):
 
 def unpack_vector(value, lanes):
     return [(value >> (WORD_BITS * lane)) & MASK32 for lane in range(lanes)]
+
+
+def ports_to_json(ports):
+    """``{(network, edge): items}`` as ``[[network, edge, items]]`` of plain ints (a
+    vector item stays a lane list, or a packed int): what a test body may return, since
+    the Verilator tier sends results back as JSON."""
+    def plain(item):
+        return [int(v) for v in item] if isinstance(item, (list, tuple)) or hasattr(
+            item, "tolist") else int(item)
+    return [[network, int(edge), [plain(item) for item in items]]
+            for (network, edge), items in ports.items()]
+
+
+def ports_from_json(ports):
+    """Inverse of :func:`ports_to_json` (a dict is returned unchanged)."""
+    if isinstance(ports, dict):
+        return ports
+    return {(network, edge): items for network, edge, items in ports}

@@ -5,32 +5,19 @@ import json
 from pathlib import Path
 
 from .array import load_bitstream, pulse
-from .common import pack_vector
+from .common import pack_vector, ports_from_json, ports_to_json
 
-__all__ = ["array_replay", "as_json_ports", "write_replay"]
+__all__ = ["array_replay", "write_replay"]
 
 NETWORKS = ("vector", "scalar", "control")
-
-
-def _as_dict(ports):
-    if isinstance(ports, dict):
-        return ports
-    return {(network, edge): items for network, edge, items in ports}
-
-
-def as_json_ports(ports):
-    """``{(network, edge): items}`` as ``[[network, edge, items]]`` of plain ints."""
-    return [[network, edge, [[int(v) for v in item] if network == "vector" else int(item)
-                             for item in items]]
-            for (network, edge), items in ports.items()]
 
 
 def write_replay(path, bitstream, edge_inputs, expected_outputs):
     """Write a run to a JSON file for ``array_replay(replay_file=...)`` (large runs: the
     Verilator tier passes parameters through the environment, which limits their size)."""
     Path(path).write_text(json.dumps({"bitstream": [int(w) for w in bitstream],
-                                      "edge_inputs": as_json_ports(edge_inputs),
-                                      "expected_outputs": as_json_ports(expected_outputs)}))
+                                      "edge_inputs": ports_to_json(edge_inputs),
+                                      "expected_outputs": ports_to_json(expected_outputs)}))
     return str(path)
 
 
@@ -45,8 +32,8 @@ async def array_replay(bench, *, rows, cols, lanes, bitstream=None, edge_inputs=
         run = json.loads(Path(replay_file).read_text())
         bitstream, edge_inputs = run["bitstream"], run["edge_inputs"]
         expected_outputs = run["expected_outputs"]
-    edge_inputs = _as_dict(edge_inputs)
-    expected_outputs = _as_dict(expected_outputs)
+    edge_inputs = ports_from_json(edge_inputs)
+    expected_outputs = ports_from_json(expected_outputs)
     await load_bitstream(bench, bitstream)
 
     def pack(network, item):
