@@ -5,6 +5,7 @@ import pytest
 from rdu import gemm
 from rdu.bitstream import Geometry, UnitKind, read_bitstream
 from rdu.mapper import ArrayGeometry, MappingError
+from rdu.unitconfig import unpack_config
 
 from hdl.pmu import pmu_config_layout
 
@@ -13,9 +14,7 @@ SMALL = ArrayGeometry(2, 2, 4, pmu_words=4096)
 
 
 def _unpack(layout, words):
-    from amaranth.lib import data
-    value = sum(word << (32 * i) for i, word in enumerate(words))
-    return data.Const(data.Layout.cast(layout), value)
+    return unpack_config(layout, words)
 
 
 def test_plan_pads_and_counts():
@@ -62,8 +61,8 @@ def test_bitstream_is_valid_and_complete(geometry, shape):
     for record in records:
         if record.kind == UnitKind.PMU:
             fields = _unpack(pmu_config_layout(), record.words)
-            if fields.write_enable:
-                ranges.append((int(fields.predicate_low), int(fields.predicate_high)))
+            if fields["write_enable"]:
+                ranges.append((fields["predicate_low"], fields["predicate_high"]))
     ranges.sort()
     plan_words = program.meta["lanes"] * program.meta["k_pitch"]
     assert ranges == [(i * plan_words, (i + 1) * plan_words) for i in range(len(ranges))]

@@ -28,7 +28,6 @@ import random
 from dataclasses import dataclass, replace
 
 import numpy as np
-from amaranth.lib import data
 
 from hdl.agcu import agcu_config_layout
 from hdl.pcu import Mode, pcu_config_layout
@@ -48,6 +47,7 @@ from .mapper import (
 )
 from .memory_map import HBM
 from .program import Program
+from .unitconfig import pack_config
 
 __all__ = ["GemmPlan", "plan_gemm", "compile_gemm", "map_gemm", "pack_inputs",
            "unpack_output", "random_inputs", "exact_reference", "reference", "check_result",
@@ -64,12 +64,6 @@ def _pow2_at_least(value):
 
 def _ceil(a, b):
     return -(-a // b)
-
-
-def _pack(layout, fields):
-    layout = data.Layout.cast(layout)
-    value = layout.const(fields).as_value().value
-    return [(value >> (32 * i)) & 0xFFFF_FFFF for i in range(_ceil(layout.size, 32))]
 
 
 @dataclass(frozen=True)
@@ -363,10 +357,10 @@ def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2):
     for p in range(plan.pcus):
         block = block_of[f"matmul{p}"]
         pcu_site, pmu_site = sites[f"matmul{p}"], sites[f"a_panel{p}"]
-        units[pcu_site.row, pcu_site.col] = (UnitKind.PCU, _pack(
+        units[pcu_site.row, pcu_site.col] = (UnitKind.PCU, pack_config(
             pcu_layout, {"mode": Mode.SYSTOLIC, "counters": counters}))
         low = block * plan.panel_words
-        units[pmu_site.row, pmu_site.col] = (UnitKind.PMU, _pack(pmu_layout, {
+        units[pmu_site.row, pmu_site.col] = (UnitKind.PMU, pack_config(pmu_layout, {
             "write_enable": 1, "read_enable": 1, "predicate_enable": 1,
             "skew_shift": plan.k_pitch.bit_length() - 1,
             "buffers": plan.buffers, "read_repeat": 1, "read_passes": plan.passes,
@@ -383,13 +377,13 @@ def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2):
         for col in range(geometry.cols):
             kind = UnitKind.PCU if geometry.unit_at(row, col) == "pcu" else UnitKind.PMU
             layout = pcu_layout if kind == UnitKind.PCU else pmu_layout
-            kind, words = units.get((row, col), (kind, _pack(layout, {})))
+            kind, words = units.get((row, col), (kind, pack_config(layout, {})))
             records.append(Record(kind, row, col, words))
             records.append(Record(UnitKind.SWITCH, row, col,
-                                  _pack(switch_layout, switch_configs[row, col])))
+                                  pack_config(switch_layout, switch_configs[row, col])))
     agcu_layout = agcu_config_layout()
     for index, fields in agcu_fields.items():
-        records.append(Record(UnitKind.AGCU, 0, index, _pack(agcu_layout, fields)))
+        records.append(Record(UnitKind.AGCU, 0, index, pack_config(agcu_layout, fields)))
     bitstream = write_bitstream(Geometry(geometry.rows, geometry.cols, lanes), records)
 
     execute = sorted({_agcu_index(geometry, sites[name]) for name in sites
