@@ -142,3 +142,85 @@ def test_access_pattern_addresses():
     assert len(addresses) == p.length == 12
     assert addresses[:4] == [5, 6, 15, 16]
     assert p.span() == (5, 126)
+
+
+def _simulate_merge(route, mapping, stream, items_per_source):
+    """Follow a routed merge through the switches the way hdl.switch merges (counts per
+    input, order N, E, S, W, local) and return the source indices in arrival order."""
+    geometry = mapping.geometry
+    sinks = mapping.placement.sites[stream.sinks[0].node]
+    root = geometry.switch_of(sinks)
+
+    def output_of(switch):
+        """Items leaving ``switch`` towards the root, as a list of source indices."""
+        merges = route.merges.get(switch, {})
+        hops = route.hops.get(switch, {})
+        if merges:
+            (counts,) = merges.values()
+        else:
+            (in_port,) = hops.values()
+            counts = {in_port: None}
+        queues = {}
+        for in_port in counts:
+            if in_port == "local" or (in_port in ("west", "east") and _edge_source(
+                    geometry, mapping, stream, switch, in_port) is not None):
+                index = _edge_source(geometry, mapping, stream, switch, in_port)
+                queues[in_port] = [index] * items_per_source[index]
+            else:
+                dr, dc = DIRECTIONS[in_port]
+                queues[in_port] = output_of((switch[0] + dr, switch[1] + dc))
+        if not merges:
+            return next(iter(queues.values()))
+        order = [p for p in ("north", "east", "south", "west", "local") if p in counts]
+        result = []
+        while any(queues[p] for p in order):
+            for port in order:
+                taken, queues[port] = queues[port][:counts[port]], queues[port][counts[port]:]
+                result += taken
+        return result
+    return output_of(root)
+
+
+def _edge_source(geometry, mapping, stream, switch, in_port):
+    for index, part in enumerate(stream.inputs):
+        site = mapping.placement.sites[part.source.node]
+        if geometry.switch_of(site) == switch and geometry.attach_port(site) == in_port:
+            return index
+    return None
+
+
+@pytest.mark.parametrize("sources", [2, 3, 5])
+def test_merge_routes_a_tree_with_counts_and_order(sources):
+    """Outputs of several compute nodes merged into one store: the route is a tree, each
+    merging switch takes (items per source) x (sources behind the input) per turn, and
+    simulating those counts gives exactly Route.order, turn after turn."""
+    k = Kernel(f"gather{sources}")
+    x = k.tensor("x", (64, 8), "fp32")
+    y = k.tensor("y", (64, 8), "fp32")
+    loaded = k.load(x, AccessPattern.linear(64))
+    parts = [k.compute(f"op{i}", "map", [loaded]) for i in range(sources)]
+    merged = k.merge("gathered", parts, [4] * sources)
+    k.store(merged, y, AccessPattern.linear(64 * sources))
+    mapping = map_kernel(k)
+    (route,) = [r for r in mapping.routes if r.stream == "gathered"]
+    assert sorted(route.order) == list(range(sources))
+    for outs in route.merges.values():
+        for counts in outs.values():
+            assert all(count % 4 == 0 for count in counts.values())
+            assert sum(counts.values()) <= 4 * sources
+    turns = 3
+    arrived = _simulate_merge(route, mapping, merged, [4 * turns] * sources)
+    expected = [index for _ in range(turns) for index in route.order for _ in range(4)]
+    assert arrived == expected
+
+
+def test_merge_rejects_bad_input():
+    k = Kernel("badmerge")
+    x = k.tensor("x", (64, 8), "fp32")
+    loaded = k.load(x, AccessPattern.linear(64))
+    a = k.compute("a", "map", [loaded])
+    with pytest.raises(IRError, match="needs at least 2 streams"):
+        k.merge("m", [a], [1])
+    b = k.compute("b", "map", [loaded])
+    with pytest.raises(IRError, match="counts must be positive integers"):
+        k.merge("m", [a, b], [1, 0])
