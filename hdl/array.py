@@ -21,6 +21,7 @@ from .interfaces import (
     vector_stream,
 )
 from .pmu import PMU
+from .shared import share
 from .switch import Switch
 
 __all__ = ["HostPort", "TileArray", "NORTH", "EAST", "SOUTH", "WEST"]
@@ -219,8 +220,9 @@ class TileArray(wiring.Component):
 
         index = 0
         for (row, col), unit in self.units.items():
-            m.submodules[f"unit_{row}_{col}"] = unit
-            m.submodules[f"switch_{row}_{col}"] = self.switches[row, col]
+            # one Verilog module per distinct unit when generating (hdl.shared)
+            m.submodules[f"unit_{row}_{col}"] = share(unit, "rdu_unit")
+            m.submodules[f"switch_{row}_{col}"] = share(self.switches[row, col], "rdu_switch")
             wiring.connect(m, config.ports[index], unit.cfg)
             wiring.connect(m, config.ports[index + 1], self.switches[row, col].cfg)
             index += 2

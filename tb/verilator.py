@@ -171,13 +171,21 @@ def _compact_zero_memory_init(text):
 
 
 def generate_verilog(component, name):
-    """Verilog text of ``component`` with top module ``name``: identical submodules
-    merged into one module each (:mod:`tb.verilog_dedupe`) and zeroing memory
-    initialisers written as loops."""
+    """Verilog text of ``component`` with top module ``name``: the array's units
+    converted once per distinct kind (:mod:`hdl.shared`), identical submodules merged
+    into one module each (:mod:`tb.verilog_dedupe`), zeroing memory initialisers
+    written as loops."""
     from amaranth.back import verilog
 
+    from hdl.shared import shared_units
+
     from .verilog_dedupe import dedupe_modules
-    text, _, _ = dedupe_modules(verilog.convert(component, name=name, emit_src=False))
+    with shared_units() as shared:
+        parts = [verilog.convert(component, name=name, emit_src=False)]
+    # each distinct shared unit once, under the module name its instances use
+    parts += [verilog.convert(unit, name=module, emit_src=False)
+              for module, unit in shared.items()]
+    text, _, _ = dedupe_modules("\n".join(parts))
     return _compact_zero_memory_init(text)
 
 

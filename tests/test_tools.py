@@ -90,13 +90,13 @@ def test_dedupe_merges_only_equal_modules(first, merged):
     assert ok, report
 
 
-def _lint_text(text):
+def _lint_text(text, top="top"):
     import tempfile
     from pathlib import Path
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "top.v"
+        path = Path(tmp) / f"{top}.v"
         path.write_text(text)
-        return lint_verilog(path, "top")
+        return lint_verilog(path, top)
 
 
 # -- rdu compile / inspect / run --------------------------------------------------------
@@ -175,3 +175,22 @@ def test_rdu_inspect_rejects_garbage(capsys, tmp_path):
     assert main(["inspect", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "magic" in err[0].lower()
+
+
+def test_generation_converts_each_unit_kind_once():
+    """In generated Verilog a TileArray's units are instances of one module per distinct
+    kind (hdl.shared): here one PCU, one PMU and one switch module; simulation objects
+    are untouched (the same array still elaborates its real units)."""
+    import re
+
+    from hdl.array import TileArray
+    text = generate_verilog(TileArray(2, 2, 4, compute_unit="hdl.pcu:PCU",
+                                      capacity_bytes=1024), "tile_array")
+    shared = sorted(set(re.findall(r"^module (rdu_(?:unit|switch)_\d+)", text, re.M)))
+    assert len(shared) == 3, shared
+    instances = re.findall(r"^\s+(rdu_(?:unit|switch)_\d+) (\w+) \(", text, re.M)
+    assert sorted(name for _, name in instances) == sorted(
+        [f"unit_{r}_{c}" for r in range(2) for c in range(2)] +
+        [f"switch_{r}_{c}" for r in range(2) for c in range(2)])
+    ok, report = _lint_text(text, "tile_array")
+    assert ok, report
