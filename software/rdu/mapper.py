@@ -386,27 +386,8 @@ def _bfs_to_tree(start, tree, used, network, track, in_mesh):
     ``[(out_port, next_switch), ...]`` (empty when ``start`` is in the tree), or None."""
     if start in tree:
         return []
-    previous = {start: None}
-    queue = deque([start])
-    while queue:
-        switch = queue.popleft()
-        for direction, (dr, dc) in DIRECTIONS.items():
-            nxt = (switch[0] + dr, switch[1] + dc)
-            if not in_mesh(*nxt) or nxt in previous:
-                continue
-            if (network, track, switch, direction) in used:
-                continue
-            previous[nxt] = (switch, direction)
-            if nxt in tree:
-                path = []
-                node = nxt
-                while previous[node] is not None:
-                    prev_switch, out_port = previous[node]
-                    path.append((out_port, node))
-                    node = prev_switch
-                return path[::-1]
-            queue.append(nxt)
-    return None
+    path = _shortest_path([start], tree.__contains__, used, network, track, in_mesh)
+    return None if path is None else [(out_port, nxt) for (_, out_port), nxt in path]
 
 
 def _sink_port(geometry, site, sink):
@@ -423,8 +404,14 @@ def _bfs(tree, target, geometry, used, network, track, in_mesh):
     """
     if target in tree:
         return []
-    previous = {switch: None for switch in tree}
-    queue = deque(sorted(tree))
+    return _shortest_path(sorted(tree), target.__eq__, used, network, track, in_mesh)
+
+
+def _shortest_path(starts, is_goal, used, network, track, in_mesh):
+    """Breadth-first over free links from the ``starts`` to the first switch for which
+    ``is_goal`` holds: ``[((switch, out_port), next_switch), ...]`` or None."""
+    previous = {switch: None for switch in starts}
+    queue = deque(starts)
     while queue:
         switch = queue.popleft()
         for direction, (dr, dc) in DIRECTIONS.items():
@@ -434,7 +421,7 @@ def _bfs(tree, target, geometry, used, network, track, in_mesh):
             if (network, track, switch, direction) in used:
                 continue
             previous[nxt] = (switch, direction)
-            if nxt == target:
+            if is_goal(nxt):
                 path = []
                 node = nxt
                 while previous[node] is not None:
