@@ -220,12 +220,18 @@ def test_rtl_replays_model_pmu_transpose(seed):
     """The model's output of a double-buffered transpose is the RTL's exact expectation."""
     rng = random.Random(seed)
     words, inputs, _ = _transpose_case(rng, 4, 8, 8, passes=3, buffers=2)
-    model = FunctionalArray(2, 2, 4, compute=False, capacity_bytes=1024, agcus=1,
+    _replay_on_rtl(seed, words, inputs)
+
+
+def _replay_on_rtl(seed, words, inputs, compute=False):
+    """Run ``words`` with ``inputs`` on a 2x2, 4-lane model, then replay it on the RTL
+    (Amaranth tier) with the model's outputs as the exact expectation."""
+    model = FunctionalArray(2, 2, 4, compute=compute, capacity_bytes=1024, agcus=1,
                             agcu_config_words=3)
     model.load(words)
     outputs = _items(model.run(edge_inputs=inputs).edge_outputs)
-    array = TileArray(2, 2, 4, capacity_bytes=1024, agcus=1, agcu_config_words=3,
-                      idle_timeout=64)
+    array = TileArray(2, 2, 4, compute_unit=PCU if compute else None, capacity_bytes=1024,
+                      agcus=1, agcu_config_words=3, idle_timeout=64)
     run_amaranth(array, array_replay, seed=seed, rows=2, cols=2, lanes=4, bitstream=words,
                  edge_inputs=inputs, expected_outputs=outputs)
 
@@ -279,12 +285,7 @@ def test_model_pcu_simd(seed):
 
 def test_rtl_replays_model_pcu_simd(seed):
     words, inputs, _ = _simd_case(random.Random(seed), 4, 4)
-    model = FunctionalArray(2, 2, 4, compute=True, capacity_bytes=1024)
-    model.load(words)
-    outputs = _items(model.run(edge_inputs=inputs).edge_outputs)
-    array = TileArray(2, 2, 4, compute_unit=PCU, capacity_bytes=1024, idle_timeout=64)
-    run_amaranth(array, array_replay, seed=seed, rows=2, cols=2, lanes=4, bitstream=words,
-                 edge_inputs=inputs, expected_outputs=outputs)
+    _replay_on_rtl(seed, words, inputs, compute=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -534,13 +535,7 @@ def test_model_pmu_predicate(seed):
 
 def test_rtl_replays_model_pmu_predicate(seed):
     words, inputs, _ = _predicate_case(random.Random(seed))
-    model = FunctionalArray(2, 2, 4, compute=False, capacity_bytes=1024)
-    model.load(words)
-    outputs = _items(model.run(edge_inputs=inputs).edge_outputs)
-    array = TileArray(2, 2, 4, capacity_bytes=1024, agcus=1, agcu_config_words=3,
-                      idle_timeout=64)
-    run_amaranth(array, array_replay, seed=seed, rows=2, cols=2, lanes=4, bitstream=words,
-                 edge_inputs=inputs, expected_outputs=outputs)
+    _replay_on_rtl(seed, words, inputs)
 
 
 @pytest.mark.verilator

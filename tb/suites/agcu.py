@@ -150,6 +150,34 @@ def _check_bursts(port_bursts, expected, what):
 
 # -- bodies ------------------------------------------------------------------------------
 
+
+def _execute_bench(bench, memory_stall, stream_stall, write_order, fast):
+    """Memory models on ``axi`` (short latencies when ``fast``), the host, and the
+    stream agents of a kernel-execute test."""
+    overrides = {"hbm": {"hit_latency": 8, "miss_latency": 12},
+                 "ddr": {"hit_latency": 14, "miss_latency": 20}} if fast else {}
+    memory = default_memory_system(**overrides)
+    port = memory.attach(bench, "axi", stall=memory_stall, write_order=write_order)
+    return (memory, port, Host(bench), bench.sink("vector_out", stream_stall),
+            bench.source("vector_in", stream_stall), bench.sink("control_out", stream_stall))
+
+
+def _send_stores(rng, inp, stores, store_window, stored):
+    """Random beats for the store addresses, sent on ``vector_in`` and written into the
+    reference image ``stored`` of ``store_window``."""
+    values = [rng.getrandbits(LANES * 32) for _ in stores]
+    inp.send_all(values)
+    for addr, value in zip(stores, values, strict=True):
+        offset = addr - store_window[0]
+        stored[offset:offset + BEAT] = value.to_bytes(BEAT, "little")
+
+
+def _check_stored(memory, store_window, stored):
+    dumped = memory.dump(*store_window).tobytes()
+    if dumped != bytes(stored):
+        index = next(i for i in range(len(stored)) if dumped[i] != stored[i])
+        raise AssertionError(f"stored memory differs at {store_window[0] + index:#x}")
+
 async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="random",
                      fast=True, write_order="aw_first"):
     """Kernel executes with random 3-level load and store patterns, run concurrently.
@@ -158,14 +186,8 @@ async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="r
     reference memory after ``done``; the issued bursts against the coalescing
     reference.
     """
-    overrides = {"hbm": {"hit_latency": 8, "miss_latency": 12},
-                 "ddr": {"hit_latency": 14, "miss_latency": 20}} if fast else {}
-    memory = default_memory_system(**overrides)
-    port = memory.attach(bench, "axi", stall=memory_stall, write_order=write_order)
-    host = Host(bench)
-    out = bench.sink("vector_out", stream_stall)
-    inp = bench.source("vector_in", stream_stall)
-    control = bench.sink("control_out", stream_stall)
+    memory, port, host, out, inp, control = _execute_bench(
+        bench, memory_stall, stream_stall, write_order, fast)
     rng = bench.rng
     load_window = (DDR.base + 0x40_0000, 32768)
     store_window = (HBM.base + 0x10_0000, 32768)
@@ -182,11 +204,7 @@ async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="r
         out.expect_all([beat_value(image[a - load_window[0]:a - load_window[0] + BEAT])
                         for a in loads])
         stores = pattern_addresses(store)
-        values = [rng.getrandbits(LANES * 32) for _ in stores]
-        inp.send_all(values)
-        for addr, value in zip(stores, values, strict=True):
-            offset = addr - store_window[0]
-            stored[offset:offset + BEAT] = value.to_bytes(BEAT, "little")
+        _send_stores(rng, inp, stores, store_window, stored)
         control.expect(ControlToken.STEP)
         first_read, first_write = len(port.read_bursts), len(port.write_bursts)
         error, _ = await host.run(AGCUOp.EXECUTE, timeout=20_000)
@@ -195,10 +213,7 @@ async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="r
         await bench.streams_done(timeout=1000)
         _check_bursts(port.read_bursts[first_read:], reference_bursts(load), "load")
         _check_bursts(port.write_bursts[first_write:], reference_bursts(store), "store")
-        dumped = memory.dump(*store_window).tobytes()
-        if dumped != bytes(stored):
-            index = next(i for i in range(len(stored)) if dumped[i] != stored[i])
-            raise AssertionError(f"stored memory differs at {store_window[0] + index:#x}")
+        _check_stored(memory, store_window, stored)
         total["loaded"] += len(loads)
         total["stored"] += len(stores)
         total["read_bursts"] += len(port.read_bursts) - first_read
@@ -215,14 +230,8 @@ async def bf16_load(bench, *, kernels=3, memory_stall="random", stream_stall="ra
     read beat checked as two expanded vector beats against a numpy expansion of the
     memory image; with ``store`` a random store pattern runs concurrently and the
     stored memory is checked too."""
-    overrides = {"hbm": {"hit_latency": 8, "miss_latency": 12},
-                 "ddr": {"hit_latency": 14, "miss_latency": 20}} if fast else {}
-    memory = default_memory_system(**overrides)
-    port = memory.attach(bench, "axi", stall=memory_stall, write_order=write_order)
-    host = Host(bench)
-    out = bench.sink("vector_out", stream_stall)
-    inp = bench.source("vector_in", stream_stall)
-    control = bench.sink("control_out", stream_stall)
+    memory, port, host, out, inp, control = _execute_bench(
+        bench, memory_stall, stream_stall, write_order, fast)
     rng = bench.rng
     np_rng = np.random.default_rng(rng.getrandbits(32))
     load_window = (HBM.base + 0x20_0000, 16384)
@@ -246,11 +255,7 @@ async def bf16_load(bench, *, kernels=3, memory_stall="random", stream_stall="ra
         else:
             expected = [beat_value(image[o:o + BEAT]) for o in offsets]
         out.expect_all(expected)
-        values = [rng.getrandbits(LANES * 32) for _ in stores]
-        inp.send_all(values)
-        for addr, value in zip(stores, values, strict=True):
-            offset = addr - store_window[0]
-            stored[offset:offset + BEAT] = value.to_bytes(BEAT, "little")
+        _send_stores(rng, inp, stores, store_window, stored)
         control.expect(ControlToken.STEP)
         first_read, first_write = len(port.read_bursts), len(port.write_bursts)
         first_item = len(out.items)
@@ -272,10 +277,7 @@ async def bf16_load(bench, *, kernels=3, memory_stall="random", stream_stall="ra
         if store:
             _check_bursts(port.write_bursts[first_write:],
                           reference_bursts(config["store"]), "store")
-            dumped = memory.dump(*store_window).tobytes()
-            if dumped != bytes(stored):
-                index = next(i for i in range(len(stored)) if dumped[i] != stored[i])
-                raise AssertionError(f"stored memory differs at {store_window[0] + index:#x}")
+            _check_stored(memory, store_window, stored)
         total["bf16_kernels"] += bf16
         total["read_beats"] += read_beats
         total["vector_beats"] += vector_beats
