@@ -1,0 +1,187 @@
+"""The machine a program is compiled for and run on: every array and memory parameter.
+
+A :class:`Machine` is the one description of a system that the compiler, the
+functional model, the RTL runtime and the program manifest share: the tile array
+(rows, columns, lanes, SIMD stages, PMU capacity, compute units or PMUs only), its
+AGCUs and where they sit, and the capacities of the off-chip memories. A program
+records the machine it was compiled for; the runtime refuses to run it on another
+one and names the first parameter that differs (:meth:`Machine.mismatch`).
+
+>>> machine = Machine(rows=2, cols=2, lanes=4)
+>>> machine.regions()[0].size == machine.hbm_bytes
+True
+"""
+
+from dataclasses import asdict, dataclass, fields
+
+from .memory_map import DDR, HBM, HOST, Region
+
+__all__ = ["Machine", "MachineError", "DEFAULT_MACHINE"]
+
+MiB = 1 << 20
+
+
+class MachineError(ValueError):
+    """A machine description that is not valid (the message names the parameter)."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A system: a ``rows x cols`` tile array of ``lanes``-lane units, its AGCUs, memories.
+
+    Parameters
+    ----------
+    rows, cols : int
+        Tile array size (1-255 each).
+    lanes : int
+        32-bit words per vector beat (and PMU banks).
+    stages : int
+        SIMD stages of each PCU.
+    pmu_bytes : int
+        Capacity of each PMU (a multiple of ``4 * lanes``).
+    agcus : int
+        Number of AGCUs (1 to ``2 * rows``); AGCU 0 loads programs.
+    agcu_positions : tuple of (side, row), optional
+        Where each AGCU sits; ``None``: :func:`hdl.system.agcu_position`'s rule (the
+        attribute then holds those positions).
+    compute : bool
+        PCUs on the checkerboard's compute positions; ``False``: PMUs everywhere.
+    hbm_bytes, ddr_bytes, host_bytes : int
+        Capacities of the HBM, DDR and host-memory windows (at their fixed bases of
+        :mod:`rdu.memory_map`; each must end before the next region's base).
+    """
+    rows: int = 4
+    cols: int = 4
+    lanes: int = 8
+    stages: int = 4
+    pmu_bytes: int = 65536
+    agcus: int = 2
+    agcu_positions: tuple = None
+    compute: bool = True
+    hbm_bytes: int = HBM.size
+    ddr_bytes: int = DDR.size
+    host_bytes: int = HOST.size
+
+    def __post_init__(self):
+        for item in fields(self):
+            if item.name in ("agcu_positions", "compute"):
+                continue
+            value = getattr(self, item.name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise MachineError(f"machine parameter {item.name} must be an integer, "
+                                   f"not {value!r}")
+        for name in ("rows", "cols", "lanes"):
+            if not 1 <= getattr(self, name) <= 255:
+                raise MachineError(f"machine parameter {name} must be between 1 and 255, "
+                                   f"not {getattr(self, name)}")
+        if not 1 <= self.stages <= 16:
+            raise MachineError(f"machine parameter stages must be between 1 and 16, "
+                               f"not {self.stages}")
+        if self.pmu_bytes < 8 * self.lanes or self.pmu_bytes % (4 * self.lanes):
+            raise MachineError(f"machine parameter pmu_bytes must be a multiple of "
+                               f"{4 * self.lanes} bytes (4 x lanes) and at least "
+                               f"{8 * self.lanes}, not {self.pmu_bytes}")
+        if not 1 <= self.agcus <= 2 * self.rows:
+            raise MachineError(f"machine parameter agcus must be between 1 and "
+                               f"{2 * self.rows} (two per row), not {self.agcus}")
+        if self.agcu_positions is None:
+            from hdl.system import default_agcu_positions
+            object.__setattr__(self, "agcu_positions", tuple(
+                tuple(position) for position in default_agcu_positions(self.agcus, self.rows)))
+        else:
+            positions = tuple(tuple(position) for position in self.agcu_positions)
+            object.__setattr__(self, "agcu_positions", positions)
+            if len(positions) != self.agcus:
+                raise MachineError(f"machine parameter agcu_positions names "
+                                   f"{len(positions)} positions for {self.agcus} AGCUs")
+            for side, row in positions:
+                if side not in ("west", "east") or not isinstance(row, int) or \
+                        not 0 <= row < self.rows:
+                    raise MachineError(f"machine parameter agcu_positions: "
+                                       f"({side!r}, {row!r}) is not a (west|east, row) "
+                                       f"of a {self.rows}-row array")
+            if len(set(positions)) != len(positions):
+                raise MachineError(f"machine parameter agcu_positions repeats a position: "
+                                   f"{list(positions)}")
+        bases = (HBM, DDR, HOST)
+        limits = (DDR.base - HBM.base, HOST.base - DDR.base, (1 << 32) - HOST.base)
+        for region, size, limit in zip(bases, (self.hbm_bytes, self.ddr_bytes,
+                                               self.host_bytes), limits, strict=True):
+            if not 4096 <= size <= limit or size % 4096:
+                raise MachineError(f"machine parameter {region.name}_bytes must be a "
+                                   f"multiple of 4096 between 4096 and {limit} (the "
+                                   f"{region.name} window at {region.base:#x}), not {size}")
+
+    # -- derived facts -------------------------------------------------------------------
+    def positions(self):
+        """``[(side, row)]`` of every AGCU (the default rule unless given)."""
+        return [tuple(position) for position in self.agcu_positions]
+
+    def regions(self):
+        """The memory regions (HBM, DDR, host) at their bases with this machine's sizes."""
+        return (Region(HBM.name, HBM.base, self.hbm_bytes),
+                Region(DDR.name, DDR.base, self.ddr_bytes),
+                Region(HOST.name, HOST.base, self.host_bytes))
+
+    def region(self, name):
+        return {region.name: region for region in self.regions()}[name]
+
+    @property
+    def beat_bytes(self):
+        return 4 * self.lanes
+
+    def system_params(self):
+        """Constructor arguments of the :class:`hdl.system.RDUSystem` of this machine."""
+        params = {"rows": self.rows, "cols": self.cols, "lanes": self.lanes,
+                  "agcus": self.agcus, "capacity_bytes": self.pmu_bytes,
+                  "agcu_positions": [list(position) for position in self.positions()]}
+        if not self.compute:
+            params["compute_unit"] = None
+        elif self.stages != 4:
+            raise MachineError(f"the RTL system builds PCUs of 4 SIMD stages; this machine "
+                               f"has {self.stages} (run it on the functional model)")
+        return params
+
+    def describe(self):
+        return (f"{self.rows}x{self.cols} array, {self.lanes} lanes, {self.stages} stages, "
+                f"{self.pmu_bytes // 1024} KiB PMUs, {self.agcus} AGCUs"
+                + ("" if self.compute else ", PMUs only"))
+
+    # -- manifest ------------------------------------------------------------------------
+    def to_json(self):
+        data = asdict(self)
+        data["agcu_positions"] = [list(position) for position in self.positions()]
+        return data
+
+    @classmethod
+    def from_json(cls, data, where="machine"):
+        """A machine from its :meth:`to_json` form (unknown keys are an error)."""
+        if not isinstance(data, dict):
+            raise MachineError(f"{where}: not an object")
+        known = {item.name for item in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise MachineError(f"{where}: unknown machine parameter {unknown[0]!r}")
+        values = dict(data)
+        if values.get("agcu_positions") is not None:
+            values["agcu_positions"] = tuple(tuple(p) for p in values["agcu_positions"])
+        return cls(**values)
+
+    def mismatch(self, other):
+        """The first parameter in which ``other`` differs from this machine, as
+        ``"name: this vs other"``, or ``None`` when they are the same machine."""
+        mine, theirs = self.to_json(), other.to_json()
+        for name in mine:
+            if mine[name] != theirs[name]:
+                return f"{name} {mine[name]} (program) vs {theirs[name]} (machine)"
+        return None
+
+    def replace(self, **changes):
+        values = self.to_json()
+        values.update(changes)
+        if "agcus" in changes and "agcu_positions" not in changes:
+            values["agcu_positions"] = None
+        return Machine.from_json(values)
+
+
+DEFAULT_MACHINE = Machine()
