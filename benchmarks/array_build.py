@@ -14,8 +14,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from rdu.sim.verilator import build, ensure_verilator, generate_verilog, project_root
+
 from hdl.array import TileArray
-from tb.verilator import build, ensure_verilator, generate_verilog, project_root
 
 
 def lint(verilog_path, top):
@@ -64,7 +65,8 @@ def main():
         if errors:
             print(log)
         if args.run and not args.no_build:
-            from tb.runner import run_verilator
+            from rdu.sim.runner import run_verilator
+
             from tb.suites.array import array_config_roundtrip, array_mesh_routes
             test_dir = project_root() / "build" / "bench" / f"array_{rows}x{cols}"
             params = {"rows": rows, "cols": cols, "lanes": args.lanes}

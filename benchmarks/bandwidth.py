@@ -15,10 +15,10 @@ import time
 
 import numpy as np
 from rdu.memory_map import DDR, HBM, HOST
+from rdu.sim.memory_system import default_memory_system
 
 from hdl.agcu import AGCU, AGCUError, AGCUOp
 from hdl.interfaces import ControlToken
-from sim_models.memory_system import default_memory_system
 from tb.suites.agcu import BEAT, Host, bf16_expanded_beats, roundtrip, write_config
 
 __all__ = ["stream", "latency", "copy_1mib"]
@@ -130,9 +130,10 @@ async def copy_1mib(bench, *, length=1 << 20, source="ddr"):
 
 def compare_gateware(tier_run):
     """Python models vs gateware memory, same traffic: simulation cycles per second."""
+    from rdu.sim.runner import run_verilator
+    from rdu.sim.verilator import build, project_root
+
     from sim_models.gateware_memory import AGCUWithGatewareMemory
-    from tb.runner import run_verilator
-    from tb.verilator import build, project_root
     size = 131072
     configs = {"hbm": {"latency": 100, "bandwidth": [32, 1], "write_latency": 20},
                "ddr": {"latency": 200, "bandwidth": [7, 2], "write_latency": 40}}
@@ -167,8 +168,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     import importlib
 
-    from tb.runner import run_amaranth, run_verilator
-    from tb.verilator import build, project_root
+    from rdu.sim.runner import run_amaranth, run_verilator
+    from rdu.sim.verilator import build, project_root
     module = importlib.import_module("benchmarks.bandwidth")   # not __main__: the
     # Verilator process imports the body by module name
 

@@ -9,8 +9,9 @@ first to its last item (equal: one item per cycle, no gap when the merge changes
 
 import argparse
 
+from rdu.sim.runner import run_amaranth
+
 from hdl.switch import Switch
-from tb.runner import run_amaranth
 from tb.suites.switch import switch_merge_rate
 
 PATTERNS = ([1, 1, 1, 1, 1], [3, 0, 1, 5, 2], [0, 2, 0, 0, 0], [1, 0, 0, 0, 1],

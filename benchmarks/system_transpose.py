@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from rdu.sim.runner import run_amaranth, run_verilator
 
 from hdl.system import RDUSystem
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.system import load_outputs, run_program, transpose_program
 
 LANES = 4
@@ -34,7 +34,7 @@ def measure(tier, shape, seed, directory):
         stats = run_amaranth(RDUSystem(**params), run_program, seed=seed, watchdog=10_000,
                              **kwargs)
     else:
-        from tb.verilator import build
+        from rdu.sim.verilator import build
         stats = run_verilator(build(RDUSystem, **params), run_program,
                               Path(directory) / f"run_{shape[0]}x{shape[1]}", seed=seed,
                               watchdog=10_000, **kwargs)

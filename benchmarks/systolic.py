@@ -11,10 +11,11 @@ included).
 import argparse
 import tempfile
 
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.verilator import build
+
 from hdl.pcu import PCU
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.pcu import systolic_throughput
-from tb.verilator import build
 
 
 def measure(lanes, size, tier, seed=1):

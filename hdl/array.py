@@ -198,6 +198,8 @@ class TileArray(wiring.Component):
                 for name in ("write_stall_cycles", "read_stall_cycles", "beats_written",
                              "beats_read", "error"):
                     counters.append((f"pmu({row},{col}).{name}", getattr(unit, name)))
+            elif hasattr(unit, "error"):
+                counters.append((f"pcu({row},{col}).error", unit.error))
         return counters
 
     def perf_counter_names(self):

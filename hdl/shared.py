@@ -5,7 +5,7 @@ eight PCUs cost eight conversions (three of the four minutes it takes to write i
 Verilog). Inside :func:`shared_units`, a container that wraps its units with
 :func:`share` instantiates them as Verilog modules (``Instance``) instead, and records
 one unit object per distinct kind; the caller converts each recorded unit once, under
-the module name the instances use (``tb.verilator.generate_verilog``). Outside that
+the module name the instances use (``rdu.sim.verilator.generate_verilog``). Outside that
 context :func:`share` returns the unit itself, so simulation is unchanged.
 
 A unit is shared only with units of the same class whose plain constructor settings

@@ -3,7 +3,7 @@
 A :class:`MemoryModel` is one address region: a sparse byte store plus a timing
 model of channels, banks and row buffers. It is transaction level: when a burst
 arrives, the model computes at which cycle each beat's data is available (reads) or
-committed (writes); the AXI front end (:mod:`sim_models.memory_system`) hands beats
+committed (writes); the AXI front end (:mod:`rdu.sim.memory_system`) hands beats
 over no earlier than that. Nothing is evaluated per cycle except the front end's
 queue heads, so the models cost little simulation time (see ``docs/memory.md``).
 

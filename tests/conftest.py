@@ -12,8 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from tb.seed import get_seed
+from rdu.sim.seed import get_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,10 +2,11 @@
 
 import pytest
 from rdu.memory_map import DDR, HBM
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.verilator import build
 
 from hdl.agcu import AGCU, AffineBurstGenerator, AGCUError, agcu_config_layout
 from hdl.interfaces import config_words
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.agcu import (
     AGCUGroup,
     bf16_expanded_beats,
@@ -18,7 +19,6 @@ from tb.suites.agcu import (
     reference_bursts,
     shared_memory,
 )
-from tb.verilator import build
 
 
 def test_reference_coalescing_rules():

@@ -1,9 +1,9 @@
 """TileArray: configuration round trip, corrupted bitstreams, mesh routes, a PMU kernel."""
 
 import pytest
+from rdu.sim.runner import run_amaranth
 
 from hdl.array import TileArray
-from tb.runner import run_amaranth
 from tb.suites.array import (
     BAD_CASES,
     array_agcu_config,
@@ -76,8 +76,8 @@ def test_array_2x2_verilator(sim_dir, seed):
     """Default-width 2x2 array (8 lanes, 64 KiB PMUs) under Verilator: whole-array
     configuration round trip, a corrupted bitstream, long random multicast traffic, and a
     PMU transpose kernel."""
-    from tb.runner import run_verilator
-    from tb.verilator import build
+    from rdu.sim.runner import run_verilator
+    from rdu.sim.verilator import build
     built = build(TileArray, rows=2, cols=2, lanes=8)
     log = (built.build_dir / "build.log").read_text()
     # Verilator reports a combinational loop as UNOPTFLAT: the mesh must have none

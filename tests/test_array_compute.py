@@ -1,8 +1,9 @@
 """The tile array with real PCUs: memory units feed a compute unit, results leave."""
 
+from rdu.sim.runner import run_amaranth
+
 from hdl.array import TileArray
 from hdl.pcu import PCU
-from tb.runner import run_amaranth
 from tb.suites.array_compute import array_pmu_pcu_matmul
 
 

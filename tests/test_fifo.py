@@ -1,11 +1,11 @@
 """StreamFIFO in both tiers, under every stall pattern."""
 
 import pytest
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.verilator import build
 
 from hdl.stream_fifo import StreamFIFO
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.fifo import fifo_fill_drain, fifo_stream
-from tb.verilator import build
 
 STALLS = ["none", "cyclic", "random", "random:0.1"]
 

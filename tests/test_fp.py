@@ -5,11 +5,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 from rdu import fpmodel
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.verilator import build
 
 from hdl.fp import FPLanes, Op
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.pcu import edge_words, fp_lanes_ops, random_operands
-from tb.verilator import build
 
 ALL_OPS = [int(op) for op in Op]
 

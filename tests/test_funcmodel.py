@@ -18,6 +18,7 @@ from rdu.funcmodel import (
 )
 from rdu.memory_map import HBM
 from rdu.program import Program
+from rdu.sim.runner import run_amaranth
 from rdu.unitconfig import pack_config, unpack_config
 
 from hdl.agcu import agcu_config_layout
@@ -25,7 +26,6 @@ from hdl.array import TileArray
 from hdl.pcu import PCU, pcu_config_layout
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Source, switch_config_layout
-from tb.runner import run_amaranth
 from tb.suites.array import (
     EAST,
     LOCAL0,
@@ -543,9 +543,10 @@ def test_rtl_replays_model_verilator(sim_dir, seed):
     """Default-width 2x2 PMU array (the build of test_array_2x2_verilator) replays long
     model runs: random multicast route sets, 1500 items per route; double-buffered 32x32
     transposes with a read gate."""
-    from tb.runner import run_verilator
+    from rdu.sim.runner import run_verilator
+    from rdu.sim.verilator import build
+
     from tb.suites.funcmodel import write_replay
-    from tb.verilator import build
     built = build(TileArray, rows=2, cols=2, lanes=8)
     rng = random.Random(seed)
     runs = []

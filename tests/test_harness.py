@@ -1,14 +1,14 @@
 """The harness must be able to fail: broken expectations, hung designs, bad setups."""
 
 import pytest
+from rdu.sim.agents import Scoreboard, ScoreboardError, WatchdogTimeout
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.stalls import CyclicStall, RandomStall, stall_pattern
+from rdu.sim.verilator import MIN_VERILATOR, build, ensure_verilator
 
 from hdl.stream_fifo import StreamFIFO
-from tb.agents import Scoreboard, ScoreboardError, WatchdogTimeout
 from tb.faulty import StallingStage
-from tb.runner import run_amaranth, run_verilator
-from tb.stalls import CyclicStall, RandomStall, stall_pattern
 from tb.suites.fifo import fifo_stream
-from tb.verilator import MIN_VERILATOR, build, ensure_verilator
 
 
 def test_scoreboard_classifies_faults():

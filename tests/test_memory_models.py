@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 from rdu.memory_map import DDR, HBM, HOST, region_of
+from rdu.sim.memory_system import MemorySystem, default_memory_system
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.verilator import build
 
 from hdl.axi_buffer import AXIBuffer
 from hdl.interfaces import AXIResp
 from sim_models.memory import MemoryTiming, SparseMemory, ddr_model, hbm_model
-from sim_models.memory_system import MemorySystem, default_memory_system
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.memory import random_traffic, read_latency
-from tb.verilator import build
 
 
 def test_address_map_is_disjoint_and_decodes():
@@ -106,7 +106,7 @@ def test_read_latency_matches_configuration_verilator(sim_dir, seed):
 
 
 def test_error_record_reads_as_one_line():
-    from sim_models.memory_system import AXIErrorRecord
+    from rdu.sim.memory_system import AXIErrorRecord
     record = AXIErrorRecord(7, "axi", "read", 0x2000_0000, 4, AXIResp.DECERR,
                             "address is not mapped")
     assert str(record) == ("DECERR on read of 4 beats at 0x20000000 (port axi, cycle 7): "

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 from amaranth.lib import data
 from rdu import pcu_model
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.verilator import build
 
 from hdl.interfaces import config_words
 from hdl.pcu import PCU, pcu_config_layout
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.pcu import (
     config_errors,
     simd_op_sweep,
@@ -19,7 +20,6 @@ from tb.suites.pcu import (
     systolic_matmuls,
     systolic_throughput,
 )
-from tb.verilator import build
 
 ALL_OPS = list(range(17))
 SHAPES = [(4, 3, 4), (9, 20, 7), (1, 1, 1)]

@@ -1,9 +1,10 @@
 """PMU: address patterns, bank mapping, predicate, N-buffering, lookups, errors."""
 
 import pytest
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.verilator import build
 
 from hdl.pmu import PMU
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.pmu import (
     ERROR_CASES,
     pmu_double_buffer,
@@ -13,7 +14,6 @@ from tb.suites.pmu import (
     pmu_read_gate,
     pmu_scalar_lookup,
 )
-from tb.verilator import build
 
 LANES = 4
 CAPACITY = 4096          # 1024 words, 256 per bank

@@ -1,10 +1,11 @@
 """Switch: random static route tables with multicast and merges under random stalls."""
 
 import pytest
+from rdu.sim.agents import ScoreboardError
+from rdu.sim.runner import run_amaranth, run_verilator
+from rdu.sim.verilator import build
 
 from hdl.switch import Switch
-from tb.agents import ScoreboardError
-from tb.runner import run_amaranth, run_verilator
 from tb.suites.common import load_config, read_config
 from tb.suites.switch import (
     merge_consumption,
@@ -17,7 +18,6 @@ from tb.suites.switch import (
     switch_random_routes,
     switch_words,
 )
-from tb.verilator import build
 
 LANES = 4
 

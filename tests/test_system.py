@@ -11,16 +11,11 @@ from rdu.bitstream import (
     UnitKind,
     read_bitstream,
 )
+from rdu.sim.host import RunError, check_program, load_outputs, run_program
+from rdu.sim.runner import run_amaranth
 
 from hdl.system import RDUSystem, agcu_edge
-from tb.runner import run_amaranth
-from tb.suites.system import (
-    RunError,
-    check_program,
-    load_outputs,
-    run_program,
-    transpose_program,
-)
+from tb.suites.system import transpose_program
 
 SMALL = {"rows": 2, "cols": 2, "lanes": 4}
 #: shorter memory latencies for the error tests (the copy test uses the defaults)
@@ -242,9 +237,8 @@ def test_transpose_program_verilator(sim_dir, seed):
     AGCUs) under cocotb + Verilator: a 64x64 transpose (1024 beats, a full PMU) with the
     default memory latencies, then a corrupted bitstream that the runtime reports."""
     from rdu.designs import get_design
-
-    from tb.runner import run_verilator
-    from tb.verilator import build
+    from rdu.sim.runner import run_verilator
+    from rdu.sim.verilator import build
     design = get_design("system_2x2")
     built = build(RDUSystem, **design.params)
     program, expected = transpose_program(**SMALL, matrix_rows=64, matrix_cols=64, seed=seed)

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from rdu.cli import main
 from rdu.designs import DESIGNS, get_design
-
-from tb.verilator import generate_verilog, lint_verilog
+from rdu.sim.verilator import generate_verilog, lint_verilog
 
 
 @pytest.mark.parametrize("name", sorted(n for n, d in DESIGNS.items() if d.quick))
@@ -25,10 +24,22 @@ def test_unknown_design_is_one_line_error(capsys, tmp_path):
 
 
 @pytest.mark.verilator
-def test_rdu_sim_json(capsys):
-    assert main(["sim", "--items", "500", "--seed", "3", "--json"]) == 0
+def test_rdu_sim_gemm_on_the_default_4x4_system(capsys, tmp_path):
+    """The main job (make sim): a GEMM on the default 4x4 RDUSystem under Verilator. C is
+    checked here, independently of the tool, against numpy float64 of the saved BF16
+    inputs; the cycles and configuration cycles are the RTL's own counts."""
+    save = tmp_path / "sim"
+    assert main(["sim", "--m", "64", "--n", "48", "--k", "40", "--seed", "5", "--save",
+                 str(save), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["ok"] and report["items"] == 500 and report["cycles"] >= 500
+    a, b, c = (np.load(save / f"{name}.npy").astype(np.float64) for name in "abc")
+    assert a.shape == (64, 40) and b.shape == (40, 48) and c.shape == (64, 48)
+    budget = 40 * 2.0 ** -22 * (np.abs(a) @ np.abs(b)) + 1e-30
+    assert np.all(np.abs(c - a @ b) <= budget)
+    assert report["machine"].startswith("4x4 array, 8 lanes")
+    # lower bound from the hardware: each PCU streams at most one K beat per cycle
+    assert report["cycles"] >= 40 * 48 // 8 and report["config_cycles"] > 0
+    assert report["sim_cycles_per_second"] > 0
 
 
 _TWO_COPIES = """\
@@ -79,7 +90,7 @@ endmodule
 def test_dedupe_merges_only_equal_modules(first, merged):
     """u0 and u1 differ only in Yosys's numbering when u0's register takes ``a[0]``
     (wire 9), and really differ when it takes ``~a[1]`` (wire 17)."""
-    from tb.verilog_dedupe import dedupe_modules
+    from rdu.sim.verilog_dedupe import dedupe_modules
     text, before, after = dedupe_modules(_TWO_COPIES.replace("{first}", first))
     assert before == 3
     assert after == (2 if merged else 3)
@@ -104,77 +115,127 @@ def _lint_text(text, top="top"):
 SMALL_ARRAY = ["--rows", "2", "--cols", "2", "--lanes", "4", "--pmu-kib", "16"]
 
 
+def _compile(tmp_path, *shape, extra=()):
+    path = tmp_path / "gemm.rdu"
+    m, n, k = shape
+    assert main(["compile", "gemm", "--m", str(m), "--n", str(n), "--k", str(k), "-o",
+                 str(path), *extra]) == 0
+    return path
+
+
+def _one_error_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
 def test_rdu_compile_inspect_run(capsys, tmp_path):
-    """compile -> inspect (every record decoded) -> run that bitstream on the model."""
-    bitstream = tmp_path / "gemm.bin"
-    assert main(["compile", "gemm", "--m", "9", "--n", "10", "--k", "11", "-o",
-                 str(bitstream), "--json", *SMALL_ARRAY]) == 0
-    compiled = json.loads(capsys.readouterr().out)
-    assert "2/2 PCU" in compiled["mapping"]
-    assert main(["inspect", str(bitstream), "--json"]) == 0
+    """compile -> inspect (manifest, every record decoded, codes named) -> run that
+    program file on the model with no shape options; C checked here against numpy."""
+    program = _compile(tmp_path, 9, 10, 11, extra=[*SMALL_ARRAY, "--json"])
+    capsys.readouterr()
+    assert main(["inspect", str(program), "--json"]) == 0
     inspected = json.loads(capsys.readouterr().out)
+    manifest = inspected["manifest"]
+    assert manifest["kernel"] == "gemm" and manifest["params"] == {"m": 9, "n": 10, "k": 11}
+    assert manifest["machine"]["rows"] == 2 and manifest["machine"]["pmu_bytes"] == 16384
+    assert manifest["tensors"]["a"]["shape"] == [9, 11]
     assert inspected["header"]["rows"] == 2 and inspected["header"]["lanes"] == 4
     kinds = [unit["kind"] for unit in inspected["units"]]
     assert kinds.count("SWITCH") == 4 and kinds.count("AGCU") == 2
     pcus = [u for u in inspected["units"] if u["kind"] == "PCU"]
-    assert all(u["fields"]["mode"] == 1 for u in pcus)         # systolic
-    assert main(["inspect", str(bitstream)]) == 0
+    assert pcus and all(u["fields"]["mode"] == "SYSTOLIC" for u in pcus)
+    assert main(["inspect", str(program)]) == 0
     text = capsys.readouterr().out
     assert "PCU(0,0)" in text and "counters[0].max = 16" in text   # K padded to 16
+    assert "mode = SYSTOLIC" in text and "vector.local1 = " in text
     save = tmp_path / "saved"
-    assert main(["run", "gemm", "--m", "9", "--n", "10", "--k", "11", "--bitstream",
-                 str(bitstream), "--sim", "model", "--seed", "4", "--save", str(save),
-                 "--json", *SMALL_ARRAY]) == 0
+    assert main(["run", str(program), "--seed", "4", "--save", str(save), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["ok"] and report["macs"] == 9 * 10 * 11 and report["max_abs_err"] < 1e-3
-    for key in ("ok", "cycles", "macs", "utilization", "max_abs_err"):
-        assert key in report
-    a, b, c = (np.load(save / f"{name}.npy") for name in "abc")
-    assert np.allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    assert report["ok"] and report["kernel"] == "gemm M=9 N=10 K=11"
+    a, b, c = (np.load(save / f"{name}.npy").astype(np.float64) for name in "abc")
+    assert c.shape == (9, 10) and np.allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_rdu_run_takes_user_arrays(capsys, tmp_path):
+    """--a/--b: the user's float arrays (shapes implied), rounded to BF16; the result
+    matches numpy of the rounded inputs; the same arrays run through a program file."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((13, 21)), rng.standard_normal((21, 6)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    save = tmp_path / "out"
+    assert main(["run", "gemm", "--a", str(tmp_path / "a.npy"), "--b", str(tmp_path / "b.npy"),
+                 "--save", str(save), "--json", *SMALL_ARRAY]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["kernel"] == "gemm M=13 N=6 K=21"
+    import ml_dtypes
+    a16 = a.astype(ml_dtypes.bfloat16).astype(np.float64)
+    b16 = b.astype(ml_dtypes.bfloat16).astype(np.float64)
+    c = np.load(save / "c.npy").astype(np.float64)
+    assert np.allclose(c, a16 @ b16, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(a16, a, rtol=0, atol=0)        # the rounding happened
+    program = _compile(tmp_path, 13, 6, 21, extra=SMALL_ARRAY)
+    capsys.readouterr()
+    assert main(["run", str(program), "--a", str(tmp_path / "a.npy"), "--b",
+                 str(tmp_path / "b.npy"), "--save", str(save)]) == 0
+    assert np.array_equal(np.load(save / "c.npy"), c.astype(np.float32))
 
 
 @pytest.mark.parametrize("damage, message", [
     (lambda raw: raw[:-4], "truncated"),
     (lambda raw: raw[:-1] + bytes([raw[-1] ^ 0x10]), "CRC"),
-    (lambda raw: raw[:10], "not a whole number of 32-bit words"),
-    (lambda raw: raw[:4] + b"\x00" * 4 + raw[8:], "version"),
+    (lambda raw: raw[:30] + bytes([raw[30] ^ 1]) + raw[31:], "manifest CRC"),
+    (lambda raw: raw[:10], "not an rdu program file"),
+    (lambda raw: raw[:8] + b"\x09" + raw[9:], "program format 9"),
 ])
-def test_rdu_run_rejects_a_damaged_bitstream(capsys, tmp_path, damage, message):
-    bitstream = tmp_path / "gemm.bin"
-    assert main(["compile", "gemm", "--m", "4", "--n", "4", "--k", "4", "-o",
-                 str(bitstream), *SMALL_ARRAY]) == 0
-    bitstream.write_bytes(damage(bitstream.read_bytes()))
+def test_rdu_run_rejects_a_damaged_program(capsys, tmp_path, damage, message):
+    program = _compile(tmp_path, 4, 4, 4, extra=SMALL_ARRAY)
+    program.write_bytes(damage(program.read_bytes()))
     capsys.readouterr()
-    assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--bitstream",
-                 str(bitstream), *SMALL_ARRAY]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("rdu run: error:") and message in err[0], err
+    assert main(["run", str(program)]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("rdu run: error:") and message in line, line
 
 
-def test_rdu_run_rejects_another_geometry(capsys, tmp_path):
-    bitstream = tmp_path / "gemm.bin"
-    assert main(["compile", "gemm", "--m", "4", "--n", "4", "--k", "4", "-o",
-                 str(bitstream)]) == 0                    # made for the 4x4 array
+def test_rdu_run_rejects_another_machine_or_shape(capsys, tmp_path):
+    program = _compile(tmp_path, 4, 4, 4)                  # for the default 4x4 machine
     capsys.readouterr()
-    assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--bitstream",
-                 str(bitstream), *SMALL_ARRAY]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "is for a 4x4 array of 8 lanes, not 2x2 of 4" in err[0], err
+    assert main(["run", str(program), *SMALL_ARRAY]) == 2
+    assert "compiled for another machine: rows 4 (program) vs 2 (machine)" in \
+        _one_error_line(capsys)
+    assert main(["run", str(program), "--k", "5"]) == 2
+    assert "compiled for K=4, not 5 (--k)" in _one_error_line(capsys)
+    np.save(tmp_path / "a.npy", np.ones((4, 5)))
+    np.save(tmp_path / "b.npy", np.ones((4, 4)))
+    assert main(["run", str(program), "--a", str(tmp_path / "a.npy"), "--b",
+                 str(tmp_path / "b.npy")]) == 2
+    assert "shape (4, 5), the program 'gemm_4x4x4' takes A as (4, 4)" in _one_error_line(capsys)
+
+
+def test_rdu_run_checks_output_paths_first(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--save",
+                 str(blocker / "sub")]) == 2
+    assert "cannot write directory" in _one_error_line(capsys)
+    assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--sim", "verilator",
+                 "--waves", str(blocker / "w.vcd")]) == 2
+    assert "cannot write file" in _one_error_line(capsys)
 
 
 def test_rdu_compile_reports_a_kernel_that_does_not_fit(capsys, tmp_path):
     assert main(["compile", "gemm", "--m", "4", "--n", "4", "--k", "5000", "-o",
-                 str(tmp_path / "x.bin")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "does not fit" in err[0] and "K <= 2048" in err[0]
+                 str(tmp_path / "x.rdu")]) == 2
+    line = _one_error_line(capsys)
+    assert "does not fit" in line and "K <= 2048" in line
 
 
 def test_rdu_inspect_rejects_garbage(capsys, tmp_path):
     path = tmp_path / "junk.bin"
     path.write_bytes(b"\x01\x02\x03\x04" * 8)
     assert main(["inspect", str(path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "magic" in err[0].lower()
+    assert "magic" in _one_error_line(capsys).lower()
 
 
 def test_generation_converts_each_unit_kind_once():

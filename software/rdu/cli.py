@@ -1,13 +1,15 @@
 """The ``rdu`` command line.
 
-``rdu sim``      run the main simulation under Verilator and print its report
-``rdu speed``    simulation speed of one design in both tiers, side by side
+``rdu run``      compile a kernel (or read a program file), run it on the functional
+                 model or the RTL, check it against numpy
+``rdu sim``      the main job: a GEMM on the default machine under Verilator
+``rdu compile``  compile a kernel into a program file (manifest + bitstream)
+``rdu inspect``  print a program's manifest and every unit's fields
+``rdu speed``    simulation speed of a stream FIFO in both tiers, side by side
 ``rdu verilog``  write Verilog of every registered design (and lint it)
-``rdu compile``  compile a kernel (``gemm``) into a configuration bitstream
-``rdu inspect``  print a bitstream's header and every unit's fields
-``rdu run``      compile (or take) a bitstream, run it on the model or the RTL, check it
 
-Every error is one line on stderr and a non-zero exit status.
+Exit status: 0 ok; 1 a result differs from its reference; 2 bad input or a run that
+did not end cleanly, with one line on stderr that says what and where.
 """
 
 import argparse
@@ -24,15 +26,15 @@ class CommandError(Exception):
 
 
 def _project_root():
-    from tb.verilator import project_root
+    from rdu.sim.verilator import project_root
     return project_root()
 
 
 def _fifo_run(tier, items, seed, stall, waves_dir=None):
     from hdl.stream_fifo import StreamFIFO
-    from tb.runner import run_amaranth, run_verilator
+    from rdu.sim.runner import run_amaranth, run_verilator
+    from rdu.sim.verilator import build
     from tb.suites.fifo import fifo_stream
-    from tb.verilator import build
     params = dict(width=32, count=items, in_stall=stall, out_stall=stall)
     if tier == "amaranth":
         return run_amaranth(StreamFIFO(32, 4), fifo_stream, seed=seed, **params)
@@ -45,27 +47,9 @@ def _fifo_run(tier, items, seed, stall, waves_dir=None):
 
 
 def cmd_sim(args):
-    start = time.perf_counter()
-    stats = _fifo_run("verilator", args.items, args.seed, args.stall, args.waves)
-    report = {
-        "design": "stream_fifo (until the tile array lands, the main job is the FIFO demo)",
-        "tier": "cocotb + Verilator",
-        "ok": True,
-        "seed": stats.seed,
-        "items": args.items,
-        "stall": args.stall,
-        "cycles": stats.cycles,
-        "items_per_cycle": round(args.items / stats.cycles, 4),
-        "sim_cycles_per_second": round(stats.cycles_per_second),
-        "verilator_build_seconds": round(stats.extra["build_seconds"], 1),
-        "verilator_build_cached": stats.extra["build_cached"],
-        "wall_seconds": round(time.perf_counter() - start, 2),
-    }
-    if args.waves:
-        dumps = sorted(Path(args.waves).glob("dump.*"))
-        report["waves"] = str(dumps[0]) if dumps else "(no waveform written)"
-    _report(report, args.json)
-    return 0
+    """The main job: a GEMM on the default machine under Verilator (``make sim``)."""
+    args.target, args.sim = "gemm", "verilator"
+    return cmd_run(args)
 
 
 def cmd_speed(args):
@@ -87,7 +71,7 @@ def cmd_speed(args):
 
 def cmd_verilog(args):
     from rdu.designs import DESIGNS, get_design
-    from tb.verilator import generate_verilog, lint_verilog
+    from rdu.sim.verilator import generate_verilog, lint_verilog
     names = args.designs or sorted(DESIGNS)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -111,39 +95,137 @@ def cmd_verilog(args):
     return 0
 
 
-def _geometry(args):
-    from rdu.mapper import ArrayGeometry
-    return ArrayGeometry(args.rows, args.cols, args.lanes,
-                         pmu_words=args.pmu_kib * 1024 // 4)
+# -- machines and programs ------------------------------------------------------------------
+
+MACHINE_OPTIONS = {
+    # option: (Machine field, scale, help)
+    "rows": ("rows", 1, "tile array rows"),
+    "cols": ("cols", 1, "tile array columns"),
+    "lanes": ("lanes", 1, "32-bit lanes per vector beat (and PMU banks)"),
+    "stages": ("stages", 1, "SIMD stages per PCU"),
+    "pmu_kib": ("pmu_bytes", 1024, "capacity of each PMU in KiB"),
+    "agcus": ("agcus", 1, "number of AGCUs (AGCU 0 loads programs)"),
+    "hbm_mib": ("hbm_bytes", 1 << 20, "HBM capacity in MiB"),
+    "ddr_mib": ("ddr_bytes", 1 << 20, "DDR capacity in MiB"),
+}
 
 
-def _compile_gemm(args):
-    from rdu.gemm import compile_gemm
-    return compile_gemm(args.m, args.n, args.k, _geometry(args))
+def _machine_overrides(args):
+    """The machine parameters given on the command line, as Machine fields."""
+    return {field: getattr(args, option) * scale
+            for option, (field, scale, _) in MACHINE_OPTIONS.items()
+            if getattr(args, option, None) is not None}
+
+
+def _machine(args):
+    from rdu.machine import Machine
+    return Machine(**_machine_overrides(args))
+
+
+def _check_output(path, directory=False):
+    """Fail now, before any work, if ``path`` cannot be written."""
+    path = Path(path)
+    target = path if directory else path.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / f".rdu-write-test-{id(path)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise CommandError(f"cannot write {'directory' if directory else 'file'} {path}: "
+                           f"{error.strerror or error}") from None
+    if directory and path.exists() and not path.is_dir():
+        raise CommandError(f"cannot write directory {path}: it is a file")
+    if not directory and path.is_dir():
+        raise CommandError(f"cannot write file {path}: it is a directory")
+
+
+def _load_array(path, option):
+    import numpy as np
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise CommandError(f"{option} {path}: no such file") from None
+    except (ValueError, OSError) as error:
+        raise CommandError(f"{option} {path}: not a .npy array ({error})") from None
+
+
+def _program_for(args):
+    """The program of ``rdu run``/``compile``: compiled from the kernel's options or
+    read from a program file; the user's arrays (``--a``...) with it."""
+    from rdu.kernels import KERNELS, get_kernel
+    from rdu.program import Program
+    arrays, sources = {}, {}
+    target = args.target
+    if target in KERNELS:
+        kernel = get_kernel(target)
+        for tensor in kernel.inputs:
+            path = getattr(args, tensor, None)
+            if path:
+                arrays[tensor] = _load_array(path, f"--{tensor}")
+                sources[tensor] = f"--{tensor} {path}"
+        implied = kernel.params_from_inputs(arrays)
+        params = {}
+        for name in kernel.params:
+            given, found = getattr(args, name), implied.get(name)
+            if given is not None and found is not None and given != found:
+                raise CommandError(f"--{name} {given} contradicts the input arrays "
+                                   f"({name.upper()} = {found})")
+            value = given if given is not None else found
+            if value is None:
+                raise CommandError(f"{kernel.name} needs --{name} (or input arrays that "
+                                   f"fix it)")
+            if value < 1:
+                raise CommandError(f"--{name} must be at least 1, not {value}")
+            params[name] = value
+        program = kernel.compile(_machine(args), **params)
+        return kernel, program, arrays, sources
+    if args.target.endswith(".bin"):
+        raise CommandError(f"{target}: a bare bitstream carries no shapes or tensors; "
+                           f"compile a program file with 'rdu compile ... -o FILE.rdu'")
+    program = Program.read(target)
+    kernel = get_kernel(program.kernel)
+    for name in kernel.params:
+        given = getattr(args, name, None)
+        if given is not None and given != program.params[name]:
+            raise CommandError(f"{target} was compiled for {name.upper()}="
+                               f"{program.params[name]}, not {given} (--{name})")
+    overrides = _machine_overrides(args)
+    if overrides:
+        wanted = program.machine.replace(**overrides)
+        difference = program.machine.mismatch(wanted)
+        if difference:
+            raise CommandError(f"{target} was compiled for another machine: {difference}")
+    for tensor in kernel.inputs:
+        path = getattr(args, tensor, None)
+        if path:
+            arrays[tensor] = _load_array(path, f"--{tensor}")
+            sources[tensor] = f"--{tensor} {path}"
+    return kernel, program, arrays, sources
 
 
 def cmd_compile(args):
-    from rdu.bitstream import to_bytes
     start = time.perf_counter()
-    program = _compile_gemm(args)
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_bytes(to_bytes(program.bitstream))
-    if args.program:
-        program.save(args.program)
+    _check_output(args.output)
+    kernel, program, _, _ = _program_for(args)
+    program.write(args.output)
+    if args.bitstream:
+        from rdu.bitstream import to_bytes
+        _check_output(args.bitstream)
+        Path(args.bitstream).write_bytes(to_bytes(program.bitstream))
     meta = program.meta
     report = {
-        "kernel": f"gemm M={meta['m']} N={meta['n']} K={meta['k']}",
-        "array": f"{args.rows}x{args.cols} lanes={args.lanes}",
+        "kernel": kernel.describe(program),
+        "machine": program.machine.describe(),
         "mapping": meta["mapping"],
         "tiling": (f"{meta['pcus']} PCUs x {meta['lanes']}-row blocks, {meta['passes']} "
                    f"passes, {meta['col_tiles']} column tiles, K padded to {meta['k_pad']}, "
                    f"{meta['buffers']} PMU buffers"),
-        "bitstream": f"{output} ({len(program.bitstream)} words)",
+        "program": f"{args.output} ({len(program.bitstream)} bitstream words)",
         "compile_seconds": round(time.perf_counter() - start, 2),
     }
-    if args.program:
-        report["program"] = str(args.program)
+    if args.bitstream:
+        report["bitstream"] = args.bitstream
     _report(report, args.json)
     return 0
 
@@ -177,37 +259,120 @@ def _flatten(fields, prefix=""):
     return [(prefix, fields)]
 
 
+def _name(codes, value):
+    from rdu.sim.host import code_name
+    return code_name(codes, value)
+
+
+def _readable(kind, fields):
+    """A unit's decoded fields with codes named: switch routes as ``output <- input``
+    (the hardware's port names), PCU modes, ops, sources, reductions and tails."""
+    from hdl.fp import Op
+    from hdl.pcu import Mode, Reduce, Tail
+    from hdl.pcu import Source as StageSource
+    from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, Source
+    from rdu.bitstream import UnitKind
+    if kind == UnitKind.SWITCH:
+        named = {}
+        for network, outputs in (("vector", VECTOR_OUTPUTS), ("scalar", NARROW_OUTPUTS),
+                                 ("control", NARROW_OUTPUTS)):
+            routes = {}
+            for output, select in zip(outputs, fields[network], strict=True):
+                counts = fields[f"{network}_merge"][outputs.index(output)]
+                if any(counts):
+                    inputs = [f"{_name(Source, index + 1).lower()} x{count}"
+                              for index, count in enumerate(counts) if count]
+                    routes[output] = "merge " + ", ".join(inputs)
+                elif select:
+                    routes[output] = _name(Source, select).lower()
+            named[network] = routes
+        return named
+    if kind == UnitKind.PCU:
+        named = dict(fields)
+        named["mode"] = _name(Mode, fields["mode"])
+        named["reduce"] = _name(Reduce, fields["reduce"])
+        named["tail"] = _name(Tail, fields["tail"])
+        named["stages"] = [{**stage, "op": _name(Op, stage["op"]),
+                            **{f"src_{x}": _name(StageSource, stage[f"src_{x}"])
+                               for x in "abc"}}
+                           for stage in fields["stages"]]
+        return named
+    return fields
+
+
+def _is_zero(value):
+    if isinstance(value, list):
+        return all(_is_zero(v) for v in value)
+    if isinstance(value, dict):
+        return all(_is_zero(v) for v in value.values())
+    return value in (0, "NONE", "PASS", "PREV", "SIMD")
+
+
 def cmd_inspect(args):
     from rdu.bitstream import from_bytes, read_bitstream
+    from rdu.program import MAGIC, Program
     from rdu.unitconfig import unpack_config
-    raw = Path(args.file).read_bytes()
-    header, records = read_bitstream(from_bytes(raw))
+    path = Path(args.file)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CommandError(f"{path}: no such file") from None
+    program = None
+    if raw[:len(MAGIC)] == MAGIC:
+        program = Program.from_bytes(raw, str(path))
+        words = program.bitstream
+        stages = program.machine.stages
+    else:
+        words = from_bytes(raw)
+        stages = args.stages
+    header, records = read_bitstream(words)
     geometry = header.geometry
-    layouts = _unit_layouts(geometry.lanes, args.stages)
+    layouts = _unit_layouts(geometry.lanes, stages)
     units = []
     for record in records:
         fields = unpack_config(layouts[record.kind], record.words)
         units.append({"kind": record.kind.name, "row": record.row, "col": record.col,
-                      "words": len(record.words), "fields": fields})
+                      "words": len(record.words),
+                      "fields": fields if args.raw else _readable(record.kind, fields)})
     if args.json:
-        print(json.dumps({"header": {"rows": geometry.rows, "cols": geometry.cols,
+        print(json.dumps({"manifest": program.manifest() if program else None,
+                          "header": {"rows": geometry.rows, "cols": geometry.cols,
                                      "lanes": geometry.lanes, "version": header.version,
                                      "payload_words": header.length, "crc": header.crc},
                           "units": units}))
         return 0
-    print(f"{args.file}: bitstream v{header.version}, array {geometry.rows}x{geometry.cols} "
+    if program:
+        manifest = program.manifest()
+        print(f"{path}: program {program.name!r}, kernel "
+              f"{program.kernel} " + " ".join(f"{k.upper()}={v}"
+                                             for k, v in program.params.items()))
+        print(f"  machine: {program.machine.describe()}, AGCUs at "
+              f"{', '.join(f'{side} of row {row}' for side, row in program.machine.positions())}"
+              f", HBM {program.machine.hbm_bytes >> 20} MiB, DDR "
+              f"{program.machine.ddr_bytes >> 20} MiB")
+        print(f"  bitstream at {program.bitstream_address:#x} ({len(words)} words), "
+              f"EXECUTE on AGCU {', '.join(map(str, program.execute))}")
+        for name, tensor in manifest["tensors"].items():
+            print(f"  {tensor['role']:<6} {name}: {tensor['dtype']} "
+                  f"{'x'.join(map(str, tensor['shape']))} at {tensor['address']:#x} "
+                  f"({tensor['words']} words), {tensor['layout']}")
+    print(f"{path}: bitstream v{header.version}, array {geometry.rows}x{geometry.cols} "
           f"lanes={geometry.lanes}, {header.length} payload words, CRC {header.crc:#010x} ok, "
-          f"{len(records)} records")
+          f"{len(records)} records" + ("" if program else f" (PCU fields decoded with "
+                                                          f"{stages} stages: --stages)"))
     for unit in units:
         where = (f"AGCU {unit['col']}" if unit["kind"] == "AGCU"
                  else f"{unit['kind']}({unit['row']},{unit['col']})")
         values = [(name, value) for name, value in _flatten(unit["fields"])
-                  if args.all or (value != 0 and value != [0] * len(value)
-                                  if isinstance(value, list) else value != 0)]
+                  if args.all or not _is_zero(value)]
         print(f"{where}: {unit['words']} words" + ("" if values else ", all zero (idle)"))
         for name, value in values:
             print(f"    {name} = {value}")
     return 0
+
+
+class WrongResult(Exception):
+    """The hardware's (or model's) result differs from the reference: exit 1."""
 
 
 def cmd_run(args):
@@ -215,44 +380,45 @@ def cmd_run(args):
 
     import numpy as np
 
-    from rdu import gemm
-    from rdu.bitstream import Geometry, from_bytes, read_bitstream
     from rdu.runtime import run_program
     start = time.perf_counter()
-    program = _compile_gemm(args)
-    if args.bitstream:
-        raw = Path(args.bitstream).read_bytes()
-        words = from_bytes(raw)
-        read_bitstream(words, Geometry(args.rows, args.cols, args.lanes))
-        program.bitstream = list(words)
-    a, b = gemm.random_inputs(args.m, args.n, args.k, args.seed)
-    gemm.pack_inputs(program, a, b)
-    waves = bool(args.waves)
-    if waves and args.sim != "verilator":
-        raise CommandError("--waves needs --sim verilator")
-    result = run_program(program, args.sim, seed=args.seed, waves=waves,
-                         progress=not args.json)
-    c = gemm.unpack_output(program, result.outputs["c"])
-    ok, max_abs_err = gemm.check_result(c, a, b)
-    meta = program.meta
-    peak = meta["peak_macs_per_cycle"]
+    if args.save:
+        _check_output(args.save, directory=True)
+    if args.waves:
+        if args.sim != "verilator":
+            raise CommandError("--waves needs --sim verilator")
+        _check_output(args.waves)
+    kernel, program, arrays, sources = _program_for(args)
+    if arrays and set(arrays) != set(kernel.inputs):
+        missing = sorted(set(kernel.inputs) - set(arrays))
+        raise CommandError(f"give every input or none: missing "
+                           f"{', '.join('--' + m for m in missing)}")
+    inputs = (kernel.user_inputs(program, arrays, sources) if arrays
+              else kernel.random_inputs(program, args.seed))
+    kernel.pack(program, inputs)
+    result = run_program(program, args.sim, seed=args.seed, waves=bool(args.waves),
+                         progress=not args.json, timeout=args.timeout)
+    results = kernel.unpack(program, result.outputs)
+    ok, max_abs_err = kernel.check(program, inputs, results)
+    macs, peak = kernel.work(program)
     report = {
         "ok": ok,
-        "kernel": f"gemm M={args.m} N={args.n} K={args.k}",
+        "kernel": kernel.describe(program),
         "sim": args.sim,
         "seed": args.seed,
-        "array": f"{args.rows}x{args.cols} lanes={args.lanes}",
-        "pcus_used": meta["pcus"],
+        "inputs": ", ".join(sources.values()) if sources else f"random (seed {args.seed})",
+        "machine": program.machine.describe(),
+        "pcus_used": program.meta.get("pcus"),
         "cycles": result.cycles,
-        "macs": meta["macs"],
+        "macs": macs,
         "peak_macs_per_cycle": peak,
-        "utilization": (round(meta["macs"] / (result.cycles * peak), 4)
+        "utilization": (round(macs / (result.cycles * peak), 4)
                         if result.cycles else None),
         "max_abs_err": max_abs_err,
         "wall_seconds": round(time.perf_counter() - start, 2),
     }
     if args.sim == "verilator":
-        report["config_cycles"] = result.counters.get("load_cycles")
+        report["config_cycles"] = result.load_cycles
         perf = result.counters.get("perf", {})
         for network in ("vector", "scalar", "control"):
             report[f"switch_{network}_stall_cycles"] = sum(
@@ -260,6 +426,8 @@ def cmd_run(args):
                 if name.endswith(f".{network}_stall_cycles"))
         report["pmu_read_stall_cycles"] = sum(
             value for name, value in perf.items() if name.endswith(".read_stall_cycles"))
+        report["sim_cycles_per_second"] = round(result.counters.get(
+            "sim_cycles_per_second", 0))
         report["verilator_build_seconds"] = round(result.build_seconds, 1)
     if args.waves:
         if not result.waves:
@@ -268,21 +436,21 @@ def cmd_run(args):
         produced = Path(result.waves).suffix       # .fst with lz4/zlib headers, else .vcd
         if target.suffix != produced:
             target = target.with_suffix(produced)
-        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(result.waves, target)
         report["waves"] = str(target)
     if args.save:
         save = Path(args.save)
-        save.mkdir(parents=True, exist_ok=True)
-        np.save(save / "a.npy", np.asarray(a, np.uint32).view(np.float32))
-        np.save(save / "b.npy", np.asarray(b, np.uint32).view(np.float32))
-        np.save(save / "c.npy", c)
+        for tensor, words in inputs.items():
+            np.save(save / f"{tensor}.npy", np.asarray(words, np.uint32).view(np.float32))
+        for tensor, values in results.items():
+            np.save(save / f"{tensor}.npy", values)
         (save / "report.json").write_text(json.dumps(report, indent=1))
         report["saved"] = str(save)
     _report(report, args.json)
     if not ok:
-        raise AssertionError(f"C differs from numpy float32 A @ B beyond the FP32 "
-                             f"accumulation budget (max |err| {max_abs_err:.3g})")
+        raise WrongResult(f"{', '.join(results)} differs from numpy (float64 of the same "
+                          f"BF16 inputs) beyond the FP32 accumulation budget (max |err| "
+                          f"{max_abs_err:.3g})")
     return 0
 
 
@@ -295,86 +463,164 @@ def _report(report, as_json):
         print(f"{key:<{width}}  {value}")
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows every option's default (where it has one)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and \
+                "%(default)" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
 def _parser():
-    parser = argparse.ArgumentParser(prog="rdu", description="Reconfigurable Dataflow Unit "
-                                     "model: simulate, compile, inspect.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="rdu", formatter_class=_Formatter,
+        description="Reconfigurable Dataflow Unit model: compile kernels into programs, "
+                    "inspect them, run them on the functional model or the RTL.",
+        epilog="Exit status: 0 ok, 1 a result differs from its reference, 2 bad input or "
+               "a run that did not end cleanly (one line on stderr says what and where).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sim = commands.add_parser("sim", help="run the main simulation under Verilator")
-    sim.add_argument("--items", type=int, default=20000)
-    sim.add_argument("--seed", type=int, default=1)
-    sim.add_argument("--stall", default="random", help="none, cyclic, random, random:P")
-    sim.add_argument("--waves", metavar="DIR",
-                     help="write a waveform to DIR/dump.fst (or dump.vcd)")
-    sim.add_argument("--json", action="store_true")
-    sim.set_defaults(func=cmd_sim)
+    def command(name, help_text, description=None):
+        return commands.add_parser(name, help=help_text, description=description or help_text,
+                                   formatter_class=_Formatter)
 
-    speed = commands.add_parser("speed", help="simulation speed, Amaranth vs Verilator")
-    speed.add_argument("--items", type=int, default=20000)
-    speed.add_argument("--seed", type=int, default=1)
-    speed.add_argument("--stall", default="random")
-    speed.add_argument("--json", action="store_true")
-    speed.set_defaults(func=cmd_speed)
+    def machine_options(cmd, defaults):
+        group = cmd.add_argument_group(
+            "machine", "the system to compile for or run on (a program file records its "
+                       "own; given with one, they must match it)")
+        from rdu.machine import Machine
+        reference = Machine()
+        for option, (field, scale, text) in MACHINE_OPTIONS.items():
+            default = getattr(reference, field) // scale if defaults else None
+            shown = getattr(reference, field) // scale
+            group.add_argument(f"--{option.replace('_', '-')}", dest=option, type=int,
+                               default=default, metavar="N",
+                               help=f"{text} (default machine: {shown})")
 
-    def array_options(command):
-        command.add_argument("--rows", type=int, default=4)
-        command.add_argument("--cols", type=int, default=4)
-        command.add_argument("--lanes", type=int, default=8)
-        command.add_argument("--pmu-kib", type=int, default=64, help="PMU capacity (KiB)")
+    def kernel_options(cmd, run):
+        from rdu.kernels import KERNELS
+        cmd.add_argument("target", metavar="KERNEL" if not run else "KERNEL|PROGRAM",
+                         help=f"kernel to compile ({', '.join(sorted(KERNELS))})"
+                         + (", or a program file written by 'rdu compile'" if run else ""))
+        shapes = cmd.add_argument_group("kernel shape (gemm: C = A B, A is M x K, B is K x N)")
+        for name in ("m", "n", "k"):
+            shapes.add_argument(f"--{name}", type=int, metavar=name.upper(),
+                                help=f"{name.upper()}; with a program file it must match, "
+                                     f"with --a/--b it can be left out")
+        if run:
+            data = cmd.add_argument_group("data")
+            data.add_argument("--a", metavar="A.npy", help="A as a float .npy array "
+                              "(rounded to BF16); default: random with --seed")
+            data.add_argument("--b", metavar="B.npy", help="B as a float .npy array")
+        machine_options(cmd, defaults=not run)
 
-    def gemm_options(command):
-        command.add_argument("kernel", choices=["gemm"])
-        command.add_argument("--m", type=int, required=True)
-        command.add_argument("--n", type=int, required=True)
-        command.add_argument("--k", type=int, required=True)
-        array_options(command)
+    def run_options(cmd, sim_choice=True):
+        cmd.add_argument("--seed", type=int, default=1,
+                         help="seed of the random inputs and of the simulation")
+        if sim_choice:
+            cmd.add_argument("--sim", choices=["model", "verilator"], default="model",
+                             help="model: the functional model (seconds, no cycles); "
+                                  "verilator: the RTL (cycle-accurate)")
+        cmd.add_argument("--timeout", type=int, metavar="CYCLES",
+                         help="watchdog: cycles a launch may take (default: 4x an "
+                              "estimate from the program)")
+        cmd.add_argument("--save", metavar="DIR",
+                         help="write the inputs, outputs (.npy) and the report to DIR")
+        cmd.add_argument("--waves", metavar="FILE",
+                         help="write the waveform (verilator; .fst or .vcd)")
+        cmd.add_argument("--json", action="store_true", help="print the report as JSON")
 
-    compile_ = commands.add_parser("compile", help="compile a kernel into a bitstream")
-    gemm_options(compile_)
-    compile_.add_argument("-o", "--output", required=True, help="bitstream file to write")
-    compile_.add_argument("--program", metavar="DIR",
-                          help="also write the whole program (bitstream, layouts) to DIR")
-    compile_.add_argument("--json", action="store_true")
-    compile_.set_defaults(func=cmd_compile)
-
-    inspect = commands.add_parser("inspect", help="print a bitstream's units and fields")
-    inspect.add_argument("file")
-    inspect.add_argument("--stages", type=int, default=4, help="PCU SIMD stages")
-    inspect.add_argument("--all", action="store_true", help="also print zero fields")
-    inspect.add_argument("--json", action="store_true")
-    inspect.set_defaults(func=cmd_inspect)
-
-    run = commands.add_parser("run", help="compile, run and check a kernel")
-    gemm_options(run)
-    run.add_argument("--seed", type=int, default=1, help="seed of the random inputs")
-    run.add_argument("--sim", choices=["model", "verilator"], default="model")
-    run.add_argument("--bitstream", metavar="FILE",
-                     help="run this bitstream instead of compiling one")
-    run.add_argument("--save", metavar="DIR", help="write a.npy, b.npy, c.npy and the report")
-    run.add_argument("--waves", metavar="FILE", help="write the waveform (verilator)")
-    run.add_argument("--json", action="store_true")
+    run = command("run", "run a kernel or a program file and check its result",
+                  "Compile (KERNEL) or read (PROGRAM file) a program, run it on the "
+                  "functional model or the RTL, check the result against numpy.")
+    kernel_options(run, run=True)
+    run_options(run)
     run.set_defaults(func=cmd_run)
 
-    verilog = commands.add_parser("verilog", help="write Verilog of the registered designs")
+    sim = command("sim", "the main job: a GEMM on the default machine under Verilator",
+                  "Run C = A B (BF16 in, FP32 out) on the RTL of the default machine "
+                  "(the first run builds it), check it against numpy and report cycles and "
+                  "utilisation: what 'make sim' runs.")
+    for name, default in (("m", 64), ("n", 64), ("k", 64)):
+        sim.add_argument(f"--{name}", type=int, default=default, metavar=name.upper(),
+                         help=f"GEMM {name.upper()}")
+    sim.add_argument("--a", metavar="A.npy", help="A as a float .npy array")
+    sim.add_argument("--b", metavar="B.npy", help="B as a float .npy array")
+    machine_options(sim, defaults=True)
+    run_options(sim, sim_choice=False)
+    sim.set_defaults(func=cmd_sim)
+
+    compile_ = command("compile", "compile a kernel into a program file (manifest + "
+                                  "bitstream)")
+    kernel_options(compile_, run=False)
+    compile_.add_argument("-o", "--output", required=True, metavar="FILE.rdu",
+                          help="program file to write")
+    compile_.add_argument("--bitstream", metavar="FILE.bin",
+                          help="also write the bare bitstream (what AGCU 0 loads)")
+    compile_.add_argument("--json", action="store_true", help="print the report as JSON")
+    compile_.set_defaults(func=cmd_compile)
+
+    inspect = command("inspect", "print a program's manifest and every unit's fields")
+    inspect.add_argument("file", help="a program file (.rdu) or a bare bitstream")
+    inspect.add_argument("--stages", type=int, default=4,
+                         help="PCU SIMD stages, for a bare bitstream (a program file "
+                              "records them)")
+    inspect.add_argument("--all", action="store_true", help="also print zero fields")
+    inspect.add_argument("--raw", action="store_true",
+                         help="codes as numbers (default: routes, modes and ops by name)")
+    inspect.add_argument("--json", action="store_true", help="print everything as JSON")
+    inspect.set_defaults(func=cmd_inspect)
+
+    speed = command("speed", "simulation speed of a stream FIFO, Amaranth vs Verilator")
+    speed.add_argument("--items", type=int, default=20000, help="items streamed")
+    speed.add_argument("--seed", type=int, default=1, help="seed of the stall patterns")
+    speed.add_argument("--stall", default="random",
+                       help="stall pattern: none, cyclic, random, random:P")
+    speed.add_argument("--json", action="store_true", help="print the table as JSON")
+    speed.set_defaults(func=cmd_speed)
+
+    verilog = command("verilog", "write Verilog of the registered designs")
     verilog.add_argument("designs", nargs="*", help="design names (default: all)")
-    verilog.add_argument("-o", "--output", default="build/verilog")
+    verilog.add_argument("-o", "--output", default="build/verilog", help="output directory")
     verilog.add_argument("--lint", action="store_true", help="run verilator --lint-only")
     verilog.set_defaults(func=cmd_verilog)
     return parser
 
 
 def main(argv=None):
+    from rdu.runtime import RunFailure
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CommandError, ValueError, OSError) as error:
-        # MappingError, BitstreamError, IRError and ProgramError are ValueErrors
-        print(f"rdu {args.command}: error: {error}", file=sys.stderr)
+    except (CommandError, RunFailure, ValueError, OSError) as error:
+        # MappingError, BitstreamError, ProgramError, MachineError and KernelInputError
+        # are ValueErrors
+        if isinstance(error, BrokenPipeError):
+            return _closed_pipe()
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(
+            error).__name__
+        print(f"rdu {args.command}: error: {text}", file=sys.stderr)
         return 2
-    except AssertionError as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else "check failed"
-        print(f"rdu {args.command}: FAILED: {first}", file=sys.stderr)
+    except WrongResult as error:
+        print(f"rdu {args.command}: FAILED: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"rdu {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _closed_pipe():
+    """The reader went away (``rdu inspect FILE | head``): stop quietly."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from hdl.switch import Source, switch_config_layout
 from . import pcu_model
 from .bitstream import Geometry, Record, UnitKind, write_bitstream
 from .ir import AccessPattern, Kernel
+from .machine import Machine
 from .mapper import (
     DIRECTIONS,
     ArrayGeometry,
@@ -290,10 +291,27 @@ def _pattern(base, counts, strides):
 _IDLE_PATTERN = {"base": 0, "count": [0, 0, 0], "stride": [0, 0, 0]}
 
 
-def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2):
-    """Compile ``C = A B`` for ``geometry``; return a :class:`Program` (no inputs yet:
-    :func:`pack_inputs` adds them)."""
-    geometry = geometry or ArrayGeometry()
+def _machine_and_geometry(geometry, machine, stages, agcus):
+    if machine is None:
+        geometry = geometry or ArrayGeometry()
+        machine = Machine(geometry.rows, geometry.cols, geometry.lanes, stages=stages,
+                          pmu_bytes=geometry.pmu_words * WORD, agcus=agcus,
+                          agcu_positions=tuple(tuple(p) for p in geometry.agcu_rows[:agcus]))
+    elif geometry is None:
+        geometry = ArrayGeometry(machine.rows, machine.cols, machine.lanes,
+                                 pmu_words=machine.pmu_bytes // WORD,
+                                 agcu_rows=tuple(machine.positions()))
+    return geometry, machine
+
+
+def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2, machine=None):
+    """Compile ``C = A B`` for ``machine`` (an :class:`rdu.machine.Machine`; or for the
+    mapper's ``geometry`` with ``stages`` and ``agcus``); return a :class:`Program` (no
+    images yet: :func:`pack_inputs` adds them)."""
+    geometry, machine = _machine_and_geometry(geometry, machine, stages, agcus)
+    stages, agcus = machine.stages, machine.agcus
+    if not machine.compute:
+        raise MappingError("GEMM needs PCUs: this machine has PMUs only")
     plan, kernel, mapping = map_gemm(plan_gemm(m, n, k, geometry, stages), geometry)
     lanes, beat = plan.lanes, plan.lanes * WORD
     sites = mapping.placement.sites
@@ -306,9 +324,12 @@ def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2):
     b_addr = a_addr + _ceil(a_bytes, PAGE) * PAGE
     c_addr = b_addr + _ceil(b_bytes, PAGE) * PAGE
     bitstream_addr = c_addr + _ceil(c_bytes, PAGE) * PAGE
-    if bitstream_addr + PAGE * 4 > HBM.base + HBM.size:
-        raise MappingError(f"GEMM {m}x{n}x{k} needs {bitstream_addr - HBM.base} bytes of "
-                           f"HBM, the model has {HBM.size}")
+    hbm = machine.region("hbm")
+    needed = bitstream_addr + PAGE * 4 - HBM.base
+    if needed > hbm.size:
+        raise MappingError(f"GEMM {m}x{n}x{k} needs {needed} bytes of HBM (A, B, C and the "
+                           f"bitstream), the machine has {hbm.size}: raise --hbm-mib to at "
+                           f"least {_ceil(needed, 1 << 20)}")
 
     # which row block each PCU computes: the merge order of its store
     block_of, store_rows = {}, {}
@@ -398,12 +419,23 @@ def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2):
         "row_blocks": {name: block for name, block in block_of.items()},
         "mapping": mapping.report(),
     }
-    program = Program(kernel.name, {"rows": geometry.rows, "cols": geometry.cols,
-                                    "lanes": lanes, "agcus": agcus, "stages": stages,
-                                    "capacity_bytes": geometry.pmu_words * WORD},
-                      bitstream, bitstream_addr,
+    tensors = {
+        "a": {"role": "input", "dtype": "bf16", "shape": [m, k], "address": a_addr,
+              "words": a_bytes // WORD,
+              "layout": f"row-major ({plan.m_pad}, {plan.k_pad}) packed BF16, zero padded"},
+        "b": {"role": "input", "dtype": "bf16", "shape": [k, n], "address": b_addr,
+              "words": b_bytes // WORD,
+              "layout": f"column tiles ({plan.col_tiles}, {plan.k_pad}, {lanes}) packed "
+                        f"BF16, zero padded"},
+        "c": {"role": "output", "dtype": "fp32", "shape": [m, n], "address": c_addr,
+              "words": c_bytes // WORD,
+              "layout": f"column tiles ({plan.col_tiles}, {plan.m_pad}, {lanes}) FP32"},
+    }
+    program = Program(kernel.name, machine, bitstream, bitstream_addr,
+                      inputs={"a": (a_addr, None), "b": (b_addr, None)},
                       outputs={"c": (c_addr, plan.col_tiles * plan.m_pad * lanes)},
-                      execute=execute, meta=meta)
+                      execute=execute, meta=meta, tensors=tensors, kernel="gemm",
+                      params={"m": m, "n": n, "k": k})
     program.meta["addresses"] = {"a": a_addr, "b": b_addr, "c": c_addr}
     return program
 
@@ -478,11 +510,12 @@ def reference(a_words, b_words):
 
 def check_result(c, a_words, b_words):
     """``(ok, max_abs_err)``: every element within the FP32 accumulation budget
-    ``K * 2^-22 * (|A| |B|)`` of the numpy reference."""
+    ``K * 2^-22 * (|A| |B|)`` of numpy's float64 product of the same BF16 inputs."""
     a = np.asarray(a_words, np.uint32).view(np.float32)
     b = np.asarray(b_words, np.uint32).view(np.float32)
-    ref = a @ b
-    error = np.abs(c.astype(np.float64) - ref.astype(np.float64))
-    budget = a.shape[1] * 2.0 ** -22 * (np.abs(a) @ np.abs(b)) + 1e-30
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    error = np.abs(c.astype(np.float64) - ref)
+    budget = a.shape[1] * 2.0 ** -22 * (np.abs(a64) @ np.abs(b64)) + 1e-30
     ok = bool(np.all(error <= budget)) and c.shape == ref.shape
     return ok, float(error.max()) if error.size else 0.0

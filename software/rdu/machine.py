@@ -179,8 +179,8 @@ class Machine:
     def replace(self, **changes):
         values = self.to_json()
         values.update(changes)
-        if "agcus" in changes and "agcu_positions" not in changes:
-            values["agcu_positions"] = None
+        if ("agcus" in changes or "rows" in changes) and "agcu_positions" not in changes:
+            values["agcu_positions"] = None       # the default rule for the new shape
         return Machine.from_json(values)
 
 

@@ -1,94 +1,194 @@
 """A compiled program: what the compiler hands to a runtime (model or RTL).
 
-A :class:`Program` is everything needed to run one kernel on a system of a
-:class:`~rdu.bitstream.Geometry` (a tile array plus its AGCUs):
+A :class:`Program` is everything needed to run one kernel on a :class:`~rdu.machine.Machine`:
 
+* ``machine``: the system it was compiled for (array, AGCUs, memory capacities); a
+  runtime refuses it on any other machine;
 * ``bitstream``: the configuration words (header, records; :mod:`rdu.bitstream`);
   the runtime places them at ``bitstream_address`` and loads them with the AGCU 0
   ``PROGRAM_LOAD`` command;
+* ``tensors``: the manifest of its tensors, ``name -> {"role": "input"|"output",
+  "dtype", "shape", "address", "words", "layout"}``: where each lives and how it is
+  laid out, so a runtime can pack the user's data and unpack the results;
 * ``inputs``: memory images, ``name -> (byte address, uint32 words)``, written into
-  the memory models before the run (tensors already in the layout the kernel reads);
+  memory before the run (filled by the kernel's packer from user or random data; a
+  program file keeps only the addresses: its images are ``None`` until packed);
 * ``outputs``: ``name -> (byte address, word count)``, read back after the run;
 * ``execute``: the AGCUs that receive ``EXECUTE`` (all at once, after ``start``);
-  the run ends when every one of them is ``done``;
-* ``meta``: JSON-able facts for the report and for unpacking outputs (shapes, MACs,
-  layouts).
+* ``kernel`` and ``params``: which kernel and its shape (``{"m": .., "n": .., "k": ..}``);
+* ``meta``: further JSON-able facts for the report (tiling, mapping, MACs).
 
-:meth:`Program.save` writes a directory (``program.json``, ``bitstream.bin``,
-``inputs.npz``) that :meth:`Program.load` reads back, so a program compiled once runs
-in another process (the cocotb simulation) or on another day.
+A program file (``.rdu``, :meth:`Program.write` / :meth:`Program.read`) holds the
+manifest and the bitstream in one file::
+
+    offset 0   magic  b"RDUPROG\\0"
+           8   u32    format version (:data:`FORMAT`)
+          12   u32    manifest bytes (UTF-8 JSON, padded with spaces to 4 bytes)
+          16   u32    CRC-32 of the manifest bytes
+          20   u32    bitstream words
+          24   manifest, then the bitstream (little-endian 32-bit words)
+
+:meth:`Program.save` writes a directory (``program.rdu`` and ``inputs.npz``) that
+:meth:`Program.load` reads back, so a program with its images runs in another
+process (the cocotb simulation).
 """
 
 import json
+import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Program", "ProgramError"]
+from .machine import Machine, MachineError
 
-FORMAT = 1
+__all__ = ["Program", "ProgramError", "FORMAT", "MAGIC"]
+
+FORMAT = 2
+MAGIC = b"RDUPROG\0"
+_HEADER = struct.Struct("<8sIIII")
 
 
 class ProgramError(ValueError):
-    """A program directory that is missing or malformed."""
+    """A program file or directory that is missing or malformed (one-line message)."""
+
+
+def _machine(value):
+    if isinstance(value, Machine):
+        return value
+    value = dict(value)
+    if "capacity_bytes" in value:              # the array's own parameter name
+        value["pmu_bytes"] = value.pop("capacity_bytes")
+    return Machine.from_json(value)
 
 
 @dataclass
 class Program:
     name: str
-    geometry: dict                  # rows, cols, lanes, agcus
+    machine: Machine
     bitstream: list
     bitstream_address: int
     inputs: dict = field(default_factory=dict)     # name -> (address, np.uint32 array)
     outputs: dict = field(default_factory=dict)    # name -> (address, words)
     execute: list = field(default_factory=list)    # AGCU indices
     meta: dict = field(default_factory=dict)
+    tensors: dict = field(default_factory=dict)    # name -> manifest entry
+    kernel: str = None
+    params: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        self.machine = _machine(self.machine)
+        if self.kernel is None:
+            self.kernel = self.meta.get("kernel", self.name)
+
+    @property
+    def geometry(self):
+        """The machine as a dict (``rows``, ``cols``, ``lanes``, ``agcus``,
+        ``agcu_positions``, ``stages``, ``capacity_bytes``...)."""
+        data = self.machine.to_json()
+        data["capacity_bytes"] = data["pmu_bytes"]
+        return data
+
+    # -- manifest ------------------------------------------------------------------------
+    def manifest(self):
+        """Everything but the bitstream and the images, as JSON-able data."""
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "kernel": self.kernel,
+            "params": self.params,
+            "machine": self.machine.to_json(),
+            "bitstream_address": self.bitstream_address,
+            "bitstream_words": len(self.bitstream),
+            "execute": list(self.execute),
+            "tensors": self.tensors,
+            "outputs": {name: [address, words]
+                        for name, (address, words) in self.outputs.items()},
+            "inputs": {name: address for name, (address, _) in self.inputs.items()},
+            "meta": self.meta,
+        }
+
+    def to_bytes(self):
+        manifest = json.dumps(self.manifest(), indent=1).encode()
+        manifest += b" " * (-len(manifest) % 4)
+        words = np.asarray(self.bitstream, dtype="<u4").tobytes()
+        return _HEADER.pack(MAGIC, FORMAT, len(manifest), zlib.crc32(manifest),
+                            len(self.bitstream)) + manifest + words
+
+    def write(self, path):
+        """Write the program file (manifest + bitstream) to ``path``."""
+        path = Path(path)
+        path.write_bytes(self.to_bytes())
+        return path
+
+    @classmethod
+    def from_bytes(cls, raw, where="program"):
+        if len(raw) < _HEADER.size or raw[:8] != MAGIC:
+            raise ProgramError(f"{where}: not an rdu program file (no {MAGIC[:7].decode()} "
+                               f"header; a bare bitstream is inspected with 'rdu inspect')")
+        _, version, manifest_bytes, crc, words = _HEADER.unpack_from(raw)
+        if version != FORMAT:
+            raise ProgramError(f"{where}: program format {version}, this tool reads {FORMAT}")
+        end = _HEADER.size + manifest_bytes
+        if len(raw) != end + 4 * words:
+            raise ProgramError(f"{where}: {len(raw)} bytes, the header announces "
+                               f"{end + 4 * words} (truncated or padded file)")
+        manifest = raw[_HEADER.size:end]
+        if zlib.crc32(manifest) != crc:
+            raise ProgramError(f"{where}: manifest CRC mismatch (file damaged)")
+        try:
+            description = json.loads(manifest)
+            machine = Machine.from_json(description["machine"], f"{where}: machine")
+            bitstream = np.frombuffer(raw[end:], dtype="<u4").astype(np.uint32).tolist()
+            return cls(description["name"], machine, bitstream,
+                       description["bitstream_address"],
+                       {name: (address, None) for name, address in description["inputs"].items()},
+                       {name: tuple(value) for name, value in description["outputs"].items()},
+                       description["execute"], description["meta"], description["tensors"],
+                       description["kernel"], description["params"])
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ProgramError(f"{where}: manifest is not JSON ({error})") from None
+        except KeyError as error:
+            raise ProgramError(f"{where}: manifest has no {error.args[0]!r}") from None
+        except MachineError as error:
+            raise ProgramError(str(error)) from None
+        except (TypeError, ValueError) as error:
+            raise ProgramError(f"{where}: malformed manifest ({error})") from None
+
+    @classmethod
+    def read(cls, path):
+        """Read a program file (:meth:`write`); :class:`ProgramError` names what is wrong."""
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise ProgramError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            return cls.load(path)
+        return cls.from_bytes(raw, str(path))
+
+    # -- with images, for another process --------------------------------------------------
     def save(self, directory):
+        """Write ``program.rdu`` and ``inputs.npz`` (the images) to ``directory``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "bitstream.bin").write_bytes(
-            np.asarray(self.bitstream, dtype="<u4").tobytes())
+        self.write(directory / "program.rdu")
         np.savez(directory / "inputs.npz",
                  **{name: np.asarray(words, dtype=np.uint32)
                     for name, (_, words) in self.inputs.items()})
-        description = {
-            "format": FORMAT,
-            "name": self.name,
-            "geometry": self.geometry,
-            "bitstream_address": self.bitstream_address,
-            "inputs": {name: address for name, (address, _) in self.inputs.items()},
-            "outputs": {name: [address, words]
-                        for name, (address, words) in self.outputs.items()},
-            "execute": list(self.execute),
-            "meta": self.meta,
-        }
-        (directory / "program.json").write_text(json.dumps(description, indent=1))
         return directory
 
     @classmethod
     def load(cls, directory):
         directory = Path(directory)
-        path = directory / "program.json"
+        path = directory / "program.rdu"
         if not path.exists():
-            raise ProgramError(f"{directory}: no program.json (not a program directory)")
-        try:
-            description = json.loads(path.read_text())
-        except json.JSONDecodeError as error:
-            raise ProgramError(f"{path}: not JSON ({error})") from None
-        if description.get("format") != FORMAT:
-            raise ProgramError(f"{path}: program format {description.get('format')!r}, "
-                               f"this tool reads {FORMAT}")
-        raw = (directory / "bitstream.bin").read_bytes()
-        if len(raw) % 4:
-            raise ProgramError(f"{directory / 'bitstream.bin'}: {len(raw)} bytes is not "
-                               f"a whole number of 32-bit words")
-        bitstream = np.frombuffer(raw, dtype="<u4").astype(np.uint32).tolist()
-        with np.load(directory / "inputs.npz") as arrays:
-            inputs = {name: (address, arrays[name])
-                      for name, address in description["inputs"].items()}
-        return cls(description["name"], description["geometry"], bitstream,
-                   description["bitstream_address"], inputs,
-                   {name: tuple(value) for name, value in description["outputs"].items()},
-                   description["execute"], description["meta"])
+            raise ProgramError(f"{directory}: no program.rdu (not a program directory)")
+        program = cls.from_bytes(path.read_bytes(), str(path))
+        images = directory / "inputs.npz"
+        if images.exists():
+            with np.load(images) as arrays:
+                program.inputs = {name: (address, arrays[name])
+                                  for name, (address, _) in program.inputs.items()}
+        return program

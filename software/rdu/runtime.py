@@ -1,16 +1,21 @@
-"""The runtime: run a compiled :class:`~rdu.program.Program` on a model of the machine.
+"""The runtime: run compiled :class:`~rdu.program.Program` s on a model of the machine.
 
 Two back ends, one result:
 
-* ``model``: the functional model (:mod:`rdu.funcmodel`) executes the bitstream in
+* ``model``: the functional model (:mod:`rdu.funcmodel`) executes the bitstreams in
   numpy, item by item: seconds even for large kernels, no cycle counts;
 * ``verilator``: the generated Verilog of :class:`hdl.system.RDUSystem` (tile array +
-  AGCUs) under cocotb + Verilator, with the HBM/DDR models behind the AGCUs
-  (:mod:`sim_models`): the program is loaded through AGCU 0 (``PROGRAM_LOAD``), the
-  array started, every AGCU of the program sent ``EXECUTE``, and the run waits for
-  them with a watchdog. Cycle-accurate.
+  AGCUs) under cocotb + Verilator, with the HBM/DDR models behind the AGCUs, driven by
+  the host driver :mod:`rdu.sim.host`. Cycle-accurate.
 
-Both return a :class:`RunResult` with the output words by name.
+:func:`run_programs` launches a sequence of programs on one machine with one memory
+(configuration cleared and reloaded before each, memory kept): a later program reads
+what an earlier one stored. Each launch reports its configuration and execution
+cycles. :func:`run_program` is the one-program case.
+
+Every failure of a run is a :class:`RunFailure` whose message is one line naming the
+unit and the cause (a deadlock, a unit's error status, a watchdog, the loader's
+verdict, a program for another machine); the command line prints it and exits 2.
 """
 
 import sys
@@ -21,13 +26,23 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RunResult", "run_program", "SIMULATORS", "system_params"]
+__all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS",
+           "system_params", "check_machine"]
 
 SIMULATORS = ("model", "verilator")
 
 
+class RunFailure(RuntimeError):
+    """A run that did not end cleanly; ``str()`` is one line naming unit and cause."""
+
+    def __init__(self, message, kind="error"):
+        super().__init__(message)
+        self.kind = kind
+
+
 @dataclass
 class RunResult:
+    """One launch: its outputs by name (uint32 words) and what it cost."""
     outputs: dict                     # name -> np.uint32 array
     cycles: int = None                # None for the functional model
     sim: str = "model"
@@ -35,60 +50,162 @@ class RunResult:
     build_seconds: float = 0.0
     counters: dict = field(default_factory=dict)
     waves: str = None
+    load_cycles: int = None
+    program: str = None
 
 
 def system_params(program):
     """Constructor arguments of the :class:`hdl.system.RDUSystem` a program needs."""
-    geometry = program.geometry
-    return {"rows": geometry["rows"], "cols": geometry["cols"], "lanes": geometry["lanes"],
-            "agcus": geometry.get("agcus", 2),
-            "capacity_bytes": geometry.get("capacity_bytes", 65536)}
+    return program.machine.system_params()
 
 
-def run_program(program, sim="model", *, seed=1, work_dir=None, waves=False,
-                timeout=None, progress=False):
-    """Run ``program``; return a :class:`RunResult` (raise ``AssertionError`` with a
-    one-line first line when the machine reports an error or the watchdog fires)."""
+def check_machine(programs, machine=None):
+    """The machine to run ``programs`` on: ``machine`` or the first program's; raises
+    :class:`RunFailure` naming the first parameter in which a program's differs."""
+    machine = machine or programs[0].machine
+    for program in programs:
+        difference = program.machine.mismatch(machine)
+        if difference:
+            raise RunFailure(f"program {program.name!r} was compiled for another machine: "
+                             f"{difference}", "machine")
+    return machine
+
+
+def run_program(program, sim="model", **options):
+    """Run one program; return its :class:`RunResult` (see :func:`run_programs`)."""
+    return run_programs([program], sim, **options)[0]
+
+
+def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, waves=False,
+                 timeout=None, progress=False):
+    """Run ``programs`` in order on one machine and memory; one :class:`RunResult` each.
+
+    Parameters
+    ----------
+    programs : list of Program
+        Each with its input images packed (an image of ``None`` is produced by an
+        earlier program).
+    sim : {"model", "verilator"}
+    machine : Machine, optional
+        The machine to run on (default: the first program's); every program must have
+        been compiled for it.
+    seed : int
+        Seed of the simulation's random stall patterns (Verilator).
+    work_dir : path, optional
+        Where the Verilator run keeps its files (default ``build/run/<name>``).
+    waves : bool
+        Write a waveform (Verilator).
+    timeout : int, optional
+        Watchdog in cycles per launch (default: an estimate from the program).
+    progress : bool
+        Show Verilator build and simulation progress on stderr.
+
+    Raises
+    ------
+    RunFailure
+        One line naming the unit and the cause.
+    """
     if sim not in SIMULATORS:
         raise ValueError(f"unknown simulator {sim!r}; expected one of {', '.join(SIMULATORS)}")
-    start = time.perf_counter()
+    if not programs:
+        raise ValueError("no program to run")
+    machine = check_machine(programs, machine)
     if sim == "model":
-        from .funcmodel import run_program as model_run
-        geometry = program.geometry
-        outputs, result = model_run(program, stages=geometry.get("stages", 4),
-                                    capacity_bytes=geometry.get("capacity_bytes", 65536))
-        outputs = {name: np.asarray(words, np.uint32) for name, words in outputs.items()}
-        return RunResult(outputs, None, "model", time.perf_counter() - start,
-                         counters=result.counters)
+        return _run_model(programs, machine)
+    return _run_verilator(programs, machine, seed=seed, work_dir=work_dir, waves=waves,
+                          timeout=timeout, progress=progress)
 
+
+def _run_model(programs, machine):
+    from .bitstream import BitstreamError
+    from .funcmodel import FlatMemory, FunctionalArray, ModelError
+    results = []
+    memory = FlatMemory(machine.regions())
+    array = FunctionalArray(machine.rows, machine.cols, machine.lanes,
+                            compute=machine.compute, stages=machine.stages,
+                            capacity_bytes=machine.pmu_bytes, agcus=machine.agcus)
+    for program in programs:
+        start = time.perf_counter()
+        where = f"program {program.name!r} on the functional model"
+        try:
+            for address, words in program.inputs.values():
+                if words is not None:
+                    memory.write_words(address, words)
+            memory.write_words(program.bitstream_address, program.bitstream)
+            array.load([int(word) for word in program.bitstream])
+            result = array.run(memory=memory, execute=list(program.execute))
+            outputs = {name: memory.read_words(address, count)
+                       for name, (address, count) in program.outputs.items()}
+        except BitstreamError as error:
+            raise RunFailure(f"{where}: bitstream rejected by the configuration loader: "
+                             f"{error}", "loader") from None
+        except ModelError as error:
+            raise RunFailure(f"{where}: {error}", type(error).__name__) from None
+        except ValueError as error:           # an image outside the mapped memory
+            raise RunFailure(f"{where}: {error}", "memory") from None
+        results.append(RunResult({name: np.asarray(words, np.uint32)
+                                  for name, words in outputs.items()}, None, "model",
+                                 time.perf_counter() - start, counters=result.counters,
+                                 program=program.name))
+    return results
+
+
+def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progress):
     from hdl.system import RDUSystem
-    from tb.runner import run_verilator
-    from tb.suites.system import run_program as body
-    from tb.verilator import build, project_root
-    work_dir = Path(work_dir or project_root() / "build" / "run" / program.name)
-    program_dir = program.save(work_dir / "program")
-    params = system_params(program)
-    built = build(RDUSystem, waves=waves, **params)
+
+    from .sim.host import run_programs as body
+    from .sim.runner import BodyError, run_verilator
+    from .sim.verilator import VerilatorError, build, project_root
+    start = time.perf_counter()
+    name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
+    work_dir = Path(work_dir or project_root() / "build" / "run" / name)
+    program_dirs = [str(program.save(work_dir / f"program{index}"))
+                    for index, program in enumerate(programs)]
+    try:
+        params = machine.system_params()
+    except ValueError as error:
+        raise RunFailure(str(error), "machine") from None
+    try:
+        built = build(RDUSystem, waves=waves, progress=progress, **params)
+    except VerilatorError as error:
+        raise RunFailure(str(error).splitlines()[0], "build") from None
     perf_counters = _perf_counter_names(RDUSystem, params)
-    if timeout is None:
-        timeout = estimate_cycles(program) * 4 + 20000
-    with _LogProgress(work_dir / "sim" / "sim.log", enabled=progress):
-        stats = run_verilator(built, body, work_dir / "sim", seed=seed,
-                              program_dir=str(program_dir), timeout=timeout,
-                              progress=progress, perf_counters=perf_counters)
-    result = stats.result
-    outputs = _read_outputs(result, program)
-    wave_files = sorted((work_dir / "sim").glob("dump.*")) if waves else []
-    return RunResult(outputs, result["cycles"], "verilator", time.perf_counter() - start,
-                     built.seconds, {k: v for k, v in result.items()
-                                     if k not in ("outputs", "outputs_file")},
-                     str(wave_files[0]) if wave_files else None)
+    timeouts = [timeout or estimate_cycles(program) * 4 + 20000 for program in programs]
+    sim_dir = work_dir / "sim"
+    try:
+        with _LogProgress(sim_dir / "sim.log", enabled=progress):
+            stats = run_verilator(built, body, sim_dir, seed=seed, program_dirs=program_dirs,
+                                  timeouts=timeouts, progress=progress,
+                                  perf_counters=perf_counters,
+                                  timeout=sum(timeouts) + 200_000 * len(programs))
+    except BodyError as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else \
+            error.error_type
+        raise RunFailure(f"{message} (RTL, cycle {error.cycle})", error.error_type) from None
+    except AssertionError as error:
+        first = str(error).strip().splitlines()[0]
+        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
+                         "simulation") from None
+    wave_files = sorted(sim_dir.glob("dump.*")) if waves else []
+    seconds = time.perf_counter() - start
+    results = []
+    for program, launch in zip(programs, stats.result["launches"], strict=True):
+        outputs = _read_outputs(launch, program)
+        counters = {key: value for key, value in launch.items()
+                    if key not in ("outputs", "outputs_file")}
+        counters["memory"] = stats.result["memory"]
+        counters["sim_cycles_per_second"] = stats.cycles_per_second
+        results.append(RunResult(outputs, launch["cycles"], "verilator", seconds,
+                                 built.seconds, counters,
+                                 str(wave_files[0]) if wave_files else None,
+                                 launch["load_cycles"], program.name))
+    return results
 
 
 def _perf_counter_names(system_class, params):
-    """The array's performance counters (switch stalls, PMU beats and stalls), read
-    through ``host.perf_select`` after the run. The names come from a system object
-    that is never elaborated: Amaranth's warning about that is silenced here."""
+    """The array's performance counters (switch stalls, PMU beats and stalls, unit
+    errors), read through ``host.perf_select`` after each launch. The names come from a
+    system object that is never elaborated: Amaranth's warning about that is silenced."""
     import gc
     import warnings
 
@@ -104,7 +221,7 @@ def _perf_counter_names(system_class, params):
 
 class _LogProgress:
     """While the simulation runs in its own process, show its latest progress line
-    (``[run_program ...] N/T cycles``) on one updating stderr line."""
+    (``[run_program ...] N cycles, R cycles/s``) on one updating stderr line."""
 
     def __init__(self, log_path, enabled):
         self.log_path, self.enabled = Path(log_path), enabled and sys.stderr.isatty()
@@ -138,11 +255,11 @@ class _LogProgress:
         return False
 
 
-def _read_outputs(result, program):
-    if "outputs_file" in result:
-        with np.load(result["outputs_file"]) as arrays:
+def _read_outputs(launch, program):
+    if launch.get("outputs_file"):
+        with np.load(launch["outputs_file"]) as arrays:
             return {name: np.asarray(arrays[name], np.uint32) for name in program.outputs}
-    return {name: np.asarray(result["outputs"][name], np.uint32) for name in program.outputs}
+    return {name: np.asarray(launch["outputs"][name], np.uint32) for name in program.outputs}
 
 
 def estimate_cycles(program):

@@ -5,12 +5,12 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 from rdu.memory_map import DDR, HBM
+from rdu.sim.memory_system import default_memory_system
+from rdu.sim.stalls import StallPattern
 
 from hdl.agcu import AGCU, AGCUError, AGCUOp, agcu_command_layout, agcu_config_layout
 from hdl.interfaces import ControlToken
-from sim_models.memory_system import default_memory_system
 
-from ..stalls import StallPattern
 from .common import configure
 
 BEAT = 32

@@ -1,16 +1,16 @@
 """Test bodies for the off-chip memory models (:mod:`sim_models`), both tiers.
 
 The design under test is :class:`hdl.axi_buffer.AXIBuffer`: random AXI4 traffic from
-:class:`tb.axi.AXIRandomManager` enters its ``sub`` port and the memory system serves
+:class:`rdu.sim.axi.AXIRandomManager` enters its ``sub`` port and the memory system serves
 its ``mgr`` port, so the models run exactly as they do behind an AGCU.
 """
 
 import numpy as np
 from rdu.memory_map import DDR, HBM, HOST
+from rdu.sim.axi import AXICodec, AXIRandomManager
+from rdu.sim.memory_system import default_memory_system
 
 from hdl.interfaces import AXIResp
-from sim_models.memory_system import default_memory_system
-from tb.axi import AXICodec, AXIRandomManager
 
 # small windows near the start and the end of each region: dense traffic, real decode
 WINDOWS = [(HBM.base, 16384), (HBM.end - 16384, 16384),

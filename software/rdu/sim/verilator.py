@@ -49,7 +49,10 @@ def lint_verilog(path, toplevel):
 
 
 def project_root():
-    return Path(__file__).resolve().parent.parent
+    """The project's top directory (the one holding ``hdl/``); builds go to its
+    ``build/``."""
+    import hdl
+    return Path(hdl.__file__).resolve().parent.parent
 
 
 class VerilatorError(RuntimeError):
@@ -173,7 +176,7 @@ def _compact_zero_memory_init(text):
 def generate_verilog(component, name):
     """Verilog text of ``component`` with top module ``name``: the array's units
     converted once per distinct kind (:mod:`hdl.shared`), identical submodules merged
-    into one module each (:mod:`tb.verilog_dedupe`), zeroing memory initialisers
+    into one module each (:mod:`rdu.sim.verilog_dedupe`), zeroing memory initialisers
     written as loops."""
     from amaranth.back import verilog
 
@@ -239,7 +242,55 @@ _CXX_KEYWORDS = frozenset(
     "volatile while".split())
 
 
-def build(cls, *, toplevel=None, waves=None, **params):
+class _BuildProgress:
+    """One updating stderr line while a build runs: the step, C++ objects compiled so
+    far out of the sources Verilator wrote, and the elapsed time."""
+
+    def __init__(self, what, build_dir, enabled):
+        import threading
+        self.what, self.build_dir = what, Path(build_dir)
+        self.enabled = enabled
+        self.step = "generating Verilog (Amaranth)"
+        self.start = time.perf_counter()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        if self.enabled:
+            print(f"[rdu.sim] building {self.what} for Verilator (once; cached in "
+                  f"{self.build_dir.parent})", file=sys.stderr, flush=True)
+            self.thread.start()
+        return self
+
+    def _line(self):
+        sources = list(self.build_dir.glob("V*.cpp"))
+        objects = list(self.build_dir.glob("V*.o"))
+        count = f": {len(objects)}/{len(sources)} C++ files" if sources and \
+            self.step.startswith("compiling") else ""
+        return (f"[rdu.sim] {self.step}{count}, "
+                f"{time.perf_counter() - self.start:.0f} s")
+
+    def _watch(self):
+        tty = sys.stderr.isatty()
+        last = ""
+        while not self.stop.wait(1.0 if tty else 30.0):
+            line = self._line()
+            if line != last:
+                print(f"\r{line:<79}" if tty else line, end="" if tty else "\n",
+                      file=sys.stderr, flush=True)
+                last = line
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.stop.set()
+            self.thread.join()
+            print(("\r" if sys.stderr.isatty() else "") +
+                  f"[rdu.sim] built {self.what} in {time.perf_counter() - self.start:.0f} s"
+                  + " " * 20, file=sys.stderr, flush=True)
+        return False
+
+
+def build(cls, *, toplevel=None, waves=None, progress=False, **params):
     """Build (or reuse) the Verilator model of ``cls(**params)``.
 
     Parameters
@@ -251,6 +302,9 @@ def build(cls, *, toplevel=None, waves=None, **params):
     waves : bool, optional
         Build with FST tracing (default: the ``WAVES`` environment variable). A waves
         build is a separate cache entry.
+    progress : bool
+        Say what is built and show its progress on stderr (a cached build says
+        nothing).
     **params
         Constructor arguments; they must be JSON-serialisable (they are part of the
         cache key).
@@ -289,32 +343,40 @@ def build(cls, *, toplevel=None, waves=None, **params):
             shutil.rmtree(build_dir)       # an interrupted build: start over
         build_dir.mkdir(parents=True)
         start = time.perf_counter()
-        verilog_path.write_text(generate_verilog(cls(**params), toplevel))
-        from cocotb_tools.runner import get_runner
-        runner = get_runner("verilator")
-        # -fno-inline keeps each distinct module (after dedupe_modules) one C++ class,
-        # compiled once however often it is instantiated: Verilator would otherwise
-        # flatten the whole array into its root class (8 PCUs = 8 copies of the code).
-        # The testbenches touch only top-level ports, so only the top level is public
-        # to VPI (cocotb's runner asks for --public-flat-rw: every signal of every
-        # instance, half the C++ of the 4x4 system in symbol-table constructors).
-        build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
-                      "-fno-inline", "--no-public-flat-rw", "--public-depth", "1",
-                      "--x-assign", "fast", "--x-initial", "fast"]
-        if waves:
-            build_args += ["--trace-fst" if fst_supported() else "--trace", "--trace-structs"]
-        log_path = build_dir / "build.log"
-        try:
-            runner.build(sources=[verilog_path], hdl_toplevel=toplevel,
-                         build_dir=build_dir, build_args=build_args, waves=waves,
-                         always=True, log_file=log_path)
-        except (SystemExit, RuntimeError, subprocess.CalledProcessError) as error:
-            tail = log_path.read_text()[-2000:] if log_path.exists() else ""
-            raise VerilatorError(f"Verilator build of {toplevel} failed ({error}); "
-                                 f"see {log_path}:\n{tail}") from None
+        what = f"{cls.__name__}({', '.join(f'{k}={v}' for k, v in params.items())})"
+        with _BuildProgress(what, build_dir, progress) as shown:
+            verilog_path.write_text(generate_verilog(cls(**params), toplevel))
+            shown.step = "compiling C++"
+            _compile(verilog_path, toplevel, build_dir, waves)
         seconds = time.perf_counter() - start
         marker.write_text(json.dumps({**key_data, "seconds": seconds}, default=repr))
         return VerilatorBuild(toplevel, build_dir, verilog_path, waves, key, seconds, False)
+
+
+def _compile(verilog_path, toplevel, build_dir, waves):
+    """Verilate and compile ``verilog_path`` in ``build_dir`` (cocotb's runner)."""
+    from cocotb_tools.runner import get_runner
+    runner = get_runner("verilator")
+    # -fno-inline keeps each distinct module (after dedupe_modules) one C++ class,
+    # compiled once however often it is instantiated: Verilator would otherwise
+    # flatten the whole array into its root class (8 PCUs = 8 copies of the code).
+    # The testbenches touch only top-level ports, so only the top level is public
+    # to VPI (cocotb's runner asks for --public-flat-rw: every signal of every
+    # instance, half the C++ of the 4x4 system in symbol-table constructors).
+    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
+                  "-fno-inline", "--no-public-flat-rw", "--public-depth", "1",
+                  "--x-assign", "fast", "--x-initial", "fast"]
+    if waves:
+        build_args += ["--trace-fst" if fst_supported() else "--trace", "--trace-structs"]
+    log_path = build_dir / "build.log"
+    try:
+        runner.build(sources=[verilog_path], hdl_toplevel=toplevel,
+                     build_dir=build_dir, build_args=build_args, waves=waves,
+                     always=True, log_file=log_path)
+    except (SystemExit, RuntimeError, subprocess.CalledProcessError) as error:
+        tail = log_path.read_text()[-2000:] if log_path.exists() else ""
+        raise VerilatorError(f"Verilator build of {toplevel} failed ({error}); "
+                             f"see {log_path}:\n{tail}") from None
 
 
 def _failures(results_xml):

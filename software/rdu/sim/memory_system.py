@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdl.interfaces import AXIBurst, AXIResp
-from tb.agents import StreamSink, StreamSource
-from tb.axi import AXICodec
+from sim_models.memory import ddr_model, hbm_model, host_link_model
 
-from .memory import ddr_model, hbm_model, host_link_model
+from .agents import StreamSink, StreamSource
+from .axi import AXICodec
 
 __all__ = ["AXIErrorRecord", "MemorySystem", "default_memory_system"]
 

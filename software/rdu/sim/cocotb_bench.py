@@ -1,4 +1,4 @@
-"""cocotb backend of :class:`tb.bench.Bench` (runs inside the Verilator process)."""
+"""cocotb backend of :class:`rdu.sim.bench.Bench` (runs inside the Verilator process)."""
 
 import time
 

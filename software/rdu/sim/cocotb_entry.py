@@ -1,6 +1,9 @@
-"""The one cocotb test module: runs a :class:`tb.bench.Bench` body under Verilator.
+"""The one cocotb test module: runs a :class:`rdu.sim.bench.Bench` body under Verilator.
 
-The pytest side (:func:`tb.runner.run_verilator`) names the body and its parameters
+When the body raises, the stats file holds ``error`` (its message) and ``error_type``
+instead of ``result``, so the caller reports the cause itself, not a log path.
+
+The pytest side (:func:`rdu.sim.runner.run_verilator`) names the body and its parameters
 in the environment:
 
 ``TB_BODY``    ``module:function`` of an ``async def body(bench, **params)``
@@ -17,8 +20,8 @@ import os
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from tb.agents import HarnessError
-from tb.cocotb_bench import CocotbBench
+from .agents import HarnessError
+from .cocotb_bench import CocotbBench
 
 
 def _load_body():
@@ -38,9 +41,18 @@ async def run_body(dut):
     bench = CocotbBench(dut, watchdog=int(os.environ.get("TB_WATCHDOG", "2000")))
     await bench.start()
     cocotb.start_soon(_hard_timeout(dut, int(os.environ.get("TB_TIMEOUT", "10000000"))))
-    result = await body(bench, **params)
-    seconds = bench.elapsed
     stats_path = os.environ.get("TB_STATS")
+    try:
+        result = await body(bench, **params)
+    except Exception as error:
+        # the cause travels back to the caller as data, not only as a log line
+        if stats_path:
+            with open(stats_path, "w") as stats:
+                json.dump({"cycles": bench.cycle, "seconds": bench.elapsed, "seed": bench.seed,
+                           "error": str(error), "error_type": type(error).__name__},
+                          stats, default=repr)
+        raise
+    seconds = bench.elapsed
     if stats_path:
         with open(stats_path, "w") as stats:
             json.dump({"cycles": bench.cycle, "seconds": seconds, "seed": bench.seed,

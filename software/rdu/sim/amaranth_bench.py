@@ -1,4 +1,4 @@
-"""Amaranth-simulator backend of :class:`tb.bench.Bench`."""
+"""Amaranth-simulator backend of :class:`rdu.sim.bench.Bench`."""
 
 import time
 

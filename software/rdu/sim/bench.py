@@ -1,9 +1,9 @@
 """One test body, two simulators.
 
 A test body is an ``async def body(bench)`` written against :class:`Bench`. The same
-body runs in the Amaranth simulator (:class:`tb.amaranth_bench.AmaranthBench`, fast
+body runs in the Amaranth simulator (:class:`rdu.sim.amaranth_bench.AmaranthBench`, fast
 to start, for unit tests) and under cocotb + Verilator on the generated Verilog
-(:class:`tb.cocotb_bench.CocotbBench`, fast per cycle, for long randomised runs).
+(:class:`rdu.sim.cocotb_bench.CocotbBench`, fast per cycle, for long randomised runs).
 
 Signals are named by their path on the component: ``"level"``, ``"cfg.write"``; a
 stream by the path of the interface (``"i"``); an element of an interface array by

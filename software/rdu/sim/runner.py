@@ -15,7 +15,16 @@ from pathlib import Path
 from .amaranth_bench import AmaranthBench
 from .verilator import run_cocotb
 
-__all__ = ["BodyStats", "run_amaranth", "run_verilator"]
+__all__ = ["BodyStats", "BodyError", "run_amaranth", "run_verilator"]
+
+
+class BodyError(AssertionError):
+    """A body that raised under Verilator: its own message, the exception's type name
+    (``error_type``), the cycle it stopped at and the test directory (log, waves)."""
+
+    def __init__(self, message, error_type, cycle, test_dir):
+        super().__init__(message)
+        self.error_type, self.cycle, self.test_dir = error_type, cycle, test_dir
 
 
 @dataclass
@@ -61,12 +70,20 @@ def run_verilator(built, body, test_dir, *, seed=None, watchdog=2000, timeout=10
     if stats_path.exists():
         stats_path.unlink()
     seed = get_seed() if seed is None else seed
-    run_cocotb(built, "tb.cocotb_entry", test_dir, seed=seed, timeout=timeout, env={
-        "TB_BODY": _body_ref(body),
-        "TB_PARAMS": json.dumps(params),
-        "TB_STATS": str(stats_path),
-        "TB_WATCHDOG": str(watchdog),
-    })
+    try:
+        run_cocotb(built, "rdu.sim.cocotb_entry", test_dir, seed=seed, timeout=timeout, env={
+            "TB_BODY": _body_ref(body),
+            "TB_PARAMS": json.dumps(params),
+            "TB_STATS": str(stats_path),
+            "TB_WATCHDOG": str(watchdog),
+        })
+    except AssertionError:
+        if stats_path.exists():
+            stats = json.loads(stats_path.read_text())
+            if "error" in stats:
+                raise BodyError(stats["error"], stats["error_type"], stats["cycles"],
+                                test_dir) from None
+        raise
     stats = json.loads(stats_path.read_text())
     return BodyStats("verilator", stats["cycles"], stats["seconds"], stats["seed"],
                      stats["result"], {"test_dir": os.fspath(test_dir)})

@@ -1,7 +1,7 @@
 """Simulator-independent stream agents: source and sink drivers, scoreboard, watchdog.
 
 The agents are plain Python state machines stepped once per clock cycle by a
-backend (:mod:`tb.amaranth_bench` for the Amaranth simulator, :mod:`tb.cocotb_bench`
+backend (:mod:`rdu.sim.amaranth_bench` for the Amaranth simulator, :mod:`rdu.sim.cocotb_bench`
 for cocotb + Verilator). Each cycle the backend
 
 1. asks every agent what to drive (:meth:`drive`), and applies it;
@@ -10,7 +10,7 @@ for cocotb + Verilator). Each cycle the backend
 
 A transfer happens on an edge where the sampled ``valid`` and ``ready`` are both
 high. Because both backends run exactly this loop, a test body written against
-:class:`tb.bench.Bench` behaves the same in both tiers, cycle for cycle.
+:class:`rdu.sim.bench.Bench` behaves the same in both tiers, cycle for cycle.
 """
 
 from collections import deque

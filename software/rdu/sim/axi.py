@@ -1,4 +1,4 @@
-"""AXI4 test drivers built on the stream agents of :mod:`tb.agents`.
+"""AXI4 test drivers built on the stream agents of :mod:`rdu.sim.agents`.
 
 * :class:`AXICodec` packs and unpacks the five channel payloads as raw integers, from
   the same ``lib.data`` layouts the gateware uses (:func:`hdl.interfaces.axi4_layouts`).
@@ -6,7 +6,7 @@
   bursts (random lengths, addresses, data, strobes; random valid/ready stalls on every
   channel) and checks every read and every write response against a reference memory.
 
-Both tiers run them: they only use :class:`tb.bench.Bench` sources and sinks.
+Both tiers run them: they only use :class:`rdu.sim.bench.Bench` sources and sinks.
 """
 
 from dataclasses import dataclass
@@ -90,7 +90,7 @@ class AXIRandomManager:
 
     Parameters
     ----------
-    bench : tb.bench.Bench
+    bench : rdu.sim.bench.Bench
     path : str
         Path of the AXI4 interface on the design (its subordinate side: the design
         receives ``aw``/``w``/``ar`` and drives ``b``/``r``).

@@ -1,0 +1,371 @@
+"""The host driver of :class:`hdl.system.RDUSystem`: what a host does to run programs.
+
+:func:`run_programs` runs a sequence of compiled :class:`rdu.program.Program` (each
+saved as a directory by :meth:`Program.save`) on one system with one memory: memory
+models on every AGCU port; then, per program: its input images written, its
+bitstream written and loaded through AGCU 0 (``PROGRAM_LOAD``, after a
+``config_clear``), the loader's verdict read, ``start`` and ``EXECUTE`` on the
+program's AGCUs on one edge, a wait with a watchdog, its outputs read. Memory is kept
+between programs, so a program reads what an earlier one stored. :func:`run_program`
+is the one-program case. :class:`HostDriver` is the driver itself, for bodies that
+issue their own commands (``COPY`` DDR -> HBM, argument load).
+
+All are :class:`rdu.sim.bench.Bench` bodies: the same code runs in the Amaranth
+simulator and under cocotb + Verilator. Every failure is a :class:`RunError` whose
+message is one line naming the unit and the cause; ``docs/system.md`` lists them.
+"""
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
+from hdl.config_net import LoaderState
+from hdl.pcu import PCUError
+from hdl.pmu import PMUError
+from sim_models.memory import ddr_model, hbm_model, host_link_model
+
+from ..bitstream import ConfigStatus
+from ..program import Program
+from .memory_system import MemorySystem
+
+__all__ = ["RunError", "HostDriver", "system_memory", "check_program", "run_program",
+           "run_programs", "load_outputs"]
+
+WORD_BYTES = 4
+#: Total output words returned inline in the result (more: only in the .npz file).
+INLINE_OUTPUT_WORDS = 1 << 16
+
+_COMMAND = agcu_command_layout()
+
+
+class RunError(AssertionError):
+    """A program that did not run to a clean end (a one-line message says why)."""
+
+
+def system_memory(beat_bytes, overrides=None, regions=None):
+    """HBM, DDR and host link for ``beat_bytes``-wide AXI ports; ``regions`` (from
+    :meth:`rdu.machine.Machine.regions`) sets their bases and sizes, ``overrides`` maps
+    ``"hbm"``/``"ddr"``/``"host"`` to further model arguments (latencies...)."""
+    overrides = overrides or {}
+    sizes = {region.name: {"base": region.base, "size": region.size}
+             for region in regions or ()}
+    return MemorySystem([
+        hbm_model(beat_bytes=beat_bytes, **sizes.get("hbm", {}), **overrides.get("hbm", {})),
+        ddr_model(beat_bytes=beat_bytes, **sizes.get("ddr", {}), **overrides.get("ddr", {})),
+        host_link_model(beat_bytes=beat_bytes, **sizes.get("host", {}),
+                        **overrides.get("host", {})),
+    ], beat_bytes=beat_bytes)
+
+
+def command_word(op, *, src=0, dst=0, length=0):
+    """The ``cmd`` payload of one AGCU command as an integer."""
+    return _COMMAND.const({"op": op, "src": src, "dst": dst,
+                           "length": length}).as_value().value
+
+
+def code_name(codes, value):
+    """The name of ``value`` in ``codes`` (an enum or a class of integer constants)."""
+    members = getattr(codes, "__members__", None) or {
+        name: member for name, member in vars(codes).items()
+        if name.isupper() and isinstance(member, int)}
+    for name, member in members.items():
+        if member == value:
+            return name
+    return f"unknown code {value}"
+
+
+def _error_name(code):
+    return code_name(AGCUError, code)
+
+
+def unit_errors(perf):
+    """``["PMU(0,1) error WRITE_RANGE (code 4)", ...]`` for every unit whose error
+    counter in ``perf`` (``pmu(r,c).error`` / ``pcu(r,c).error``) is not zero."""
+    found = []
+    for name, value in perf.items():
+        if name.endswith(".error") and value:
+            unit = name[:-len(".error")]
+            codes = PMUError if unit.startswith("pmu") else PCUError
+            found.append(f"{unit.upper()} error {code_name(codes, value)} (code {value})")
+    return found
+
+
+def check_program(program):
+    """Raise :class:`RunError` if ``program`` cannot be run (before any simulation)."""
+    name, agcus = program.name, program.machine.agcus
+    if not program.execute:
+        raise RunError(f"program {name!r}: executes no AGCU (program.execute is empty)")
+    if len(set(program.execute)) != len(program.execute):
+        raise RunError(f"program {name!r}: executes an AGCU twice: {program.execute}")
+    for k in program.execute:
+        if not 0 <= k < agcus:
+            raise RunError(f"program {name!r}: executes AGCU {k}, the system has {agcus}")
+
+
+class HostDriver:
+    """The host side of one :class:`hdl.system.RDUSystem` run in a bench.
+
+    Parameters
+    ----------
+    bench : rdu.sim.bench.Bench
+    machine : rdu.machine.Machine
+        The system (lanes, AGCUs and memory capacities are taken from it).
+    memory : dict, optional
+        Memory-model overrides (:func:`system_memory`).
+    stall : str
+        Stall pattern of the memory side of every AXI channel.
+    perf_counters : list of str, optional
+        The array's performance counter names in ``host.perf_select`` order.
+    progress : bool or int
+        Print a progress line (cycles done, cycles per second) every ``progress``
+        cycles (an int) or ten times per watchdog period (``True``).
+    """
+
+    def __init__(self, bench, machine, *, memory=None, stall="none", perf_counters=None,
+                 progress=False):
+        self.bench, self.machine = bench, machine
+        self.mem = system_memory(machine.beat_bytes, memory, machine.regions())
+        for k in range(machine.agcus):
+            self.mem.attach(bench, f"axi.{k}", stall=stall)
+        self.perf_counters = list(perf_counters or [])
+        self.progress = progress
+        self.started = time.perf_counter()
+
+    # -- memory ----------------------------------------------------------------------------
+    def write(self, address, words):
+        self.mem.load(address, np.asarray(words, dtype=np.uint32))
+
+    def read(self, address, count):
+        return self.mem.dump(address, WORD_BYTES * count, dtype=np.uint32)
+
+    # -- commands --------------------------------------------------------------------------
+    async def _issue(self, agcus, command, timeout, what):
+        """Drive ``command`` on ``cmd[k]`` of every AGCU in ``agcus`` for one cycle once
+        none of them is busy (``cmd.ready`` is ``~busy``, so the edge at the end of that
+        cycle accepts them all); the caller ends it with :meth:`_end_issue`."""
+        bench = self.bench
+        for _ in range(timeout):
+            busy = [k for k in agcus if await bench.read(f"agcu_busy.{k}")]
+            await bench.cycles(1)
+            if not busy:
+                break
+        else:
+            raise RunError(f"{what}: AGCU{'s' if len(busy) > 1 else ''} "
+                           f"{', '.join(map(str, busy))} still busy after {timeout} cycles")
+        for k in agcus:
+            bench.set(f"cmd.{k}.valid", 1)
+            bench.set(f"cmd.{k}.payload", command)
+
+    async def _end_issue(self, agcus):
+        await self.bench.cycles(1)
+        for k in agcus:
+            self.bench.set(f"cmd.{k}.valid", 0)
+
+    async def command(self, agcu, op, *, src=0, dst=0, length=0, timeout=1_000_000,
+                      what=None):
+        """Run one AGCU command to its end; return the cycles it took (from the edge
+        that accepted it to ``done``). Raises :class:`RunError` naming the AGCU and its
+        :class:`AGCUError` when the command ends with an error."""
+        op = AGCUOp(op)
+        what = what or f"AGCU {agcu} {op.name}"
+        await self._issue([agcu], command_word(op, src=src, dst=dst, length=length),
+                          timeout, what)
+        await self._end_issue([agcu])
+        cycles = await self._wait_done([agcu], timeout, what)
+        await self._check_agcu(agcu, what)
+        return cycles[agcu]
+
+    async def _wait_done(self, agcus, timeout, what, *, name=None):
+        bench = self.bench
+        pending, finished, elapsed = set(agcus), {}, 0
+        every = (self.progress if isinstance(self.progress, int) and
+                 not isinstance(self.progress, bool) else max(1, timeout // 10)
+                 ) if self.progress else 0
+        start = time.perf_counter()
+        while True:
+            for k in sorted(pending):
+                if await bench.read(f"agcu_done.{k}"):
+                    finished[k] = elapsed
+                    pending.discard(k)
+            if not pending:
+                return finished
+            if elapsed >= timeout:
+                busy = sorted(pending)
+                unit_error = await bench.read("host.unit_error")
+                detail = ""
+                if unit_error:
+                    errors = unit_errors(await self.read_counters(
+                        [c for c in self.perf_counters if c.endswith(".error")]))
+                    detail = "; " + ", ".join(errors) if errors else \
+                        "; a unit reports an error (host.unit_error)"
+                if self.mem.errors:
+                    detail += f"; memory: {self.mem.errors[0]}"
+                raise RunError(
+                    f"{what}: watchdog: AGCU{'s' if len(busy) > 1 else ''} "
+                    f"{', '.join(map(str, busy))} still busy after {timeout} cycles from "
+                    f"start (cycle {bench.cycle}); done: {sorted(finished) or 'none'}{detail}")
+            if every and elapsed and elapsed % every == 0:
+                rate = elapsed / max(time.perf_counter() - start, 1e-9)
+                print(f"[run_program {name or what}] {elapsed} cycles, {rate:,.0f} cycles/s: "
+                      f"busy AGCUs {sorted(pending)}, done {sorted(finished)}", flush=True)
+            await bench.cycles(1)
+            elapsed += 1
+
+    async def _check_agcu(self, agcu, what):
+        code = await self.bench.read(f"agcu_error.{agcu}")
+        if code != AGCUError.NONE:
+            detail = f"; memory: {self.mem.errors[0]}" if self.mem.errors else ""
+            raise RunError(f"{what}: AGCU {agcu} ended with {_error_name(code)} "
+                           f"(code {code}){detail}")
+
+    # -- programs --------------------------------------------------------------------------
+    async def load_program(self, program, timeout=100_000):
+        """Write ``program``'s bitstream into memory, clear the configuration, load it
+        through AGCU 0 and wait for the loader's verdict; return the load cycles (from
+        the edge that accepted ``PROGRAM_LOAD`` to the verdict)."""
+        bench, name = self.bench, program.name
+        self.write(program.bitstream_address, program.bitstream)
+        bench.set("host.config_clear", 1)
+        await bench.cycles(1)
+        bench.set("host.config_clear", 0)
+        what = f"program {name!r}: program load"
+        await self._issue([0], command_word(
+            AGCUOp.PROGRAM_LOAD, src=program.bitstream_address,
+            length=WORD_BYTES * len(program.bitstream)), timeout, what)
+        await self._end_issue([0])          # the edge that accepted the command
+        cycles = 0
+        while True:
+            done = await bench.read("agcu_done.0")
+            state = await bench.read("host.config_state")
+            if done and state != LoaderState.LOADING:
+                break
+            if cycles >= timeout:
+                raise RunError(f"{what} not finished after {timeout} cycles (AGCU 0 "
+                               f"done={done}, configuration state {state})")
+            await bench.cycles(1)
+            cycles += 1
+        code = await bench.read("agcu_error.0")
+        if code != AGCUError.NONE:
+            raise RunError(f"program {name!r}: program load on AGCU 0 ended with "
+                           f"{_error_name(code)} (bitstream at {program.bitstream_address:#x})")
+        if state != LoaderState.LOADED:
+            code = await bench.read("host.error")
+            raise RunError(f"program {name!r}: bitstream rejected by the configuration "
+                           f"loader: {code_name(ConfigStatus, code)} (host.error = {code})")
+        return cycles
+
+    async def execute(self, program, timeout=200_000):
+        """``start`` and ``EXECUTE`` on ``program.execute`` on one edge; wait for every
+        one of them. Returns ``{"cycles", "agcu_cycles", "array_cycles"}``."""
+        bench, name = self.bench, program.name
+        execute = list(program.execute)
+        await self._issue(execute, command_word(AGCUOp.EXECUTE), timeout,
+                          f"program {name!r}: execute")
+        bench.set("host.start", 1)
+        await self._end_issue(execute)      # the edge that sampled start and the commands
+        bench.set("host.start", 0)
+        finished = await self._wait_done(execute, timeout, f"program {name!r}", name=name)
+        for k in execute:
+            await self._check_agcu(k, f"program {name!r}: EXECUTE")
+        array_done = await bench.read("host.done")
+        array_cycles = await bench.read("host.cycles") if array_done else None
+        return {"cycles": max(finished.values()),
+                "agcu_cycles": {str(k): finished[k] for k in execute},
+                "array_cycles": array_cycles,
+                "unit_error": await bench.read("host.unit_error")}
+
+    async def read_counters(self, names=None):
+        """The array's performance counters by name (all of them by default)."""
+        bench = self.bench
+        wanted = self.perf_counters if names is None else names
+        values = {}
+        for counter in wanted:
+            index = self.perf_counters.index(counter)
+            await bench.cycles(1)
+            bench.set("host.perf_select", index)
+            await bench.cycles(1)
+            values[counter] = await bench.read("host.perf_value")
+        return values
+
+    async def run(self, program, *, timeout=200_000, load_timeout=100_000, outputs_file=None,
+                  inline_output_words=INLINE_OUTPUT_WORDS):
+        """Images in, load, execute, outputs out: one launch of ``program``."""
+        check_program(program)
+        for address, words in program.inputs.values():
+            if words is not None:            # None: produced by an earlier program
+                self.write(address, words)
+        load_cycles = await self.load_program(program, load_timeout)
+        launch = await self.execute(program, timeout)
+        perf = await self.read_counters()
+        errors = unit_errors(perf)
+        if errors:
+            raise RunError(f"program {program.name!r}: {errors[0]}"
+                           + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+        outputs = {out: self.read(address, words)
+                   for out, (address, words) in program.outputs.items()}
+        total_words = sum(array.size for array in outputs.values())
+        if outputs_file:
+            np.savez(outputs_file, **outputs)
+        return {
+            "program": program.name,
+            **launch,
+            "load_cycles": load_cycles,
+            "outputs": ({out: array.tolist() for out, array in outputs.items()}
+                        if total_words <= inline_output_words else None),
+            "outputs_file": str(outputs_file) if outputs_file else None,
+            "perf": perf,
+        }
+
+
+async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, memory=None,
+                       stall="none", perf_counters=None, load_timeout=100_000,
+                       inline_output_words=INLINE_OUTPUT_WORDS, timeouts=None):
+    """Run the programs saved in ``program_dirs``, in order, on one system and memory.
+
+    Each launch's outputs go to ``<program_dir>/outputs.npz``. ``timeouts`` (one per
+    program) overrides ``timeout``. Returns ``{"launches": [per program: cycles,
+    load_cycles, agcu_cycles, array_cycles, outputs, outputs_file, perf], "memory":
+    per-region statistics, "memory_errors": [...]}``.
+    """
+    programs = [Program.load(directory) for directory in program_dirs]
+    if not programs:
+        raise RunError("no program to run")
+    machine = programs[0].machine
+    for program in programs[1:]:
+        difference = machine.mismatch(program.machine)
+        if difference:
+            raise RunError(f"program {program.name!r} is for another machine than "
+                           f"{programs[0].name!r}: {difference}")
+    driver = HostDriver(bench, machine, memory=memory, stall=stall,
+                        perf_counters=perf_counters, progress=progress)
+    launches = []
+    for index, (program, directory) in enumerate(zip(programs, program_dirs, strict=True)):
+        launches.append(await driver.run(
+            program, timeout=timeouts[index] if timeouts else timeout,
+            load_timeout=load_timeout, outputs_file=Path(directory) / "outputs.npz",
+            inline_output_words=inline_output_words))
+    return {
+        "launches": launches,
+        "memory": {region.name: dict(region.stats) for region in driver.mem.regions},
+        "memory_errors": [str(error) for error in driver.mem.errors],
+    }
+
+
+async def run_program(bench, program_dir, **params):
+    """:func:`run_programs` of one program; returns its launch's result with the
+    ``memory`` statistics. ``cycles`` counts edges from the one that sampled ``start``
+    and the ``EXECUTE`` commands to the one that raised the last ``done``;
+    ``load_cycles`` from the edge that accepted ``PROGRAM_LOAD`` to the loader's
+    verdict; ``array_cycles`` is ``host.cycles`` (start to the first ``DONE`` token at
+    the edge, or ``None``)."""
+    result = await run_programs(bench, [program_dir], **params)
+    return {**result["launches"][0], "memory": result["memory"],
+            "memory_errors": result["memory_errors"]}
+
+
+def load_outputs(result):
+    """The outputs of a :func:`run_program` result as numpy arrays (from its .npz file)."""
+    with np.load(result["outputs_file"]) as arrays:
+        return {name: arrays[name] for name in arrays.files}
