@@ -637,6 +637,29 @@ class _PMU(_Unit):
                 "passes": self.passes}
 
 
+class _Iterations:
+    """:func:`rdu.pcu_model.iterations` computed per index instead of as a list: a
+    counter chain of three 16-bit counters runs up to 2**48 iterations (a damaged
+    configuration must not exhaust memory before ``max_items`` stops the run)."""
+
+    def __init__(self, counters):
+        self.ranges = [range(c["min"], c["max"], c["stride"]) for c in counters]
+        self.counts = [len(r) for r in self.ranges]
+        self.total = self.counts[0] * self.counts[1] * self.counts[2]
+
+    def __len__(self):
+        return self.total
+
+    def __getitem__(self, index):
+        if not -self.total <= index < self.total:
+            raise IndexError(index)
+        index %= self.total
+        n0, n1, _ = self.counts
+        i0, i1, i2 = index % n0, (index // n0) % n1, index // (n0 * n1)
+        r0, r1, r2 = self.ranges
+        return (r0[i0], r1[i1], r2[i2]), i0 == 0, i0 == n0 - 1, index == self.total - 1
+
+
 class _PCU(_Unit):
     """Pattern Compute Unit (``hdl/pcu.py``) at item level."""
 
@@ -691,7 +714,7 @@ class _PCU(_Unit):
             self.owed = deque()
         else:
             self.state = "simd"
-            self.steps = pcu_model.iterations(cfg)
+            self.steps = _Iterations(cfg["counters"])
             self.simd = pcu_model.SimdState(cfg, self.lanes)
             self.pipeline = deque()
 
