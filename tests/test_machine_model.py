@@ -319,6 +319,34 @@ def test_config_clear_keeps_registers():
     assert machine.array.config(UnitKind.PMU, 0, 1)["buffers"] == 1
 
 
+def test_loader_checks_header_words_as_they_arrive():
+    """The loader checks each header word when it arrives: two words with a bad version
+    are BAD_VERSION (``read_bitstream`` calls them too short: LENGTH); a stream that
+    stops in the header or the payload is LENGTH; an empty payload needs CRC 0."""
+    geometry = Geometry(2, 2, 4)
+    magic, version = 0x31554452, 1 | 5 << 16
+
+    def verdict(words):
+        loader = ConfigLoader(geometry, {(UnitKind.PMU, 0, 1): 13}, {(UnitKind.PMU, 0, 1):
+                                                                     [0] * 13})
+        loader.feed(words)
+        loader.end_of_stream()
+        return loader.status, loader.state
+
+    assert verdict([magic, 2 | 5 << 16])[0] == ConfigStatus.BAD_VERSION
+    with pytest.raises(BitstreamError) as error:
+        read_bitstream([magic, 2 | 5 << 16])
+    assert error.value.status == ConfigStatus.LENGTH
+    assert verdict([magic, version, 2 | 2 << 8 | 8 << 16])[0] == ConfigStatus.GEOMETRY
+    assert verdict([magic, version, 2 | 2 << 8 | 4 << 16])[0] == ConfigStatus.LENGTH
+    assert verdict([magic, version, 2 | 2 << 8 | 4 << 16, 0, 0]) == (ConfigStatus.OK, 2)
+    assert verdict([magic, version, 2 | 2 << 8 | 4 << 16, 0, 1])[0] == ConfigStatus.CRC
+    # a longer header: words 5.. are skipped
+    words = write_bitstream(geometry, [Record(UnitKind.PMU, 0, 1, [7])])
+    longer = [magic, 1 | 7 << 16, *words[2:5], 0xDEAD, 0xBEEF, *words[5:]]
+    assert verdict(longer) == (ConfigStatus.OK, 2)
+
+
 def _flip_fix_crc(rng, words):
     words = list(words)
     for _ in range(rng.randrange(1, 3)):
@@ -440,6 +468,7 @@ def test_two_program_sequence(seed):
     with pytest.raises(CommandError) as error:
         machine.run_programs([third])
     assert error.value.error == AGCUError.READ_DECERR and error.value.agcu == 0
+    assert isinstance(error.value, UnitError)       # what kernel-execute errors were before
     assert _one_line(error.value).startswith("program 'third': AGCU 0: error READ_DECERR")
 
 
