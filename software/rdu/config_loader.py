@@ -67,7 +67,6 @@ class ConfigLoader:
         self.status = ConfigStatus.OK
         self.detail = ""
         self.words_written = 0
-        self._position = 0            # words of the current bitstream taken
         self._follows = False         # the current bitstream follows a complete one
         self._reset_header()
 
@@ -114,11 +113,9 @@ class ConfigLoader:
             # a further word after a complete bitstream starts a new one
             self.fsm = "HEADER"
             self._reset_header()
-            self._position = 0
             self._follows = True
         if self.fsm == "ERROR":
             return                              # discarded until clear
-        self._position += 1
         if self.fsm == "HEADER":
             self._header(word)
         elif self.fsm == "RECORD":
@@ -229,5 +226,4 @@ class ConfigLoader:
             self.status = ConfigStatus.OK
             self.detail = ""
             self._reset_header()
-            self._position = 0
             self._follows = False
