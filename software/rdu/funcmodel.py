@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hdl.agcu import agcu_config_layout
+from hdl.agcu import AGCUError, agcu_config_layout
 from hdl.fp import Op
 from hdl.interfaces import config_words
 from hdl.pcu import pcu_config_layout
@@ -28,12 +28,13 @@ from hdl.pmu import ADDRESS_BITS, MAX_BUFFERS, OUTPUT_FIFO_DEPTH, pmu_config_lay
 from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, switch_config_layout
 
 from . import fpmodel, pcu_model
-from .bitstream import Geometry, UnitKind, read_bitstream
+from .bitstream import BitstreamError, Geometry, UnitKind, read_bitstream
 from .memory_map import REGIONS, region_of
 from .unitconfig import unpack_config
 
-__all__ = ["ModelError", "ModelDeadlock", "UnitError", "FlatMemory", "RunResult",
-           "FunctionalArray", "run_program", "systolic_tiles", "agcu_edge"]
+__all__ = ["ModelError", "ModelDeadlock", "UnitError", "CommandError", "LoaderError",
+           "FlatMemory", "RunResult", "FunctionalArray", "run_program", "systolic_tiles",
+           "agcu_edge"]
 
 NORTH, EAST, SOUTH, WEST, LOCAL = range(5)
 DIRECTION_NAMES = ("north", "east", "south", "west", "local")
@@ -62,6 +63,35 @@ class ModelDeadlock(ModelError):
 
 class UnitError(ModelError):
     """A unit raised its error status (the hardware would set its sticky error code)."""
+
+
+class CommandError(UnitError):
+    """An AGCU command ended with an :class:`hdl.agcu.AGCUError` code other than ``NONE``.
+
+    ``agcu`` is the AGCU's index, ``error`` the code, ``op`` the command's
+    :class:`hdl.agcu.AGCUOp` (``EXECUTE`` for errors of a kernel execute)."""
+
+    def __init__(self, agcu, error, message, op=None):
+        super().__init__(message)
+        self.agcu, self.error, self.op = agcu, AGCUError(error), op
+
+
+class LoaderError(ModelError, BitstreamError):
+    """The configuration loader's verdict is not ``LOADED``: ``status`` is the
+    :class:`rdu.bitstream.ConfigStatus` (``host.error``) of the rejected bitstream,
+    ``state`` the loader state name. Also a :class:`rdu.bitstream.BitstreamError`, so
+    callers of the earlier ``run_program`` that caught that still catch it."""
+
+    def __init__(self, status, message, state=None):
+        BitstreamError.__init__(self, status, message)
+        self.state = state
+
+
+def _agcu_error(agcu, code, detail):
+    """The :class:`CommandError` of a kernel execute of AGCU ``agcu``."""
+    from hdl.agcu import AGCUOp
+    return CommandError(agcu, code, f"AGCU {agcu}: error {AGCUError(code).name} ({detail})",
+                        AGCUOp.EXECUTE)
 
 
 def agcu_edge(index, rows):
@@ -607,6 +637,29 @@ class _PMU(_Unit):
                 "passes": self.passes}
 
 
+class _Iterations:
+    """:func:`rdu.pcu_model.iterations` computed per index instead of as a list: a
+    counter chain of three 16-bit counters runs up to 2**48 iterations (a damaged
+    configuration must not exhaust memory before ``max_items`` stops the run)."""
+
+    def __init__(self, counters):
+        self.ranges = [range(c["min"], c["max"], c["stride"]) for c in counters]
+        self.counts = [len(r) for r in self.ranges]
+        self.total = self.counts[0] * self.counts[1] * self.counts[2]
+
+    def __len__(self):
+        return self.total
+
+    def __getitem__(self, index):
+        if not -self.total <= index < self.total:
+            raise IndexError(index)
+        index %= self.total
+        n0, n1, _ = self.counts
+        i0, i1, i2 = index % n0, (index // n0) % n1, index // (n0 * n1)
+        r0, r1, r2 = self.ranges
+        return (r0[i0], r1[i1], r2[i2]), i0 == 0, i0 == n0 - 1, index == self.total - 1
+
+
 class _PCU(_Unit):
     """Pattern Compute Unit (``hdl/pcu.py``) at item level."""
 
@@ -661,7 +714,7 @@ class _PCU(_Unit):
             self.owed = deque()
         else:
             self.state = "simd"
-            self.steps = pcu_model.iterations(cfg)
+            self.steps = _Iterations(cfg["counters"])
             self.simd = pcu_model.SimdState(cfg, self.lanes)
             self.pipeline = deque()
 
@@ -823,16 +876,18 @@ class _AGCU(_Unit):
         self.load_total = self.store_total = 0
         self.loaded = self.stored = 0
         if execute:
+            # hdl.agcu checks alignment of both patterns before their counts
             for side in ("load", "store"):
                 pattern = cfg[side]
-                if not cfg[f"{side}_enable"]:
-                    continue
-                if pattern["base"] % self.beat or any(s % self.beat for s in pattern["stride"]):
-                    raise UnitError(f"{self.name}: error MISALIGNED ({side} base or stride "
-                                    f"is not a multiple of {self.beat} bytes)")
-                if not all(pattern["count"]):
-                    raise UnitError(f"{self.name}: error BAD_CONFIG ({side} pattern has a "
-                                    f"zero count)")
+                if cfg[f"{side}_enable"] and (pattern["base"] % self.beat or
+                                              any(s % self.beat for s in pattern["stride"])):
+                    raise _agcu_error(index, AGCUError.MISALIGNED,
+                                      f"{side} base or stride is not a multiple of "
+                                      f"{self.beat} bytes")
+            for side in ("load", "store"):
+                if cfg[f"{side}_enable"] and not all(cfg[side]["count"]):
+                    raise _agcu_error(index, AGCUError.BAD_CONFIG,
+                                      f"{side} pattern has a zero count")
             if cfg["load_enable"]:
                 count = cfg["load"]["count"]
                 self.load_total = count[0] * count[1] * count[2]
@@ -852,8 +907,9 @@ class _AGCU(_Unit):
                    i2 * pattern["stride"][2])
         bad = (address < 0) | (address >= 1 << 32)
         if bad.any():
-            raise UnitError(f"{self.name}: error ADDRESS_WRAP ({side} beat "
-                            f"{start + int(np.argmax(bad))} leaves the address space)")
+            raise _agcu_error(self.index, AGCUError.ADDRESS_WRAP,
+                              f"{side} beat {start + int(np.argmax(bad))} leaves the "
+                              f"address space")
         return address
 
     def flush(self):
@@ -865,7 +921,7 @@ class _AGCU(_Unit):
         try:
             self.memory.write(int(address), np.asarray(value, dtype="<u4").tobytes())
         except ValueError as error:
-            raise UnitError(f"{self.name}: error WRITE_DECERR ({error})") from None
+            raise _agcu_error(self.index, AGCUError.WRITE_DECERR, error) from None
 
     def step(self):
         moved = 0
@@ -889,7 +945,7 @@ class _AGCU(_Unit):
                 try:
                     raw = self.memory.read(int(address), self.beat)
                 except ValueError as error:
-                    raise UnitError(f"{self.name}: error READ_DECERR ({error})") from None
+                    raise _agcu_error(self.index, AGCUError.READ_DECERR, error) from None
                 vin.items.append(np.frombuffer(raw, dtype="<u4").astype(np.uint32))
             self.loaded += space
             moved += space
@@ -915,7 +971,7 @@ class _AGCU(_Unit):
             try:
                 raw = self.memory.read(int(address), self.beat)
             except ValueError as error:
-                raise UnitError(f"{self.name}: error READ_DECERR ({error})") from None
+                raise _agcu_error(self.index, AGCUError.READ_DECERR, error) from None
             values = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
             for half in (0, 1):
                 beat = 2 * (first + index) + half
@@ -993,11 +1049,14 @@ class FunctionalArray:
     switch_layout : data.Layout, optional
         The switches' configuration layout (default ``hdl.switch.switch_config_layout()``);
         merge fields (``vector_merge`` ...) are used when the layout has them.
+    agcu_positions : sequence of (side, row), optional
+        Where each AGCU sits (``hdl.system.RDUSystem``'s parameter); default
+        :func:`agcu_edge`'s rule. ``agcu_edges[k]`` is AGCU ``k``'s edge port.
     """
 
     def __init__(self, rows, cols, lanes, *, compute=True, stages=4, capacity_bytes=65536,
                  agcus=2, agcu_config_words=16, fifo_depth=SWITCH_FIFO_DEPTH,
-                 switch_layout=None):
+                 switch_layout=None, agcu_positions=None):
         self.geometry = Geometry(rows, cols, lanes)
         self.rows, self.cols, self.lanes = rows, cols, lanes
         self.compute, self.stages = compute, stages
@@ -1009,6 +1068,15 @@ class FunctionalArray:
         self.fifo_depth = fifo_depth
         if agcus > 2 * rows:
             raise ValueError(f"{agcus} AGCUs do not fit the {2 * rows} edge ports")
+        if agcu_positions is None:
+            self.agcu_edges = [agcu_edge(index, rows) for index in range(agcus)]
+        else:
+            from hdl.system import position_edge
+            self.agcu_edges = [position_edge(side, row, rows)
+                               for side, row in agcu_positions]
+            if len(self.agcu_edges) != agcus or len(set(self.agcu_edges)) != agcus:
+                raise ValueError(f"AGCU positions must be {agcus} distinct (side, row) "
+                                 f"pairs, not {agcu_positions!r}")
         self.layouts = {UnitKind.PCU: pcu_config_layout(lanes, stages),
                         UnitKind.PMU: pmu_config_layout(),
                         UnitKind.SWITCH: (switch_config_layout() if switch_layout is None
@@ -1134,7 +1202,7 @@ class FunctionalArray:
         agcus = []
         if memory is not None:
             for index in range(self.agcus):
-                edge = agcu_edge(index, rows)
+                edge = self.agcu_edges[index]
                 ins = {network: self._edge_input(switch_inputs, network, edge)
                        for network in NETWORKS}
                 outs = {network: edge_out[network, edge] for network in NETWORKS}
@@ -1187,7 +1255,7 @@ class FunctionalArray:
             if network not in NETWORKS:
                 raise ValueError(f"Unknown network {network!r}")
             queue = self._edge_input(switch_inputs, network, edge)
-            if any(agcu_edge(agcu.index, self.rows) == edge and
+            if any(self.agcu_edges[agcu.index] == edge and
                    (network == "control" and agcu.execute or
                     network == "vector" and agcu.load_total) for agcu in agcus):
                 raise ValueError(f"Edge {network} input {edge} is driven by an AGCU")
@@ -1197,7 +1265,7 @@ class FunctionalArray:
                 items = [int(item) for item in items]
             sources.append(_EdgeSource(network, edge, items, queue))
         collected = {key: [] for key in edge_out}
-        agcu_edges = {agcu_edge(agcu.index, self.rows) for agcu in agcus}
+        agcu_edges = {self.agcu_edges[agcu.index] for agcu in agcus}
         components = sources + agcus + [net for net in switches if net.active()] + units
         moved_total = 0
         done_tokens = 0
@@ -1212,11 +1280,11 @@ class FunctionalArray:
                 if network == "control":
                     done_tokens += sum(queue.items)
                     for agcu in agcus:
-                        if agcu_edge(agcu.index, self.rows) == edge and DONE in queue.items:
+                        if self.agcu_edges[agcu.index] == edge and DONE in queue.items:
                             agcu.done_seen = True
                 elif network == "scalar":
                     for agcu in agcus:
-                        if agcu_edge(agcu.index, self.rows) == edge:
+                        if self.agcu_edges[agcu.index] == edge:
                             scalar_results[agcu.index] += queue.items
                 collected[network, edge].extend(queue.items)
                 moved += len(queue.items)
@@ -1292,10 +1360,15 @@ class FunctionalArray:
 
 def run_program(program, *, compute=True, stages=4, capacity_bytes=65536,
                 max_items=50_000_000):
-    """Build a :class:`FunctionalArray` of ``program.geometry`` and run ``program``
-    (:meth:`FunctionalArray.run_program`)."""
+    """Run ``program`` on a fresh :class:`rdu.machine_model.FunctionalMachine` of
+    ``program.geometry`` (rows, cols, lanes, agcus, agcu_positions) with these
+    parameters: the program is loaded through AGCU 0's ``PROGRAM_LOAD`` as the
+    hardware does. Returns ``({name: uint32 array}, RunResult)``; a rejected bitstream
+    raises :class:`LoaderError` (also a ``BitstreamError``)."""
+    from .machine import Machine
+    from .machine_model import FunctionalMachine
     geometry = program.geometry
-    array = FunctionalArray(geometry["rows"], geometry["cols"], geometry["lanes"],
-                            compute=compute, stages=stages, capacity_bytes=capacity_bytes,
-                            agcus=geometry.get("agcus", 2))
-    return array.run_program(program, max_items=max_items)
+    machine = Machine(rows=geometry["rows"], cols=geometry["cols"], lanes=geometry["lanes"],
+                      stages=stages, pmu_bytes=capacity_bytes, agcus=geometry.get("agcus", 2),
+                      agcu_positions=geometry.get("agcu_positions"), compute=compute)
+    return FunctionalMachine(machine, max_items=max_items).run_program(program)
