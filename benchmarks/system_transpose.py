@@ -18,7 +18,9 @@ import numpy as np
 from rdu.sim.runner import run_amaranth, run_verilator
 
 from hdl.system import RDUSystem
-from tb.suites.system import load_outputs, run_program, transpose_program
+from rdu.sim.host import load_outputs, run_program
+
+from tb.suites.system import transpose_program
 
 LANES = 4
 

@@ -33,19 +33,26 @@ class StreamFIFO(wiring.Component):
         Read side.
     level : Out(range(depth + 1))
         Number of items held.
+    flush : In(1)
+        Only with ``flush=True``: empty the FIFO at the next edge (an item offered in
+        the same cycle is dropped too).
     """
-    def __init__(self, shape, depth):
+    def __init__(self, shape, depth, *, flush=False):
         if not isinstance(depth, int) or isinstance(depth, bool):
             raise TypeError(f"FIFO depth must be an integer, not {depth!r}")
         if depth < 1:
             raise ValueError(f"FIFO depth must be at least 1, not {depth}")
         self._shape = shape
         self._depth = depth
-        super().__init__({
+        self._flush = bool(flush)
+        members = {
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
             "level": Out(range(depth + 1)),
-        })
+        }
+        if flush:
+            members["flush"] = In(1)
+        super().__init__(members)
 
     @property
     def depth(self):
@@ -92,5 +99,8 @@ class StreamFIFO(wiring.Component):
             m.d.sync += self.level.eq(self.level + 1)
         with m.Elif(pop & ~push):
             m.d.sync += self.level.eq(self.level - 1)
+        if self._flush:
+            with m.If(self.flush):
+                m.d.sync += [self.level.eq(0), read_ptr.eq(0), write_ptr.eq(0)]
         return m
 

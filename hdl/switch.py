@@ -154,8 +154,11 @@ class Switch(wiring.Component):
         sources = len(inputs)
         fifos = []
         for index, port in enumerate(inputs):
-            fifo = StreamFIFO(shape, self._fifo_depth)
+            # a configuration write empties the input FIFOs: a new program never sees
+            # items a previous one left in the network (unrouted DONE or release tokens)
+            fifo = StreamFIFO(shape, self._fifo_depth, flush=True)
             m.submodules[f"{name}_fifo{index}"] = fifo
+            m.d.comb += fifo.flush.eq(self.cfg.write)
             wiring.connect(m, wiring.flipped(port), fifo.i)
             fifos.append(fifo.o)
         restart = Signal(init=1, name=f"{name}_merge_restart")

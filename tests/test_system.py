@@ -297,3 +297,31 @@ def test_compiled_gemm_amaranth(m, n, k, sim_dir, seed):
     assert result["memory_errors"] == [] and result["unit_error"] == 0
     print(f"GEMM {m}x{n}x{k} on 2x2 (lanes 4): load {result['load_cycles']} cycles, run "
           f"{result['cycles']} cycles")
+
+
+def test_program_sequence_keeps_memory_amaranth(sim_dir, seed):
+    """Two launches on one system and memory (rdu.sim.host.run_programs): program 1
+    transposes A into HBM; program 2 has no image of its input, it transposes what
+    program 1 stored. The second launch's output is A again, measured from HBM; each
+    launch reports its own configuration and execution cycles."""
+    from rdu.sim.host import run_programs
+    first, expected_t = transpose_program(**SMALL, matrix_rows=8, matrix_cols=16, seed=seed,
+                                          name="first")
+    second, _ = transpose_program(**SMALL, matrix_rows=16, matrix_cols=8, seed=seed + 1,
+                                  input_address=first.outputs["a_t"][0],
+                                  output_address=first.outputs["a_t"][0] + 0x1_0000,
+                                  name="second")
+    second.inputs = {"a": (first.outputs["a_t"][0], None)}     # produced by program 1
+    original = first.inputs["a"][1]
+    dirs = [str(first.save(sim_dir / "p1")), str(second.save(sim_dir / "p2"))]
+    stats = run_amaranth(small_system(), run_programs, seed=seed, watchdog=5000,
+                         program_dirs=dirs, timeout=20_000, memory=FAST_MEMORY)
+    launches = stats.result["launches"]
+    assert [launch["program"] for launch in launches] == ["first", "second"]
+    with np.load(launches[0]["outputs_file"]) as out:
+        assert np.array_equal(out["a_t"], expected_t)
+    with np.load(launches[1]["outputs_file"]) as out:
+        assert np.array_equal(out["a_t"], np.asarray(original, np.uint32))
+    for launch in launches:
+        assert launch["load_cycles"] > 0 and launch["cycles"] > 0
+    assert stats.result["memory_errors"] == []

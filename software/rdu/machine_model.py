@@ -367,6 +367,8 @@ class FunctionalMachine:
         if clear:
             self.config_clear()
         for name, (address, words) in program.inputs.items():
+            if words is None:              # produced by an earlier program
+                continue
             try:
                 self.write(address, words)
             except ModelError as error:

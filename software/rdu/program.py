@@ -176,7 +176,7 @@ class Program:
         self.write(directory / "program.rdu")
         np.savez(directory / "inputs.npz",
                  **{name: np.asarray(words, dtype=np.uint32)
-                    for name, (_, words) in self.inputs.items()})
+                    for name, (_, words) in self.inputs.items() if words is not None})
         return directory
 
     @classmethod
@@ -189,6 +189,7 @@ class Program:
         images = directory / "inputs.npz"
         if images.exists():
             with np.load(images) as arrays:
-                program.inputs = {name: (address, arrays[name])
+                program.inputs = {name: (address, arrays[name] if name in arrays.files
+                                         else None)
                                   for name, (address, _) in program.inputs.items()}
         return program

@@ -117,32 +117,16 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
 
 
 def _run_model(programs, machine):
-    from .bitstream import BitstreamError
-    from .funcmodel import FlatMemory, FunctionalArray, ModelError
+    from .machine_model import FunctionalMachine
+    from .funcmodel import ModelError
+    model = FunctionalMachine(machine)
     results = []
-    memory = FlatMemory(machine.regions())
-    array = FunctionalArray(machine.rows, machine.cols, machine.lanes,
-                            compute=machine.compute, stages=machine.stages,
-                            capacity_bytes=machine.pmu_bytes, agcus=machine.agcus)
     for program in programs:
         start = time.perf_counter()
-        where = f"program {program.name!r} on the functional model"
         try:
-            for address, words in program.inputs.values():
-                if words is not None:
-                    memory.write_words(address, words)
-            memory.write_words(program.bitstream_address, program.bitstream)
-            array.load([int(word) for word in program.bitstream])
-            result = array.run(memory=memory, execute=list(program.execute))
-            outputs = {name: memory.read_words(address, count)
-                       for name, (address, count) in program.outputs.items()}
-        except BitstreamError as error:
-            raise RunFailure(f"{where}: bitstream rejected by the configuration loader: "
-                             f"{error}", "loader") from None
+            outputs, result = model.run_program(program)
         except ModelError as error:
-            raise RunFailure(f"{where}: {error}", type(error).__name__) from None
-        except ValueError as error:           # an image outside the mapped memory
-            raise RunFailure(f"{where}: {error}", "memory") from None
+            raise RunFailure(f"{error} (functional model)", type(error).__name__) from None
         results.append(RunResult({name: np.asarray(words, np.uint32)
                                   for name, words in outputs.items()}, None, "model",
                                  time.perf_counter() - start, counters=result.counters,

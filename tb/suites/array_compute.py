@@ -115,6 +115,6 @@ async def array_pmu_pcu_matmul(bench, *, rows, cols, lanes, k_len, stages=4,
     await bench.streams_done(timeout=2000)
     assert await bench.read("host.unit_error") == 0
     cycles = await bench.read("host.cycles")
-    return {"cycles": cycles, "macs": lanes * lanes * k_len, "bitstream": words,
+    return {"cycles": cycles, "bitstream": words,
             "edge_inputs": ports_to_json(edge_inputs),
             "expected_outputs": ports_to_json(expected_outputs)}

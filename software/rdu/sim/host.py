@@ -227,6 +227,7 @@ class HostDriver:
         the edge that accepted ``PROGRAM_LOAD`` to the verdict)."""
         bench, name = self.bench, program.name
         self.write(program.bitstream_address, program.bitstream)
+        await bench.cycles(1)               # no set() after a read() in the same cycle
         bench.set("host.config_clear", 1)
         await bench.cycles(1)
         bench.set("host.config_clear", 0)
