@@ -40,10 +40,10 @@ test-fast: $(STAMP)
 GEMM   ?= --m 64 --n 64 --k 64 --seed 1
 
 sim: $(STAMP)
-	$(RDU) run gemm $(GEMM) --sim verilator --save build/sim/gemm
+	$(RDU) sim $(GEMM) --save build/sim/gemm
 
 waves: $(STAMP)
-	$(RDU) run gemm $(GEMM) --sim verilator --waves build/waves/gemm.vcd
+	$(RDU) sim $(GEMM) --waves build/waves/gemm.vcd
 
 verilog: $(STAMP)
 	$(RDU) verilog -o build/verilog --lint

@@ -15,11 +15,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from rdu.sim.host import load_outputs, run_program
 from rdu.sim.runner import run_amaranth, run_verilator
 
 from hdl.system import RDUSystem
-from rdu.sim.host import load_outputs, run_program
-
 from tb.suites.system import transpose_program
 
 LANES = 4

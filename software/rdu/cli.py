@@ -126,6 +126,11 @@ def _check_output(path, directory=False):
     """Fail now, before any work, if ``path`` cannot be written."""
     path = Path(path)
     target = path if directory else path.parent
+    blocking = next((parent for parent in [target, *target.parents]
+                     if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise CommandError(f"cannot write {'directory' if directory else 'file'} {path}: "
+                           f"{blocking} is a file, not a directory")
     try:
         target.mkdir(parents=True, exist_ok=True)
         probe = target / f".rdu-write-test-{id(path)}"
@@ -146,8 +151,8 @@ def _load_array(path, option):
         return np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise CommandError(f"{option} {path}: no such file") from None
-    except (ValueError, OSError) as error:
-        raise CommandError(f"{option} {path}: not a .npy array ({error})") from None
+    except (ValueError, OSError):
+        raise CommandError(f"{option} {path}: not a .npy array of numbers") from None
 
 
 def _program_for(args):
@@ -463,6 +468,13 @@ def _report(report, as_json):
         print(f"{key:<{width}}  {value}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``rdu run: error: ...``), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Help that shows every option's default (where it has one)."""
 
@@ -475,13 +487,14 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rdu", formatter_class=_Formatter,
         description="Reconfigurable Dataflow Unit model: compile kernels into programs, "
                     "inspect them, run them on the functional model or the RTL.",
         epilog="Exit status: 0 ok, 1 a result differs from its reference, 2 bad input or "
                "a run that did not end cleanly (one line on stderr says what and where).")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
 
     def command(name, help_text, description=None):
         return commands.add_parser(name, help=help_text, description=description or help_text,

@@ -117,8 +117,8 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
 
 
 def _run_model(programs, machine):
-    from .machine_model import FunctionalMachine
     from .funcmodel import ModelError
+    from .machine_model import FunctionalMachine
     model = FunctionalMachine(machine)
     results = []
     for program in programs:
