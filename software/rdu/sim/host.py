@@ -169,12 +169,12 @@ class HostDriver:
         that accepted it to ``done``). Raises :class:`RunError` naming the AGCU and its
         :class:`AGCUError` when the command ends with an error."""
         op = AGCUOp(op)
-        what = what or f"AGCU {agcu} {op.name}"
+        what = what or f"AGCU {agcu} command"
         await self._issue([agcu], command_word(op, src=src, dst=dst, length=length),
                           timeout, what)
         await self._end_issue([agcu])
         cycles = await self._wait_done([agcu], timeout, what)
-        await self._check_agcu(agcu, what)
+        await self._check_agcu(agcu, what, op.name)
         return cycles[agcu]
 
     async def _wait_done(self, agcus, timeout, what, *, name=None):
@@ -213,11 +213,11 @@ class HostDriver:
             await bench.cycles(1)
             elapsed += 1
 
-    async def _check_agcu(self, agcu, what):
+    async def _check_agcu(self, agcu, what, op):
         code = await self.bench.read(f"agcu_error.{agcu}")
         if code != AGCUError.NONE:
             detail = f"; memory: {self.mem.errors[0]}" if self.mem.errors else ""
-            raise RunError(f"{what}: AGCU {agcu} ended with {_error_name(code)} "
+            raise RunError(f"{what}: AGCU {agcu} ended {op} with {_error_name(code)} "
                            f"(code {code}){detail}")
 
     # -- programs --------------------------------------------------------------------------
@@ -269,7 +269,7 @@ class HostDriver:
         bench.set("host.start", 0)
         finished = await self._wait_done(execute, timeout, f"program {name!r}", name=name)
         for k in execute:
-            await self._check_agcu(k, f"program {name!r}: EXECUTE")
+            await self._check_agcu(k, f"program {name!r}", "EXECUTE")
         array_done = await bench.read("host.done")
         array_cycles = await bench.read("host.cycles") if array_done else None
         return {"cycles": max(finished.values()),
