@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from .agcu import AGCU, agcu_command_layout, agcu_config_layout
 from .array import HostPort, TileArray
 from .interfaces import WORD_BITS, AXI4Signature, config_words
+from .switch import FIFO_DEPTH
 
 __all__ = ["agcu_position", "agcu_edge", "position_edge", "default_agcu_positions", "RDUSystem"]
 
@@ -112,7 +113,7 @@ class RDUSystem(wiring.Component):
     """
 
     def __init__(self, rows=4, cols=4, lanes=8, *, agcus=2, compute_unit="hdl.pcu:PCU",
-                 capacity_bytes=65536, fifo_depth=2, idle_timeout=4096,
+                 capacity_bytes=65536, fifo_depth=FIFO_DEPTH, idle_timeout=4096,
                  agcu_positions=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or isinstance(value, bool):
