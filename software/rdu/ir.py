@@ -25,6 +25,8 @@ Example::
 
 from dataclasses import dataclass, field
 
+from . import affine
+
 __all__ = ["IRError", "AccessPattern", "Tensor", "Port", "Stream", "Merge", "Node", "Load",
            "Store",
            "Buffer", "Compute", "Kernel", "DTYPES", "MEMORIES", "NETWORKS"]
@@ -67,15 +69,12 @@ class AccessPattern:
 
     @property
     def length(self):
-        return self.counts[0] * self.counts[1] * self.counts[2]
+        return affine.beats(self.counts)
 
     def addresses(self):
-        """Every address in order (the reference the hardware generators must match)."""
-        for i2 in range(self.counts[2]):
-            for i1 in range(self.counts[1]):
-                for i0 in range(self.counts[0]):
-                    yield (self.start + i0 * self.strides[0] + i1 * self.strides[1]
-                           + i2 * self.strides[2])
+        """Every address in order (:func:`rdu.affine.iter_addresses`, the reference the
+        hardware generators must match)."""
+        return affine.iter_addresses(self.start, self.counts, self.strides)
 
     def span(self):
         """(lowest, highest) address touched."""
