@@ -6,6 +6,7 @@ import pytest
 from amaranth.lib import data
 from rdu import pcu_model
 
+from hdl.fp import Op
 from hdl.interfaces import config_words
 from hdl.pcu import PCU, pcu_config_layout
 from tb.runner import run_amaranth, run_verilator
@@ -21,7 +22,7 @@ from tb.suites.pcu import (
 )
 from tb.verilator import build
 
-ALL_OPS = list(range(17))
+ALL_OPS = [int(op) for op in Op]
 SHAPES = [(4, 3, 4), (9, 20, 7), (1, 1, 1)]
 
 

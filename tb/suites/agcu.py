@@ -4,6 +4,7 @@ import numpy as np
 from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
+from rdu import affine
 from rdu.memory_map import DDR, HBM
 
 from hdl.agcu import AGCU, AGCUError, AGCUOp, agcu_command_layout, agcu_config_layout
@@ -24,10 +25,10 @@ _CONFIG = agcu_config_layout()
 # -- references --------------------------------------------------------------------------
 
 def pattern_addresses(pattern):
-    """Beat addresses of a three-level affine pattern, innermost level first."""
-    base, counts, strides = pattern["base"], pattern["count"], pattern["stride"]
-    return [(base + i0 * strides[0] + i1 * strides[1] + i2 * strides[2]) & MASK32
-            for i2 in range(counts[2]) for i1 in range(counts[1]) for i0 in range(counts[0])]
+    """Beat addresses of a three-level affine pattern, innermost level first
+    (:func:`rdu.affine.iter_addresses`, modulo 2**32)."""
+    return list(affine.iter_addresses(pattern["base"], pattern["count"], pattern["stride"],
+                                      mask=MASK32))
 
 
 def reference_bursts(pattern, max_burst=16, beat=BEAT):

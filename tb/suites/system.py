@@ -17,7 +17,7 @@ from rdu.program import Program
 from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout, agcu_config_layout
 from hdl.config_net import LoaderState
 from hdl.pmu import pmu_config_layout
-from hdl.switch import Source
+from hdl.switch import Direction, Source
 from sim_models.memory import ddr_model, hbm_model, host_link_model
 from sim_models.memory_system import MemorySystem
 
@@ -28,7 +28,7 @@ from .pmu import pattern, pmu_config
 __all__ = ["RunError", "system_memory", "check_program", "run_program", "load_outputs",
            "transpose_program", "program_and_run"]
 
-NORTH, EAST, SOUTH, WEST = range(4)
+NORTH, EAST, SOUTH, WEST = Direction
 WORD_BYTES = 4
 #: Total output words returned inline in the result (more: only in the .npz file).
 INLINE_OUTPUT_WORDS = 1 << 16
