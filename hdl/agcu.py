@@ -39,7 +39,7 @@ from .interfaces import (
 )
 from .stream_fifo import StreamFIFO
 
-__all__ = ["AGCUOp", "AGCUError", "pattern_layout", "agcu_config_layout",
+__all__ = ["BURST_BOUNDARY", "AGCUOp", "AGCUError", "pattern_layout", "agcu_config_layout",
            "agcu_command_layout", "AffineBurstGenerator", "AGCU"]
 
 #: AXI4 bursts never cross a 4 KiB boundary.

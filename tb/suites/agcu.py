@@ -7,7 +7,14 @@ from amaranth.lib.wiring import Out
 from rdu import affine
 from rdu.memory_map import DDR, HBM
 
-from hdl.agcu import AGCU, AGCUError, AGCUOp, agcu_command_layout, agcu_config_layout
+from hdl.agcu import (
+    AGCU,
+    BURST_BOUNDARY,
+    AGCUError,
+    AGCUOp,
+    agcu_command_layout,
+    agcu_config_layout,
+)
 from hdl.interfaces import ControlToken
 from sim_models.memory_system import default_memory_system
 
@@ -35,18 +42,18 @@ def reference_bursts(pattern, max_burst=16, beat=BEAT):
     """The bursts the AGCU must issue for ``pattern`` (runs, then coalescing)."""
     runs = []
     base, counts, strides = pattern["base"], pattern["count"], pattern["stride"]
-    for i2 in range(counts[2]):
-        for i1 in range(counts[1]):
-            row = (base + i1 * strides[1] + i2 * strides[2]) & MASK32
-            if strides[0] != beat:
-                runs += [((row + i0 * strides[0]) & MASK32, 1) for i0 in range(counts[0])]
-                continue
-            i0 = 0
-            while i0 < counts[0]:
-                addr = (row + i0 * beat) & MASK32
-                run = min(counts[0] - i0, (4096 - addr % 4096) // beat, max_burst)
-                runs.append((addr, run))
-                i0 += run
+    # the first beat of each innermost row (rdu.affine: the loop without level 0)
+    for row in affine.iter_addresses(base, (1, counts[1], counts[2]),
+                                     (0, strides[1], strides[2]), mask=MASK32):
+        if strides[0] != beat:
+            runs += [((row + i0 * strides[0]) & MASK32, 1) for i0 in range(counts[0])]
+            continue
+        i0 = 0
+        while i0 < counts[0]:
+            addr = (row + i0 * beat) & MASK32
+            run = min(counts[0] - i0, (BURST_BOUNDARY - addr % BURST_BOUNDARY) // beat, max_burst)
+            runs.append((addr, run))
+            i0 += run
     bursts = []
     for addr, run in runs:
         if bursts:
