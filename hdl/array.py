@@ -12,6 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config_net import ConfigNetwork, ConfigStatus, LoaderState, UnitKind
 from .interfaces import (
+    NETWORKS,
     WORD_BITS,
     ConfigPort,
     ControlToken,
@@ -203,7 +204,7 @@ class TileArray(wiring.Component):
     def _perf_counters(self):
         counters = []
         for (row, col), switch in self.switches.items():
-            for network in ("vector", "scalar", "control"):
+            for network in NETWORKS:
                 counters.append((f"switch({row},{col}).{network}_stall_cycles",
                                  getattr(switch, f"{network}_stall_cycles")))
         for (row, col), unit in self.units.items():
@@ -282,7 +283,7 @@ class TileArray(wiring.Component):
 
         # ---- mesh links ----------------------------------------------------------------
         for (row, col), switch in self.switches.items():
-            for network in ("vector", "scalar", "control"):
+            for network in NETWORKS:
                 outs = getattr(switch, f"{network}_out")
                 if col + 1 < cols:
                     east = getattr(self.switches[row, col + 1], f"{network}_in")
@@ -296,7 +297,7 @@ class TileArray(wiring.Component):
                     wiring.connect(m, north_out[NORTH], getattr(switch, f"{network}_in")[SOUTH])
 
         # ---- edge ports (inputs held off until the array is started) ---------------------------
-        for network in ("vector", "scalar", "control"):
+        for network in NETWORKS:
             edge_in = getattr(self, f"agcu_{network}_in")
             edge_out = getattr(self, f"agcu_{network}_out")
             for row in range(rows):

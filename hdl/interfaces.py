@@ -32,7 +32,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = [
-    "WORD_BITS",
+    "WORD_BITS", "NETWORKS",
     "vector_layout", "vector_stream", "scalar_stream", "control_stream",
     "ControlToken",
     "ConfigPort", "ConfigRegister", "config_words",
@@ -42,6 +42,9 @@ __all__ = [
 #: Width of one lane of the vector network, of the scalar network and of a
 #: configuration word.
 WORD_BITS = 32
+#: The three networks every switch and unit port belongs to (``vector_in``, ``scalar_in``,
+#: ``control_in``, ...), in the order the switches, the array and the tools list them.
+NETWORKS = ("vector", "scalar", "control")
 
 
 def _check_lanes(lanes):

@@ -57,6 +57,8 @@ REDECLARATIONS = [
      re.compile(r"\b(MODE_SIMD|REDUCE_NONE|TAIL_NONE)\b[\w\s,]*=\s*\d"), ()),
     ("the affine loop (use rdu.affine)",
      re.compile(r"\bi2\s*\*\s*\w*\[?\s*[\"']?strides?\b"), ("software/rdu/affine.py",)),
+    ("the network names (use hdl.interfaces.NETWORKS)",
+     re.compile(r"=\s*\(\s*\"vector\",\s*\"scalar\",\s*\"control\"\s*\)"), ()),
     ("a systolic accumulation (use rdu.pcu_model.systolic_accumulate)",
      re.compile(r"fpmodel\.add\(\s*acc\b"), ("software/rdu/pcu_model.py",)),
 ]

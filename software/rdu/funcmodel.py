@@ -23,7 +23,7 @@ import numpy as np
 from hdl.agcu import agcu_config_layout
 from hdl.array import unit_kind_at
 from hdl.fp import Op
-from hdl.interfaces import ControlToken, config_words
+from hdl.interfaces import NETWORKS, ControlToken, config_words
 from hdl.pcu import FIFO_DEPTH as PCU_FIFO_DEPTH
 from hdl.pcu import Mode, Reduce, Tail, pcu_config_layout
 from hdl.pcu import Source as OperandSource
@@ -45,7 +45,6 @@ __all__ = ["ModelError", "ModelDeadlock", "UnitError", "FlatMemory", "RunResult"
 # Switch input indices (hdl.switch.Port: the four directions, then the unit's output).
 NORTH, EAST, SOUTH, WEST, LOCAL = Port
 DIRECTION_NAMES = NARROW_OUTPUTS
-NETWORKS = ("vector", "scalar", "control")
 OPPOSITE = {direction: direction.opposite for direction in Direction}
 # Control tokens as plain ints (hdl.interfaces.ControlToken).
 STEP, DONE = int(ControlToken.STEP), int(ControlToken.DONE)

@@ -25,6 +25,8 @@ Example::
 
 from dataclasses import dataclass, field
 
+from hdl.interfaces import NETWORKS
+
 from . import affine
 
 __all__ = ["IRError", "AccessPattern", "Tensor", "Port", "Stream", "Merge", "Node", "Load",
@@ -33,7 +35,6 @@ __all__ = ["IRError", "AccessPattern", "Tensor", "Port", "Stream", "Merge", "Nod
 
 DTYPES = {"bf16": 2, "fp32": 4, "int32": 4}
 MEMORIES = ("hbm", "ddr")
-NETWORKS = ("vector", "scalar", "control")
 COMPUTE_OPS = ("matmul", "map", "reduce", "exp", "reciprocal")
 
 

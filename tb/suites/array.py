@@ -12,7 +12,7 @@ from rdu.bitstream import (
 )
 
 from hdl.config_net import ConfigStatus, LoaderState
-from hdl.interfaces import ControlToken, config_words
+from hdl.interfaces import NETWORKS, ControlToken, config_words
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Direction, Source, VectorOutput, switch_config_layout
 
@@ -21,7 +21,6 @@ from .pmu import PMUModel, affine_addresses, pattern, pmu_config
 
 NORTH, EAST, SOUTH, WEST = Direction
 LOCAL0 = VectorOutput.LOCAL0
-NETWORKS = ("vector", "scalar", "control")
 
 
 def array_targets(rows, cols, agcus, agcu_words):

@@ -1,5 +1,6 @@
 """Test bodies of :class:`hdl.switch.Switch`: random static routes with multicast and merges."""
 
+from hdl.interfaces import NETWORKS
 from hdl.switch import (
     MERGE_SOURCES,
     NARROW_OUTPUTS,
@@ -64,7 +65,7 @@ async def switch_random_routes(bench, *, lanes, count, in_stall="random", out_st
         bench.agents.sources.clear()
         bench.agents.sinks.clear()
     stalls = [await bench.read(f"{network}_stall_cycles")
-              for network in ("vector", "scalar", "control")]
+              for network in NETWORKS]
     return {"delivered": total, "multicasts": multicasts, "stall_cycles": stalls}
 
 
@@ -87,7 +88,6 @@ async def switch_disabled_holds(bench, *, lanes):
 
 # -- merge outputs ---------------------------------------------------------------------
 
-NETWORKS = ("vector", "scalar", "control")
 SOURCES = MERGE_SOURCES         # inputs per network, index = Source - 1 (hdl.switch.Port)
 
 
