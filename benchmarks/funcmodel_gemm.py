@@ -19,12 +19,13 @@ from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
 from rdu.funcmodel import FunctionalArray
 from rdu.unitconfig import pack_config
 
+from hdl.array import is_compute_position
 from hdl.pcu import pcu_config_layout
 from hdl.pmu import pmu_config_layout
-from hdl.switch import Source, switch_config_layout
+from hdl.switch import Port, Source, VectorOutput, switch_config_layout
 
 ROWS = COLS = 4
-NORTH, EAST, SOUTH, WEST, LOCAL0, LOCAL1 = range(6)
+NORTH, EAST, SOUTH, WEST, LOCAL0, LOCAL1 = VectorOutput
 N, E, S, W, L = Source.NORTH, Source.EAST, Source.SOUTH, Source.WEST, Source.LOCAL
 
 
@@ -33,8 +34,9 @@ def gemm_layout(lanes, k_len, tiles):
     routes = {}
 
     def route(row, col, network, output, source):
-        table = routes.setdefault((row, col), {"vector": [0] * 6, "scalar": [0] * 5,
-                                               "control": [0] * 5})
+        table = routes.setdefault((row, col), {"vector": [0] * len(VectorOutput),
+                                               "scalar": [0] * len(Port),
+                                               "control": [0] * len(Port)})
         assert table[network][output] in (0, source), (row, col, network, output)
         table[network][output] = source
 
@@ -42,7 +44,7 @@ def gemm_layout(lanes, k_len, tiles):
     pmu_edges = {}
     for r in range(ROWS):
         east = ROWS + r
-        if r % 2 == 0:
+        if is_compute_position(r, 0):
             pmu_edges[r, 1] = r                        # west edge -> (r,0) -> PMU (r,1)
             route(r, 0, "vector", EAST, W)
             route(r, 1, "vector", LOCAL0, W)
@@ -54,7 +56,7 @@ def gemm_layout(lanes, k_len, tiles):
             route(r + 1, 0, "vector", NORTH, L)
             route(r, 0, "vector", LOCAL1, S)
             route(r, 0, "vector", WEST, L)
-            route(r, 0, "control", 4, W)
+            route(r, 0, "control", Port.LOCAL, W)
             route(r, 0, "control", WEST, L)
             pcus[r, 0] = ((r, 1), (r + 1, 0), r)
             # PCU (r,2): in0 from PMU (r,3), in1 from PMU (r+1,2), out east
@@ -65,7 +67,7 @@ def gemm_layout(lanes, k_len, tiles):
             route(r, 2, "vector", EAST, L)
             route(r, 3, "vector", EAST, W)
             route(r, 3, "control", WEST, E)
-            route(r, 2, "control", 4, E)
+            route(r, 2, "control", Port.LOCAL, E)
             route(r, 2, "control", EAST, L)
             route(r, 3, "control", EAST, W)
             pcus[r, 2] = ((r, 3), (r + 1, 2), east)
@@ -83,7 +85,7 @@ def gemm_layout(lanes, k_len, tiles):
             route(r, 1, "vector", WEST, L)
             route(r, 0, "vector", WEST, E)
             route(r, 0, "control", EAST, W)
-            route(r, 1, "control", 4, W)
+            route(r, 1, "control", Port.LOCAL, W)
             route(r, 1, "control", WEST, L)
             route(r, 0, "control", WEST, E)
             pcus[r, 1] = ((r, 0), (r - 1, 1), r)
@@ -93,7 +95,7 @@ def gemm_layout(lanes, k_len, tiles):
             route(r - 1, 3, "vector", SOUTH, L)
             route(r, 3, "vector", LOCAL1, N)
             route(r, 3, "vector", EAST, L)
-            route(r, 3, "control", 4, E)
+            route(r, 3, "control", Port.LOCAL, E)
             route(r, 3, "control", EAST, L)
             pcus[r, 3] = ((r, 2), (r - 1, 3), east)
     block = {"start": 0, "stride": [lanes, lanes, 0], "bound": [1, k_len, 1], "lane_stride": 1}

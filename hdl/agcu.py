@@ -21,10 +21,8 @@ Structure
   (kernel execute) or from the read engine (copy).
 """
 
-import enum
-
 from amaranth import Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .interfaces import (
@@ -41,15 +39,16 @@ from .interfaces import (
 )
 from .stream_fifo import StreamFIFO
 
-__all__ = ["AGCUOp", "AGCUError", "pattern_layout", "agcu_config_layout",
+__all__ = ["BURST_BOUNDARY", "AGCUOp", "AGCUError", "pattern_layout", "agcu_config_layout",
            "agcu_command_layout", "AffineBurstGenerator", "AGCU"]
 
 #: AXI4 bursts never cross a 4 KiB boundary.
 BURST_BOUNDARY = 4096
 
 
-class AGCUOp(enum.IntEnum):
-    """Host command opcodes (``cmd.op``)."""
+class AGCUOp(enum.IntEnum, shape=3):
+    """Host command opcodes (``cmd.op``; the field is ``unsigned(3)`` so that a bad opcode
+    can be sent and reported as ``BAD_OPCODE``)."""
     COPY = 1            #: copy ``length`` bytes from ``src`` to ``dst``
     PROGRAM_LOAD = 2    #: read ``length`` bytes at ``src``, send them as 32-bit words
                         #: on ``bitstream_out``
@@ -58,7 +57,7 @@ class AGCUOp(enum.IntEnum):
     EXECUTE = 4         #: run the configured load/store patterns (kernel execute)
 
 
-class AGCUError(enum.IntEnum):
+class AGCUError(enum.IntEnum, shape=4):
     """Error codes on ``error`` (valid with ``done``; the first error of a command wins)."""
     NONE = 0
     BAD_OPCODE = 1      #: unknown ``cmd.op``
@@ -101,7 +100,7 @@ def agcu_config_layout(addr_width=32):
 def agcu_command_layout(addr_width=32):
     """A host command (``cmd`` payload)."""
     return data.StructLayout({
-        "op": unsigned(3),
+        "op": AGCUOp.as_shape(),
         "src": unsigned(addr_width),
         "dst": unsigned(addr_width),
         "length": unsigned(32),         # bytes
@@ -335,7 +334,7 @@ class AGCU(wiring.Component):
             "cmd": In(stream.Signature(self.command_layout)),
             "busy": Out(1),
             "done": Out(1),
-            "error": Out(4),
+            "error": Out(AGCUError),
             "scalar_result": Out(WORD_BITS),
             "scalar_count": Out(WORD_BITS),
         })
@@ -357,9 +356,9 @@ class AGCU(wiring.Component):
         m.submodules.read_fifo = read_fifo = StreamFIFO(data_width, self.buffer_depth)
         m.submodules.write_lengths = write_lengths = StreamFIFO(8, max_out)
 
-        mode = Signal(3)
+        mode = Signal(AGCUOp.as_shape())
         busy = Signal()
-        error = Signal(4)
+        error = Signal(AGCUError)
         m.d.comb += [self.busy.eq(busy), self.error.eq(error)]
 
         def flag(code):

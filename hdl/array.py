@@ -10,8 +10,9 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config_net import ConfigNetwork, LoaderState, UnitKind
+from .config_net import ConfigNetwork, ConfigStatus, LoaderState, UnitKind
 from .interfaces import (
+    NETWORKS,
     WORD_BITS,
     ConfigPort,
     ControlToken,
@@ -22,11 +23,24 @@ from .interfaces import (
 )
 from .pmu import PMU
 from .shared import share
-from .switch import Switch
+from .switch import FIFO_DEPTH, Direction, Switch
 
-__all__ = ["HostPort", "TileArray", "NORTH", "EAST", "SOUTH", "WEST"]
+__all__ = ["HostPort", "TileArray", "is_compute_position", "unit_kind_at",
+           "NORTH", "EAST", "SOUTH", "WEST"]
 
-NORTH, EAST, SOUTH, WEST = range(4)
+NORTH, EAST, SOUTH, WEST = Direction.NORTH, Direction.EAST, Direction.SOUTH, Direction.WEST
+
+
+def is_compute_position(row, col):
+    """Whether grid position ``(row, col)`` holds a compute unit (PCU): the checkerboard
+    rule, ``row + col`` even. The other positions hold PMUs."""
+    return (row + col) % 2 == 0
+
+
+def unit_kind_at(row, col, compute=True):
+    """The :class:`UnitKind` at ``(row, col)``: a PCU on a compute position when the
+    array has compute units (``compute``), else a PMU."""
+    return UnitKind.PCU if compute and is_compute_position(row, col) else UnitKind.PMU
 
 
 class HostPort(wiring.Signature):
@@ -38,9 +52,9 @@ class HostPort(wiring.Signature):
         Pulse: run the loaded configuration (ignored unless ``config_state`` is LOADED).
     config_clear : Out(1)
         Forget a rejected or loaded bitstream and wait for a new one.
-    config_state : In(2)
+    config_state : In(LoaderState)
         ``LoaderState``: EMPTY, LOADING, LOADED, ERROR.
-    error : In(3)
+    error : In(ConfigStatus)
         ``ConfigStatus`` of the last bitstream (0 = accepted).
     unit_error : In(1)
         Some unit reports an error (PMU ``error`` codes are perf counters).
@@ -60,8 +74,8 @@ class HostPort(wiring.Signature):
         super().__init__({
             "start": Out(1),
             "config_clear": Out(1),
-            "config_state": In(2),
-            "error": In(3),
+            "config_state": In(LoaderState),
+            "error": In(ConfigStatus),
             "unit_error": In(1),
             "running": In(1),
             "done": In(1),
@@ -93,7 +107,7 @@ def _unit_config_words(unit):
 class TileArray(wiring.Component):
     """``rows x cols`` grid: a unit and a :class:`Switch` at each position.
 
-    Compute positions are those with ``(row + col)`` even (a checkerboard with PMUs);
+    Compute positions are those of :func:`is_compute_position` (a checkerboard with PMUs);
     they hold ``compute_unit(lanes=lanes)`` when a compute unit is given, and PMUs
     otherwise.
 
@@ -129,7 +143,7 @@ class TileArray(wiring.Component):
     agcu_cfg : Out(ConfigPort()).array(agcus)
     """
     def __init__(self, rows=4, cols=4, lanes=8, *, compute_unit=None, capacity_bytes=65536,
-                 fifo_depth=2, agcus=2, agcu_config_words=16, idle_timeout=4096):
+                 fifo_depth=FIFO_DEPTH, agcus=2, agcu_config_words=16, idle_timeout=4096):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"Array {name} must be an integer, not {value!r}")
@@ -170,10 +184,10 @@ class TileArray(wiring.Component):
         })
 
     def is_compute(self, row, col):
-        return self._compute_unit is not None and (row + col) % 2 == 0
+        return self._compute_unit is not None and is_compute_position(row, col)
 
     def unit_kind(self, row, col):
-        return UnitKind.PCU if self.is_compute(row, col) else UnitKind.PMU
+        return unit_kind_at(row, col, self._compute_unit is not None)
 
     def config_targets(self):
         """``[(kind, row, col, words)]`` in configuration-bus (and readback) order: for each
@@ -190,7 +204,7 @@ class TileArray(wiring.Component):
     def _perf_counters(self):
         counters = []
         for (row, col), switch in self.switches.items():
-            for network in ("vector", "scalar", "control"):
+            for network in NETWORKS:
                 counters.append((f"switch({row},{col}).{network}_stall_cycles",
                                  getattr(switch, f"{network}_stall_cycles")))
         for (row, col), unit in self.units.items():
@@ -271,7 +285,7 @@ class TileArray(wiring.Component):
 
         # ---- mesh links ----------------------------------------------------------------
         for (row, col), switch in self.switches.items():
-            for network in ("vector", "scalar", "control"):
+            for network in NETWORKS:
                 outs = getattr(switch, f"{network}_out")
                 if col + 1 < cols:
                     east = getattr(self.switches[row, col + 1], f"{network}_in")
@@ -285,7 +299,7 @@ class TileArray(wiring.Component):
                     wiring.connect(m, north_out[NORTH], getattr(switch, f"{network}_in")[SOUTH])
 
         # ---- edge ports (inputs held off until the array is started) ---------------------------
-        for network in ("vector", "scalar", "control"):
+        for network in NETWORKS:
             edge_in = getattr(self, f"agcu_{network}_in")
             edge_out = getattr(self, f"agcu_{network}_out")
             for row in range(rows):

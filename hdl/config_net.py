@@ -2,39 +2,47 @@
 readback. The format is in ``docs/bitstream.md`` and ``software/rdu/bitstream.py``."""
 
 from amaranth import Const, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .interfaces import WORD_BITS, ConfigPort
 
-__all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "ConfigStatus", "LoaderState", "UnitKind",
-           "crc32_word_matrix", "ConfigNetwork"]
+__all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "RECORD_COUNT_BITS", "MAX_RECORD_WORDS",
+           "ConfigStatus", "LoaderState", "UnitKind", "crc32_word_matrix", "ConfigNetwork"]
 
-# The same constants as software/rdu/bitstream.py (the hardware does not import it).
-MAGIC = 0x31554452      # the bytes "RDU1" as a little-endian word
+# The format's constants; software/rdu/bitstream.py (writer and reader) imports them.
+#: Word 0: the bytes "RDU1" read as a little-endian word (docs/bitstream.md).
+MAGIC = 0x31554452
+#: The format version the hardware accepts (and the compiler writes).
 VERSION = 1
+#: Header words of this version (readers accept longer headers and skip the rest).
 HEADER_WORDS = 5
+#: Width of a record header's word count (bits 0..7).
+RECORD_COUNT_BITS = 8
+#: Most configuration words one record carries.
+MAX_RECORD_WORDS = (1 << RECORD_COUNT_BITS) - 1
 
 
-class UnitKind:
+class UnitKind(enum.IntEnum, shape=4):
+    """Record unit kinds (bits 24..27 of a record header) and configuration-bus targets."""
     PCU = 1
     PMU = 2
     SWITCH = 3
     AGCU = 4
 
 
-class ConfigStatus:
-    """``config_error`` codes (identical to ``rdu.bitstream.ConfigStatus``)."""
+class ConfigStatus(enum.IntEnum, shape=3):
+    """``config_error`` codes of the loader (``rdu.bitstream`` raises the same codes)."""
     OK = 0
     BAD_MAGIC = 1
-    BAD_VERSION = 2
-    GEOMETRY = 3
-    LENGTH = 4
-    CRC = 5
-    BAD_RECORD = 6
+    BAD_VERSION = 2        # unsupported version, or a header shorter than 5 words
+    GEOMETRY = 3           # rows, cols or lanes differ from the array
+    LENGTH = 4             # truncated (stream stopped early) or a record overruns the payload
+    CRC = 5                # CRC-32 of the payload differs from header word 4
+    BAD_RECORD = 6         # unknown kind, no such unit, reserved bits set, too many words
 
 
-class LoaderState:
+class LoaderState(enum.IntEnum, shape=2):
     """``config_state`` values."""
     EMPTY = 0        # nothing loaded since reset or ``config_clear``
     LOADING = 1      # a bitstream is being received
@@ -98,9 +106,9 @@ class ConfigNetwork(wiring.Component):
     ports : Out(ConfigPort()).array(len(targets))
     clear : In(1)
         Leave ``ERROR``/``LOADED`` and expect a new bitstream header.
-    state : Out(2)
+    state : Out(LoaderState)
         :class:`LoaderState`.
-    error : Out(3)
+    error : Out(ConfigStatus)
         :class:`ConfigStatus` of the last bitstream.
     readback_start : In(1)
         Pulse: emit every target's configuration on ``readback``.
@@ -118,7 +126,7 @@ class ConfigNetwork(wiring.Component):
             raise ValueError("Configuration network targets must be distinct (kind, row, col)")
         for kind, row, col, words in targets:
             if not (1 <= kind <= 15 and 0 <= row <= 255 and 0 <= col <= 255 and
-                    1 <= words <= 255):
+                    1 <= words <= MAX_RECORD_WORDS):
                 raise ValueError(f"Bad configuration target {(kind, row, col, words)}")
         if not isinstance(idle_timeout, int) or idle_timeout < 2:
             raise ValueError(f"Idle timeout must be an integer of at least 2, "
@@ -130,8 +138,8 @@ class ConfigNetwork(wiring.Component):
             "bitstream": In(stream.Signature(WORD_BITS)),
             "ports": Out(ConfigPort()).array(len(targets)),
             "clear": In(1),
-            "state": Out(2),
-            "error": Out(3),
+            "state": Out(LoaderState),
+            "error": Out(ConfigStatus),
             "readback_start": In(1),
             "readback": Out(stream.Signature(WORD_BITS)),
             "readback_busy": Out(1),
@@ -166,7 +174,7 @@ class ConfigNetwork(wiring.Component):
 
         # ---- record lookup ----------------------------------------------------------
         rec_kind, rec_row = word[24:28], word[16:24]
-        rec_col, rec_count = word[8:16], word[:8]
+        rec_col, rec_count = word[8:16], word[:RECORD_COUNT_BITS]
         hit = Signal()
         hit_index = Signal(range(len(targets)))
         hit_words = Signal(9)

@@ -12,10 +12,8 @@ even, overflow gives infinity, every NaN result is ``0x7FC00000``. Multiply-add 
 unfused (two roundings).
 """
 
-import enum
-
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "fp32_add", "fp32_mul",
@@ -26,7 +24,11 @@ CANONICAL_NAN = 0x7FC00000
 POS_INF = 0x7F800000
 
 
-class Op(enum.IntEnum):
+#: Width of an operation code.
+OP_BITS = 5
+
+
+class Op(enum.IntEnum, shape=OP_BITS):
     """Operation codes of a SIMD stage (the ``op`` field of its configuration)."""
     PASS = 0        #: a
     ADD = 1         #: a + b
@@ -45,10 +47,6 @@ class Op(enum.IntEnum):
     ISUB = 14       #: a - b, INT32 wrapping
     ILT = 15        #: 1 if signed a < b else 0
     IEQ = 16        #: 1 if a == b else 0
-
-
-#: Width of an operation code.
-OP_BITS = 5
 
 
 class _Unpacked:
@@ -444,7 +442,7 @@ class FPLanes(wiring.Component):
 
 # -- tail special functions -----------------------------------------------------------------
 
-class SpecialFunction(enum.IntEnum):
+class SpecialFunction(enum.IntEnum, shape=2):
     """Function of :class:`SpecialFunctionUnit` (the PCU's ``tail`` field)."""
     NONE = 0
     EXP = 1

@@ -28,11 +28,11 @@ channels (``aw``, ``w``, ``b``, ``ar``, ``r``) whose payloads are ``lib.data`` s
 """
 
 from amaranth import Module, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = [
-    "WORD_BITS",
+    "WORD_BITS", "NETWORKS",
     "vector_layout", "vector_stream", "scalar_stream", "control_stream",
     "ControlToken",
     "ConfigPort", "ConfigRegister", "config_words",
@@ -42,6 +42,9 @@ __all__ = [
 #: Width of one lane of the vector network, of the scalar network and of a
 #: configuration word.
 WORD_BITS = 32
+#: The three networks every switch and unit port belongs to (``vector_in``, ``scalar_in``,
+#: ``control_in``, ...), in the order the switches, the array and the tools list them.
+NETWORKS = ("vector", "scalar", "control")
 
 
 def _check_lanes(lanes):
@@ -67,8 +70,8 @@ def scalar_stream():
     return stream.Signature(unsigned(WORD_BITS))
 
 
-class ControlToken:
-    """Meaning of the 1-bit control-network payload.
+class ControlToken(enum.IntEnum, shape=1):
+    """Meaning of the 1-bit control-network payload (the payload's shape).
 
     ``DONE`` (1) marks the end of a unit's work (its counter chain wrapped);
     ``STEP`` (0) is a plain token (a buffer filled or drained, a credit returned).
@@ -78,8 +81,9 @@ class ControlToken:
 
 
 def control_stream():
-    """Stream signature of the control network (producer's view): 1-bit tokens."""
-    return stream.Signature(unsigned(1))
+    """Stream signature of the control network (producer's view): 1-bit
+    :class:`ControlToken` tokens."""
+    return stream.Signature(ControlToken)
 
 
 # --------------------------------------------------------------------------------------
@@ -174,7 +178,7 @@ class ConfigRegister(wiring.Component):
 # AXI4
 # --------------------------------------------------------------------------------------
 
-class AXIResp:
+class AXIResp(enum.IntEnum, shape=2):
     """AXI4 ``BRESP``/``RRESP`` codes."""
     OKAY = 0b00
     EXOKAY = 0b01
@@ -182,7 +186,7 @@ class AXIResp:
     DECERR = 0b11
 
 
-class AXIBurst:
+class AXIBurst(enum.IntEnum, shape=2):
     """AXI4 ``AxBURST`` codes."""
     FIXED = 0b00
     INCR = 0b01

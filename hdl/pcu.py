@@ -5,15 +5,12 @@ systolic-mode streaming protocol and the error codes. :mod:`rdu.pcu_model` is th
 bit-exact reference model.
 """
 
-import enum
-
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from .fp import (
     FPALU,
-    OP_BITS,
     BF16MultiplyAccumulate,
     Op,
     SpecialFunctionUnit,
@@ -30,22 +27,24 @@ from .interfaces import (
 )
 from .stream_fifo import StreamFIFO
 
-__all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS",
+__all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS", "FIFO_DEPTH",
            "counter_layout", "stage_layout", "pcu_config_layout", "PCU"]
 
 #: Number of nested counters in the counter chain.
 COUNTERS = 3
 #: Width of a counter and of its min/max/stride fields.
 COUNTER_BITS = 16
+#: Depth of every header and tail FIFO (the default ``fifo_depth``).
+FIFO_DEPTH = 4
 
 
-class Mode(enum.IntEnum):
+class Mode(enum.IntEnum, shape=2):
     """Body of the PCU selected by the ``mode`` field."""
     SIMD = 0
     SYSTOLIC = 1
 
 
-class Source(enum.IntEnum):
+class Source(enum.IntEnum, shape=3):
     """Where a SIMD stage operand comes from (``src_a``/``src_b``/``src_c`` fields)."""
     PREV = 0        #: the previous stage's lane (stage 0: vector_in0)
     REG = 1         #: this stage's register: its own previous result in the inner loop
@@ -55,21 +54,21 @@ class Source(enum.IntEnum):
     COUNTER = 5     #: the innermost counter's value (an INT32), all lanes
 
 
-class Reduce(enum.IntEnum):
+class Reduce(enum.IntEnum, shape=2):
     """Cross-lane reduction at the end of the SIMD pipeline (to scalar_out)."""
     NONE = 0
     SUM = 1
     MAX = 2
 
 
-class Tail(enum.IntEnum):
+class Tail(enum.IntEnum, shape=2):
     """Special function of the tail (the ``tail`` field)."""
     NONE = 0
     EXP = 1         #: e**x (12-step iterative unit)
     RECIPROCAL = 2  #: 1/x (7-step iterative unit)
 
 
-class PCUError(enum.IntEnum):
+class PCUError(enum.IntEnum, shape=3):
     """Value of the ``error`` status output (sticky until the next configuration write)."""
     NONE = 0
     BAD_MODE = 1        #: ``mode`` is not a :class:`Mode`
@@ -93,10 +92,10 @@ def counter_layout():
 def stage_layout():
     """Configuration of one SIMD stage."""
     return data.StructLayout({
-        "op": unsigned(OP_BITS),
-        "src_a": unsigned(3),
-        "src_b": unsigned(3),
-        "src_c": unsigned(3),
+        "op": Op.as_shape(),
+        "src_a": Source.as_shape(),
+        "src_b": Source.as_shape(),
+        "src_c": Source.as_shape(),
         "constant": unsigned(32),
     })
 
@@ -113,13 +112,13 @@ def pcu_config_layout(lanes, stages):
     _check_lanes(lanes)
     _check_stages(stages)
     return data.StructLayout({
-        "mode": unsigned(2),
+        "mode": Mode.as_shape(),
         "counters": data.ArrayLayout(counter_layout(), COUNTERS),
         "scalar_in": unsigned(1),
         "emit_every": unsigned(1),
         "vector_out": unsigned(1),
-        "reduce": unsigned(2),
-        "tail": unsigned(2),
+        "reduce": Reduce.as_shape(),
+        "tail": Tail.as_shape(),
         "stages": data.ArrayLayout(stage_layout(), stages),
     })
 
@@ -183,12 +182,12 @@ class PCU(wiring.Component):
     cfg : In(ConfigPort())
     busy : Out(1)
         A run is in progress.
-    error : Out(3)
+    error : Out(PCUError)
         :class:`PCUError` of the last rejected start or dropped configuration write
         (0: none); cleared by a configuration write while idle.
     """
 
-    def __init__(self, lanes=8, stages=4, fifo_depth=4):
+    def __init__(self, lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
         _check_lanes(lanes)
         _check_stages(stages)
         if not isinstance(fifo_depth, int) or isinstance(fifo_depth, bool):
@@ -209,7 +208,7 @@ class PCU(wiring.Component):
             "control_out": Out(control_stream()),
             "cfg": In(ConfigPort()),
             "busy": Out(1),
-            "error": Out(3),
+            "error": Out(PCUError),
         })
 
     @property

@@ -5,7 +5,7 @@ the buffer handshake, timing and error codes.
 """
 
 from amaranth import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import data, memory, wiring
+from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from .interfaces import (
@@ -20,7 +20,8 @@ from .interfaces import (
 )
 from .stream_fifo import StreamFIFO
 
-__all__ = ["ADDRESS_BITS", "BOUND_BITS", "MAX_BUFFERS", "PMUError",
+__all__ = ["ADDRESS_BITS", "BOUND_BITS", "MAX_BUFFERS", "FIFO_DEPTH", "OUTPUT_FIFO_DEPTH",
+           "SCALAR_OUT_FIFO_DEPTH", "READ_GATE_CREDITS", "PMUError",
            "address_generator_layout", "pmu_config_layout", "AffineAddressGenerator", "PMU"]
 
 #: Width of every address, stride and range field (addresses wrap modulo 2**20, so a
@@ -32,9 +33,16 @@ BOUND_BITS = 16
 MAX_BUFFERS = 4
 #: Vector beats the read pipeline may have issued but not yet delivered.
 OUTPUT_FIFO_DEPTH = 4
+#: Depth of the scalar lookup results' output FIFO.
+SCALAR_OUT_FIFO_DEPTH = 2
+#: Read-gate tokens a PMU holds at most (an 8-bit credit counter; ``control_in`` is not
+#: ready while it is full).
+READ_GATE_CREDITS = 255
+#: Depth of the ``vector_in`` and ``scalar_in`` FIFOs (the default ``fifo_depth``).
+FIFO_DEPTH = 2
 
 
-class PMUError:
+class PMUError(enum.IntEnum, shape=3):
     """Codes of the PMU's sticky ``error`` output (0 = no error)."""
     OK = 0
     BAD_CONFIG = 1         # a loop bound of 0, buffers not in 1..4, buffers overflow, bad skew
@@ -167,7 +175,7 @@ class PMU(wiring.Component):
         One token per buffer released by the reader: ``STEP``, or ``DONE`` for the
         last of ``read_passes``.
     cfg : In(ConfigPort())
-    error : Out(3)
+    error : Out(PMUError)
         Sticky :class:`PMUError` code; cleared by any configuration write. While it is
         non-zero the PMU accepts and produces nothing.
     done : Out(1)
@@ -176,7 +184,7 @@ class PMU(wiring.Component):
         Performance counters: beats stored, beats delivered, cycles a write beat waited
         (no free buffer), cycles the reader waited on back-pressure.
     """
-    def __init__(self, lanes=8, capacity_bytes=65536, fifo_depth=2):
+    def __init__(self, lanes=8, capacity_bytes=65536, fifo_depth=FIFO_DEPTH):
         if not isinstance(lanes, int) or isinstance(lanes, bool):
             raise TypeError(f"Lane count must be an integer, not {lanes!r}")
         if lanes < 2 or lanes & (lanes - 1):
@@ -204,7 +212,7 @@ class PMU(wiring.Component):
             "control_in": In(control_stream()),
             "control_out": Out(control_stream()),
             "cfg": In(ConfigPort()),
-            "error": Out(3),
+            "error": Out(PMUError),
             "done": Out(1),
             "beats_written": Out(32),
             "beats_read": Out(32),
@@ -243,7 +251,7 @@ class PMU(wiring.Component):
         m.submodules.vector_out_fifo = vout = StreamFIFO(vector_layout(lanes),
                                                          OUTPUT_FIFO_DEPTH)
         m.submodules.scalar_in_fifo = sin = StreamFIFO(WORD_BITS, self._fifo_depth)
-        m.submodules.scalar_out_fifo = sout = StreamFIFO(WORD_BITS, 2)
+        m.submodules.scalar_out_fifo = sout = StreamFIFO(WORD_BITS, SCALAR_OUT_FIFO_DEPTH)
         wiring.connect(m, wiring.flipped(self.vector_in), vin.i)
         wiring.connect(m, vout.o, wiring.flipped(self.vector_out))
         wiring.connect(m, wiring.flipped(self.scalar_in), sin.i)
@@ -263,7 +271,7 @@ class PMU(wiring.Component):
         read_cfg_ok = common_ok & (cfg.read.bound[0] != 0) & (cfg.read.bound[1] != 0) & \
             (cfg.read.bound[2] != 0)
 
-        new_error = Signal(3)      # error raised this cycle (0 = none)
+        new_error = Signal(PMUError)   # error raised this cycle (0 = none)
 
         # ---- buffer bookkeeping --------------------------------------------------------
         full = Signal(range(MAX_BUFFERS + 1))       # buffers written and not yet released
@@ -352,7 +360,7 @@ class PMU(wiring.Component):
         r_in_pred, r_banks, r_rows, r_conflict, r_out = lane_mapping(
             "read", read_ag.address, read_buffer_base)
         armed = Signal()                 # a read pass may run (buffer full, gate passed)
-        gate_credits = Signal(8)
+        gate_credits = Signal(range(READ_GATE_CREDITS + 1))
         repeat_count = Signal(8)
         passes_done = Signal(16)
         step_tokens = Signal(16)        # STEP tokens not yet sent
@@ -401,7 +409,7 @@ class PMU(wiring.Component):
         # control tokens in (read gate) and out (buffer released)
         gate_take = read_step & arm_now & cfg.read_gate
         gate_give = self.control_in.valid & self.control_in.ready
-        m.d.comb += self.control_in.ready.eq(cfg.read_gate & (gate_credits != 255))
+        m.d.comb += self.control_in.ready.eq(cfg.read_gate & (gate_credits != READ_GATE_CREDITS))
         m.d.sync += gate_credits.eq(gate_credits + gate_give - gate_take)
         pending_step = step_tokens != 0
         m.d.comb += [

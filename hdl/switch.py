@@ -5,7 +5,7 @@ flow control.
 """
 
 from amaranth import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from .interfaces import (
@@ -19,33 +19,102 @@ from .interfaces import (
 )
 from .stream_fifo import StreamFIFO
 
-__all__ = ["DIRECTIONS", "Source", "VECTOR_OUTPUTS", "NARROW_OUTPUTS", "MERGE_BITS",
+__all__ = ["Direction", "DIRECTIONS", "Port", "Source", "VectorOutput", "VECTOR_OUTPUTS",
+           "NARROW_OUTPUTS", "SELECT_BITS", "MERGE_BITS", "MERGE_SOURCES", "FIFO_DEPTH",
            "switch_config_layout", "Switch"]
 
-#: Mesh directions, in the index order of the ``*_in`` / ``*_out`` interface arrays.
-DIRECTIONS = ("north", "east", "south", "west")
+
+class Direction(enum.IntEnum, shape=2):
+    """Mesh directions, in the index order of the ``*_in`` / ``*_out`` interface arrays."""
+    NORTH = 0
+    EAST = 1
+    SOUTH = 2
+    WEST = 3
+
+    @property
+    def port(self):
+        """The direction's port name: ``"north"``, ``"east"``, ``"south"``, ``"west"``."""
+        return self.name.lower()
+
+    @property
+    def opposite(self):
+        """The direction a neighbour's link comes back from (NORTH <-> SOUTH, EAST <-> WEST)."""
+        return Direction(self ^ 2)
+
+    @property
+    def offset(self):
+        """``(d_row, d_col)`` of the neighbour in this direction (row 0 is the north edge)."""
+        return ((-1, 0), (0, 1), (1, 0), (0, -1))[self]
+
+    @property
+    def source(self):
+        """The :class:`Source` code that selects the input from this direction."""
+        return Source(self + 1)
 
 
-class Source:
-    """Route select codes: which input feeds an output (``NONE``: the output is idle)."""
+#: Port names of the mesh directions, in :class:`Direction` order.
+DIRECTIONS = tuple(direction.port for direction in Direction)
+
+
+class Port(enum.IntEnum, shape=3):
+    """A network's inputs, in index order (merge counts are indexed the same way), and
+    the scalar and control networks' outputs: the four directions, then the attached
+    unit (its output on the input side, its input on the output side)."""
+    NORTH = int(Direction.NORTH)
+    EAST = int(Direction.EAST)
+    SOUTH = int(Direction.SOUTH)
+    WEST = int(Direction.WEST)
+    LOCAL = 4
+
+    @property
+    def source(self):
+        """The :class:`Source` code that selects this input."""
+        return Source(self + 1)
+
+
+class Source(enum.IntEnum, shape=3):
+    """Route select codes: which input feeds an output (``NONE``: the output is idle).
+
+    ``Source(port + 1)`` for each :class:`Port`."""
     NONE = 0
-    NORTH = 1
-    EAST = 2
-    SOUTH = 3
-    WEST = 4
-    LOCAL = 5          # the attached unit's output
+    NORTH = Port.NORTH + 1
+    EAST = Port.EAST + 1
+    SOUTH = Port.SOUTH + 1
+    WEST = Port.WEST + 1
+    LOCAL = Port.LOCAL + 1          # the attached unit's output
+
+    @property
+    def port(self):
+        """The :class:`Port` (input index) this code selects (not for ``NONE``)."""
+        if self == Source.NONE:
+            raise ValueError("Source.NONE selects no input")
+        return Port(self - 1)
 
 
-#: Vector outputs: the four directions, then the unit's ``vector_in0`` and ``vector_in1``.
-VECTOR_OUTPUTS = ("north", "east", "south", "west", "local0", "local1")
-#: Scalar and control outputs: the four directions, then the unit's input.
-NARROW_OUTPUTS = ("north", "east", "south", "west", "local")
+class VectorOutput(enum.IntEnum, shape=3):
+    """Vector outputs: the four directions, then the unit's ``vector_in0`` and
+    ``vector_in1`` (a PMU's ``vector_in`` is ``LOCAL0``)."""
+    NORTH = int(Direction.NORTH)
+    EAST = int(Direction.EAST)
+    SOUTH = int(Direction.SOUTH)
+    WEST = int(Direction.WEST)
+    LOCAL0 = 4
+    LOCAL1 = 5
 
-SELECT_BITS = 3
+
+#: Vector output names, in :class:`VectorOutput` order.
+VECTOR_OUTPUTS = tuple(output.name.lower() for output in VectorOutput)
+#: Scalar and control output names, in :class:`Port` order (the directions, then the unit's input).
+NARROW_OUTPUTS = tuple(port.name.lower() for port in Port)
+#: Depth of a switch input FIFO (the default: 2 sustains one item per cycle per hop).
+FIFO_DEPTH = 2
+
+#: Width of one route select (a :class:`Source`).
+SELECT_BITS = Source.as_shape().width
 #: Width of one merge count (items taken from one input per merge round).
 MERGE_BITS = 8
-#: Inputs per network (four directions and the local one), in :class:`Source` order.
-MERGE_SOURCES = Source.LOCAL
+#: Inputs per network (four directions and the local one), in :class:`Port` order.
+MERGE_SOURCES = len(Port)
 
 
 def _merge_layout(outputs):
@@ -121,7 +190,7 @@ class Switch(wiring.Component):
         could not deliver (some destination was not ready, or a merge output it is
         listed in was at another input).
     """
-    def __init__(self, lanes=8, fifo_depth=2):
+    def __init__(self, lanes=8, fifo_depth=FIFO_DEPTH):
         if not isinstance(fifo_depth, int) or isinstance(fifo_depth, bool):
             raise TypeError(f"FIFO depth must be an integer, not {fifo_depth!r}")
         if fifo_depth < 1:
@@ -131,12 +200,12 @@ class Switch(wiring.Component):
         self._fifo_depth = fifo_depth
         self.config_layout = switch_config_layout()
         super().__init__({
-            "vector_in": In(vector).array(4),
-            "vector_out": Out(vector).array(4),
-            "scalar_in": In(scalar_stream()).array(4),
-            "scalar_out": Out(scalar_stream()).array(4),
-            "control_in": In(control_stream()).array(4),
-            "control_out": Out(control_stream()).array(4),
+            "vector_in": In(vector).array(len(Direction)),
+            "vector_out": Out(vector).array(len(Direction)),
+            "scalar_in": In(scalar_stream()).array(len(Direction)),
+            "scalar_out": Out(scalar_stream()).array(len(Direction)),
+            "control_in": In(control_stream()).array(len(Direction)),
+            "control_out": Out(control_stream()).array(len(Direction)),
             "local_vector_in": In(vector),
             "local_vector_out": Out(vector).array(2),
             "local_scalar_in": In(scalar_stream()),

@@ -10,7 +10,8 @@ from amaranth.lib.wiring import In, Out
 
 from .agcu import AGCU, agcu_command_layout, agcu_config_layout
 from .array import HostPort, TileArray
-from .interfaces import WORD_BITS, AXI4Signature, config_words
+from .interfaces import NETWORKS, WORD_BITS, AXI4Signature, config_words
+from .switch import FIFO_DEPTH
 
 __all__ = ["agcu_position", "agcu_edge", "position_edge", "default_agcu_positions", "RDUSystem"]
 
@@ -112,7 +113,7 @@ class RDUSystem(wiring.Component):
     """
 
     def __init__(self, rows=4, cols=4, lanes=8, *, agcus=2, compute_unit="hdl.pcu:PCU",
-                 capacity_bytes=65536, fifo_depth=2, idle_timeout=4096,
+                 capacity_bytes=65536, fifo_depth=FIFO_DEPTH, idle_timeout=4096,
                  agcu_positions=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or isinstance(value, bool):
@@ -182,7 +183,7 @@ class RDUSystem(wiring.Component):
             wiring.connect(m, agcu.axi, wiring.flipped(self.axi[k]))
             wiring.connect(m, wiring.flipped(self.cmd[k]), agcu.cmd)
             wiring.connect(m, array.agcu_cfg[k], agcu.cfg)
-            for network in ("vector", "scalar", "control"):
+            for network in NETWORKS:
                 wiring.connect(m, getattr(agcu, f"{network}_out"),
                                getattr(array, f"agcu_{network}_in")[edge])
                 wiring.connect(m, getattr(array, f"agcu_{network}_out")[edge],

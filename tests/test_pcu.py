@@ -8,6 +8,7 @@ from rdu import pcu_model
 from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 
+from hdl.fp import Op
 from hdl.interfaces import config_words
 from hdl.pcu import PCU, pcu_config_layout
 from tb.suites.pcu import (
@@ -21,7 +22,7 @@ from tb.suites.pcu import (
     systolic_throughput,
 )
 
-ALL_OPS = list(range(17))
+ALL_OPS = [int(op) for op in Op]
 SHAPES = [(4, 3, 4), (9, 20, 7), (1, 1, 1)]
 
 

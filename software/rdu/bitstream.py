@@ -1,6 +1,7 @@
 """Writer, reader and validator of the RDU configuration bitstream (``docs/bitstream.md``).
 
-Pure Python (``zlib.crc32`` for the checksum); shared by the compiler and the tests.
+Python (``zlib.crc32`` for the checksum; the constants and codes from ``hdl.config_net``);
+shared by the compiler, the functional model and the tests.
 A bitstream is a list of 32-bit words; :func:`to_bytes` gives its little-endian bytes.
 
 >>> words = write_bitstream(Geometry(2, 2, 8), [Record(UnitKind.PMU, 0, 1, [1, 2, 3])])
@@ -11,42 +12,26 @@ A bitstream is a list of 32-bit words; :func:`to_bytes` gives its little-endian 
 
 import zlib
 from dataclasses import dataclass, field
-from enum import IntEnum
+
+from hdl.config_net import (
+    HEADER_WORDS,
+    MAGIC,
+    MAX_RECORD_WORDS,
+    VERSION,
+    ConfigStatus,
+    UnitKind,
+)
 
 __all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "MAX_RECORD_WORDS", "UnitKind", "ConfigStatus",
            "Geometry", "Record", "Header", "BitstreamError", "payload_crc", "record_header",
            "parse_record_header", "write_bitstream", "read_bitstream", "to_bytes",
            "from_bytes"]
 
-#: Word 0: the bytes "RDU1" read as a little-endian word (docs/bitstream.md).
-MAGIC = 0x31554452
-#: The format version this module writes and the hardware accepts.
-VERSION = 1
-#: Header words written by this version (readers accept longer headers and skip the rest).
-HEADER_WORDS = 5
-#: Most configuration words one record carries (8-bit count).
-MAX_RECORD_WORDS = 255
+# The format's constants (MAGIC, VERSION, HEADER_WORDS, MAX_RECORD_WORDS), the record
+# unit kinds (UnitKind) and the loader's error codes (ConfigStatus) are the hardware's
+# (hdl.config_net), re-exported here.
 
 _MASK32 = 0xFFFF_FFFF
-
-
-class UnitKind(IntEnum):
-    """Record unit kinds (bits 24..27 of a record header)."""
-    PCU = 1
-    PMU = 2
-    SWITCH = 3
-    AGCU = 4
-
-
-class ConfigStatus(IntEnum):
-    """Error codes of the configuration loader (hardware ``config_error``, Python errors)."""
-    OK = 0
-    BAD_MAGIC = 1
-    BAD_VERSION = 2        # unsupported version, or a header shorter than 5 words
-    GEOMETRY = 3           # rows, cols or lanes differ from the array
-    LENGTH = 4             # truncated (stream stopped early) or a record overruns the payload
-    CRC = 5                # CRC-32 of the payload differs from header word 4
-    BAD_RECORD = 6         # unknown kind, no such unit, reserved bits set, too many words
 
 
 @dataclass(frozen=True)

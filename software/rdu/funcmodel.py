@@ -21,13 +21,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl.agcu import AGCUError, agcu_config_layout
+from hdl.array import unit_kind_at
 from hdl.fp import Op
-from hdl.interfaces import config_words
-from hdl.pcu import pcu_config_layout
+from hdl.interfaces import NETWORKS, ControlToken, config_words
+from hdl.pcu import FIFO_DEPTH as PCU_FIFO_DEPTH
+from hdl.pcu import Mode, Reduce, Tail, pcu_config_layout
+from hdl.pcu import Source as OperandSource
 from hdl.pmu import ADDRESS_BITS, MAX_BUFFERS, OUTPUT_FIFO_DEPTH, pmu_config_layout
-from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, switch_config_layout
+from hdl.pmu import FIFO_DEPTH as PMU_INPUT_DEPTH
+from hdl.pmu import READ_GATE_CREDITS as GATE_CREDITS
+from hdl.pmu import SCALAR_OUT_FIFO_DEPTH as PMU_SCALAR_OUT_DEPTH
+from hdl.switch import FIFO_DEPTH as SWITCH_FIFO_DEPTH
+from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, Direction, Port, switch_config_layout
 
-from . import fpmodel, pcu_model
+from . import affine, pcu_model
 from .bitstream import BitstreamError, Geometry, UnitKind, read_bitstream
 from .memory_map import REGIONS, region_of
 from .unitconfig import unpack_config
@@ -36,19 +43,17 @@ __all__ = ["ModelError", "ModelDeadlock", "UnitError", "CommandError", "LoaderEr
            "FlatMemory", "RunResult", "FunctionalArray", "run_program", "systolic_tiles",
            "agcu_edge"]
 
-NORTH, EAST, SOUTH, WEST, LOCAL = range(5)
-DIRECTION_NAMES = ("north", "east", "south", "west", "local")
-NETWORKS = ("vector", "scalar", "control")
-OPPOSITE = {NORTH: SOUTH, SOUTH: NORTH, EAST: WEST, WEST: EAST}
-STEP, DONE = 0, 1
+# Switch input indices (hdl.switch.Port: the four directions, then the unit's output).
+NORTH, EAST, SOUTH, WEST, LOCAL = Port
+DIRECTION_NAMES = NARROW_OUTPUTS
+OPPOSITE = {direction: direction.opposite for direction in Direction}
+# Control tokens as plain ints (hdl.interfaces.ControlToken).
+STEP, DONE = int(ControlToken.STEP), int(ControlToken.DONE)
 ADDRESS_MASK = (1 << ADDRESS_BITS) - 1
 UNBOUNDED = 1 << 62
-#: Hardware FIFO depths the queues follow (hdl/array.py, hdl/switch.py, hdl/pmu.py, hdl/pcu.py).
-SWITCH_FIFO_DEPTH = 2
-PMU_INPUT_DEPTH = 2
-PMU_SCALAR_OUT_DEPTH = 2
-PCU_FIFO_DEPTH = 4
-GATE_CREDITS = 255
+# The queues follow the hardware FIFO depths, imported above: SWITCH_FIFO_DEPTH
+# (hdl.switch.FIFO_DEPTH), PMU_INPUT_DEPTH, PMU_SCALAR_OUT_DEPTH, OUTPUT_FIFO_DEPTH and
+# GATE_CREDITS (hdl.pmu), PCU_FIFO_DEPTH (hdl.pcu.FIFO_DEPTH).
 #: Beats of the address-generator tables computed at once.
 BLOCK = 4096
 
@@ -153,15 +158,8 @@ def _vectors(items, lanes):
 
 def systolic_tiles(a_columns, b_rows):
     """Many systolic tiles at once: ``a_columns``, ``b_rows`` are (tiles, K, lanes);
-    returns (tiles, lanes, lanes). Same arithmetic, in the same order, as
-    :func:`rdu.pcu_model.systolic_tile` (one FP32 product, then FP32 adds in k order)."""
-    mask = np.uint32(0xFFFF0000)
-    a = np.asarray(a_columns, dtype=np.uint32) & mask
-    b = np.asarray(b_rows, dtype=np.uint32) & mask
-    acc = fpmodel.mul(a[:, 0, :, None], b[:, 0, None, :])
-    for k in range(1, a.shape[1]):
-        acc = fpmodel.add(acc, fpmodel.mul(a[:, k, :, None], b[:, k, None, :]))
-    return acc
+    returns (tiles, lanes, lanes) (:func:`rdu.pcu_model.systolic_accumulate`)."""
+    return pcu_model.systolic_accumulate(a_columns, b_rows)
 
 
 # --------------------------------------------------------------------------------------
@@ -259,6 +257,10 @@ class _EdgeSource(_Unit):
 
     def waits(self):
         return [f"{self.name} has {len(self.items)} items left"] if self.items else []
+
+
+def _output_names(outputs):
+    return VECTOR_OUTPUTS if len(outputs) == len(VECTOR_OUTPUTS) else NARROW_OUTPUTS
 
 
 class _SwitchNetwork(_Unit):
@@ -372,11 +374,11 @@ class _SwitchNetwork(_Unit):
                 if self.taken[source] >> out & 1:
                     continue
                 if self.outputs[out] is None:
-                    names = VECTOR_OUTPUTS if len(self.outputs) == 6 else NARROW_OUTPUTS
+                    names = _output_names(self.outputs)
                     found.append(f"{where} items for the unconnected output {names[out]}")
                 elif self.merge[out] and self.current[out] != source and \
                         not self.outputs[out].full():
-                    names = VECTOR_OUTPUTS if len(self.outputs) == 6 else NARROW_OUTPUTS
+                    names = _output_names(self.outputs)
                     found.append(f"{where} items, merge output {names[out]} waits on "
                                  f"{DIRECTION_NAMES[self.current[out]]}")
         return found
@@ -387,8 +389,7 @@ class _AffineTable:
 
     def __init__(self, pmu, ag, buffer_base):
         self.pmu, self.ag, self.base = pmu, ag, buffer_base
-        bounds = ag["bound"]
-        self.beats = bounds[0] * bounds[1] * bounds[2]
+        self.beats = affine.beats(ag["bound"])
         self.blocks = {}
 
     def block(self, index):
@@ -396,16 +397,14 @@ class _AffineTable:
         if cached is not None:
             return cached
         pmu, ag, cfg = self.pmu, self.ag, self.pmu.cfg
-        b0, b1, _ = ag["bound"]
-        j = np.arange(index * BLOCK, min(self.beats, (index + 1) * BLOCK), dtype=np.int64)
-        i0, i1, i2 = j % b0, (j // b0) % b1, j // (b0 * b1)
-        address = (ag["start"] + i0 * ag["stride"][0] + i1 * ag["stride"][1] +
-                   i2 * ag["stride"][2]) & ADDRESS_MASK
+        first = index * BLOCK
+        address = affine.addresses(ag["start"], ag["bound"], ag["stride"], first,
+                                   min(self.beats, first + BLOCK) - first, mask=ADDRESS_MASK)
         if cfg["predicate_enable"]:
             pred = (address >= cfg["predicate_low"]) & (address < cfg["predicate_high"])
             offset = (address - cfg["predicate_low"]) & ADDRESS_MASK
         else:
-            pred = np.ones(len(j), dtype=bool)
+            pred = np.ones(len(address), dtype=bool)
             offset = address
         lanes = np.arange(pmu.lanes, dtype=np.int64)
         lane_offset = (offset[:, None] + ag["lane_stride"] * lanes[None, :]) & ADDRESS_MASK
@@ -660,6 +659,11 @@ class _Iterations:
         return (r0[i0], r1[i1], r2[i2]), i0 == 0, i0 == n0 - 1, index == self.total - 1
 
 
+def _codes(shape):
+    """The valid codes of a hardware enum (``hdl``): a value outside them is an error."""
+    return shape._value2member_map_
+
+
 class _PCU(_Unit):
     """Pattern Compute Unit (``hdl/pcu.py``) at item level."""
 
@@ -680,20 +684,21 @@ class _PCU(_Unit):
     # -- configuration check (hdl.pcu: the start token is checked) --------------------
     def _check(self):
         cfg = self.cfg
-        if cfg["mode"] > 1:
+        if cfg["mode"] not in _codes(Mode):
             return "BAD_MODE"
         for counter in cfg["counters"]:
             if counter["stride"] == 0 or counter["max"] <= counter["min"]:
                 return "BAD_COUNTER"
-        if cfg["mode"] == pcu_model.MODE_SIMD:
+        if cfg["mode"] == Mode.SIMD:
             stages = cfg["stages"]
-            if any(stage["op"] > max(Op) for stage in stages):
+            if any(stage["op"] not in _codes(Op) for stage in stages):
                 return "BAD_OP"
-            if any(stage[src] > 5 for stage in stages for src in ("src_a", "src_b", "src_c")):
+            if any(stage[src] not in _codes(OperandSource) for stage in stages
+                   for src in ("src_a", "src_b", "src_c")):
                 return "BAD_SOURCE"
-            if cfg["reduce"] > 2:
+            if cfg["reduce"] not in _codes(Reduce):
                 return "BAD_REDUCE"
-            if cfg["tail"] > 2:
+            if cfg["tail"] not in _codes(Tail):
                 return "BAD_TAIL"
         return None
 
@@ -704,7 +709,7 @@ class _PCU(_Unit):
         cfg = self.cfg
         self.runs += 1
         self.iteration = 0
-        if cfg["mode"] == pcu_model.MODE_SYSTOLIC:
+        if cfg["mode"] == Mode.SYSTOLIC:
             self.state = "systolic"
             self.k_len = pcu_model.trip_count(cfg["counters"][0])
             self.total = self.k_len
@@ -889,22 +894,17 @@ class _AGCU(_Unit):
                     raise _agcu_error(index, AGCUError.BAD_CONFIG,
                                       f"{side} pattern has a zero count")
             if cfg["load_enable"]:
-                count = cfg["load"]["count"]
-                self.load_total = count[0] * count[1] * count[2]
+                self.load_total = affine.beats(cfg["load"]["count"])
                 if cfg.get("load_bf16"):
                     self.load_total *= 2       # each AXI beat: two expanded vector beats
             if cfg["store_enable"]:
-                count = cfg["store"]["count"]
-                self.store_total = count[0] * count[1] * count[2]
+                self.store_total = affine.beats(cfg["store"]["count"])
         edge_out["vector"].capacity = self.store_total
 
     def _addresses(self, side, start, count):
         pattern = self.cfg[side]
-        c0, c1, _ = pattern["count"]
-        j = np.arange(start, start + count, dtype=np.int64)
-        i0, i1, i2 = j % c0, (j // c0) % c1, j // (c0 * c1)
-        address = (pattern["base"] + i0 * pattern["stride"][0] + i1 * pattern["stride"][1] +
-                   i2 * pattern["stride"][2])
+        address = affine.addresses(pattern["base"], pattern["count"], pattern["stride"],
+                                   start, count)
         bad = (address < 0) | (address >= 1 << 32)
         if bad.any():
             raise _agcu_error(self.index, AGCUError.ADDRESS_WRAP,
@@ -1034,8 +1034,8 @@ class FunctionalArray:
     ----------
     rows, cols, lanes : int
     compute : bool
-        PCUs on the checkerboard's even positions (``(row + col) % 2 == 0``), else
-        PMUs everywhere (as ``TileArray(compute_unit=PCU)`` / ``compute_unit=None``).
+        PCUs on the checkerboard's compute positions (:func:`hdl.array.is_compute_position`),
+        else PMUs everywhere (as ``TileArray(compute_unit=PCU)`` / ``compute_unit=None``).
     stages : int
         SIMD stages of the PCUs.
     capacity_bytes : int
@@ -1098,7 +1098,7 @@ class FunctionalArray:
         self.loaded = False
 
     def unit_kind(self, row, col):
-        return UnitKind.PCU if self.compute and (row + col) % 2 == 0 else UnitKind.PMU
+        return unit_kind_at(row, col, self.compute)
 
     def load(self, bitstream_words):
         """Check and apply a bitstream (raises :class:`rdu.bitstream.BitstreamError`
@@ -1133,7 +1133,7 @@ class FunctionalArray:
                     unit = f"{'PCU' if compute else 'PMU'}({row},{col})"
                     switch_inputs[row, col, network] = [
                         Queue(depth, f"switch({row},{col}) {network} input "
-                                     f"{DIRECTION_NAMES[d]}") for d in range(4)
+                                     f"{DIRECTION_NAMES[d]}") for d in Direction
                     ] + [Queue(depth + unit_depth, f"{unit} {network}_out")]
         unit_inputs = {}
         for row in range(rows):
@@ -1158,11 +1158,8 @@ class FunctionalArray:
                 local = unit_inputs[row, col]
                 for network in NETWORKS:
                     outputs = []
-                    for direction in range(4):
-                        d_row = row + (-1 if direction == NORTH else 1 if direction == SOUTH
-                                       else 0)
-                        d_col = col + (1 if direction == EAST else -1 if direction == WEST
-                                       else 0)
+                    for direction in Direction:
+                        d_row, d_col = row + direction.offset[0], col + direction.offset[1]
                         if 0 <= d_row < rows and 0 <= d_col < cols:
                             outputs.append(switch_inputs[d_row, d_col, network][
                                 OPPOSITE[direction]])
@@ -1181,7 +1178,7 @@ class FunctionalArray:
                         outputs.append(local[f"{network}_in"])
                     merges = cfg.get(f"{network}_merge")
                     if merges is None:
-                        merges = [[0] * 5 for _ in outputs]
+                        merges = [[0] * len(Port) for _ in outputs]
                     net = _SwitchNetwork(f"switch({row},{col}) {network}",
                                          switch_inputs[row, col, network], outputs,
                                          cfg[network], merges)

@@ -32,7 +32,7 @@ import numpy as np
 from hdl.agcu import agcu_config_layout
 from hdl.pcu import Mode, pcu_config_layout
 from hdl.pmu import pmu_config_layout
-from hdl.switch import Source, switch_config_layout
+from hdl.switch import Port, VectorOutput, switch_config_layout
 
 from . import pcu_model
 from .bitstream import Geometry, Record, UnitKind, write_bitstream
@@ -237,15 +237,16 @@ def map_gemm(plan, geometry):
 
 # -- encoding ---------------------------------------------------------------------------
 
-_OUT_INDEX = {"north": 0, "east": 1, "south": 2, "west": 3}
-_IN_SOURCE = {"north": Source.NORTH, "east": Source.EAST, "south": Source.SOUTH,
-              "west": Source.WEST, "local": Source.LOCAL}
+#: The mapper's port names -> hdl.switch input indices (Port) and route codes (Source).
+_IN_PORT = {port.name.lower(): port for port in Port}
 
 
 def _out_index(port):
-    if port in _OUT_INDEX:
-        return _OUT_INDEX[port]
-    return 5 if port == "local.vector_in1" else 4
+    """The switch output index of a mapper output port (``"local.vector_in1"`` is the
+    PCU's second vector input; every other local port is output ``LOCAL0`` / ``LOCAL``)."""
+    if port in _IN_PORT and port != "local":
+        return int(_IN_PORT[port])
+    return VectorOutput.LOCAL1 if port == "local.vector_in1" else VectorOutput.LOCAL0
 
 
 def encode_switches(mapping):
@@ -256,15 +257,16 @@ def encode_switches(mapping):
     configs = {}
     for row in range(geometry.rows):
         for col in range(geometry.cols):
-            fields = {"vector": [0] * 6, "scalar": [0] * 5, "control": [0] * 5}
+            outputs = {"vector": len(VectorOutput), "scalar": len(Port), "control": len(Port)}
+            fields = {network: [0] * outs for network, outs in outputs.items()}
             if has_merge:
-                for network, outs in (("vector", 6), ("scalar", 5), ("control", 5)):
-                    fields[f"{network}_merge"] = [[0] * 5 for _ in range(outs)]
+                for network, outs in outputs.items():
+                    fields[f"{network}_merge"] = [[0] * len(Port) for _ in range(outs)]
             configs[row, col] = fields
     for route in mapping.routes:
         for switch, outs in route.hops.items():
             for out_port, in_port in outs.items():
-                configs[switch][route.network][_out_index(out_port)] = _IN_SOURCE[in_port]
+                configs[switch][route.network][_out_index(out_port)] = _IN_PORT[in_port].source
         for switch, outs in route.merges.items():
             if not has_merge:
                 raise MappingError(f"stream {route.stream!r} merges at switch {switch}, "
@@ -275,7 +277,7 @@ def encode_switches(mapping):
                     if count > 255:
                         raise MappingError(f"merge {route.stream!r} takes {count} items "
                                            f"per turn at switch {switch}; at most 255")
-                    entry[_IN_SOURCE[in_port] - 1] = count
+                    entry[_IN_PORT[in_port]] = count
     return configs
 
 
@@ -396,7 +398,7 @@ def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2, machine=None):
     switch_layout = switch_config_layout()
     for row in range(geometry.rows):
         for col in range(geometry.cols):
-            kind = UnitKind.PCU if geometry.unit_at(row, col) == "pcu" else UnitKind.PMU
+            kind = UnitKind[geometry.unit_at(row, col).upper()]
             layout = pcu_layout if kind == UnitKind.PCU else pmu_layout
             kind, words = units.get((row, col), (kind, pack_config(layout, {})))
             records.append(Record(kind, row, col, words))
@@ -483,23 +485,19 @@ def unpack_output(program, c_words):
 
 
 def exact_reference(a_words, b_words, k_pad=None):
-    """What the hardware computes, bit for bit (``rdu.fpmodel``): per element, the
-    first product, then an FP32 add (round to nearest even, denormals flushed) of each
-    further product in k order, over K zero-padded to ``k_pad``. uint32 words."""
-    from . import fpmodel
-    a = np.asarray(a_words, np.uint32) & np.uint32(0xFFFF0000)
-    b = np.asarray(b_words, np.uint32) & np.uint32(0xFFFF0000)
+    """What the hardware computes, bit for bit: the PCUs' systolic arithmetic
+    (:func:`rdu.pcu_model.systolic_accumulate`: per element, the first product, then an
+    FP32 add of each further product in k order) over K zero-padded to ``k_pad``.
+    uint32 words."""
+    a = np.asarray(a_words, np.uint32)
+    b = np.asarray(b_words, np.uint32)
     k_len = a.shape[1]
     k_pad = k_pad or k_len
-    acc = None
-    for k in range(k_pad):
-        if k < k_len:
-            product = fpmodel.mul(a[:, k][:, None], b[k][None, :])
-        else:
-            product = fpmodel.mul(np.zeros((a.shape[0], 1), np.uint32),
-                                  np.zeros((1, b.shape[1]), np.uint32))
-        acc = product if acc is None else fpmodel.add(acc, product)
-    return acc
+    a_columns = np.zeros((k_pad, a.shape[0]), np.uint32)
+    a_columns[:k_len] = a.T
+    b_rows = np.zeros((k_pad, b.shape[1]), np.uint32)
+    b_rows[:k_len] = b
+    return pcu_model.systolic_accumulate(a_columns, b_rows)
 
 
 def reference(a_words, b_words):

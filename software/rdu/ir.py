@@ -25,13 +25,16 @@ Example::
 
 from dataclasses import dataclass, field
 
+from hdl.interfaces import NETWORKS
+
+from . import affine
+
 __all__ = ["IRError", "AccessPattern", "Tensor", "Port", "Stream", "Merge", "Node", "Load",
            "Store",
            "Buffer", "Compute", "Kernel", "DTYPES", "MEMORIES", "NETWORKS"]
 
 DTYPES = {"bf16": 2, "fp32": 4, "int32": 4}
 MEMORIES = ("hbm", "ddr")
-NETWORKS = ("vector", "scalar", "control")
 COMPUTE_OPS = ("matmul", "map", "reduce", "exp", "reciprocal")
 
 
@@ -67,15 +70,12 @@ class AccessPattern:
 
     @property
     def length(self):
-        return self.counts[0] * self.counts[1] * self.counts[2]
+        return affine.beats(self.counts)
 
     def addresses(self):
-        """Every address in order (the reference the hardware generators must match)."""
-        for i2 in range(self.counts[2]):
-            for i1 in range(self.counts[1]):
-                for i0 in range(self.counts[0]):
-                    yield (self.start + i0 * self.strides[0] + i1 * self.strides[1]
-                           + i2 * self.strides[2])
+        """Every address in order (:func:`rdu.affine.iter_addresses`, the reference the
+        hardware generators must match)."""
+        return affine.iter_addresses(self.start, self.counts, self.strides)
 
     def span(self):
         """(lowest, highest) address touched."""

@@ -1,7 +1,8 @@
 """Placement and routing of a :class:`rdu.ir.Kernel` on a tile array.
 
 Geometry (:class:`ArrayGeometry`): ``rows`` x ``cols`` unit sites in a checkerboard
-(a PCU where ``row + col`` is even, a PMU where it is odd), one switch per site, and
+(:func:`hdl.array.is_compute_position`: a PCU where ``row + col`` is even, a PMU where
+it is odd), one switch per site, and
 AGCUs beside the west and east edge switches. Each switch has four neighbour links
 (``north``, ``east``, ``south``, ``west``) and a local link to its unit (or, at an
 edge, to an AGCU). Every link carries ``tracks`` independent static routes per
@@ -24,13 +25,18 @@ by how much; mapping never asserts and never loops without bound.
 from collections import deque
 from dataclasses import dataclass, field
 
+from hdl.array import unit_kind_at
+from hdl.switch import Direction, Port
+
 from .ir import IRError, Merge
 
 __all__ = ["MappingError", "ArrayGeometry", "Site", "Placement", "Route", "Mapping",
            "map_kernel", "route_kernel", "agcu_site", "default_agcu_rows", "DIRECTIONS"]
 
-DIRECTIONS = {"north": (-1, 0), "east": (0, 1), "south": (1, 0), "west": (0, -1)}
-OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
+#: Port name -> (d_row, d_col) of the neighbour, in hdl.switch.Direction order.
+DIRECTIONS = {direction.port: direction.offset for direction in Direction}
+#: Port name -> the port the neighbour's link arrives on.
+OPPOSITE = {direction.port: direction.opposite.port for direction in Direction}
 
 
 class MappingError(ValueError):
@@ -93,7 +99,9 @@ class ArrayGeometry:
                 raise ValueError(f"AGCU position ({side!r}, {row}) is not on the array edge")
 
     def unit_at(self, row, col):
-        return "pcu" if (row + col) % 2 == 0 else "pmu"
+        """``"pcu"`` or ``"pmu"``: the lower-case :class:`hdl.config_net.UnitKind` name of
+        the unit at ``(row, col)`` (:func:`hdl.array.unit_kind_at`)."""
+        return unit_kind_at(row, col).name.lower()
 
     def sites(self, unit):
         if unit == "agcu":
@@ -305,8 +313,8 @@ def _route_in_order(kernel, geometry, placement, streams):
     return routes
 
 
-#: Order in which a merging switch output visits its inputs (hdl.switch.Source order).
-MERGE_ORDER = ("north", "east", "south", "west", "local")
+#: Order in which a merging switch output visits its inputs (hdl.switch.Port order).
+MERGE_ORDER = tuple(port.name.lower() for port in Port)
 
 
 def _route_merge(kernel, geometry, placement, stream, used, in_mesh):

@@ -14,19 +14,22 @@ systolic mode and :func:`matmul_from_stream` puts the drained rows back together
 
 import numpy as np
 
+from hdl.pcu import Mode, Reduce, Source, Tail
+
 from . import fpmodel
 
 __all__ = ["MODE_SIMD", "MODE_SYSTOLIC", "SOURCES", "REDUCE_NONE", "REDUCE_SUM",
            "REDUCE_MAX", "TAIL_NONE", "TAIL_EXP", "TAIL_RECIPROCAL", "trip_count",
            "iterations", "reduce_lanes", "uses_in1", "SimdState", "run_simd",
-           "systolic_tile", "run_systolic", "matmul_streams", "matmul_from_stream",
-           "bf16_words"]
+           "systolic_accumulate", "systolic_tile", "run_systolic", "matmul_streams",
+           "matmul_from_stream", "bf16_words"]
 
-MODE_SIMD, MODE_SYSTOLIC = 0, 1
-#: Operand source codes (``hdl.pcu.Source``).
-SOURCES = {"prev": 0, "reg": 1, "scalar": 2, "const": 3, "in1": 4, "counter": 5}
-REDUCE_NONE, REDUCE_SUM, REDUCE_MAX = 0, 1, 2
-TAIL_NONE, TAIL_EXP, TAIL_RECIPROCAL = 0, 1, 2
+# The codes are the hardware's (hdl.pcu); these names are aliases.
+MODE_SIMD, MODE_SYSTOLIC = Mode.SIMD, Mode.SYSTOLIC
+#: Operand source codes by lower-case name (``hdl.pcu.Source``).
+SOURCES = {source.name.lower(): source for source in Source}
+REDUCE_NONE, REDUCE_SUM, REDUCE_MAX = Reduce.NONE, Reduce.SUM, Reduce.MAX
+TAIL_NONE, TAIL_EXP, TAIL_RECIPROCAL = Tail.NONE, Tail.EXP, Tail.RECIPROCAL
 
 
 def trip_count(counter):
@@ -94,12 +97,12 @@ class SimdState:
         for index, stage in enumerate(config["stages"]):
             constant = np.full(lanes, stage.get("constant", 0), dtype=np.uint32)
             operand_values = {
-                0: vec,
-                1: constant if first else self.registers[index],
-                2: np.full(lanes, self.scalar, dtype=np.uint32),
-                3: constant,
-                4: other,
-                5: np.full(lanes, counter0, dtype=np.uint32),
+                Source.PREV: vec,
+                Source.REG: constant if first else self.registers[index],
+                Source.SCALAR: np.full(lanes, self.scalar, dtype=np.uint32),
+                Source.CONST: constant,
+                Source.IN1: other,
+                Source.COUNTER: np.full(lanes, counter0, dtype=np.uint32),
             }
             a, b, c = (operand_values[stage.get(src, 0)] for src in ("src_a", "src_b", "src_c"))
             vec = fpmodel.apply(stage.get("op", 0), a, b, c)
@@ -158,22 +161,30 @@ def bf16_words(values):
     return fpmodel.to_bf16(f32)
 
 
-def systolic_tile(a_columns, b_rows):
-    """One output tile: ``C[i, j] = sum_k A[i, k] * B[k, j]`` accumulated in k order.
+def systolic_accumulate(a_columns, b_rows):
+    """The systolic array's arithmetic, the one reference of it: ``C[..., i, j] =
+    sum_k A[..., k, i] * B[..., k, j]`` accumulated in k order.
 
-    ``a_columns`` is (K, lanes) (beat k = column k of the A tile), ``b_rows`` (K, lanes)
-    (beat k = row k of the B tile); only the BF16 high halves are used. The first
-    product initialises the accumulator; each later one is added with an FP32 add.
-    Returns the (lanes, lanes) uint32 tile.
+    ``a_columns`` is (..., K, M) (beat k = column k of A), ``b_rows`` (..., K, N) (beat
+    k = row k of B), K >= 1, any leading (batch) dimensions; only the BF16 high halves
+    of the words are used. The first product (an FP32 multiply, exact for BF16 inputs)
+    initialises the accumulator; each later one is added with an FP32 add (round to
+    nearest even, denormals flushed: :mod:`rdu.fpmodel`). Returns (..., M, N) uint32.
     """
     mask = np.uint32(0xFFFF0000)
     a = np.asarray(a_columns, dtype=np.uint32) & mask
     b = np.asarray(b_rows, dtype=np.uint32) & mask
-    acc = None
-    for k in range(a.shape[0]):
-        product = fpmodel.mul(a[k][:, None], b[k][None, :])
-        acc = product if acc is None else fpmodel.add(acc, product)
+    acc = fpmodel.mul(a[..., 0, :, None], b[..., 0, None, :])
+    for k in range(1, a.shape[-2]):
+        acc = fpmodel.add(acc, fpmodel.mul(a[..., k, :, None], b[..., k, None, :]))
     return acc
+
+
+def systolic_tile(a_columns, b_rows):
+    """One output tile (:func:`systolic_accumulate`): ``a_columns`` is (K, lanes) (beat k
+    = column k of the A tile), ``b_rows`` (K, lanes) (beat k = row k of the B tile).
+    Returns the (lanes, lanes) uint32 tile."""
+    return systolic_accumulate(a_columns, b_rows)
 
 
 def run_systolic(config, lanes, vector_in0, vector_in1):

@@ -4,11 +4,19 @@ import numpy as np
 from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
+from rdu import affine
 from rdu.memory_map import DDR, HBM
 from rdu.sim.memory_system import default_memory_system
 from rdu.sim.stalls import StallPattern
 
-from hdl.agcu import AGCU, AGCUError, AGCUOp, agcu_command_layout, agcu_config_layout
+from hdl.agcu import (
+    AGCU,
+    BURST_BOUNDARY,
+    AGCUError,
+    AGCUOp,
+    agcu_command_layout,
+    agcu_config_layout,
+)
 from hdl.interfaces import ControlToken
 
 from .common import configure
@@ -24,28 +32,28 @@ _CONFIG = agcu_config_layout()
 # -- references --------------------------------------------------------------------------
 
 def pattern_addresses(pattern):
-    """Beat addresses of a three-level affine pattern, innermost level first."""
-    base, counts, strides = pattern["base"], pattern["count"], pattern["stride"]
-    return [(base + i0 * strides[0] + i1 * strides[1] + i2 * strides[2]) & MASK32
-            for i2 in range(counts[2]) for i1 in range(counts[1]) for i0 in range(counts[0])]
+    """Beat addresses of a three-level affine pattern, innermost level first
+    (:func:`rdu.affine.iter_addresses`, modulo 2**32)."""
+    return list(affine.iter_addresses(pattern["base"], pattern["count"], pattern["stride"],
+                                      mask=MASK32))
 
 
 def reference_bursts(pattern, max_burst=16, beat=BEAT):
     """The bursts the AGCU must issue for ``pattern`` (runs, then coalescing)."""
     runs = []
     base, counts, strides = pattern["base"], pattern["count"], pattern["stride"]
-    for i2 in range(counts[2]):
-        for i1 in range(counts[1]):
-            row = (base + i1 * strides[1] + i2 * strides[2]) & MASK32
-            if strides[0] != beat:
-                runs += [((row + i0 * strides[0]) & MASK32, 1) for i0 in range(counts[0])]
-                continue
-            i0 = 0
-            while i0 < counts[0]:
-                addr = (row + i0 * beat) & MASK32
-                run = min(counts[0] - i0, (4096 - addr % 4096) // beat, max_burst)
-                runs.append((addr, run))
-                i0 += run
+    # the first beat of each innermost row (rdu.affine: the loop without level 0)
+    for row in affine.iter_addresses(base, (1, counts[1], counts[2]),
+                                     (0, strides[1], strides[2]), mask=MASK32):
+        if strides[0] != beat:
+            runs += [((row + i0 * strides[0]) & MASK32, 1) for i0 in range(counts[0])]
+            continue
+        i0 = 0
+        while i0 < counts[0]:
+            addr = (row + i0 * beat) & MASK32
+            run = min(counts[0] - i0, (BURST_BOUNDARY - addr % BURST_BOUNDARY) // beat, max_burst)
+            runs.append((addr, run))
+            i0 += run
     bursts = []
     for addr, run in runs:
         if bursts:

@@ -12,16 +12,15 @@ from rdu.bitstream import (
 )
 
 from hdl.config_net import ConfigStatus, LoaderState
-from hdl.interfaces import ControlToken, config_words
+from hdl.interfaces import NETWORKS, ControlToken, config_words
 from hdl.pmu import pmu_config_layout
-from hdl.switch import Source, switch_config_layout
+from hdl.switch import Direction, Source, VectorOutput, switch_config_layout
 
 from .common import pack_config, pack_vector, ports_to_json
 from .pmu import PMUModel, affine_addresses, pattern, pmu_config
 
-NORTH, EAST, SOUTH, WEST = range(4)
-LOCAL0 = 4
-NETWORKS = ("vector", "scalar", "control")
+NORTH, EAST, SOUTH, WEST = Direction
+LOCAL0 = VectorOutput.LOCAL0
 
 
 def array_targets(rows, cols, agcus, agcu_words):

@@ -4,12 +4,12 @@ model's edge outputs as the exact expectation (``tests/test_funcmodel.py``)."""
 import json
 from pathlib import Path
 
+from hdl.interfaces import NETWORKS
+
 from .array import load_bitstream, pulse
 from .common import pack_vector, ports_from_json, ports_to_json
 
 __all__ = ["array_replay", "write_replay"]
-
-NETWORKS = ("vector", "scalar", "control")
 
 
 def write_replay(path, bitstream, edge_inputs, expected_outputs):

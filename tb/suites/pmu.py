@@ -1,5 +1,7 @@
 """Test bodies and the Python reference model of :class:`hdl.pmu.PMU` (both tiers)."""
 
+from rdu import affine
+
 from hdl.interfaces import ControlToken
 from hdl.pmu import ADDRESS_BITS, PMUError, pmu_config_layout
 
@@ -13,12 +15,9 @@ ADDRESS_MASK = (1 << ADDRESS_BITS) - 1
 # --------------------------------------------------------------------------------------
 
 def affine_addresses(ag):
-    """The addresses of a three-level affine loop nest, level 0 innermost."""
-    for i2 in range(ag["bound"][2]):
-        for i1 in range(ag["bound"][1]):
-            for i0 in range(ag["bound"][0]):
-                yield (ag["start"] + i0 * ag["stride"][0] + i1 * ag["stride"][1] +
-                       i2 * ag["stride"][2]) & ADDRESS_MASK
+    """The addresses of a PMU address generator's loop nest, level 0 innermost
+    (:func:`rdu.affine.iter_addresses`, wrapping in ``ADDRESS_BITS``)."""
+    return affine.iter_addresses(ag["start"], ag["bound"], ag["stride"], mask=ADDRESS_MASK)
 
 
 def bank_of(physical, lanes, skew_shift):

@@ -1,19 +1,27 @@
 """Test bodies of :class:`hdl.switch.Switch`: random static routes with multicast and merges."""
 
-from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, Source, switch_config_layout
+from hdl.interfaces import NETWORKS
+from hdl.switch import (
+    MERGE_SOURCES,
+    NARROW_OUTPUTS,
+    VECTOR_OUTPUTS,
+    Direction,
+    Source,
+    switch_config_layout,
+)
 
 from .common import load_config, pack_config
 
-VECTOR_INPUT_PATHS = [f"vector_in.{d}" for d in range(4)] + ["local_vector_in"]
-VECTOR_OUTPUT_PATHS = [f"vector_out.{d}" for d in range(4)] + [f"local_vector_out.{i}"
-                                                                  for i in range(2)]
+VECTOR_INPUT_PATHS = [f"vector_in.{int(d)}" for d in Direction] + ["local_vector_in"]
+VECTOR_OUTPUT_PATHS = [f"vector_out.{int(d)}" for d in Direction] + [f"local_vector_out.{i}"
+                                                                       for i in range(2)]
 
 
 def _paths(network):
     if network == "vector":
         return VECTOR_INPUT_PATHS, VECTOR_OUTPUT_PATHS
-    return ([f"{network}_in.{d}" for d in range(4)] + [f"local_{network}_in"],
-            [f"{network}_out.{d}" for d in range(4)] + [f"local_{network}_out"])
+    return ([f"{network}_in.{int(d)}" for d in Direction] + [f"local_{network}_in"],
+            [f"{network}_out.{int(d)}" for d in Direction] + [f"local_{network}_out"])
 
 
 def random_routes(rng, outputs, route_probability=0.8):
@@ -57,7 +65,7 @@ async def switch_random_routes(bench, *, lanes, count, in_stall="random", out_st
         bench.agents.sources.clear()
         bench.agents.sinks.clear()
     stalls = [await bench.read(f"{network}_stall_cycles")
-              for network in ("vector", "scalar", "control")]
+              for network in NETWORKS]
     return {"delivered": total, "multicasts": multicasts, "stall_cycles": stalls}
 
 
@@ -80,8 +88,7 @@ async def switch_disabled_holds(bench, *, lanes):
 
 # -- merge outputs ---------------------------------------------------------------------
 
-NETWORKS = ("vector", "scalar", "control")
-SOURCES = Source.LOCAL          # inputs per network, index = Source - 1
+SOURCES = MERGE_SOURCES         # inputs per network, index = Source - 1 (hdl.switch.Port)
 
 
 def merge_order(items, counts):

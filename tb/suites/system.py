@@ -13,7 +13,7 @@ from rdu.sim.host import load_outputs, run_program
 
 from hdl.agcu import agcu_config_layout
 from hdl.pmu import pmu_config_layout
-from hdl.switch import Source
+from hdl.switch import Direction, Source
 
 from .array import LOCAL0, switch_records
 from .common import pack_config
@@ -21,7 +21,7 @@ from .pmu import pattern, pmu_config
 
 __all__ = ["transpose_program", "program_and_run"]
 
-NORTH, EAST, SOUTH, WEST = range(4)
+NORTH, EAST, SOUTH, WEST = Direction
 WORD_BYTES = 4
 
 
