@@ -273,14 +273,15 @@ def _readable(kind, fields):
     """A unit's decoded fields with codes named: switch routes as ``output <- input``
     (the hardware's port names), PCU modes, ops, sources, reductions and tails."""
     from hdl.fp import Op
+    from hdl.interfaces import NETWORKS
     from hdl.pcu import Mode, Reduce, Tail
     from hdl.pcu import Source as StageSource
     from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, Source
     from rdu.bitstream import UnitKind
     if kind == UnitKind.SWITCH:
         named = {}
-        for network, outputs in (("vector", VECTOR_OUTPUTS), ("scalar", NARROW_OUTPUTS),
-                                 ("control", NARROW_OUTPUTS)):
+        for network in NETWORKS:
+            outputs = VECTOR_OUTPUTS if network == "vector" else NARROW_OUTPUTS
             routes = {}
             for output, select in zip(outputs, fields[network], strict=True):
                 counts = fields[f"{network}_merge"][outputs.index(output)]
@@ -425,7 +426,8 @@ def cmd_run(args):
     if args.sim == "verilator":
         report["config_cycles"] = result.load_cycles
         perf = result.counters.get("perf", {})
-        for network in ("vector", "scalar", "control"):
+        from hdl.interfaces import NETWORKS
+        for network in NETWORKS:
             report[f"switch_{network}_stall_cycles"] = sum(
                 value for name, value in perf.items()
                 if name.endswith(f".{network}_stall_cycles"))
