@@ -255,3 +255,32 @@ def test_generation_converts_each_unit_kind_once():
         [f"switch_{r}_{c}" for r in range(2) for c in range(2)])
     ok, report = _lint_text(text, "tile_array")
     assert ok, report
+
+
+def test_every_option_has_help_with_its_default():
+    """Each option of each command explains itself; one with a default shows it."""
+    from rdu.cli import _parser
+    parser = _parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for name, command in commands.items():
+        text = command.format_help()
+        for action in command._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            assert action.help, f"rdu {name} {action.option_strings[0]} has no help"
+            if action.default not in (None, False):
+                assert f"(default: {action.default})" in " ".join(text.split()), \
+                    f"rdu {name} {action.option_strings[0]}: default not shown"
+
+
+def test_inspect_into_a_closed_pipe_is_quiet(tmp_path):
+    """`rdu inspect FILE | head`: the reader is gone before rdu writes (its end of the
+    pipe is closed at once); rdu says nothing on stderr and exits 0."""
+    import subprocess
+    import sys
+    program = _compile(tmp_path, 4, 4, 4)
+    child = subprocess.Popen([sys.executable, "-m", "rdu.cli", "inspect", str(program)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()
+    stderr = child.stderr.read().decode()
+    assert child.wait() == 0 and stderr == "", stderr
