@@ -50,7 +50,11 @@ class SwitchNetworkHarness(Elaboratable):
     per input; the proof depth must stay below ``2**seq_bits`` items per input),
     ``max_count`` (largest merge count considered), ``fifo_depth``."""
 
-    def __init__(self, inputs=INPUTS, outputs=3, seq_bits=4, max_count=3, fifo_depth=2):
+    def __init__(self, inputs=INPUTS, outputs=3, seq_bits=4, max_count=3, fifo_depth=2,
+                 config=None):
+        # config: None for a symbolic configuration, else a list (one per output) of
+        # (select, [count per input]) that fixes it
+        self.config = config
         self.inputs = inputs
         self.outputs = outputs
         self.seq_bits = seq_bits
@@ -69,11 +73,17 @@ class SwitchNetworkHarness(Elaboratable):
         selects, merges = [], []
         for o in range(self.outputs):
             select = Signal(3, name=f"select{o}")
-            m.d.comb += [select.eq(AnyConst(3)), Assume(select <= INPUTS)]
+            if self.config is None:
+                m.d.comb += [select.eq(AnyConst(3)), Assume(select <= INPUTS)]
+            else:
+                m.d.comb += select.eq(self.config[o][0])
             counts = Signal(data.ArrayLayout(unsigned(MERGE_BITS), INPUTS), name=f"counts{o}")
             for i in range(INPUTS):
-                m.d.comb += [counts[i].eq(AnyConst(MERGE_BITS)),
-                             Assume(counts[i] <= self.max_count)]
+                if self.config is None:
+                    m.d.comb += [counts[i].eq(AnyConst(MERGE_BITS)),
+                                 Assume(counts[i] <= self.max_count)]
+                else:
+                    m.d.comb += counts[i].eq(self.config[o][1][i])
             selects.append(select)
             merges.append(counts)
 
