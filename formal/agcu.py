@@ -14,7 +14,7 @@ properties of the ``ar``/``aw`` bursts.
 
 from amaranth import Elaboratable, Module, Signal
 
-from formal.common import AnyConst, AnySeq, Assert, Assume, no_reset, stream_stable
+from formal.common import AnySeq, Assert, Assume, no_reset, stream_stable
 from hdl.agcu import BURST_BOUNDARY, AffineBurstGenerator
 
 __all__ = ["BurstGeneratorHarness"]

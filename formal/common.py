@@ -1,10 +1,10 @@
 """Building blocks shared by the harnesses."""
 
-from amaranth import Module, ResetSignal, Signal
+from amaranth import ResetSignal, Signal
 from amaranth.hdl import Assert, Assume
 from amaranth.hdl._ast import AnyConst, AnySeq  # not re-exported by amaranth.hdl 0.5
 
-__all__ = ["AnyConst", "AnySeq", "no_reset", "stream_stable"]
+__all__ = ["AnyConst", "AnySeq", "Assert", "Assume", "no_reset", "stream_stable"]
 
 
 def no_reset(m):

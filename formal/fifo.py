@@ -12,8 +12,8 @@ reordered. Besides, ``level`` is the number of items in minus out (and within
 
 from amaranth import Elaboratable, Module, Signal
 
-from hdl.stream_fifo import StreamFIFO
 from formal.common import AnyConst, AnySeq, Assert, Assume, no_reset, stream_stable
+from hdl.stream_fifo import StreamFIFO
 
 __all__ = ["FIFOHarness"]
 
