@@ -41,7 +41,7 @@ PROOFS = [
           summary="mutant: a FIFO whose payload changes while stalled"),
     Proof("switch_merge", lambda: SwitchNetworkHarness(inputs=5, outputs=3,
                                                        config=MERGE_CONFIG),
-          depth=8, quick=True, engine="smtbmc --unroll z3",
+          depth=8, engine="smtbmc --unroll z3",
           summary="switch network, fixed merge N1 S2 L1 + multicast + plain route: "
                   "merge order, per-input order without loss or duplication, "
                   "stable outputs while stalled, silent unrouted outputs"),
