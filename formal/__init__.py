@@ -1,4 +1,4 @@
-"""Formal proofs (SymbiYosys + Yices-free SMT: z3) of stream properties of the gateware.
+"""Formal proofs (SymbiYosys, smtbmc with z3) of stream properties of the gateware.
 
 One module per unit builds a harness (an ``Elaboratable`` that instantiates the unit
 and adds ``Assume``/``Assert`` statements); :mod:`formal.driver` writes the SymbiYosys
