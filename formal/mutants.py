@@ -1,0 +1,82 @@
+"""Deliberately broken designs: each must FAIL its proof (tests/test_formal.py), which
+shows that the harnesses can fail and produce a counterexample trace.
+
+They wrap or patch the real units; nothing here is used outside the formal self-tests.
+"""
+
+import contextlib
+
+from amaranth import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+import hdl.switch as switch_module
+from hdl.stream_fifo import StreamFIFO
+
+__all__ = ["DroppingFIFO", "UnstableFIFO", "broken_merge_order"]
+
+
+class _FIFOMutant(wiring.Component):
+    def __init__(self, shape, depth):
+        self._shape = shape
+        self._depth = depth
+        super().__init__({
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)),
+            "level": Out(range(depth + 1)),
+        })
+
+
+class DroppingFIFO(_FIFOMutant):
+    """A ``StreamFIFO`` whose ``i.ready`` is always high: an item offered while the FIFO
+    is full is acknowledged and dropped."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = fifo = StreamFIFO(self._shape, self._depth)
+        m.d.comb += [
+            fifo.i.valid.eq(self.i.valid),
+            fifo.i.payload.eq(self.i.payload),
+            self.i.ready.eq(1),
+            self.level.eq(fifo.level),
+        ]
+        wiring.connect(m, fifo.o, wiring.flipped(self.o))
+        return m
+
+
+class UnstableFIFO(_FIFOMutant):
+    """A ``StreamFIFO`` whose output payload changes (bit 0 inverted) from the second
+    cycle of a stall on: the item is the same when finally taken, but a consumer that
+    samples it early sees another one."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = fifo = StreamFIFO(self._shape, self._depth)
+        wiring.connect(m, wiring.flipped(self.i), fifo.i)
+        stalled = Signal()
+        m.d.sync += stalled.eq(fifo.o.valid & ~fifo.o.ready)
+        m.d.comb += [
+            self.o.valid.eq(fifo.o.valid),
+            self.o.payload.eq(fifo.o.payload ^ stalled),
+            fifo.o.ready.eq(self.o.ready),
+            self.level.eq(fifo.level),
+        ]
+        return m
+
+
+@contextlib.contextmanager
+def broken_merge_order():
+    """While active, ``hdl.switch`` elaborates merges whose "next input" is always the
+    first listed input instead of the next one in N, E, S, W, local order (so counts
+    ``N 2, S 1, L 3`` give ``N N S N N S ...``: the inputs after the second are
+    starved)."""
+    original = switch_module._next_listed
+
+    def first_listed(listed, after):
+        return original(listed, len(listed) - 1)
+
+    switch_module._next_listed = first_listed
+    try:
+        yield
+    finally:
+        switch_module._next_listed = original

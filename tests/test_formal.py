@@ -1,0 +1,44 @@
+"""The quick formal proofs (``formal/``, ``docs/formal.md``) and the broken-design
+self-tests: a FIFO that drops an item when full, a FIFO whose payload changes while
+stalled and a switch merge that takes its inputs in the wrong order must each FAIL
+their proof with a counterexample trace. ``make formal`` runs every proof."""
+
+import pytest
+
+from formal.driver import ROOT, run, tools_available
+from formal.proofs import PROOFS
+
+MISSING = tools_available()
+
+pytestmark = [
+    pytest.mark.formal,
+    pytest.mark.skipif(bool(MISSING), reason=f"formal tools not installed ({', '.join(MISSING)}):"
+                       f" pip install -e '.[formal]' (make formal installs them)"),
+]
+
+QUICK = [proof for proof in PROOFS if proof.quick]
+
+
+def _run(proof):
+    return run(proof, build_dir=ROOT / "build" / "tests" / "formal")
+
+
+@pytest.mark.parametrize("proof", [p for p in QUICK if p.expect == "pass"], ids=lambda p: p.name)
+def test_proof(proof):
+    result = _run(proof)
+    assert result.passed, result.describe() + f" (log: {result.workdir / 'sby.log'})"
+    assert not result.traces
+
+
+@pytest.mark.parametrize("proof", [p for p in QUICK if p.expect == "fail"], ids=lambda p: p.name)
+def test_broken_design_fails(proof):
+    result = _run(proof)
+    assert result.status == "FAIL", result.describe()
+    assert result.traces, "a failed proof must leave a counterexample trace"
+    trace = ROOT / result.traces[0]
+    assert trace.stat().st_size > 0
+    assert "$var" in trace.read_text()
+
+
+def test_every_mutant_is_quick():
+    assert all(p.quick for p in PROOFS if p.expect == "fail")
