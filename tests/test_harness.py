@@ -98,3 +98,16 @@ async def _set_after_read(bench):
 def test_set_after_read_is_refused_in_both_tiers(seed):
     with pytest.raises(RuntimeError, match=r"set\('o.ready'\) after read\(\) in the same"):
         run_amaranth(StreamFIFO(8, 2), _set_after_read, seed=seed)
+
+
+@pytest.mark.verilator
+def test_build_says_what_it_builds(capfd):
+    """A Verilator build with ``progress`` names the design and reports its time; a
+    cached build says nothing."""
+    built = build(StreamFIFO, shape=11, depth=2, progress=True)
+    err = capfd.readouterr().err
+    if not built.cached:
+        assert "[rdu.sim] building StreamFIFO(shape=11, depth=2) for Verilator" in err
+        assert "[rdu.sim] built StreamFIFO(shape=11, depth=2) in " in err
+    again = build(StreamFIFO, shape=11, depth=2, progress=True)
+    assert again.cached and "[rdu.sim]" not in capfd.readouterr().err
