@@ -385,8 +385,9 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
     Each launch's outputs go to ``<program_dir>/outputs.npz``. ``timeouts`` (one per
     program) overrides ``timeout``. ``watchdog_cycles`` programs the array's watchdog
     (default: half of each launch's timeout; 0: off). ``faults`` injects AXI error
-    responses (:class:`rdu.sim.memory_system.FaultInjector`). Returns ``{"launches": [per program: cycles,
-    load_cycles, agcu_cycles, array_cycles, outputs, outputs_file, perf], "memory":
+    responses (:class:`rdu.sim.memory_system.FaultInjector`). Returns
+    ``{"launches": [per program: cycles, load_cycles, agcu_cycles, array_cycles, outputs,
+    outputs_file, perf], "memory":
     per-region statistics, "memory_errors": [...]}``.
     """
     programs = [Program.load(directory) for directory in program_dirs]

@@ -397,6 +397,13 @@ class MemorySystem:
         self.faults = (faults if isinstance(faults, FaultInjector) or faults is None
                        else FaultInjector(faults))
 
+    def clear(self):
+        """Zero every region's contents and forget the error records (a fresh memory;
+        timing state and traffic statistics are kept)."""
+        for region in self.regions:
+            region.storage.pages.clear()
+        self.errors.clear()
+
     def reset_ports(self):
         """Forget the bursts in flight on every port (the design was reset)."""
         for port in self.ports.values():

@@ -1,0 +1,102 @@
+"""Configuration fuzzing campaign: damaged bitstreams of small compiled GEMMs on the
+functional model and on the RTL, outcomes tabulated.
+
+Run: ``.venv/bin/python -m benchmarks.fuzz`` (1000 cases on the model, the first 200 of
+them on the RTL under Verilator, in one simulation; ``--model N``, ``--rtl N``,
+``--seed S``, ``--rtl 0`` for the model only). The machine is the 2x2 PCU/PMU
+checkerboard with 4 lanes (``tb.suites.fuzz.GEOMETRY``), GEMMs 4x4x8 and 5x7x9 in turn,
+damaged by ``tb.suites.fuzz.mutate`` (field values changed with the CRC recomputed, bits
+flipped with or without the CRC fixed, truncated or extended).
+
+Prints the model's outcomes, then for the RTL cases a table of (model outcome, RTL
+outcome) with the agreement: ``equal`` where both produced outputs and they are equal,
+``DIFFERENT`` where they are not, ``stop`` where the RTL ended in an error status or a
+watchdog stop. Exit status 1 if any case disagrees silently (RTL outputs different
+from the model's, or RTL outputs where the model has none) or ends otherwise.
+"""
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from hdl.system import RDUSystem
+from tb.suites.fuzz import OUTCOMES, fuzz_programs, model_outcome, run_cases
+
+STOPS = ("loader", "unit_error", "agcu_error", "hw_watchdog", "host_watchdog")
+
+
+def _print_table(title, header, rows):
+    print(f"\n{title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(value) for value in row) + " |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=int, default=1000, help="cases on the model")
+    parser.add_argument("--rtl", type=int, default=200, help="of them on the RTL")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dir", help="work directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    programs = fuzz_programs(args.model, args.seed)
+    start = time.perf_counter()
+    model = [model_outcome(program) for program in programs]
+    model_seconds = time.perf_counter() - start
+    counts = Counter(outcome for outcome, _ in model)
+    _print_table(f"Functional model: {args.model} damaged bitstreams (seed {args.seed}, "
+                 f"{model_seconds:.1f} s)", ["outcome", "cases"],
+                 [(outcome, counts[outcome]) for outcome in OUTCOMES if counts[outcome]])
+    if not args.rtl:
+        return 0
+    from rdu.sim.runner import run_verilator
+    from rdu.sim.verilator import build
+    rtl_programs = programs[:args.rtl]
+    params = rtl_programs[0].machine.system_params()
+    with tempfile.TemporaryDirectory() as temporary:
+        work = Path(args.dir or temporary)
+        dirs = [str(program.save(work / program.name)) for program in rtl_programs]
+        built = build(RDUSystem, **params)
+        names = RDUSystem(**params).perf_counter_names()
+        start = time.perf_counter()
+        stats = run_verilator(built, run_cases, work / "run", seed=args.seed,
+                              watchdog=10**9, program_dirs=dirs, perf_counters=names)
+        rtl_seconds = time.perf_counter() - start
+    table, bad = Counter(), []
+    for program, (outcome, detail), result in zip(rtl_programs, model, stats.result,
+                                                  strict=True):
+        rtl = result["outcome"]
+        if rtl == "outputs":
+            if outcome != "outputs":
+                verdict = "OUTPUTS, MODEL STOPPED"
+            elif all(np.array_equal(np.asarray(result["outputs"][name], np.uint32),
+                                    detail[name]) for name in program.outputs):
+                verdict = "equal"
+            else:
+                verdict = "DIFFERENT"
+        elif rtl in STOPS:
+            verdict = "stop"
+        else:
+            verdict = "OTHER"
+        if verdict not in ("equal", "stop"):
+            bad.append((program.name, verdict, result.get("message", "")))
+        table[outcome, rtl, verdict] += 1
+    _print_table(f"RTL (Verilator): {args.rtl} of them in one simulation ({rtl_seconds:.0f} "
+                 f"s, {stats.cycles} cycles, {stats.cycles_per_second:.0f} cycles/s)",
+                 ["model", "RTL", "agreement", "cases"],
+                 [(*key, count) for key, count in sorted(table.items())])
+    agree = sum(count for (m, r, _), count in table.items() if m == r)
+    print(f"\nsame outcome on both: {agree} of {args.rtl}; silent disagreements: {len(bad)}")
+    for name, verdict, message in bad:
+        print(f"  {name}: {verdict} {message}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
