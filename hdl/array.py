@@ -93,14 +93,18 @@ class HostPort(wiring.Signature):
     readback_start : Out(1)
         Pulse: read the whole array's configuration back on ``TileArray.readback``.
     watchdog_cycles : Out(WATCHDOG_BITS)
-        No-progress watchdog: while the mesh is open and the array is ``running`` or an
-        AGCU executes (``TileArray.kernel_busy``), this many consecutive cycles without
-        a transfer on any switch port stop the array (0: off).
+        No-progress watchdog: while the mesh is open and the array is ``running``, an
+        AGCU executes (``TileArray.kernel_busy``) or an item waits in the mesh
+        (``holding``), this many consecutive cycles without a transfer on any switch
+        port stop the array (0: off).
     watchdog : In(1)
         The watchdog stopped the array (``running`` dropped, mesh closed); cleared by
         ``start`` and by a configuration change.
     watchdog_unit : In(32)
         Where the stall was when the watchdog fired (:func:`watchdog_location`).
+    holding : In(1)
+        Some switch input holds an item routed to an output (the mesh is not empty;
+        after a run, an item left waiting).
     """
     def __init__(self):
         super().__init__({
@@ -118,6 +122,7 @@ class HostPort(wiring.Signature):
             "watchdog_cycles": Out(WATCHDOG_BITS),
             "watchdog": In(1),
             "watchdog_unit": In(32),
+            "holding": In(1),
         })
 
 
@@ -309,7 +314,9 @@ class TileArray(wiring.Component):
         moved = Cat(*(switch.moved for switch in self.switches.values())).any()
         holding = Cat(*(switch.holding for switch in self.switches.values()))
         idle = Signal(WATCHDOG_BITS)
-        counting = active & (running | self.kernel_busy) & (host.watchdog_cycles != 0)
+        m.d.comb += host.holding.eq(holding.any())
+        counting = (active & (running | self.kernel_busy | host.holding)
+                    & (host.watchdog_cycles != 0))
         with m.If(host.start & ~running & loaded):
             m.d.sync += [idle.eq(0), host.watchdog.eq(0)]
         with m.Elif(~loaded):

@@ -232,6 +232,18 @@ class HostDriver:
             detail += f"; memory: {self.mem.errors[0]}"
         return detail
 
+    async def _wait_mesh_empty(self, what, finished, timeout):
+        """After every AGCU finished: wait until no item waits in the mesh
+        (``host.holding``); an item left there for good (a token routed to a unit that
+        never takes it) makes the array's watchdog fire, and that is the error."""
+        bench = self.bench
+        for _ in range(timeout):
+            if not await bench.read("host.holding"):
+                return
+            if await bench.read("host.watchdog"):
+                raise RunError(await self._hardware_watchdog(what, [], finished))
+            await bench.cycles(1)
+
     async def _hardware_watchdog(self, what, busy, finished):
         """The message of a stop by the array's watchdog (``host.watchdog``)."""
         bench = self.bench
@@ -239,8 +251,12 @@ class HostDriver:
         cycles = await bench.read("host.watchdog_cycles")
         where = watchdog_location(code, self.machine.rows, self.machine.cols)
         agcus = f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}"
-        stalled = (f"{where} holds an item; busy: {agcus}" if where else
-                   f"{agcus} (busy, no item waiting in the mesh)")
+        if not busy:
+            stalled = f"{where or 'the mesh'} holds an item after every AGCU finished"
+        elif where:
+            stalled = f"{where} holds an item; busy: {agcus}"
+        else:
+            stalled = f"{agcus} (busy, no item waiting in the mesh)"
         return (f"{what}: hardware watchdog: no transfer for {cycles} cycles (cycle "
                 f"{bench.cycle}); first stalled: {stalled}; done: {sorted(finished) or 'none'}"
                 f"{await self._error_detail()}")
@@ -313,6 +329,8 @@ class HostDriver:
         bench.set("host.start", 0)
         finished = await self._wait_done(execute, timeout, f"program {name!r}", name=name,
                                          hardware=bool(hardware))
+        if hardware:
+            await self._wait_mesh_empty(f"program {name!r}", finished, timeout)
         for k in execute:
             await self._check_agcu(k, f"program {name!r}", "EXECUTE")
         array_done = await bench.read("host.done")
