@@ -24,7 +24,7 @@ from rdu.sim.host import HostDriver, RunError
 from rdu.sim.memory_system import FaultInjector
 
 __all__ = ["GEOMETRY", "SHAPES", "leaves", "flip_fix_crc", "mutate", "fuzz_programs",
-           "model_outcome", "rtl_outcome", "run_cases", "OUTCOMES"]
+           "model_outcome", "rtl_outcome", "run_cases", "OUTCOMES", "CORRESPONDING"]
 
 #: The fuzzed machine: 2x2 (PCU, PMU checkerboard), 4 lanes, 16 KiB PMUs.
 GEOMETRY = ArrayGeometry(2, 2, 4, pmu_words=4096)
@@ -32,6 +32,11 @@ SHAPES = ((4, 4, 8), (5, 7, 9))
 #: Outcome names shared by both sides (the model's error classes map onto them).
 OUTCOMES = ("outputs", "loader", "unit_error", "agcu_error", "deadlock", "hw_watchdog",
             "host_watchdog", "no_end", "other")
+#: The RTL outcomes that correspond to a model outcome (the model's deadlock is the
+#: array's watchdog; a run the model stops after ``max_items`` never ends on the RTL).
+CORRESPONDING = {"outputs": {"outputs"}, "loader": {"loader"},
+                 "unit_error": {"unit_error"}, "agcu_error": {"agcu_error"},
+                 "deadlock": {"hw_watchdog"}, "no_end": {"host_watchdog", "hw_watchdog"}}
 
 
 def leaves(shape, base=0):
