@@ -25,7 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from hdl.system import RDUSystem
-from tb.suites.fuzz import CORRESPONDING, OUTCOMES, fuzz_programs, model_outcome, run_cases
+from tb.suites.fuzz import (
+    CORRESPONDING,
+    OUTCOMES,
+    base_programs,
+    fuzz_programs,
+    model_outcome,
+    run_cases,
+)
 
 STOPS = ("loader", "unit_error", "agcu_error", "hw_watchdog", "host_watchdog")
 
@@ -49,10 +56,18 @@ def main(argv=None):
     start = time.perf_counter()
     model = [model_outcome(program) for program in programs]
     model_seconds = time.perf_counter() - start
-    counts = Counter(outcome for outcome, _ in model)
+    undamaged = [model_outcome(base)[1] for base in base_programs(args.seed)]
+    counts = Counter()
+    for program, (outcome, detail) in zip(programs, model, strict=True):
+        if outcome == "outputs":
+            reference = undamaged[program.meta["base"]]
+            same = all(np.array_equal(detail[name], reference[name]) for name in detail)
+            outcome = "outputs, as undamaged" if same else "outputs, different"
+        counts[outcome] += 1
+    names = ["outputs, as undamaged", "outputs, different", *OUTCOMES[1:]]
     _print_table(f"Functional model: {args.model} damaged bitstreams (seed {args.seed}, "
                  f"{model_seconds:.1f} s)", ["outcome", "cases"],
-                 [(outcome, counts[outcome]) for outcome in OUTCOMES if counts[outcome]])
+                 [(outcome, counts[outcome]) for outcome in names if counts[outcome]])
     if not args.rtl:
         return 0
     from rdu.sim.runner import run_verilator

@@ -23,7 +23,8 @@ from rdu.program import Program
 from rdu.sim.host import HostDriver, RunError
 from rdu.sim.memory_system import FaultInjector
 
-__all__ = ["GEOMETRY", "SHAPES", "leaves", "flip_fix_crc", "mutate", "fuzz_programs",
+__all__ = ["GEOMETRY", "SHAPES", "leaves", "flip_fix_crc", "mutate", "base_programs",
+           "fuzz_programs",
            "model_outcome", "rtl_outcome", "run_cases", "OUTCOMES", "CORRESPONDING"]
 
 #: The fuzzed machine: 2x2 (PCU, PMU checkerboard), 4 lanes, 16 KiB PMUs.
@@ -92,16 +93,23 @@ def mutate(rng, words, field_leaves, geometry):
     return words + [rng.getrandbits(32) for _ in range(rng.randrange(1, 4))]
 
 
-def fuzz_programs(count, seed, shapes=SHAPES):
-    """``count`` programs ``fuzz<i>``: GEMMs of ``shapes`` (in turn) compiled for
-    :data:`GEOMETRY`, inputs packed, bitstreams damaged by :func:`mutate` (seeded)."""
-    rng = random.Random(seed)
+def base_programs(seed, shapes=SHAPES):
+    """The undamaged GEMMs of :func:`fuzz_programs`: ``shapes`` compiled for
+    :data:`GEOMETRY`, random inputs (seed ``seed + index``) packed."""
     bases = []
     for index, shape in enumerate(shapes):
         program = gemm.compile_gemm(*shape, GEOMETRY)
         a, b = gemm.random_inputs(*shape, seed + index)
         gemm.pack_inputs(program, a, b)
         bases.append(program)
+    return bases
+
+
+def fuzz_programs(count, seed, shapes=SHAPES):
+    """``count`` programs ``fuzz<i>``: the :func:`base_programs` in turn (``meta["base"]``
+    is the index), bitstreams damaged by :func:`mutate` (seeded)."""
+    rng = random.Random(seed)
+    bases = base_programs(seed, shapes)
     machine = bases[0].machine
     layouts = FunctionalMachine(machine).array.layouts
     field_leaves = {kind: list(leaves(data.Layout.cast(layout)))
@@ -114,7 +122,8 @@ def fuzz_programs(count, seed, shapes=SHAPES):
             name=f"fuzz{index}", machine=base.machine,
             bitstream=mutate(rng, base.bitstream, field_leaves, geometry),
             bitstream_address=base.bitstream_address, inputs=dict(base.inputs),
-            outputs=dict(base.outputs), execute=list(base.execute), meta=dict(base.meta)))
+            outputs=dict(base.outputs), execute=list(base.execute),
+            meta={**base.meta, "base": index % len(bases)}))
     return programs
 
 
