@@ -94,9 +94,9 @@ class HostPort(wiring.Signature):
         Pulse: read the whole array's configuration back on ``TileArray.readback``.
     watchdog_cycles : Out(WATCHDOG_BITS)
         No-progress watchdog: while the mesh is open and the array is ``running``, an
-        AGCU executes (``TileArray.kernel_busy``) or an item waits in the mesh
-        (``holding``), this many consecutive cycles without a transfer on any switch
-        port stop the array (0: off).
+        AGCU executes (``TileArray.kernel_busy``), an item waits in the mesh
+        (``holding``) or a compute unit is busy (``units_busy``), this many consecutive
+        cycles without a transfer on any switch port stop the array (0: off).
     watchdog : In(1)
         The watchdog stopped the array (``running`` dropped, mesh closed); cleared by
         ``start`` and by a configuration change.
@@ -105,6 +105,10 @@ class HostPort(wiring.Signature):
     holding : In(1)
         Some switch input holds an item routed to an output (the mesh is not empty;
         after a run, an item left waiting).
+    units_busy : In(1)
+        Some compute unit is busy (started and not finished: computing, or waiting for
+        input). After the AGCUs finished, the array has settled when neither this nor
+        ``holding`` is high.
     """
     def __init__(self):
         super().__init__({
@@ -123,6 +127,7 @@ class HostPort(wiring.Signature):
             "watchdog": In(1),
             "watchdog_unit": In(32),
             "holding": In(1),
+            "units_busy": In(1),
         })
 
 
@@ -314,8 +319,10 @@ class TileArray(wiring.Component):
         moved = Cat(*(switch.moved for switch in self.switches.values())).any()
         holding = Cat(*(switch.holding for switch in self.switches.values()))
         idle = Signal(WATCHDOG_BITS)
-        m.d.comb += host.holding.eq(holding.any())
-        counting = (active & (running | self.kernel_busy | host.holding)
+        busy_units = [unit.busy for unit in self.units.values() if hasattr(unit, "busy")]
+        m.d.comb += [host.holding.eq(holding.any()),
+                     host.units_busy.eq(Cat(*busy_units).any() if busy_units else 0)]
+        counting = (active & (running | self.kernel_busy | host.holding | host.units_busy)
                     & (host.watchdog_cycles != 0))
         with m.If(host.start & ~running & loaded):
             m.d.sync += [idle.eq(0), host.watchdog.eq(0)]

@@ -233,12 +233,13 @@ class HostDriver:
         return detail
 
     async def _wait_mesh_empty(self, what, finished, timeout):
-        """After every AGCU finished: wait until no item waits in the mesh
-        (``host.holding``); an item left there for good (a token routed to a unit that
-        never takes it) makes the array's watchdog fire, and that is the error."""
+        """After every AGCU finished: wait until the array has settled, no item waiting
+        in the mesh (``host.holding``) and no compute unit busy (``host.units_busy``); an
+        item left there for good (e.g. a token routed to a unit that never takes it) or
+        a unit that never finishes makes the array's watchdog fire: that is the error."""
         bench = self.bench
         for _ in range(timeout):
-            if not await bench.read("host.holding"):
+            if not (await bench.read("host.holding") or await bench.read("host.units_busy")):
                 return
             if await bench.read("host.watchdog"):
                 raise RunError(await self._hardware_watchdog(what, [], finished))
@@ -252,7 +253,8 @@ class HostDriver:
         where = watchdog_location(code, self.machine.rows, self.machine.cols)
         agcus = f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}"
         if not busy:
-            stalled = f"{where or 'the mesh'} holds an item after every AGCU finished"
+            stalled = (f"{where} holds an item after every AGCU finished" if where else
+                       "a compute unit still busy after every AGCU finished")
         elif where:
             stalled = f"{where} holds an item; busy: {agcus}"
         else:
