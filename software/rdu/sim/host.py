@@ -189,7 +189,9 @@ class HostDriver:
         await self._check_agcu(agcu, what, op.name)
         return cycles[agcu]
 
-    async def _wait_done(self, agcus, timeout, what, *, name=None, hardware=False):
+    async def _wait_done(self, agcus, timeout, what, *, name=None, hardware=False, op=None):
+        """Wait until every AGCU in ``agcus`` is done; with ``op``, an AGCU that ends
+        with an error fails the launch at once (the others may never finish)."""
         bench = self.bench
         pending, finished, elapsed = set(agcus), {}, 0
         every = (self.progress if isinstance(self.progress, int) and
@@ -201,6 +203,8 @@ class HostDriver:
                 if await bench.read(f"agcu_done.{k}"):
                     finished[k] = elapsed
                     pending.discard(k)
+                    if op is not None:
+                        await self._check_agcu(k, what, op)
             if not pending:
                 return finished
             if hardware and await bench.read("host.watchdog"):
@@ -330,7 +334,7 @@ class HostDriver:
         await self._end_issue(execute)      # the edge that sampled start and the commands
         bench.set("host.start", 0)
         finished = await self._wait_done(execute, timeout, f"program {name!r}", name=name,
-                                         hardware=bool(hardware))
+                                         hardware=bool(hardware), op="EXECUTE")
         if hardware:
             await self._wait_mesh_empty(f"program {name!r}", finished, timeout)
         for k in execute:
