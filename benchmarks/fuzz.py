@@ -84,7 +84,7 @@ def main(argv=None):
                               watchdog=10**9, program_dirs=dirs, perf_counters=names)
         rtl_seconds = time.perf_counter() - start
     table, bad = Counter(), []
-    for program, (outcome, detail), result in zip(rtl_programs, model, stats.result,
+    for program, (outcome, detail), result in zip(rtl_programs, model[:args.rtl], stats.result,
                                                   strict=True):
         rtl = result["outcome"]
         if rtl == "outputs":
