@@ -95,7 +95,7 @@ class HostPort(wiring.Signature):
     watchdog_cycles : Out(WATCHDOG_BITS)
         No-progress watchdog: while the mesh is open and the array is ``running``, an
         AGCU executes (``TileArray.kernel_busy``), an item waits in the mesh
-        (``holding``) or a compute unit is busy (``units_busy``), this many consecutive
+        (``holding``) or a unit is busy (``units_busy``), this many consecutive
         cycles without a transfer on any switch port stop the array (0: off).
     watchdog : In(1)
         The watchdog stopped the array (``running`` dropped, mesh closed); cleared by
@@ -106,8 +106,9 @@ class HostPort(wiring.Signature):
         Some switch input holds an item routed to an output (the mesh is not empty;
         after a run, an item left waiting).
     units_busy : In(1)
-        Some compute unit is busy (started and not finished: computing, or waiting for
-        input). After the AGCUs finished, the array has settled when neither this nor
+        Some unit is busy (the OR of the units' ``busy``: a PCU started and not
+        finished, a PMU in the middle of a write pass, with input waiting or a read
+        pass armed). After the AGCUs finished, the array has settled when neither this nor
         ``holding`` is high.
     """
     def __init__(self):

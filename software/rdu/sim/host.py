@@ -238,7 +238,7 @@ class HostDriver:
 
     async def _wait_mesh_empty(self, what, finished, timeout):
         """After every AGCU finished: wait until the array has settled, no item waiting
-        in the mesh (``host.holding``) and no compute unit busy (``host.units_busy``); an
+        in the mesh (``host.holding``) and no unit busy (``host.units_busy``); an
         item left there for good (e.g. a token routed to a unit that never takes it) or
         a unit that never finishes makes the array's watchdog fire: that is the error."""
         bench = self.bench
@@ -258,7 +258,7 @@ class HostDriver:
         agcus = f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}"
         if not busy:
             stalled = (f"{where} holds an item after every AGCU finished" if where else
-                       "a compute unit still busy after every AGCU finished")
+                       "a unit still busy after every AGCU finished")
         elif where:
             stalled = f"{where} holds an item; busy: {agcus}"
         else:
