@@ -83,7 +83,7 @@ def main(argv=None):
         stats = run_verilator(built, run_cases, work / "run", seed=args.seed,
                               watchdog=10**9, program_dirs=dirs, perf_counters=names)
         rtl_seconds = time.perf_counter() - start
-    table, bad = Counter(), []
+    table, bad, other = Counter(), [], []
     for program, (outcome, detail), result in zip(rtl_programs, model[:args.rtl], stats.result,
                                                   strict=True):
         rtl = result["outcome"]
@@ -101,6 +101,8 @@ def main(argv=None):
             verdict = "OTHER"
         if verdict not in ("equal", "stop"):
             bad.append((program.name, verdict, result.get("message", "")))
+        elif rtl not in CORRESPONDING.get(outcome, ()):
+            other.append((program.name, outcome, result.get("message", "")))
         table[outcome, rtl, verdict] += 1
     _print_table(f"RTL (Verilator): {args.rtl} of them in one simulation ({rtl_seconds:.0f} "
                  f"s, {stats.cycles} cycles, {stats.cycles_per_second:.0f} cycles/s)",
@@ -113,6 +115,8 @@ def main(argv=None):
           f"{args.rtl}; silent disagreements: {len(bad)}")
     for name, verdict, message in bad:
         print(f"  {name}: {verdict} {message}")
+    for name, outcome, message in other:
+        print(f"  {name}: model {outcome}; RTL: {message}")
     return 1 if bad else 0
 
 
