@@ -106,9 +106,9 @@ class HostPort(wiring.Signature):
         Some switch input holds an item routed to an output (the mesh is not empty;
         after a run, an item left waiting).
     units_busy : In(1)
-        Some unit is busy (the OR of the units' ``busy``: a PCU started and not
-        finished, a PMU in the middle of a write pass, with input waiting or a read
-        pass armed). After the AGCUs finished, the array has settled when neither this nor
+        Some unit has work it cannot finish alone (the OR of the units' ``pending``: a
+        PCU started and not finished or holding input, a PMU in the middle of a write
+        pass, with input waiting or a read pass armed). After the AGCUs finished, the array has settled when neither this nor
         ``holding`` is high.
     """
     def __init__(self):
@@ -320,7 +320,8 @@ class TileArray(wiring.Component):
         moved = Cat(*(switch.moved for switch in self.switches.values())).any()
         holding = Cat(*(switch.holding for switch in self.switches.values()))
         idle = Signal(WATCHDOG_BITS)
-        busy_units = [unit.busy for unit in self.units.values() if hasattr(unit, "busy")]
+        busy_units = [unit.pending for unit in self.units.values()
+                      if hasattr(unit, "pending")]
         m.d.comb += [host.holding.eq(holding.any()),
                      host.units_busy.eq(Cat(*busy_units).any() if busy_units else 0)]
         counting = (active & (running | self.kernel_busy | host.holding | host.units_busy)

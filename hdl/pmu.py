@@ -180,7 +180,7 @@ class PMU(wiring.Component):
         non-zero the PMU accepts and produces nothing.
     done : Out(1)
         ``read_passes`` buffers have been released.
-    busy : Out(1)
+    pending : Out(1)
         Work the unit cannot finish alone: a write pass begun and not ended, an item in
         the vector or scalar input FIFO, or a read pass armed (as the functional model's
         ``busy``); the array's ``host.units_busy`` ORs it.
@@ -217,7 +217,7 @@ class PMU(wiring.Component):
             "control_out": Out(control_stream()),
             "cfg": In(ConfigPort()),
             "error": Out(PMUError),
-            "busy": Out(1),
+            "pending": Out(1),
             "done": Out(1),
             "beats_written": Out(32),
             "beats_read": Out(32),
@@ -497,7 +497,7 @@ class PMU(wiring.Component):
         with m.Elif(new_error != 0):
             m.d.sync += error.eq(new_error)
 
-        m.d.comb += self.busy.eq(mid_pass | vin.o.valid | sin.o.valid | armed)
+        m.d.comb += self.pending.eq(mid_pass | vin.o.valid | sin.o.valid | armed)
         m.d.sync += [
             self.beats_written.eq(self.beats_written + write_fire),
             self.beats_read.eq(self.beats_read + (self.vector_out.valid &
