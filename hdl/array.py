@@ -108,8 +108,8 @@ class HostPort(wiring.Signature):
     units_busy : In(1)
         Some unit has work it cannot finish alone (the OR of the units' ``pending``: a
         PCU started and not finished or holding input, a PMU in the middle of a write
-        pass, with input waiting or a read pass armed). After the AGCUs finished, the array has settled when neither this nor
-        ``holding`` is high.
+        pass, with input waiting or a read pass armed). After the AGCUs finished, the
+        array has settled when neither this nor ``holding`` is high.
     """
     def __init__(self):
         super().__init__({
