@@ -9,10 +9,12 @@ damaged by ``tb.suites.fuzz.mutate`` (field values changed with the CRC recomput
 flipped with or without the CRC fixed, truncated or extended).
 
 Prints the model's outcomes, then for the RTL cases a table of (model outcome, RTL
-outcome) with the agreement: ``equal`` where both produced outputs and they are equal,
-``DIFFERENT`` where they are not, ``stop`` where the RTL ended in an error status or a
-watchdog stop. Exit status 1 if any case disagrees silently (RTL outputs different
-from the model's, or RTL outputs where the model has none) or ends otherwise.
+outcome) with the verdict of ``tb.suites.fuzz.run_rtl``: ``equal`` where both produced
+outputs and they are equal, ``equal on fresh SRAM`` where they were equal only when the
+case ran alone (the previous case's PMU SRAM contents were read), ``DIFFERENT`` where
+they are not, ``stop`` where the RTL ended in an error status or a watchdog stop. Exit
+status 1 if any case disagrees silently (RTL outputs different from the model's, or RTL
+outputs where the model has none) or ends otherwise.
 """
 
 import argparse
@@ -26,15 +28,14 @@ import numpy as np
 
 from hdl.system import RDUSystem
 from tb.suites.fuzz import (
+    ACCEPTED,
     CORRESPONDING,
     OUTCOMES,
     base_programs,
     fuzz_programs,
     model_outcome,
-    run_cases,
+    run_rtl,
 )
-
-STOPS = ("loader", "unit_error", "agcu_error", "hw_watchdog", "host_watchdog")
 
 
 def _print_table(title, header, rows):
@@ -70,40 +71,26 @@ def main(argv=None):
                  [(outcome, counts[outcome]) for outcome in names if counts[outcome]])
     if not args.rtl:
         return 0
-    from rdu.sim.runner import run_verilator
     from rdu.sim.verilator import build
     rtl_programs = programs[:args.rtl]
     params = rtl_programs[0].machine.system_params()
+    built = build(RDUSystem, **params)
+    names = RDUSystem(**params).perf_counter_names()
     with tempfile.TemporaryDirectory() as temporary:
-        work = Path(args.dir or temporary)
-        dirs = [str(program.save(work / program.name)) for program in rtl_programs]
-        built = build(RDUSystem, **params)
-        names = RDUSystem(**params).perf_counter_names()
         start = time.perf_counter()
-        stats = run_verilator(built, run_cases, work / "run", seed=args.seed,
-                              watchdog=10**9, program_dirs=dirs, perf_counters=names)
+        results, verdicts, stats = run_rtl(built, rtl_programs, model[:args.rtl],
+                                           Path(args.dir or temporary), seed=args.seed,
+                                           perf_counters=names)
         rtl_seconds = time.perf_counter() - start
     table, bad, other = Counter(), [], []
-    for program, (outcome, detail), result in zip(rtl_programs, model[:args.rtl], stats.result,
-                                                  strict=True):
+    for program, (outcome, _), result, found in zip(rtl_programs, model, results, verdicts,
+                                                    strict=False):
         rtl = result["outcome"]
-        if rtl == "outputs":
-            if outcome != "outputs":
-                verdict = "OUTPUTS, MODEL STOPPED"
-            elif all(np.array_equal(np.asarray(result["outputs"][name], np.uint32),
-                                    detail[name]) for name in program.outputs):
-                verdict = "equal"
-            else:
-                verdict = "DIFFERENT"
-        elif rtl in STOPS:
-            verdict = "stop"
-        else:
-            verdict = "OTHER"
-        if verdict not in ("equal", "stop"):
-            bad.append((program.name, verdict, result.get("message", "")))
+        if found not in ACCEPTED:
+            bad.append((program.name, found, result.get("message", "")))
         elif rtl not in CORRESPONDING.get(outcome, ()):
             other.append((program.name, outcome, result.get("message", "")))
-        table[outcome, rtl, verdict] += 1
+        table[outcome, rtl, found] += 1
     _print_table(f"RTL (Verilator): {args.rtl} of them in one simulation ({rtl_seconds:.0f} "
                  f"s, {stats.cycles} cycles, {stats.cycles_per_second:.0f} cycles/s)",
                  ["model", "RTL", "verdict", "same outcome", "cases"],

@@ -5,37 +5,11 @@ each case compared with the functional model."""
 import time
 from collections import Counter
 
-import numpy as np
 import pytest
 from rdu import gemm
 
 from hdl.system import RDUSystem
-from tb.suites.fuzz import GEOMETRY, fuzz_programs, model_outcome, run_cases
-
-#: RTL outcomes a damaged configuration may end in (besides outputs equal to the model's)
-STOPS = {"loader", "unit_error", "agcu_error", "hw_watchdog", "host_watchdog"}
-
-
-def compare(programs, results):
-    """``Counter`` of ``(model outcome, RTL outcome, verdict)``; raises on a case whose
-    RTL outcome is not allowed or whose outputs differ from the model's."""
-    table = Counter()
-    for program, result in zip(programs, results, strict=True):
-        model, detail = model_outcome(program)
-        rtl = result["outcome"]
-        verdict = ""
-        if rtl == "outputs":
-            assert model == "outputs", (f"{program.name}: the RTL produced outputs, the "
-                                        f"model ended with {detail}")
-            same = all(np.array_equal(np.asarray(result["outputs"][name], np.uint32),
-                                      detail[name]) for name in program.outputs)
-            assert same, f"{program.name}: RTL outputs differ from the functional model's"
-            verdict = "equal"
-        else:
-            assert rtl in STOPS, f"{program.name}: {result['message']}"
-            assert "\n" not in result["message"]
-        table[model, rtl, verdict] += 1
-    return table
+from tb.suites.fuzz import ACCEPTED, GEOMETRY, fuzz_programs, model_outcome, run_rtl
 
 
 @pytest.mark.verilator
@@ -45,7 +19,6 @@ def test_fuzz_and_faults_verilator(sim_dir, seed):
     between cases: every case ends in a loader/unit/AGCU error, a watchdog stop or the
     model's outputs; each injected fault is reported by the AGCU on whose port it was
     injected, with its code and burst."""
-    from rdu.sim.runner import run_verilator
     from rdu.sim.verilator import build
     programs = fuzz_programs(60, 20_261_204)
     params = programs[0].machine.system_params()
@@ -58,17 +31,21 @@ def test_fuzz_and_faults_verilator(sim_dir, seed):
               {"write": [0], "resp": "SLVERR"}, {"write": [1], "resp": "DECERR"},
               {"read": 0.2, "write": 0.2, "resp": "SLVERR", "seed": seed},
               {"read": 0.2, "write": 0.2, "resp": "DECERR", "seed": seed + 1}]
-    dirs = [str(p.save(sim_dir / p.name)) for p in programs]
-    dirs += [str(base.save(sim_dir / f"fault{i}")) for i in range(len(faults))]
+    cases = programs + [base] * len(faults)
+    models = [model_outcome(program) for program in programs] + [None] * len(faults)
     start = time.perf_counter()
-    stats = run_verilator(built, run_cases, sim_dir / "run", seed=seed, watchdog=10**9,
-                          program_dirs=dirs, perf_counters=names,
-                          faults=[None] * len(programs) + faults)
+    results, verdicts, stats = run_rtl(built, cases, models, sim_dir, seed=seed,
+                                       perf_counters=names,
+                                       faults=[None] * len(programs) + faults)
     seconds = time.perf_counter() - start
-    results = stats.result
-    table = compare(programs, results[:len(programs)])
+    table = Counter()
+    for program, model, result, verdict in zip(programs, models, results, verdicts,
+                                               strict=False):
+        assert verdict in ACCEPTED, f"{program.name}: {verdict}: {result.get('message')}"
+        assert "\n" not in result.get("message", "")
+        table[model[0], result["outcome"], verdict] += 1
     for (model, rtl, verdict), count in sorted(table.items()):
-        print(f"model {model:12} RTL {rtl:14} {verdict:6} {count}")
+        print(f"model {model:12} RTL {rtl:14} {verdict:20} {count}")
     for spec, result in zip(faults, results[len(programs):], strict=True):
         print(f"faults {spec}: {result.get('message', 'outputs')}")
         if isinstance(spec.get("read"), list) or isinstance(spec.get("write"), list):
@@ -80,5 +57,5 @@ def test_fuzz_and_faults_verilator(sim_dir, seed):
             assert f"{kind.upper()}_{spec['resp']}" in result["message"]
         else:
             assert result["outcome"] in ("agcu_error", "outputs"), result
-    print(f"{len(dirs)} cases in {seconds:.0f} s ({stats.cycles} cycles, "
+    print(f"{len(cases)} cases in {seconds:.0f} s ({stats.cycles} cycles, "
           f"{stats.cycles_per_second:.0f} cycles/s)")

@@ -24,7 +24,7 @@ from rdu.sim.host import HostDriver, RunError
 from rdu.sim.memory_system import FaultInjector
 
 __all__ = ["GEOMETRY", "SHAPES", "leaves", "flip_fix_crc", "mutate", "base_programs",
-           "fuzz_programs",
+           "fuzz_programs", "verdict", "run_rtl", "ACCEPTED",
            "model_outcome", "rtl_outcome", "run_cases", "OUTCOMES", "CORRESPONDING"]
 
 #: The fuzzed machine: 2x2 (PCU, PMU checkerboard), 4 lanes, 16 KiB PMUs.
@@ -154,6 +154,56 @@ _RTL_PATTERNS = (
     ("agcu_error", r": (program load on )?AGCU \d+ ended "),
     ("unit_error", r": (PCU|PMU)\(\d+,\d+\) error "),
 )
+
+
+#: RTL outcomes that end a damaged configuration acceptably (besides equal outputs)
+STOPS = ("loader", "unit_error", "agcu_error", "hw_watchdog", "host_watchdog")
+#: Acceptable verdicts of :func:`verdict` / :func:`run_rtl`
+ACCEPTED = ("equal", "equal on fresh SRAM", "stop")
+
+
+def verdict(program, model, result):
+    """How an RTL ``result`` of :func:`run_cases` compares with the model's
+    ``(outcome, outputs or message)``: ``"equal"`` (both outputs, equal), ``"stop"``
+    (the RTL ended in an error status or a watchdog stop), ``"DIFFERENT"`` (both
+    outputs, different), ``"OUTPUTS, MODEL STOPPED"``, ``"OTHER"``."""
+    outcome, detail = model
+    if result["outcome"] == "outputs":
+        if outcome != "outputs":
+            return "OUTPUTS, MODEL STOPPED"
+        same = all(np.array_equal(np.asarray(result["outputs"][name], np.uint32), detail[name])
+                   for name in program.outputs)
+        return "equal" if same else "DIFFERENT"
+    return "stop" if result["outcome"] in STOPS else "OTHER"
+
+
+def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=None):
+    """Run ``programs`` in one Verilator simulation (:func:`run_cases`) and compare each
+    with its model outcome (``models``). A case whose outputs differ is run again alone
+    in a fresh simulation: the PMU SRAM is not cleared by reset, and a damaged read
+    pattern that reads words this program never wrote sees the previous case's data
+    where the model (a fresh machine) sees zeroes; equal outputs then give ``"equal on
+    fresh SRAM"``. Returns ``(results, verdicts, stats)``."""
+    from pathlib import Path
+
+    from rdu.sim.runner import run_verilator
+    work_dir = Path(work_dir)
+    dirs = [str(program.save(work_dir / program.name)) for program in programs]
+    stats = run_verilator(built, run_cases, work_dir / "run", seed=seed, watchdog=10**9,
+                          program_dirs=dirs, perf_counters=perf_counters, faults=faults)
+    results = stats.result
+    verdicts = []
+    for index, (program, model, result) in enumerate(zip(programs, models, results,
+                                                         strict=True)):
+        found = verdict(program, model, result) if model is not None else None
+        if found == "DIFFERENT":
+            alone = run_verilator(built, run_cases, work_dir / f"alone_{program.name}",
+                                  seed=seed, watchdog=10**9, program_dirs=[dirs[index]],
+                                  perf_counters=perf_counters).result[0]
+            if verdict(program, model, alone) == "equal":
+                found = "equal on fresh SRAM"
+        verdicts.append(found)
+    return results, verdicts, stats
 
 
 def rtl_outcome(message):
