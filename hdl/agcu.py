@@ -302,6 +302,9 @@ class AGCU(wiring.Component):
     busy, done, error : Out
         A command is running; the last command finished (sticky until the next is
         accepted); its :class:`AGCUError` code (valid with ``done``).
+    executing : Out(1)
+        ``busy`` with an ``EXECUTE`` command (the array's watchdog counts while an AGCU
+        executes).
     """
 
     def __init__(self, *, lanes=8, addr_width=32, id_width=4, max_burst=16,
@@ -334,6 +337,7 @@ class AGCU(wiring.Component):
             "cmd": In(stream.Signature(self.command_layout)),
             "busy": Out(1),
             "done": Out(1),
+            "executing": Out(1),
             "error": Out(AGCUError),
             "scalar_result": Out(WORD_BITS),
             "scalar_count": Out(WORD_BITS),
@@ -359,7 +363,8 @@ class AGCU(wiring.Component):
         mode = Signal(AGCUOp.as_shape())
         busy = Signal()
         error = Signal(AGCUError)
-        m.d.comb += [self.busy.eq(busy), self.error.eq(error)]
+        m.d.comb += [self.busy.eq(busy), self.error.eq(error),
+                     self.executing.eq(busy & (mode == AGCUOp.EXECUTE))]
 
         def flag(code):
             with m.If(error == AGCUError.NONE):

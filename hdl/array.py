@@ -23,12 +23,35 @@ from .interfaces import (
 )
 from .pmu import PMU
 from .shared import share
-from .switch import FIFO_DEPTH, Direction, Switch
+from .switch import FIFO_DEPTH, Direction, Port, Switch
 
 __all__ = ["HostPort", "TileArray", "is_compute_position", "unit_kind_at",
+           "WATCHDOG_BITS", "WATCHDOG_NONE", "watchdog_location",
            "NORTH", "EAST", "SOUTH", "WEST"]
 
 NORTH, EAST, SOUTH, WEST = Direction.NORTH, Direction.EAST, Direction.SOUTH, Direction.WEST
+
+#: Width of ``host.watchdog_cycles`` (and of the watchdog's idle counter).
+WATCHDOG_BITS = 24
+#: ``host.watchdog_unit`` when no switch input held an item as the watchdog fired.
+WATCHDOG_NONE = 0xFFFF_FFFF
+#: Switch inputs the watchdog tells apart: every network's :class:`Port` s.
+_SWITCH_INPUTS = len(NETWORKS) * len(Port)
+
+
+def watchdog_location(code, rows, cols):
+    """What ``host.watchdog_unit`` = ``code`` names on a ``rows x cols`` array:
+    ``"switch(1,0) vector input west"`` (the lowest-index switch input FIFO holding an
+    item when the watchdog fired: switches in row-major order, then networks in
+    :data:`NETWORKS` order, then inputs in :class:`Port` order), or ``None`` for
+    :data:`WATCHDOG_NONE` (the mesh was empty: the stall is outside it, e.g. an AGCU
+    waiting for data or a token that never comes)."""
+    if code == WATCHDOG_NONE or not 0 <= code < rows * cols * _SWITCH_INPUTS:
+        return None
+    switch, rest = divmod(code, _SWITCH_INPUTS)
+    network, port = divmod(rest, len(Port))
+    row, col = divmod(switch, cols)
+    return f"switch({row},{col}) {NETWORKS[network]} input {Port(port).name.lower()}"
 
 
 def is_compute_position(row, col):
@@ -69,6 +92,24 @@ class HostPort(wiring.Signature):
         Value of the selected counter, one cycle after ``perf_select``.
     readback_start : Out(1)
         Pulse: read the whole array's configuration back on ``TileArray.readback``.
+    watchdog_cycles : Out(WATCHDOG_BITS)
+        No-progress watchdog: while the mesh is open and the array is ``running``, an
+        AGCU executes (``TileArray.kernel_busy``), an item waits in the mesh
+        (``holding``) or a unit is busy (``units_busy``), this many consecutive
+        cycles without a transfer on any switch port stop the array (0: off).
+    watchdog : In(1)
+        The watchdog stopped the array (``running`` dropped, mesh closed); cleared by
+        ``start`` and by a configuration change.
+    watchdog_unit : In(32)
+        Where the stall was when the watchdog fired (:func:`watchdog_location`).
+    holding : In(1)
+        Some switch input holds an item routed to an output (the mesh is not empty;
+        after a run, an item left waiting).
+    units_busy : In(1)
+        Some unit has work it cannot finish alone (the OR of the units' ``pending``: a
+        PCU started and not finished or holding input, a PMU in the middle of a write
+        pass, with input waiting or a read pass armed). After the AGCUs finished, the
+        array has settled when neither this nor ``holding`` is high.
     """
     def __init__(self):
         super().__init__({
@@ -83,6 +124,11 @@ class HostPort(wiring.Signature):
             "perf_select": Out(16),
             "perf_value": In(32),
             "readback_start": Out(1),
+            "watchdog_cycles": Out(WATCHDOG_BITS),
+            "watchdog": In(1),
+            "watchdog_unit": In(32),
+            "holding": In(1),
+            "units_busy": In(1),
         })
 
 
@@ -141,6 +187,9 @@ class TileArray(wiring.Component):
     agcu_vector_out, agcu_scalar_out, agcu_control_out : Out(...).array(2 * rows)
         Out of the mesh, same indexing.
     agcu_cfg : Out(ConfigPort()).array(agcus)
+    kernel_busy : In(1)
+        An AGCU executes a kernel: the watchdog also counts after ``running`` fell (an
+        AGCU still waiting for data or a token). ``RDUSystem`` drives it.
     """
     def __init__(self, rows=4, cols=4, lanes=8, *, compute_unit=None, capacity_bytes=65536,
                  fifo_depth=FIFO_DEPTH, agcus=2, agcu_config_words=16, idle_timeout=4096):
@@ -181,6 +230,7 @@ class TileArray(wiring.Component):
             "agcu_control_in": In(control_stream()).array(2 * rows),
             "agcu_control_out": Out(control_stream()).array(2 * rows),
             "agcu_cfg": Out(ConfigPort()).array(agcus),
+            "kernel_busy": In(1),
         })
 
     def is_compute(self, row, col):
@@ -263,6 +313,34 @@ class TileArray(wiring.Component):
                 m.d.comb += done_seen.eq(1)
         with m.If(running & done_seen):
             m.d.sync += [running.eq(0), host.done.eq(1)]
+
+        # ---- no-progress watchdog --------------------------------------------------------
+        # one counter and an OR tree: cycles since the last transfer on any switch port
+        # (every stream of the mesh, edge ports included, ends at a switch port)
+        moved = Cat(*(switch.moved for switch in self.switches.values())).any()
+        holding = Cat(*(switch.holding for switch in self.switches.values()))
+        idle = Signal(WATCHDOG_BITS)
+        busy_units = [unit.pending for unit in self.units.values()
+                      if hasattr(unit, "pending")]
+        m.d.comb += [host.holding.eq(holding.any()),
+                     host.units_busy.eq(Cat(*busy_units).any() if busy_units else 0)]
+        counting = (active & (running | self.kernel_busy | host.holding | host.units_busy)
+                    & (host.watchdog_cycles != 0))
+        with m.If(host.start & ~running & loaded):
+            m.d.sync += [idle.eq(0), host.watchdog.eq(0)]
+        with m.Elif(~loaded):
+            m.d.sync += [idle.eq(0), host.watchdog.eq(0)]
+        with m.Elif(moved | ~counting):
+            m.d.sync += idle.eq(0)
+        with m.Elif(idle + 1 >= host.watchdog_cycles):
+            # stop as when a new bitstream arrives; name the first input holding an item
+            m.d.sync += [idle.eq(0), running.eq(0), active.eq(0), host.watchdog.eq(1),
+                         host.watchdog_unit.eq(WATCHDOG_NONE)]
+            for index in reversed(range(len(holding))):
+                with m.If(holding[index]):
+                    m.d.sync += host.watchdog_unit.eq(index)
+        with m.Else():
+            m.d.sync += idle.eq(idle + 1)
 
         # ---- units to switches -------------------------------------------------------
         unit_errors = []

@@ -182,6 +182,10 @@ class PCU(wiring.Component):
     cfg : In(ConfigPort())
     busy : Out(1)
         A run is in progress.
+    pending : Out(1)
+        Work the unit cannot finish alone: a run in progress, or input data waiting in
+        ``vector_in0``, ``vector_in1`` or ``scalar_in`` (as the functional model's
+        ``busy``); the array's ``host.units_busy`` ORs it.
     error : Out(PCUError)
         :class:`PCUError` of the last rejected start or dropped configuration write
         (0: none); cleared by a configuration write while idle.
@@ -208,6 +212,7 @@ class PCU(wiring.Component):
             "control_out": Out(control_stream()),
             "cfg": In(ConfigPort()),
             "busy": Out(1),
+            "pending": Out(1),
             "error": Out(PCUError),
         })
 
@@ -299,6 +304,8 @@ class PCU(wiring.Component):
         done_push = Signal()        # the DONE token enters the control_out FIFO
         m.d.comb += [
             self.busy.eq(~idle),
+            # as the functional model's ``busy``: running, or idle with input waiting
+            self.pending.eq(~idle | in0.valid | in1.valid | scalar_in.valid),
             control_in.ready.eq(idle),
             chain.step.eq(running & issue),
         ]

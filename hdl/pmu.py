@@ -180,6 +180,10 @@ class PMU(wiring.Component):
         non-zero the PMU accepts and produces nothing.
     done : Out(1)
         ``read_passes`` buffers have been released.
+    pending : Out(1)
+        Work the unit cannot finish alone: a write pass begun and not ended, an item in
+        the vector or scalar input FIFO, or a read pass armed (as the functional model's
+        ``busy``); the array's ``host.units_busy`` ORs it.
     beats_written, beats_read, write_stall_cycles, read_stall_cycles : Out(32)
         Performance counters: beats stored, beats delivered, cycles a write beat waited
         (no free buffer), cycles the reader waited on back-pressure.
@@ -213,6 +217,7 @@ class PMU(wiring.Component):
             "control_out": Out(control_stream()),
             "cfg": In(ConfigPort()),
             "error": Out(PMUError),
+            "pending": Out(1),
             "done": Out(1),
             "beats_written": Out(32),
             "beats_read": Out(32),
@@ -344,6 +349,11 @@ class PMU(wiring.Component):
             write_ag.advance.eq(write_fire),
             write_pass_done.eq(write_fire & write_ag.last),
         ]
+        mid_pass = Signal()             # a write pass has begun and not ended
+        with m.If(write_pass_done):
+            m.d.sync += mid_pass.eq(0)
+        with m.Elif(write_fire):
+            m.d.sync += mid_pass.eq(1)
         for bank in range(lanes):
             port = write_ports[bank]
             for lane in range(lanes):
@@ -478,6 +488,7 @@ class PMU(wiring.Component):
         with m.If(self.cfg.write):
             # a configuration write restarts the unit with empty buffers
             m.d.sync += [error.eq(0), full.eq(0), armed.eq(0), self.done.eq(0),
+                         mid_pass.eq(0),
                          write_buffer_index.eq(0), write_buffer_base.eq(0),
                          read_buffer_index.eq(0), read_buffer_base.eq(0),
                          repeat_count.eq(0), passes_done.eq(0), gate_credits.eq(0),
@@ -486,6 +497,7 @@ class PMU(wiring.Component):
         with m.Elif(new_error != 0):
             m.d.sync += error.eq(new_error)
 
+        m.d.comb += self.pending.eq(mid_pass | vin.o.valid | sin.o.valid | armed)
         m.d.sync += [
             self.beats_written.eq(self.beats_written + write_fire),
             self.beats_read.eq(self.beats_read + (self.vector_out.valid &

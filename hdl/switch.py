@@ -9,6 +9,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from .interfaces import (
+    NETWORKS,
     WORD_BITS,
     ConfigPort,
     ConfigRegister,
@@ -189,6 +190,14 @@ class Switch(wiring.Component):
         Cycles in which at least one routed input of that network held an item that it
         could not deliver (some destination was not ready, or a merge output it is
         listed in was at another input).
+    moved : Out(1)
+        A transfer on one of the switch's ports this cycle (an input FIFO took an item
+        or an output handed one on): the array's no-progress watchdog ORs these.
+    holding : Out(3 * len(Port))
+        Input FIFOs holding an item routed to some output (an unrouted item is not
+        waiting for anything), bit ``network * len(Port) + port`` (networks in
+        :data:`hdl.interfaces.NETWORKS` order, ports in :class:`Port` order): what the
+        watchdog reports as the first stalled input.
     """
     def __init__(self, lanes=8, fifo_depth=FIFO_DEPTH):
         if not isinstance(fifo_depth, int) or isinstance(fifo_depth, bool):
@@ -217,11 +226,16 @@ class Switch(wiring.Component):
             "vector_stall_cycles": Out(32),
             "scalar_stall_cycles": Out(32),
             "control_stall_cycles": Out(32),
+            "moved": Out(1),
+            "holding": Out(3 * len(Port)),
         })
 
     def _network(self, m, name, shape, inputs, outputs, selects, merges, stall_counter):
+        """Build one network; return ``(moved, holding)``: a transfer on one of its ports
+        this cycle, and which input FIFOs hold an item routed to some output."""
         sources = len(inputs)
         fifos = []
+        pushes = [port.valid & port.ready for port in inputs]
         for index, port in enumerate(inputs):
             # a configuration write empties the input FIFOs: a new program never sees
             # items a previous one left in the network (unrouted DONE or release tokens)
@@ -289,6 +303,7 @@ class Switch(wiring.Component):
                     m.d.sync += taken_count.eq(position_count + 1)
         pops = []
         blocked = []
+        waiting = []
         for in_index, fifo in enumerate(fifos):
             routed = Cat(*(member[in_index] for member in members)).any()
             complete = Cat(*(~member[in_index] | taken[out_index][in_index]
@@ -298,6 +313,7 @@ class Switch(wiring.Component):
             m.d.comb += [pop.eq(self.enable & fifo.valid & routed & complete),
                          fifo.ready.eq(pop)]
             pops.append(pop)
+            waiting.append(fifo.valid & routed)
             blocked.append(self.enable & fifo.valid & routed & ~complete)
         for out_index in range(len(outputs)):
             for in_index in range(sources):
@@ -309,28 +325,34 @@ class Switch(wiring.Component):
             m.d.sync += [flags.eq(0) for flags in taken]
         with m.If(Cat(*blocked).any()):
             m.d.sync += stall_counter.eq(stall_counter + 1)
+        return Cat(*pushes, *transfers).any(), Cat(*waiting)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.config = config_reg = ConfigRegister(self.config_layout)
         wiring.connect(m, wiring.flipped(self.cfg), config_reg.port)
         routes = config_reg.value
-        self._network(m, "vector", vector_layout(self._lanes),
+        activity = {}
+        activity["vector"] = self._network(m, "vector", vector_layout(self._lanes),
                       [*self.vector_in, self.local_vector_in],
                       [*self.vector_out, *self.local_vector_out],
                       [routes.vector[i] for i in range(len(VECTOR_OUTPUTS))],
                       [routes.vector_merge[i] for i in range(len(VECTOR_OUTPUTS))],
                       self.vector_stall_cycles)
-        self._network(m, "scalar", WORD_BITS,
+        activity["scalar"] = self._network(m, "scalar", WORD_BITS,
                       [*self.scalar_in, self.local_scalar_in],
                       [*self.scalar_out, self.local_scalar_out],
                       [routes.scalar[i] for i in range(len(NARROW_OUTPUTS))],
                       [routes.scalar_merge[i] for i in range(len(NARROW_OUTPUTS))],
                       self.scalar_stall_cycles)
-        self._network(m, "control", 1,
+        activity["control"] = self._network(m, "control", 1,
                       [*self.control_in, self.local_control_in],
                       [*self.control_out, self.local_control_out],
                       [routes.control[i] for i in range(len(NARROW_OUTPUTS))],
                       [routes.control_merge[i] for i in range(len(NARROW_OUTPUTS))],
                       self.control_stall_cycles)
+        m.d.comb += [
+            self.moved.eq(Cat(*(activity[network][0] for network in NETWORKS)).any()),
+            self.holding.eq(Cat(*(activity[network][1] for network in NETWORKS))),
+        ]
         return m

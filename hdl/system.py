@@ -4,7 +4,7 @@
 (``tb/suites/system.py:run_program``) that drives it.
 """
 
-from amaranth import Module
+from amaranth import Cat, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -177,6 +177,7 @@ class RDUSystem(wiring.Component):
         m.submodules.array = array
         wiring.connect(m, wiring.flipped(self.host), array.host)
         wiring.connect(m, array.readback, wiring.flipped(self.readback))
+        m.d.comb += array.kernel_busy.eq(Cat(*(agcu.executing for agcu in self.agcus)).any())
         for k, agcu in enumerate(self.agcus):
             m.submodules[f"agcu{k}"] = agcu
             edge = self.edge_of(k)

@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-from amaranth.hdl import Shape
 from amaranth.lib import data
 from rdu import gemm, pcu_model
 from rdu.bitstream import (
@@ -17,7 +16,6 @@ from rdu.bitstream import (
     Geometry,
     Record,
     UnitKind,
-    payload_crc,
     read_bitstream,
     write_bitstream,
 )
@@ -42,6 +40,7 @@ from rdu.unitconfig import pack_config
 from hdl.agcu import agcu_config_layout
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Source, switch_config_layout
+from tb.suites.fuzz import flip_fix_crc, leaves, mutate
 
 SMALL = ArrayGeometry(2, 2, 4, pmu_words=4096)
 GEMM_MACHINE = Machine(rows=2, cols=2, lanes=4, pmu_bytes=16384)
@@ -347,15 +346,6 @@ def test_loader_checks_header_words_as_they_arrive():
     assert verdict(longer) == (ConfigStatus.OK, 2)
 
 
-def _flip_fix_crc(rng, words):
-    words = list(words)
-    for _ in range(rng.randrange(1, 3)):
-        words[rng.randrange(len(words))] ^= 1 << rng.randrange(32)
-    if rng.random() < 0.7 and words[1] >> 16 == 5:
-        words[4] = payload_crc(words[5:5 + words[3]])
-    return words
-
-
 def test_loader_agrees_with_read_bitstream(seed):
     """The word-by-word loader and ``read_bitstream`` give the same verdict on damaged
     bitstreams of the bitstream's own length, and the loader writes exactly the
@@ -366,7 +356,7 @@ def test_loader_agrees_with_read_bitstream(seed):
     array = FunctionalArray(2, 2, 4, agcu_config_words=12)
     verdicts = set()
     for _ in range(300):
-        words = _flip_fix_crc(rng, program.bitstream)
+        words = flip_fix_crc(rng, program.bitstream)
         try:
             _, records = read_bitstream(words, geometry, array.units)
             expected = ConfigStatus.OK
@@ -526,48 +516,6 @@ def test_iterations_match_pcu_model(seed):
 
 # -- damaged bitstreams --------------------------------------------------------------------------
 
-def _leaves(shape, base=0):
-    """``(bit offset, width)`` of every leaf field of a layout."""
-    if isinstance(shape, data.StructLayout):
-        for _, field in shape:
-            yield from _leaves(field.shape, base + field.offset)
-    elif isinstance(shape, data.ArrayLayout):
-        elem = shape.elem_shape
-        width = elem.size if isinstance(elem, data.Layout) else Shape.cast(elem).width
-        for index in range(shape.length):
-            yield from _leaves(elem, base + index * width)
-    else:
-        yield base, Shape.cast(shape).width
-
-
-def _mutate(rng, words, leaves, geometry):
-    """A damaged bitstream: field values changed (CRC recomputed), bits flipped
-    (CRC recomputed or not), header words changed, truncated or extended."""
-    kind = rng.random()
-    if kind < 0.5:
-        _, records = read_bitstream(words)
-        for _ in range(rng.randrange(1, 4)):
-            record = rng.choice(records)
-            value = sum(word << (32 * i) for i, word in enumerate(record.words))
-            offset, width = rng.choice(leaves[record.kind])
-            old = (value >> offset) & ((1 << width) - 1)
-            new = rng.choice([0, 1, (1 << width) - 1, rng.getrandbits(width),
-                              (old + 1) % (1 << width), max(old - 1, 0)])
-            value = (value & ~(((1 << width) - 1) << offset)) | new << offset
-            record.words = [(value >> (32 * i)) & 0xFFFF_FFFF
-                            for i in range(len(record.words))]
-        if rng.random() < 0.1:                    # a record's word count changed
-            record = rng.choice(records)
-            record.words = record.words[:rng.randrange(len(record.words) + 1)]
-        return write_bitstream(geometry, records)
-    if kind < 0.85:
-        return _flip_fix_crc(rng, words)
-    words = list(words)
-    if kind < 0.92:
-        return words[:rng.randrange(1, len(words))]
-    return words + [rng.getrandbits(32) for _ in range(rng.randrange(1, 4))]
-
-
 def test_damaged_bitstreams_end_cleanly(seed):
     """200 damaged bitstreams of two small compiled GEMMs (fixed seed): every run ends
     with outputs or a one-line ModelError / BitstreamError, never another exception or
@@ -576,14 +524,14 @@ def test_damaged_bitstreams_end_cleanly(seed):
     start = time.perf_counter()
     geometry = Geometry(2, 2, 4)
     array = FunctionalMachine(GEMM_MACHINE).array
-    leaves = {kind: list(_leaves(data.Layout.cast(layout)))
+    field_leaves = {kind: list(leaves(data.Layout.cast(layout)))
               for kind, layout in array.layouts.items()}
     cases = [_gemm(shape, seed) for shape in ((4, 4, 8), (5, 7, 9))]
     originals = [list(program.bitstream) for program, _, _ in cases]
     outcomes = {}
     for index in range(200):
         program, a, b = cases[index % 2]
-        words = _mutate(rng, originals[index % 2], leaves, geometry)
+        words = mutate(rng, originals[index % 2], field_leaves, geometry)
         program.bitstream = words
         try:
             outputs, _ = FunctionalMachine(GEMM_MACHINE, max_items=200_000).run_program(

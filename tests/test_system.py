@@ -1,6 +1,8 @@
 """RDUSystem: a compiled program (bitstream + memory images) run end to end by the RTL
 runtime: program load through AGCU 0, start, execute on both AGCUs, outputs from HBM."""
 
+import re
+
 import numpy as np
 import pytest
 from rdu.bitstream import (
@@ -12,8 +14,12 @@ from rdu.bitstream import (
     read_bitstream,
 )
 from rdu.sim.host import RunError, check_program, load_outputs, run_program
+from rdu.sim.memory_system import FaultInjector
 from rdu.sim.runner import run_amaranth
 
+from hdl.array import WATCHDOG_NONE, watchdog_location
+from hdl.interfaces import NETWORKS
+from hdl.switch import Port
 from hdl.system import RDUSystem, agcu_edge
 from tb.suites.system import transpose_program
 
@@ -222,13 +228,140 @@ def test_unmapped_load_address_names_agcu_error_amaranth(sim_dir, seed):
 
 
 def test_watchdog_names_busy_agcu_amaranth(sim_dir, seed):
-    """AGCU 1 is told to store twice the beats the PMU sends: it never finishes."""
+    """AGCU 1 is told to store twice the beats the PMU sends: it never finishes. The
+    array's watchdog (programmed by the host driver to half the launch timeout) stops
+    it; nothing waits in the mesh, so the busy AGCU is named."""
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                   store_beats=32, name="stuck")
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError, match=r"^program 'stuck': hardware watchdog: no transfer "
+                                       r"for 750 cycles \(cycle \d+\); first stalled: AGCU 1 "
+                                       r"\(busy, no item waiting in the mesh\); done: \[0\]$"):
+        run(sim_dir / "program", seed=seed, timeout=1500, memory=FAST_MEMORY, progress=500)
+
+
+def test_watchdog_off_host_watchdog_amaranth(sim_dir, seed):
+    """``watchdog_cycles=0`` turns the array's watchdog off: the host's own watchdog
+    (AGCUs still busy ``timeout`` cycles after start) names the AGCU."""
     program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
                                    store_beats=32, name="stuck")
     program.save(sim_dir / "program")
     with pytest.raises(RunError, match=r"^program 'stuck': watchdog: AGCU 1 still busy after "
                                        r"1500 cycles from start \(cycle \d+\); done: \[0\]$"):
-        run(sim_dir / "program", seed=seed, timeout=1500, memory=FAST_MEMORY, progress=500)
+        run(sim_dir / "program", seed=seed, timeout=1500, memory=FAST_MEMORY,
+            watchdog_cycles=0)
+
+
+def test_watchdog_names_stalled_switch_amaranth(sim_dir, seed):
+    """A program routed to an edge without an AGCU (compiled for an AGCU east of row 0,
+    run on the default system, whose AGCU 1 is east of row 1): the transposed beats
+    back up from that edge to PMU (0,0); the watchdog stops the array and names the
+    first switch input holding an undeliverable item (the PMU's output into its
+    switch), with AGCU 1 still waiting."""
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                   agcu_positions=[["west", 0], ["east", 0]], name="lost")
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError) as failure:
+        run(sim_dir / "program", seed=seed, timeout=4000, memory=FAST_MEMORY,
+            watchdog_cycles=300)
+    message = str(failure.value)
+    assert re.fullmatch(r"program 'lost': hardware watchdog: no transfer for 300 cycles "
+                        r"\(cycle \d+\); first stalled: switch\(0,0\) vector input local "
+                        r"holds an item; busy: AGCU 1; done: \[0\]", message), message
+
+
+def test_watchdog_location_codes():
+    assert watchdog_location(WATCHDOG_NONE, 2, 2) is None
+    assert watchdog_location(0, 2, 2) == "switch(0,0) vector input north"
+    last = 2 * 2 * len(NETWORKS) * len(Port) - 1
+    assert watchdog_location(last, 2, 2) == "switch(1,1) control input local"
+    assert watchdog_location(last + 1, 2, 2) is None
+
+
+@pytest.mark.parametrize("faults, message", [
+    ({"read": [0], "resp": "SLVERR"},
+     r"program load on AGCU 0 ended with READ_SLVERR \(bitstream at 0x100\); memory: SLVERR "
+     r"on read of \d+ beats at 0x100 \(port axi.0, cycle \d+\): injected fault \(read burst 0\)"),
+    ({"read": [2], "resp": "DECERR"},
+     r"AGCU 0 ended EXECUTE with READ_DECERR \(code 6\); memory: DECERR on read of 16 beats "
+     r"at 0x10000 \(port axi.0, cycle \d+\): injected fault \(read burst 2\)"),
+    ({"write": [0]},
+     r"AGCU 1 ended EXECUTE with WRITE_SLVERR \(code 7\); memory: SLVERR on write of 1 beats "
+     r"at 0x20000 \(port axi.1, cycle \d+\): injected fault \(write burst 0\)"),
+    ({"write": [5], "resp": "DECERR"},
+     r"AGCU 1 ended EXECUTE with WRITE_DECERR \(code 8\); memory: DECERR on write of 1 beats "
+     r"at 0x\w+ \(port axi.1, cycle \d+\): injected fault \(write burst 5\)"),
+])
+def test_axi_fault_injection_amaranth(faults, message, sim_dir, seed):
+    """Error responses injected by the memory system on chosen bursts (the bitstream's
+    first read, the kernel's load, the transposing store's single-beat bursts): the
+    AGCU finishes its command and reports the code; the one-line error names the AGCU,
+    the code and the faulted burst."""
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed)
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError) as failure:
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY, faults=faults)
+    text = str(failure.value)
+    assert re.fullmatch(rf"program 'transpose': {message}", text), text
+
+
+def test_random_axi_faults_amaranth(sim_dir, seed):
+    """Random faults (seeded) on a third of all bursts, under random stalls: the launch
+    ends with the first faulted AGCU's error, never a hang or a watchdog."""
+    program, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=16, seed=seed)
+    program.save(sim_dir / "program")
+    with pytest.raises(RunError) as failure:
+        run(sim_dir / "program", seed=seed, timeout=5000, memory=FAST_MEMORY, stall="random",
+            faults={"read": 0.34, "write": 0.34, "resp": "DECERR", "seed": seed})
+    text = str(failure.value)
+    assert re.fullmatch(r"program 'transpose': (program load on AGCU 0 ended with READ_DECERR "
+                        r"\(bitstream at 0x100\)|AGCU [01] ended EXECUTE with (READ|WRITE)_DECERR "
+                        r"\(code [68]\)); memory: DECERR on (read|write) of \d+ beats at 0x\w+ "
+                        r"\(port axi.[01], cycle \d+\): injected fault \((read|write) burst \d+\)",
+                        text), text
+
+
+def test_fault_options_are_checked():
+    for faults, error in (({"reads": 0.1}, "Unknown fault option 'reads'; expected read, write, "
+                                           "resp, seed"),
+                          ({"read": 2.0}, "Fault read must be a probability in [0, 1] or a "
+                                          "list of burst indices, not 2.0"),
+                          ({"resp": "OKAY"}, "Fault response must be 'SLVERR' or 'DECERR', "
+                                             "not 'OKAY'")):
+        with pytest.raises(ValueError) as failure:
+            FaultInjector(faults)
+        assert str(failure.value) == error
+
+
+def test_reset_between_launches_amaranth(sim_dir, seed):
+    """A launch stopped by the watchdog leaves AGCU 1 busy; ``HostDriver.reset`` (the
+    system's reset, memory ports emptied, memory kept) lets the next program run."""
+    stuck, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                 store_beats=32, name="stuck")
+    good, expected = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed + 1,
+                                       name="good")
+    dirs = [str(stuck.save(sim_dir / "stuck")), str(good.save(sim_dir / "good"))]
+    stats = run_amaranth(small_system(), _stuck_then_good, seed=seed, watchdog=10**9,
+                         program_dirs=dirs)
+    first, outputs = stats.result
+    assert first.startswith("program 'stuck': hardware watchdog: no transfer for 400 cycles")
+    assert np.array_equal(np.asarray(outputs, np.uint32), expected)
+
+
+async def _stuck_then_good(bench, program_dirs):
+    from rdu.program import Program
+    from rdu.sim.host import HostDriver
+    programs = [Program.load(directory) for directory in program_dirs]
+    driver = HostDriver(bench, programs[0].machine, memory=FAST_MEMORY)
+    try:
+        await driver.run(programs[0], timeout=800)
+        first = None
+    except RunError as error:
+        first = str(error)
+    assert await bench.read("agcu_busy.1") == 1
+    await driver.reset()
+    result = await driver.run(programs[1], timeout=5000)
+    return first, result["outputs"]["a_t"]
 
 
 @pytest.mark.verilator

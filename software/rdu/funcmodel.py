@@ -1149,7 +1149,11 @@ class FunctionalArray:
                         "vector_in": Queue(PMU_INPUT_DEPTH, f"{unit} vector_in"),
                         "scalar_in": Queue(PMU_INPUT_DEPTH, f"{unit} scalar_in"),
                         "control_in": Queue(0, f"{unit} control_in")}
-        edge_out = {(network, edge): Queue(UNBOUNDED, f"edge {network}_out {edge}")
+        # with memory (an RDUSystem) an edge without an AGCU takes nothing: its outputs'
+        # ready is low (a TileArray test without memory collects every edge output)
+        def edge_capacity(edge):
+            return 0 if memory is not None and edge not in self.agcu_edges else UNBOUNDED
+        edge_out = {(network, edge): Queue(edge_capacity(edge), f"edge {network}_out {edge}")
                     for network in NETWORKS for edge in range(2 * rows)}
         switches = []
         for row in range(rows):

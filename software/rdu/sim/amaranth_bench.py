@@ -2,7 +2,7 @@
 
 import time
 
-from amaranth import Value
+from amaranth import ClockDomain, Module, Value
 from amaranth.sim import Simulator
 
 from .bench import Bench
@@ -72,12 +72,21 @@ class AmaranthBench(Bench):
         self._read_at = self._edges
         return self._ctx.get(self._resolve(path))
 
+    async def reset(self, cycles=2):
+        self._ctx.set(self._domain.rst, 1)
+        await self.cycles(cycles)
+        self._ctx.set(self._domain.rst, 0)
+
     def run(self, body, *, vcd=None):
         """Simulate until ``body(self)`` returns; return :class:`RunStats`.
 
         ``vcd`` names a VCD file to write (the Amaranth simulator writes VCD, not FST).
         """
-        sim = Simulator(self.component)
+        # the sync domain is declared here (as Amaranth would) so that reset() can drive it
+        top = Module()
+        top.domains.sync = self._domain = ClockDomain("sync")
+        top.submodules.dut = self.component
+        sim = Simulator(top)
         sim.add_clock(1e-8)
         agents = self.agents
 

@@ -76,6 +76,12 @@ class Bench:
     async def read(self, path):
         raise NotImplementedError
 
+    async def reset(self, cycles=2):
+        """Hold the design's synchronous reset for ``cycles`` clock edges (the agents
+        keep running: reset what they model yourself, e.g.
+        :meth:`rdu.sim.memory_system.MemorySystem.reset_ports`)."""
+        raise NotImplementedError
+
     # -- composite helpers -------------------------------------------------------------
 
     async def streams_done(self, timeout=100_000):

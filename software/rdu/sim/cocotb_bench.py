@@ -70,6 +70,11 @@ class CocotbBench(Bench):
             await RisingEdge(self.dut.clk)
             self._body_edges += 1
 
+    async def reset(self, cycles=2):
+        self.dut.rst.value = 1
+        await self.cycles(cycles)
+        self.dut.rst.value = 0
+
     def set(self, path, value):
         if self._read_only_at == self._body_edges:
             raise RuntimeError(f"set({path!r}) after read() in the same cycle: advance with "

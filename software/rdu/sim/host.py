@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
+from hdl.array import WATCHDOG_BITS, watchdog_location
 from hdl.config_net import LoaderState
 from hdl.pcu import PCUError
 from hdl.pmu import PMUError
@@ -31,7 +32,7 @@ from ..program import Program
 from .memory_system import MemorySystem
 
 __all__ = ["RunError", "HostDriver", "system_memory", "check_program", "run_program",
-           "run_programs", "load_outputs"]
+           "run_programs", "load_outputs", "hardware_watchdog_cycles"]
 
 WORD_BYTES = 4
 #: Total output words returned inline in the result (more: only in the .npz file).
@@ -44,10 +45,19 @@ class RunError(AssertionError):
     """A program that did not run to a clean end (a one-line message says why)."""
 
 
-def system_memory(beat_bytes, overrides=None, regions=None):
+def hardware_watchdog_cycles(timeout, watchdog_cycles=None):
+    """The ``host.watchdog_cycles`` a launch with ``timeout`` programs: ``watchdog_cycles``
+    if given (0: off), else half the launch timeout, so that a stall stops the array
+    (and is named) before the host's own watchdog; at most ``2**WATCHDOG_BITS - 1``."""
+    cycles = timeout // 2 if watchdog_cycles is None else watchdog_cycles
+    return max(0, min(int(cycles), (1 << WATCHDOG_BITS) - 1))
+
+
+def system_memory(beat_bytes, overrides=None, regions=None, faults=None):
     """HBM, DDR and host link for ``beat_bytes``-wide AXI ports; ``regions`` (from
     :meth:`rdu.machine.Machine.regions`) sets their bases and sizes, ``overrides`` maps
-    ``"hbm"``/``"ddr"``/``"host"`` to further model arguments (latencies...)."""
+    ``"hbm"``/``"ddr"``/``"host"`` to further model arguments (latencies...); ``faults``
+    injects error responses (:class:`rdu.sim.memory_system.FaultInjector`)."""
     overrides = overrides or {}
     sizes = {region.name: {"base": region.base, "size": region.size}
              for region in regions or ()}
@@ -56,7 +66,7 @@ def system_memory(beat_bytes, overrides=None, regions=None):
         ddr_model(beat_bytes=beat_bytes, **sizes.get("ddr", {}), **overrides.get("ddr", {})),
         host_link_model(beat_bytes=beat_bytes, **sizes.get("host", {}),
                         **overrides.get("host", {})),
-    ], beat_bytes=beat_bytes)
+    ], beat_bytes=beat_bytes, faults=faults)
 
 
 def command_word(op, *, src=0, dst=0, length=0):
@@ -121,12 +131,14 @@ class HostDriver:
     progress : bool or int
         Print a progress line (cycles done, cycles per second) every ``progress``
         cycles (an int) or ten times per watchdog period (``True``).
+    faults : dict, optional
+        AXI error responses to inject (:class:`rdu.sim.memory_system.FaultInjector`).
     """
 
     def __init__(self, bench, machine, *, memory=None, stall="none", perf_counters=None,
-                 progress=False):
+                 progress=False, faults=None):
         self.bench, self.machine = bench, machine
-        self.mem = system_memory(machine.beat_bytes, memory, machine.regions())
+        self.mem = system_memory(machine.beat_bytes, memory, machine.regions(), faults)
         for k in range(machine.agcus):
             self.mem.attach(bench, f"axi.{k}", stall=stall)
         self.perf_counters = list(perf_counters or [])
@@ -177,7 +189,9 @@ class HostDriver:
         await self._check_agcu(agcu, what, op.name)
         return cycles[agcu]
 
-    async def _wait_done(self, agcus, timeout, what, *, name=None):
+    async def _wait_done(self, agcus, timeout, what, *, name=None, hardware=False, op=None):
+        """Wait until every AGCU in ``agcus`` is done; with ``op``, an AGCU that ends
+        with an error fails the launch at once (the others may never finish)."""
         bench = self.bench
         pending, finished, elapsed = set(agcus), {}, 0
         every = (self.progress if isinstance(self.progress, int) and
@@ -189,19 +203,15 @@ class HostDriver:
                 if await bench.read(f"agcu_done.{k}"):
                     finished[k] = elapsed
                     pending.discard(k)
+                    if op is not None:
+                        await self._check_agcu(k, what, op)
             if not pending:
                 return finished
+            if hardware and await bench.read("host.watchdog"):
+                raise RunError(await self._hardware_watchdog(what, sorted(pending), finished))
             if elapsed >= timeout:
                 busy = sorted(pending)
-                unit_error = await bench.read("host.unit_error")
-                detail = ""
-                if unit_error:
-                    errors = unit_errors(await self.read_counters(
-                        [c for c in self.perf_counters if c.endswith(".error")]))
-                    detail = "; " + ", ".join(errors) if errors else \
-                        "; a unit reports an error (host.unit_error)"
-                if self.mem.errors:
-                    detail += f"; memory: {self.mem.errors[0]}"
+                detail = await self._error_detail()
                 raise RunError(
                     f"{what}: watchdog: AGCU{'s' if len(busy) > 1 else ''} "
                     f"{', '.join(map(str, busy))} still busy after {timeout} cycles from "
@@ -213,10 +223,60 @@ class HostDriver:
             await bench.cycles(1)
             elapsed += 1
 
+    async def _error_detail(self):
+        """``"; PMU(0,1) error ... ; memory: ..."``: the units whose error counter is set
+        and the first errored AXI burst, for a watchdog message."""
+        detail = ""
+        if await self.bench.read("host.unit_error"):
+            errors = unit_errors(await self.read_counters(
+                [c for c in self.perf_counters if c.endswith(".error")]))
+            detail = "; " + ", ".join(errors) if errors else \
+                "; a unit reports an error (host.unit_error)"
+        if self.mem.errors:
+            detail += f"; memory: {self.mem.errors[0]}"
+        return detail
+
+    async def _wait_mesh_empty(self, what, finished, timeout):
+        """After every AGCU finished: wait until the array has settled, no item waiting
+        in the mesh (``host.holding``) and no unit busy (``host.units_busy``); an
+        item left there for good (e.g. a token routed to a unit that never takes it) or
+        a unit that never finishes makes the array's watchdog fire: that is the error."""
+        bench = self.bench
+        for _ in range(timeout):
+            if not (await bench.read("host.holding") or await bench.read("host.units_busy")):
+                return
+            if await bench.read("host.watchdog"):
+                raise RunError(await self._hardware_watchdog(what, [], finished))
+            await bench.cycles(1)
+
+    async def _hardware_watchdog(self, what, busy, finished):
+        """The message of a stop by the array's watchdog (``host.watchdog``)."""
+        bench = self.bench
+        code = await bench.read("host.watchdog_unit")
+        cycles = await bench.read("host.watchdog_cycles")
+        where = watchdog_location(code, self.machine.rows, self.machine.cols)
+        agcus = f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}"
+        if not busy:
+            stalled = (f"{where} holds an item after every AGCU finished" if where else
+                       "a unit still busy after every AGCU finished")
+        elif where:
+            stalled = f"{where} holds an item; busy: {agcus}"
+        else:
+            stalled = f"{agcus} (busy, no item waiting in the mesh)"
+        return (f"{what}: hardware watchdog: no transfer for {cycles} cycles (cycle "
+                f"{bench.cycle}); first stalled: {stalled}; done: {sorted(finished) or 'none'}"
+                f"{await self._error_detail()}")
+
+    def _memory_error(self, agcu):
+        """The first errored AXI burst of AGCU ``agcu``'s port (else of any port)."""
+        own = [error for error in self.mem.errors if error.port == f"axi.{agcu}"]
+        return (own or self.mem.errors or [None])[0]
+
     async def _check_agcu(self, agcu, what, op):
         code = await self.bench.read(f"agcu_error.{agcu}")
         if code != AGCUError.NONE:
-            detail = f"; memory: {self.mem.errors[0]}" if self.mem.errors else ""
+            record = self._memory_error(agcu)
+            detail = f"; memory: {record}" if record else ""
             raise RunError(f"{what}: AGCU {agcu} ended {op} with {_error_name(code)} "
                            f"(code {code}){detail}")
 
@@ -249,25 +309,34 @@ class HostDriver:
             cycles += 1
         code = await bench.read("agcu_error.0")
         if code != AGCUError.NONE:
+            record = self._memory_error(0)
             raise RunError(f"program {name!r}: program load on AGCU 0 ended with "
-                           f"{_error_name(code)} (bitstream at {program.bitstream_address:#x})")
+                           f"{_error_name(code)} (bitstream at {program.bitstream_address:#x})"
+                           + (f"; memory: {record}" if record else ""))
         if state != LoaderState.LOADED:
             code = await bench.read("host.error")
             raise RunError(f"program {name!r}: bitstream rejected by the configuration "
                            f"loader: {code_name(ConfigStatus, code)} (host.error = {code})")
         return cycles
 
-    async def execute(self, program, timeout=200_000):
+    async def execute(self, program, timeout=200_000, watchdog_cycles=None):
         """``start`` and ``EXECUTE`` on ``program.execute`` on one edge; wait for every
-        one of them. Returns ``{"cycles", "agcu_cycles", "array_cycles"}``."""
+        one of them, with the array's watchdog set to ``watchdog_cycles``
+        (:func:`hardware_watchdog_cycles`). Returns ``{"cycles", "agcu_cycles",
+        "array_cycles"}``."""
         bench, name = self.bench, program.name
         execute = list(program.execute)
+        hardware = hardware_watchdog_cycles(timeout, watchdog_cycles)
         await self._issue(execute, command_word(AGCUOp.EXECUTE), timeout,
                           f"program {name!r}: execute")
+        bench.set("host.watchdog_cycles", hardware)
         bench.set("host.start", 1)
         await self._end_issue(execute)      # the edge that sampled start and the commands
         bench.set("host.start", 0)
-        finished = await self._wait_done(execute, timeout, f"program {name!r}", name=name)
+        finished = await self._wait_done(execute, timeout, f"program {name!r}", name=name,
+                                         hardware=bool(hardware), op="EXECUTE")
+        if hardware:
+            await self._wait_mesh_empty(f"program {name!r}", finished, timeout)
         for k in execute:
             await self._check_agcu(k, f"program {name!r}", "EXECUTE")
         array_done = await bench.read("host.done")
@@ -290,15 +359,26 @@ class HostDriver:
             values[counter] = await bench.read("host.perf_value")
         return values
 
+    async def reset(self, cycles=4):
+        """Reset the system (the bench's reset for ``cycles`` cycles) and drop every
+        burst the memory ports still hold: after a failed launch (a watchdog stop, an
+        AGCU still busy) the next program starts from a clean machine. Memory contents
+        are kept."""
+        await self.bench.cycles(1)          # no set() after a read() in the same cycle
+        self.mem.reset_ports()
+        await self.bench.reset(cycles)
+        self.mem.reset_ports()
+        self.bench.set("host.watchdog_cycles", 0)
+
     async def run(self, program, *, timeout=200_000, load_timeout=100_000, outputs_file=None,
-                  inline_output_words=INLINE_OUTPUT_WORDS):
+                  inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None):
         """Images in, load, execute, outputs out: one launch of ``program``."""
         check_program(program)
         for address, words in program.inputs.values():
             if words is not None:            # None: produced by an earlier program
                 self.write(address, words)
         load_cycles = await self.load_program(program, load_timeout)
-        launch = await self.execute(program, timeout)
+        launch = await self.execute(program, timeout, watchdog_cycles)
         perf = await self.read_counters()
         errors = unit_errors(perf)
         if errors:
@@ -322,12 +402,16 @@ class HostDriver:
 
 async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, memory=None,
                        stall="none", perf_counters=None, load_timeout=100_000,
-                       inline_output_words=INLINE_OUTPUT_WORDS, timeouts=None):
+                       inline_output_words=INLINE_OUTPUT_WORDS, timeouts=None,
+                       watchdog_cycles=None, faults=None):
     """Run the programs saved in ``program_dirs``, in order, on one system and memory.
 
     Each launch's outputs go to ``<program_dir>/outputs.npz``. ``timeouts`` (one per
-    program) overrides ``timeout``. Returns ``{"launches": [per program: cycles,
-    load_cycles, agcu_cycles, array_cycles, outputs, outputs_file, perf], "memory":
+    program) overrides ``timeout``. ``watchdog_cycles`` programs the array's watchdog
+    (default: half of each launch's timeout; 0: off). ``faults`` injects AXI error
+    responses (:class:`rdu.sim.memory_system.FaultInjector`). Returns
+    ``{"launches": [per program: cycles, load_cycles, agcu_cycles, array_cycles, outputs,
+    outputs_file, perf], "memory":
     per-region statistics, "memory_errors": [...]}``.
     """
     programs = [Program.load(directory) for directory in program_dirs]
@@ -340,13 +424,13 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
             raise RunError(f"program {program.name!r} is for another machine than "
                            f"{programs[0].name!r}: {difference}")
     driver = HostDriver(bench, machine, memory=memory, stall=stall,
-                        perf_counters=perf_counters, progress=progress)
+                        perf_counters=perf_counters, progress=progress, faults=faults)
     launches = []
     for index, (program, directory) in enumerate(zip(programs, program_dirs, strict=True)):
         launches.append(await driver.run(
             program, timeout=timeouts[index] if timeouts else timeout,
             load_timeout=load_timeout, outputs_file=Path(directory) / "outputs.npz",
-            inline_output_words=inline_output_words))
+            inline_output_words=inline_output_words, watchdog_cycles=watchdog_cycles))
     return {
         "launches": launches,
         "memory": {region.name: dict(region.stats) for region in driver.mem.regions},

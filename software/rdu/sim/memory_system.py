@@ -18,6 +18,10 @@ Protocol (per port)
   past the end of its region, crossing a 4 KiB boundary, not ``INCR``, or narrower than
   the bus. Errored reads return ``len + 1`` beats of zeroes, errored writes consume their
   data and change nothing. Nothing ever wraps around.
+* injected faults (``faults``, :class:`FaultInjector`): chosen or random (seeded) read
+  and write bursts that would have been answered ``OKAY`` are answered ``SLVERR`` or
+  ``DECERR`` instead, as an errored burst above, with an error record whose reason
+  names the burst (``injected fault (read burst 3)``).
 """
 
 from collections import deque
@@ -31,7 +35,7 @@ from sim_models.memory import ddr_model, hbm_model, host_link_model
 from .agents import StreamSink, StreamSource
 from .axi import AXICodec
 
-__all__ = ["AXIErrorRecord", "MemorySystem", "default_memory_system"]
+__all__ = ["AXIErrorRecord", "FaultInjector", "MemorySystem", "default_memory_system"]
 
 #: Cycles from the address handshake to an error response.
 ERROR_LATENCY = 2
@@ -52,6 +56,67 @@ class AXIErrorRecord:
         name = {AXIResp.SLVERR: "SLVERR", AXIResp.DECERR: "DECERR"}[self.resp]
         return (f"{name} on {self.kind} of {self.beats} beats at {self.address:#x} "
                 f"(port {self.port}, cycle {self.cycle}): {self.reason}")
+
+
+class FaultInjector:
+    """Error responses on chosen or random AXI bursts, for reliability tests.
+
+    ``spec`` is a dict: ``"read"`` and ``"write"`` are each a probability (a float in
+    ``[0, 1]``: every burst of that kind is faulted with it, drawn from ``seed``) or a
+    list of burst indices (the ``n``-th read or write burst the memory system accepts,
+    counted from 0 over all its ports in handshake order); ``"resp"`` is ``"SLVERR"``
+    (default) or ``"DECERR"``; ``"seed"`` seeds the draws (default 0). A faulted burst
+    is answered like any errored burst: a read returns zeroes with ``resp`` on every
+    beat, a write consumes its data, changes nothing and is answered ``resp``. Only
+    bursts that would have been answered ``OKAY`` are faulted. Example:
+    ``{"read": 0.01, "write": [0, 5], "resp": "DECERR", "seed": 7}``.
+    """
+
+    KINDS = ("read", "write")
+
+    def __init__(self, spec):
+        if not isinstance(spec, dict):
+            raise TypeError(f"Faults must be a dict, not {spec!r}")
+        unknown = set(spec) - {"read", "write", "resp", "seed"}
+        if unknown:
+            raise ValueError(f"Unknown fault option {sorted(unknown)[0]!r}; expected read, "
+                             f"write, resp, seed")
+        resp = spec.get("resp", "SLVERR")
+        if resp not in ("SLVERR", "DECERR"):
+            raise ValueError(f"Fault response must be 'SLVERR' or 'DECERR', not {resp!r}")
+        self.resp = AXIResp[resp]
+        self.rules = {}
+        for kind in self.KINDS:
+            rule = spec.get(kind, 0.0)
+            if isinstance(rule, (list, tuple, set)):
+                if not all(isinstance(i, int) and i >= 0 for i in rule):
+                    raise ValueError(f"Fault {kind} bursts must be non-negative integers, "
+                                     f"not {rule!r}")
+                rule = frozenset(rule)
+            elif isinstance(rule, (int, float)) and not isinstance(rule, bool) and \
+                    0 <= rule <= 1:
+                rule = float(rule)
+            else:
+                raise ValueError(f"Fault {kind} must be a probability in [0, 1] or a list "
+                                 f"of burst indices, not {rule!r}")
+            self.rules[kind] = rule
+        self.rng = np.random.default_rng(spec.get("seed", 0))
+        self.counts = {kind: 0 for kind in self.KINDS}
+        self.injected = []          # (kind, burst index)
+
+    def __call__(self, kind):
+        """Whether the next burst of ``kind`` is faulted: ``(resp, reason)`` or ``None``."""
+        index = self.counts[kind]
+        self.counts[kind] += 1
+        rule = self.rules[kind]
+        if isinstance(rule, frozenset):
+            hit = index in rule
+        else:
+            hit = rule > 0 and self.rng.random() < rule
+        if not hit:
+            return None
+        self.injected.append((kind, index))
+        return self.resp, f"injected fault ({kind} burst {index})"
 
 
 class _GatedSink(StreamSink):
@@ -135,6 +200,19 @@ class _Port:
         self.aw.on_transfer = self._on_aw
         self.w.on_transfer = self._on_w
 
+    def reset(self):
+        """Forget every burst in flight (the manager was reset). An item the ``r`` or
+        ``b`` source is presenting stays until taken (``valid`` is never withdrawn);
+        a design held in reset takes and drops it."""
+        for queue in (self.reads, self.writes, self.b_pending, self.w_buffer,
+                      self._r_arrivals):
+            queue.clear()
+        for source in (self.r, self.b):
+            head = source.queue[0] if source._presenting and source.queue else None
+            source.queue.clear()
+            if head is not None:
+                source.queue.append(head)
+
     # -- address decode ----------------------------------------------------------------
 
     def _decode(self, fields, kind, cycle):
@@ -159,6 +237,9 @@ class _Port:
                 reason = "burst crosses a 4 KiB boundary"
             else:
                 resp = AXIResp.OKAY
+                fault = self.system.faults(kind) if self.system.faults else None
+                if fault is not None:
+                    resp, reason = fault
         if reason is not None:
             self.system.errors.append(AXIErrorRecord(cycle, self.path, kind, address, beats,
                                                      resp, reason))
@@ -189,7 +270,7 @@ class _Port:
             traffic["r_first"] = cycle
         traffic["r_last"] = cycle
         traffic["r_beats"] += 1
-        arrival = self._r_arrivals.popleft()
+        arrival = self._r_arrivals.popleft() if self._r_arrivals else None
         if arrival is not None:
             self.read_latencies.append(cycle - arrival)
 
@@ -295,6 +376,8 @@ class MemorySystem:
         host link).
     beat_bytes : int
         AXI data bus width in bytes.
+    faults : dict or FaultInjector, optional
+        Error responses to inject (:class:`FaultInjector`).
 
     Attributes
     ----------
@@ -302,7 +385,7 @@ class MemorySystem:
         Every errored burst, in order (the error status).
     """
 
-    def __init__(self, regions, *, beat_bytes=32):
+    def __init__(self, regions, *, beat_bytes=32, faults=None):
         regions = sorted(regions, key=lambda region: region.base)
         for first, second in zip(regions, regions[1:], strict=False):
             if second.base < first.end:
@@ -311,6 +394,20 @@ class MemorySystem:
         self.beat_bytes = beat_bytes
         self.errors = []
         self.ports = {}
+        self.faults = (faults if isinstance(faults, FaultInjector) or faults is None
+                       else FaultInjector(faults))
+
+    def clear(self):
+        """Zero every region's contents and forget the error records (a fresh memory;
+        timing state and traffic statistics are kept)."""
+        for region in self.regions:
+            region.storage.pages.clear()
+        self.errors.clear()
+
+    def reset_ports(self):
+        """Forget the bursts in flight on every port (the design was reset)."""
+        for port in self.ports.values():
+            port.reset()
 
     def __getitem__(self, name):
         for region in self.regions:

@@ -1,0 +1,243 @@
+"""Configuration fuzzing: damaged bitstreams of small compiled GEMMs, run on the
+functional model and on the RTL (:class:`hdl.system.RDUSystem` through the host
+driver), outcomes compared.
+
+Every case must end in a loader, unit or AGCU error status, a watchdog stop, or
+outputs; where both the model and the RTL produce outputs they must be equal (no
+silent disagreement). ``tests/test_fuzz.py`` runs a campaign of 60 cases under
+Verilator in one simulation; ``benchmarks/fuzz.py`` a larger one.
+"""
+
+import random
+import re
+
+import numpy as np
+from amaranth.hdl import Shape
+from amaranth.lib import data
+from rdu import gemm
+from rdu.bitstream import BitstreamError, Geometry, payload_crc, read_bitstream, write_bitstream
+from rdu.funcmodel import CommandError, LoaderError, ModelDeadlock, ModelError, UnitError
+from rdu.machine_model import FunctionalMachine
+from rdu.mapper import ArrayGeometry
+from rdu.program import Program
+from rdu.sim.host import HostDriver, RunError
+from rdu.sim.memory_system import FaultInjector
+
+__all__ = ["GEOMETRY", "SHAPES", "leaves", "flip_fix_crc", "mutate", "base_programs",
+           "fuzz_programs", "verdict", "run_rtl", "ACCEPTED",
+           "model_outcome", "rtl_outcome", "run_cases", "OUTCOMES", "CORRESPONDING"]
+
+#: The fuzzed machine: 2x2 (PCU, PMU checkerboard), 4 lanes, 16 KiB PMUs.
+GEOMETRY = ArrayGeometry(2, 2, 4, pmu_words=4096)
+SHAPES = ((4, 4, 8), (5, 7, 9))
+#: Outcome names shared by both sides (the model's error classes map onto them).
+OUTCOMES = ("outputs", "loader", "unit_error", "agcu_error", "deadlock", "hw_watchdog",
+            "host_watchdog", "no_end", "other")
+#: The RTL outcomes that correspond to a model outcome (the model's deadlock is the
+#: array's watchdog; a run the model stops after ``max_items`` never ends on the RTL).
+CORRESPONDING = {"outputs": {"outputs"}, "loader": {"loader"},
+                 "unit_error": {"unit_error"}, "agcu_error": {"agcu_error"},
+                 "deadlock": {"hw_watchdog"}, "no_end": {"host_watchdog", "hw_watchdog"}}
+
+
+def leaves(shape, base=0):
+    """``(bit offset, width)`` of every leaf field of a layout."""
+    if isinstance(shape, data.StructLayout):
+        for _, field in shape:
+            yield from leaves(field.shape, base + field.offset)
+    elif isinstance(shape, data.ArrayLayout):
+        elem = shape.elem_shape
+        width = elem.size if isinstance(elem, data.Layout) else Shape.cast(elem).width
+        for index in range(shape.length):
+            yield from leaves(elem, base + index * width)
+    else:
+        yield base, Shape.cast(shape).width
+
+
+def flip_fix_crc(rng, words):
+    """One or two bits flipped anywhere; mostly with the CRC recomputed."""
+    words = list(words)
+    for _ in range(rng.randrange(1, 3)):
+        words[rng.randrange(len(words))] ^= 1 << rng.randrange(32)
+    if rng.random() < 0.7 and words[1] >> 16 == 5:
+        words[4] = payload_crc(words[5:5 + words[3]])
+    return words
+
+
+def mutate(rng, words, field_leaves, geometry):
+    """A damaged bitstream: field values changed (CRC recomputed), bits flipped
+    (CRC recomputed or not), header words changed, truncated or extended.
+    ``field_leaves`` maps a unit kind to its :func:`leaves`."""
+    kind = rng.random()
+    if kind < 0.5:
+        _, records = read_bitstream(words)
+        for _ in range(rng.randrange(1, 4)):
+            record = rng.choice(records)
+            value = sum(word << (32 * i) for i, word in enumerate(record.words))
+            offset, width = rng.choice(field_leaves[record.kind])
+            old = (value >> offset) & ((1 << width) - 1)
+            new = rng.choice([0, 1, (1 << width) - 1, rng.getrandbits(width),
+                              (old + 1) % (1 << width), max(old - 1, 0)])
+            value = (value & ~(((1 << width) - 1) << offset)) | new << offset
+            record.words = [(value >> (32 * i)) & 0xFFFF_FFFF
+                            for i in range(len(record.words))]
+        if rng.random() < 0.1:                    # a record's word count changed
+            record = rng.choice(records)
+            record.words = record.words[:rng.randrange(len(record.words) + 1)]
+        return write_bitstream(geometry, records)
+    if kind < 0.85:
+        return flip_fix_crc(rng, words)
+    words = list(words)
+    if kind < 0.92:
+        return words[:rng.randrange(1, len(words))]
+    return words + [rng.getrandbits(32) for _ in range(rng.randrange(1, 4))]
+
+
+def base_programs(seed, shapes=SHAPES):
+    """The undamaged GEMMs of :func:`fuzz_programs`: ``shapes`` compiled for
+    :data:`GEOMETRY`, random inputs (seed ``seed + index``) packed."""
+    bases = []
+    for index, shape in enumerate(shapes):
+        program = gemm.compile_gemm(*shape, GEOMETRY)
+        a, b = gemm.random_inputs(*shape, seed + index)
+        gemm.pack_inputs(program, a, b)
+        bases.append(program)
+    return bases
+
+
+def fuzz_programs(count, seed, shapes=SHAPES):
+    """``count`` programs ``fuzz<i>``: the :func:`base_programs` in turn (``meta["base"]``
+    is the index), bitstreams damaged by :func:`mutate` (seeded)."""
+    rng = random.Random(seed)
+    bases = base_programs(seed, shapes)
+    machine = bases[0].machine
+    layouts = FunctionalMachine(machine).array.layouts
+    field_leaves = {kind: list(leaves(data.Layout.cast(layout)))
+                    for kind, layout in layouts.items()}
+    geometry = Geometry(GEOMETRY.rows, GEOMETRY.cols, GEOMETRY.lanes)
+    programs = []
+    for index in range(count):
+        base = bases[index % len(bases)]
+        programs.append(Program(
+            name=f"fuzz{index}", machine=base.machine,
+            bitstream=mutate(rng, base.bitstream, field_leaves, geometry),
+            bitstream_address=base.bitstream_address, inputs=dict(base.inputs),
+            outputs=dict(base.outputs), execute=list(base.execute),
+            meta={**base.meta, "base": index % len(bases)}))
+    return programs
+
+
+def model_outcome(program, max_items=200_000):
+    """``(outcome, outputs or message)`` of ``program`` on a fresh functional model."""
+    try:
+        outputs, _ = FunctionalMachine(program.machine, max_items=max_items).run_program(
+            program)
+    except LoaderError as error:
+        return "loader", str(error)
+    except CommandError as error:
+        return "agcu_error", str(error)
+    except UnitError as error:
+        return "unit_error", str(error)
+    except ModelDeadlock as error:
+        return "deadlock", str(error)
+    except ModelError as error:
+        return ("no_end" if "max_items" in str(error) else "other"), str(error)
+    except BitstreamError as error:
+        return "loader", str(error)
+    return "outputs", {name: np.asarray(words, np.uint32) for name, words in outputs.items()}
+
+
+_RTL_PATTERNS = (
+    ("loader", r": bitstream rejected by the configuration loader: "),
+    ("hw_watchdog", r": hardware watchdog: "),
+    ("host_watchdog", r": watchdog: AGCUs? [\d, ]+ still busy"),
+    ("agcu_error", r": (program load on )?AGCU \d+ ended "),
+    ("unit_error", r": (PCU|PMU)\(\d+,\d+\) error "),
+)
+
+
+#: RTL outcomes that end a damaged configuration acceptably (besides equal outputs)
+STOPS = ("loader", "unit_error", "agcu_error", "hw_watchdog", "host_watchdog")
+#: Acceptable verdicts of :func:`verdict` / :func:`run_rtl`
+ACCEPTED = ("equal", "equal on fresh SRAM", "stop")
+
+
+def verdict(program, model, result):
+    """How an RTL ``result`` of :func:`run_cases` compares with the model's
+    ``(outcome, outputs or message)``: ``"equal"`` (both outputs, equal), ``"stop"``
+    (the RTL ended in an error status or a watchdog stop), ``"DIFFERENT"`` (both
+    outputs, different), ``"OUTPUTS, MODEL STOPPED"``, ``"OTHER"``."""
+    outcome, detail = model
+    if result["outcome"] == "outputs":
+        if outcome != "outputs":
+            return "OUTPUTS, MODEL STOPPED"
+        same = all(np.array_equal(np.asarray(result["outputs"][name], np.uint32), detail[name])
+                   for name in program.outputs)
+        return "equal" if same else "DIFFERENT"
+    return "stop" if result["outcome"] in STOPS else "OTHER"
+
+
+def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=None):
+    """Run ``programs`` in one Verilator simulation (:func:`run_cases`) and compare each
+    with its model outcome (``models``). A case whose outputs differ is run again alone
+    in a fresh simulation: the PMU SRAM is not cleared by reset, and a damaged read
+    pattern that reads words this program never wrote sees the previous case's data
+    where the model (a fresh machine) sees zeroes; equal outputs then give ``"equal on
+    fresh SRAM"``. Returns ``(results, verdicts, stats)``."""
+    from pathlib import Path
+
+    from rdu.sim.runner import run_verilator
+    work_dir = Path(work_dir)
+    dirs = [str(program.save(work_dir / program.name)) for program in programs]
+    stats = run_verilator(built, run_cases, work_dir / "run", seed=seed, watchdog=10**9,
+                          program_dirs=dirs, perf_counters=perf_counters, faults=faults)
+    results = stats.result
+    verdicts = []
+    for index, (program, model, result) in enumerate(zip(programs, models, results,
+                                                         strict=True)):
+        found = verdict(program, model, result) if model is not None else None
+        if found == "DIFFERENT":
+            alone = run_verilator(built, run_cases, work_dir / f"alone_{program.name}",
+                                  seed=seed, watchdog=10**9, program_dirs=[dirs[index]],
+                                  perf_counters=perf_counters).result[0]
+            if verdict(program, model, alone) == "equal":
+                found = "equal on fresh SRAM"
+        verdicts.append(found)
+    return results, verdicts, stats
+
+
+def rtl_outcome(message):
+    """The outcome name of a :class:`RunError` message of the host driver (a watchdog
+    stop whose message names a unit's error status counts as that unit error)."""
+    if re.search(r"watchdog: .*; (PCU|PMU)\(\d+,\d+\) error ", message):
+        return "unit_error"
+    for outcome, pattern in _RTL_PATTERNS:
+        if re.search(pattern, message):
+            return outcome
+    return "other"
+
+
+async def run_cases(bench, program_dirs, *, timeout=6000, watchdog_cycles=1500,
+                    faults=None, perf_counters=None, load_timeout=20_000):
+    """Bench body: run the saved programs one after the other on one system, each from a
+    clean machine (memory zeroed, system reset after every case) and catch each
+    :class:`RunError`. ``faults`` is ``None`` or one fault specification (or ``None``)
+    per program. Returns one ``{"outcome", "message"}`` or ``{"outcome": "outputs",
+    "outputs", "cycles"}`` per program."""
+    programs = [Program.load(directory) for directory in program_dirs]
+    driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters)
+    results = []
+    for index, program in enumerate(programs):
+        driver.mem.clear()
+        spec = faults[index] if faults else None
+        driver.mem.faults = FaultInjector(spec) if spec else None
+        try:
+            launch = await driver.run(program, timeout=timeout, load_timeout=load_timeout,
+                                      watchdog_cycles=watchdog_cycles)
+            results.append({"outcome": "outputs", "outputs": launch["outputs"],
+                            "cycles": launch["cycles"]})
+        except RunError as error:
+            message = str(error)
+            results.append({"outcome": rtl_outcome(message), "message": message})
+        await driver.reset()
+    return results
