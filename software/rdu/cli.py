@@ -33,8 +33,8 @@ def _project_root():
 def _fifo_run(tier, items, seed, stall, waves_dir=None):
     from hdl.stream_fifo import StreamFIFO
     from rdu.sim.runner import run_amaranth, run_verilator
+    from rdu.sim.speed import fifo_stream
     from rdu.sim.verilator import build
-    from tb.suites.fifo import fifo_stream
     params = dict(width=32, count=items, in_stall=stall, out_stall=stall)
     if tier == "amaranth":
         return run_amaranth(StreamFIFO(32, 4), fifo_stream, seed=seed, **params)
