@@ -356,14 +356,9 @@ class FunctionalMachine:
 
     def _run_program(self, program, clear):
         execute = list(program.execute)
-        if not execute:
-            raise ModelError("executes no AGCU (program.execute is empty)")
-        if len(set(execute)) != len(execute):
-            raise ModelError(f"executes an AGCU twice: {execute}")
-        for agcu in execute:
-            if not isinstance(agcu, (int, np.integer)) or not 0 <= agcu < self.machine.agcus:
-                raise ModelError(f"executes AGCU {agcu}, the system has "
-                                 f"{self.machine.agcus}")
+        problem = program.launch_problem(self.machine)
+        if problem:
+            raise ModelError(problem)
         if clear:
             self.config_clear()
         for name, (address, words) in program.inputs.items():

@@ -82,6 +82,22 @@ class Program:
         if self.kernel is None:
             self.kernel = self.meta.get("kernel", self.name)
 
+    def launch_problem(self, machine=None):
+        """What makes this program impossible to launch on ``machine`` (default its
+        own), as one line without the program's name, or ``None``: the AGCUs it
+        executes must be listed, distinct and present. The RTL host driver and the
+        functional model both ask this before anything runs."""
+        agcus = (machine or self.machine).agcus
+        execute = list(self.execute)
+        if not execute:
+            return "executes no AGCU (program.execute is empty)"
+        if len(set(execute)) != len(execute):
+            return f"executes an AGCU twice: {execute}"
+        for k in execute:
+            if not isinstance(k, (int, np.integer)) or not 0 <= k < agcus:
+                return f"executes AGCU {k}, the system has {agcus}"
+        return None
+
     @property
     def geometry(self):
         """The machine as a dict (``rows``, ``cols``, ``lanes``, ``agcus``,

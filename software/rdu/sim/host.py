@@ -104,14 +104,9 @@ def unit_errors(perf):
 
 def check_program(program):
     """Raise :class:`RunError` if ``program`` cannot be run (before any simulation)."""
-    name, agcus = program.name, program.machine.agcus
-    if not program.execute:
-        raise RunError(f"program {name!r}: executes no AGCU (program.execute is empty)")
-    if len(set(program.execute)) != len(program.execute):
-        raise RunError(f"program {name!r}: executes an AGCU twice: {program.execute}")
-    for k in program.execute:
-        if not 0 <= k < agcus:
-            raise RunError(f"program {name!r}: executes AGCU {k}, the system has {agcus}")
+    problem = program.launch_problem()
+    if problem:
+        raise RunError(f"program {program.name!r}: {problem}")
 
 
 class HostDriver:
