@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from rdu import gemm
 from rdu.bitstream import Geometry, UnitKind, read_bitstream
+from rdu.compiler import CompileError
 from rdu.mapper import ArrayGeometry, MappingError
 from rdu.unitconfig import unpack_config
 
@@ -24,12 +25,24 @@ def test_plan_pads_and_counts():
     assert plan.m_pad == 40 and plan.passes == 1
     plan = gemm.plan_gemm(256, 256, 256, DEFAULT)
     assert (plan.pcus, plan.passes, plan.buffers) == (8, 4, 2)
+    assert plan.chunks == 1
+
+
+def test_plan_splits_long_k_into_chunks():
+    """A row of K longer than a PMU buffer is cut into double-buffered chunks of a
+    power-of-two pitch; K is padded to whole chunks."""
+    plan = gemm.plan_gemm(16, 16, 5000, DEFAULT)
+    assert plan.k_pitch == DEFAULT.pmu_words // (2 * DEFAULT.lanes)      # 1024
+    assert plan.chunks == 5 and plan.chunk % 16 == 0 and plan.chunk <= plan.k_pitch
+    assert plan.k_pad == plan.chunks * plan.chunk >= 5000
+    assert plan.buffers == 2
 
 
 @pytest.mark.parametrize("shape, message", [
     ((0, 4, 4), "GEMM M must be a positive integer, not 0"),
     ((4, 4, -1), "GEMM K must be a positive integer, not -1"),
-    ((4, 4, 4000), "GEMM K=4000 does not fit: a 8-row A panel needs 32768 PMU words"),
+    ((4, 4, 70000), "matmul 4x4x70000: padded K = 70656 exceeds the 16-bit loop counters "
+                    "by 5121"),
 ])
 def test_plan_rejects_bad_shapes(shape, message):
     with pytest.raises((ValueError, MappingError)) as error:
@@ -193,5 +206,5 @@ def test_gemm_maps_any_geometry(rows, cols, lanes):
 
 
 def test_gemm_needs_a_pmu():
-    with pytest.raises(MappingError, match="the 1x1 array has 1 PCUs and 0 PMUs"):
+    with pytest.raises(CompileError, match="the 1x1 array has 1 PCUs and 0 PMUs"):
         gemm.compile_gemm(4, 4, 4, ArrayGeometry(1, 1, 4))

@@ -225,10 +225,11 @@ def test_rdu_run_checks_output_paths_first(capsys, tmp_path):
 
 
 def test_rdu_compile_reports_a_kernel_that_does_not_fit(capsys, tmp_path):
-    assert main(["compile", "gemm", "--m", "4", "--n", "4", "--k", "5000", "-o",
-                 str(tmp_path / "x.rdu")]) == 2
+    assert main(["compile", "gemm", "--m", "1024", "--n", "1024", "--k", "1024",
+                 "--hbm-mib", "4", "-o", str(tmp_path / "x.rdu")]) == 2
     line = _one_error_line(capsys)
-    assert "does not fit" in line and "K <= 2048" in line
+    assert "bytes of HBM, the machine has 4194304" in line and "short" in line
+    assert "--hbm-mib" in line
 
 
 def test_rdu_inspect_rejects_garbage(capsys, tmp_path):

@@ -29,7 +29,7 @@ from hdl.interfaces import NETWORKS
 
 from . import affine
 
-__all__ = ["IRError", "AccessPattern", "Tensor", "Port", "Stream", "Merge", "Node", "Load",
+__all__ = ["IRError", "AccessPattern", "BlockOffset", "Tensor", "Port", "Stream", "Merge", "Node", "Load",
            "Store",
            "Buffer", "Compute", "Kernel", "DTYPES", "MEMORIES", "NETWORKS"]
 
@@ -61,7 +61,7 @@ class AccessPattern:
         if any(not isinstance(c, int) or c < 1 for c in self.counts):
             raise IRError(f"access pattern counts must be positive integers, not "
                           f"{self.counts}")
-        if self.start < 0:
+        if isinstance(self.start, int) and self.start < 0:
             raise IRError(f"access pattern start must be non-negative, not {self.start}")
 
     @classmethod
@@ -153,11 +153,29 @@ class Merge(Stream):
         return [stream.source for stream in self.inputs]
 
 
+@dataclass(frozen=True)
+class BlockOffset:
+    """A configuration value fixed only after routing: ``base + step * block``, where
+    ``block`` is the row block of the producer named by the node's ``block_of``
+    (:mod:`rdu.compiler.bind` resolves it from the merge order)."""
+    base: int
+    step: int
+
+    def resolve(self, block):
+        return self.base + self.step * block
+
+
 @dataclass
 class Node:
     name: str
     unit: str = field(init=False, default="")     # "agcu", "pmu" or "pcu"
     inputs: list = field(default_factory=list)    # Streams consumed, in port order
+    #: the unit's configuration as IR data: the fields of the unit's layout, with
+    #: :class:`AccessPattern` for address patterns and :class:`BlockOffset` for values
+    #: fixed after routing (the unit's encoder in :mod:`rdu.units` packs it)
+    config: dict = field(default_factory=dict)
+    #: node whose row block the :class:`BlockOffset` values use (None: none)
+    block_of: str = None
 
     def input_ports(self):
         """Ports that must be fed (in the order of ``inputs``)."""
@@ -255,6 +273,9 @@ class Kernel:
         self.nodes = {}
         self.streams = []
         self._producer = {}       # Port -> Stream
+        #: lists of producer nodes whose results one store writes as consecutive row
+        #: blocks (in merge order, fixed by routing; :mod:`rdu.compiler.bind`)
+        self.row_groups = []
 
     # -- tensors -----------------------------------------------------------------------
 
@@ -337,25 +358,30 @@ class Kernel:
         self.streams.append(merged)
         return merged
 
-    def load(self, tensor, pattern, name=None):
-        node = self._add(Load(name or f"load_{tensor.name}", tensor=tensor, pattern=pattern))
+    def load(self, tensor, pattern, name=None, *, config=None):
+        node = self._add(Load(name or f"load_{tensor.name}", tensor=tensor, pattern=pattern,
+                              config=dict(config or {})))
         return self.output(node)
 
-    def store(self, stream, tensor, pattern, name=None):
+    def store(self, stream, tensor, pattern, name=None, *, config=None, block_of=None):
         return self._add(Store(name or f"store_{tensor.name}", tensor=tensor,
-                               pattern=pattern), [stream])
+                               pattern=pattern, config=dict(config or {}),
+                               block_of=block_of), [stream])
 
-    def buffer(self, name, words, inputs, write_pattern=None, read_pattern=None, buffers=1):
+    def buffer(self, name, words, inputs, write_pattern=None, read_pattern=None, buffers=1,
+               *, config=None, block_of=None):
         node = self._add(Buffer(name, words=words, write_pattern=write_pattern,
-                                read_pattern=read_pattern, buffers=buffers), inputs)
+                                read_pattern=read_pattern, buffers=buffers,
+                                config=dict(config or {}), block_of=block_of), inputs)
         return self.output(node)
 
-    def compute(self, name, op, inputs, **params):
+    def compute(self, name, op, inputs, *, config=None, arity=None, **params):
         inputs = list(inputs)
-        arity = 2 if op == "matmul" else len(inputs)
+        arity = arity or (2 if op == "matmul" else len(inputs))
         if not 1 <= arity <= 2:
             raise IRError(f"compute node {name!r} takes 1 or 2 vector inputs, got {arity}")
-        node = self._add(Compute(name, op=op, params=params, arity=arity), inputs)
+        node = self._add(Compute(name, op=op, params=params, arity=arity,
+                                 config=dict(config or {})), inputs)
         return self.output(node)
 
     # -- checks ------------------------------------------------------------------------

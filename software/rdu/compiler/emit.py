@@ -1,0 +1,56 @@
+"""Pass ``emit``: the :class:`rdu.program.Program`: bitstream, images, manifest.
+
+The manifest records what a runtime needs (each tensor's image, address and layout, the
+outputs, the AGCUs to start) and the compiler's decisions (tiling, placement, row
+blocks, the time of each pass) so that a build can be inspected and replayed.
+"""
+
+from ..program import Program
+from .core import register
+from .encode import agcu_index
+
+__all__ = []
+
+
+@register("emit", "bitstream, tensor images and manifest -> Program")
+def emit(state):
+    group, = state.groups
+    t, kernel, mapping = state.tiling, state.kernel, state.mapping
+    geometry, machine = state.geometry, state.machine
+    sites = mapping.placement.sites
+    images, addresses = state.layouts, state.addresses
+    inputs = {name: (addresses[name], None) for name in images if name != group.output}
+    outputs = {group.output: (addresses[group.output], images[group.output].words)}
+    execute = sorted({agcu_index(geometry, site) for site in sites.values()
+                      if site.unit == "agcu"})
+    tensors = {}
+    for image_name, image in images.items():
+        for piece in image.pieces:
+            if piece.tensor is None:
+                continue
+            node = state.graph.inputs.get(piece.tensor) or state.graph.outputs[piece.tensor]
+            tensors[piece.tensor] = {
+                "role": "output" if piece.tensor in state.graph.outputs else "input",
+                "dtype": node.dtype, "shape": list(node.shape), "image": image_name,
+                "address": addresses[image_name], "words": image.words,
+                "layout": image.describe()}
+    meta = {
+        "kernel": state.graph.name, "m": t.m, "n": t.n, "k": t.k, "lanes": t.lanes,
+        "pcus": t.pcus, "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
+        "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
+        "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
+        "bias": group.bias.name if group.bias is not None else None,
+        "epilogue": [list(step) for step in group.epilogue],
+        "macs": t.macs, "peak_macs_per_cycle": geometry.capacity()["pcu"] * t.lanes ** 2,
+        "placement": {name: str(site) for name, site in sites.items()},
+        "row_blocks": dict(state.blocks), "mapping": mapping.report(),
+        "addresses": dict(addresses),
+        "images": {name: dict(image.to_json(), address=addresses[name])
+                   for name, image in images.items()},
+        "compile_seconds": {name: round(s, 4) for name, s in state.seconds.items()},
+    }
+    state.program = Program(kernel.name, machine, state.bitstream, state.bitstream_address,
+                            inputs=inputs, outputs=outputs, execute=execute, meta=meta,
+                            tensors=tensors, kernel=state.kernel_name,
+                            params=dict(state.params))
+    return f"  program {kernel.name}: {len(state.bitstream)} words, AGCUs {execute}"

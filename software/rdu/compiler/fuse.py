@@ -1,0 +1,156 @@
+"""Pass ``fuse``: group the front-end graph into the work of one configuration.
+
+Two steps, as in ``docs/compiler.md``: (1) decide what is materialised (the graph's
+inputs and outputs: tensors in HBM or DDR; nothing else leaves the array), (2) match the
+operators between them against the fusion rules below; each rule either takes a node
+or says it is not its own. A graph no rule covers is refused with the user's line.
+
+Rules (each a small function over one node):
+
+* ``matmul``: ``a @ b`` of two BF16 inputs is the core of a :class:`MatmulGroup` (the
+  systolic PCUs);
+* ``bias``: ``matmul + v`` with ``v`` a BF16 input of shape ``(N,)`` or ``(1, N)`` is
+  folded into the matmul: the compiler appends a column of ones to A and the row ``v``
+  to B, so the systolic array adds ``v`` as its last accumulation step (the same FP32
+  addition a SIMD ADD would do after the sum, exact: ``1 * v = v``);
+* ``epilogue``: an element-wise operator of the group's value and a constant (``+ - *
+  max min``, ``relu``, ``/ c``) or a cast to BF16 becomes a SIMD stage of the epilogue
+  PCUs on the result streams (constants are rounded to FP32).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..frontend import ELEMENTWISE
+from .core import CompileError, register
+
+__all__ = ["MatmulGroup", "fuse"]
+
+
+@dataclass
+class MatmulGroup:
+    """``out = epilogue(a @ b [+ bias])``, one configuration."""
+    a: object                       # frontend.Node: input (M, K) BF16
+    b: object                       # frontend.Node: input (K, N) BF16
+    bias: object = None             # frontend.Node: input (N,) or (1, N) BF16, or None
+    epilogue: list = field(default_factory=list)    # SIMD stages (op, a, b, c, constant)
+    output: str = ""
+    out_dtype: str = "fp32"
+    nodes: list = field(default_factory=list)        # the frontend nodes covered
+
+    @property
+    def m(self):
+        return self.a.shape[0]
+
+    @property
+    def k(self):
+        return self.a.shape[1]
+
+    @property
+    def n(self):
+        return self.b.shape[1]
+
+    def describe(self):
+        parts = [f"matmul {self.a.name}{list(self.a.shape)} @ {self.b.name}"
+                 f"{list(self.b.shape)}"]
+        if self.bias is not None:
+            parts.append(f"+ {self.bias.name} (folded into K)")
+        parts += [f"-> {op}({a}, {b}{', ' + hex(c) if 'CONST' in (a, b) else ''})"
+                  for op, a, b, _, c in self.epilogue]
+        return f"group {self.output}: " + " ".join(parts)
+
+
+def _f32_word(value):
+    return int(np.array([value], np.float32).view(np.uint32)[0])
+
+
+def _unsupported(node, why):
+    return CompileError(f"{node.where}: {why}")
+
+
+def _is_bf16_input(node):
+    return node.op == "input" and node.dtype == "bf16"
+
+
+def _epilogue_step(node, chain):
+    """The SIMD stage of ``node`` applied to ``chain`` (its other operand a constant), or
+    None when ``node`` is not an epilogue operator."""
+    if node.op == "binary":
+        a, b = node.inputs
+        fn = ELEMENTWISE[node.attrs["fn"]]
+        if a is chain and b.op == "const":
+            return (fn, "PREV", "CONST", "PREV", _f32_word(b.attrs["value"]))
+        if b is chain and a.op == "const":
+            return (fn, "CONST", "PREV", "PREV", _f32_word(a.attrs["value"]))
+    if node.op == "unary" and node.attrs["fn"] == "cast" and node.dtype == "bf16":
+        return ("TO_BF16", "PREV", "PREV", "PREV", 0)
+    if node.op == "unary" and node.attrs["fn"] == "cast" and node.dtype == "fp32":
+        return ()           # a cast to FP32 of an FP32 value: nothing to do
+    return None
+
+
+def _match_matmul(graph, name, out):
+    """Walk back from output ``out``: epilogue operators, an optional bias, the matmul."""
+    steps, covered, node = [], [out], out
+    while node.op != "matmul":
+        if node.op == "binary" and node.attrs["fn"] == "add":
+            # the bias rule: matmul + row vector
+            left, right = node.inputs
+            for core, vector in ((left, right), (right, left)):
+                if core.op == "matmul" and _is_bf16_input(vector) and \
+                        vector.shape in ((core.shape[1],), (1, core.shape[1])):
+                    group = _group(core, name)
+                    group.bias = vector
+                    group.epilogue = steps
+                    group.nodes = covered + [core]
+                    return group
+        previous = [i for i in node.inputs if i.op != "const"]
+        if len(previous) != 1:
+            raise _unsupported(node, f"output {name!r}: {node.op} "
+                               f"{node.attrs.get('fn', '')} of two computed tensors is "
+                               f"not fused by this compiler yet (a matmul with a bias and "
+                               f"element-wise operators with constants is)")
+        step = _epilogue_step(node, previous[0])
+        if step is None:
+            raise _unsupported(node, f"output {name!r}: {node.op} "
+                               f"{node.attrs.get('fn', '')} is not fused by this compiler "
+                               f"yet (supported after a matmul: + - * max min relu with "
+                               f"constants, a bias row, casts)")
+        if step:
+            steps.insert(0, step)
+        node = previous[0]
+        covered.append(node)
+    group = _group(node, name)
+    group.epilogue = steps
+    group.nodes = covered
+    return group
+
+
+def _group(matmul, name):
+    a, b = matmul.inputs
+    for operand in (a, b):
+        if not _is_bf16_input(operand):
+            raise _unsupported(matmul, f"output {name!r}: matmul operands must be BF16 "
+                               f"inputs (got {operand.op} {operand.dtype}); a matmul of "
+                               f"computed values is not fused yet")
+    return MatmulGroup(a, b, output=name)
+
+
+@register("fuse", "group the operators between inputs and outputs into configurations")
+def fuse(state):
+    graph = state.graph
+    if not graph.outputs:
+        raise CompileError(f"kernel {graph.name!r} has no outputs (Graph.output)")
+    if len(graph.outputs) > 1:
+        raise CompileError(f"kernel {graph.name!r} has {len(graph.outputs)} outputs; this "
+                           f"compiler fuses kernels of one output")
+    (name, out), = graph.outputs.items()
+    group = _match_matmul(graph, name, out)
+    group.out_dtype = out.dtype
+    if graph.memory.get(name, "hbm") != "hbm" or any(
+            graph.memory.get(node.name, "hbm") != "hbm" for node in (group.a, group.b)):
+        raise CompileError(f"kernel {graph.name!r}: the matmul group streams from and to "
+                           f"HBM; stage DDR tensors into HBM first (AGCU copy)")
+    state.groups = [group]
+    return "\n".join(g.describe() for g in state.groups)

@@ -1,0 +1,336 @@
+"""The front end: a kernel written in Python as tensor operators over named tensors.
+
+Nothing is computed when a kernel is written: each operator records a node of a
+:class:`Graph` (its operator, inputs, shape, dtype and the user's source line), and
+:func:`rdu.compiler.compile_graph` lowers the graph onto a machine. Example, the second
+kernel of ``docs/compiler.md``::
+
+    g = Graph("linear_relu")
+    x = g.input("x", (m, k))                 # BF16 in HBM
+    w = g.input("w", (k, n))
+    bias = g.input("bias", (n,))
+    g.output("y", relu(x @ w + bias))        # FP32 in HBM
+
+Operators (numpy broadcasting of trailing dimensions; a Python number is a constant):
+
+=====================================  ==============================================
+``a @ b``, :func:`matmul`              matrix product, FP32 accumulation
+``a + b``, ``a - b``, ``a * b``        element-wise (the PCU's ADD, SUB, MUL)
+``a / c`` (c a number)                 scaling by the constant ``1 / c``
+:func:`maximum`, :func:`minimum`       element-wise MAX, MIN
+:func:`relu`                           ``maximum(x, 0)``
+:func:`exp`, :func:`reciprocal`        the PCU's special functions
+``x.sum()``, ``x.max()``               row reductions (over the last axis)
+``x.astype("bf16" | "fp32")``          casts (round to nearest even to BF16)
+``x.T``                                transpose of a matrix
+``x.broadcast_to(shape)``              explicit broadcast
+=====================================  ==============================================
+
+Errors name the user's line: ``kernel.py:12: cannot add shapes (4, 8) and (5,)``.
+"""
+
+import inspect
+import os
+from dataclasses import dataclass, field
+
+__all__ = ["FrontendError", "Node", "Tensor", "Graph", "matmul", "maximum", "minimum",
+           "relu", "exp", "reciprocal", "DTYPES", "ELEMENTWISE"]
+
+DTYPES = ("bf16", "fp32")
+MEMORIES = ("hbm", "ddr")
+#: Element-wise binary operators -> the PCU's :class:`hdl.fp.Op` name.
+ELEMENTWISE = {"add": "ADD", "sub": "SUB", "mul": "MUL", "max": "MAX", "min": "MIN"}
+UNARY = ("exp", "reciprocal", "cast")
+REDUCTIONS = ("sum", "max")
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class FrontendError(ValueError):
+    """A kernel that is malformed; the message starts with the user's ``file:line``."""
+
+
+def _user_line():
+    """``file:line`` of the first frame outside the ``rdu`` package (the user's code)."""
+    for frame in inspect.stack()[2:]:
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(_HERE):
+            return f"{os.path.basename(path)}:{frame.lineno}"
+    return "<rdu>"
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator of a graph: ``op`` over ``inputs`` (Nodes), giving ``shape``/``dtype``.
+
+    ``op`` is ``input``, ``const``, ``matmul``, ``binary`` (``attrs["fn"]`` in
+    :data:`ELEMENTWISE`), ``unary`` (``attrs["fn"]`` in ``exp``, ``reciprocal``,
+    ``cast``), ``reduce`` (``attrs["fn"]`` in ``sum``, ``max``), ``transpose`` or
+    ``broadcast``. ``where`` is the user's source line.
+    """
+    op: str
+    inputs: tuple
+    shape: tuple
+    dtype: str
+    attrs: dict = field(default_factory=dict)
+    where: str = ""
+    name: str = ""
+
+    def describe(self):
+        args = ", ".join(node.name for node in self.inputs)
+        extra = "".join(f" {key}={value}" for key, value in sorted(self.attrs.items())
+                        if key != "value" or self.op == "const")
+        return (f"{self.name} = {self.op}({args}){extra} : {self.dtype}"
+                f"{list(self.shape)}  # {self.where}")
+
+
+def _broadcast_shape(a, b, where, what):
+    result = []
+    for index in range(1, max(len(a), len(b)) + 1):
+        x = a[-index] if index <= len(a) else 1
+        y = b[-index] if index <= len(b) else 1
+        if x != y and 1 not in (x, y):
+            raise FrontendError(f"{where}: cannot {what} shapes {a} and {b}")
+        result.append(max(x, y))
+    return tuple(reversed(result))
+
+
+class Tensor:
+    """A value of the kernel being written (a handle on a :class:`Node`)."""
+
+    __array_priority__ = 100        # numpy scalars defer to our operators
+
+    def __init__(self, graph, node):
+        self.graph, self.node = graph, node
+
+    @property
+    def shape(self):
+        return self.node.shape
+
+    @property
+    def dtype(self):
+        return self.node.dtype
+
+    def __repr__(self):
+        return f"<Tensor {self.node.name} {self.dtype}{list(self.shape)}>"
+
+    # -- operators ----------------------------------------------------------------------
+    def _operand(self, other, where):
+        if isinstance(other, Tensor):
+            if other.graph is not self.graph:
+                raise FrontendError(f"{where}: operands come from different graphs")
+            return other
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self.graph._const(float(other), where)
+        raise FrontendError(f"{where}: cannot combine a tensor with {type(other).__name__}")
+
+    def _binary(self, fn, other, reverse=False):
+        where = _user_line()
+        other = self._operand(other, where)
+        a, b = (other, self) if reverse else (self, other)
+        shape = _broadcast_shape(a.shape, b.shape, where, ELEMENTWISE[fn].lower())
+        return self.graph._add("binary", (a.node, b.node), shape, "fp32", where, fn=fn)
+
+    def __add__(self, other):
+        return self._binary("add", other)
+
+    def __radd__(self, other):
+        return self._binary("add", other, reverse=True)
+
+    def __sub__(self, other):
+        return self._binary("sub", other)
+
+    def __rsub__(self, other):
+        return self._binary("sub", other, reverse=True)
+
+    def __mul__(self, other):
+        return self._binary("mul", other)
+
+    def __rmul__(self, other):
+        return self._binary("mul", other, reverse=True)
+
+    def __truediv__(self, other):
+        if isinstance(other, (int, float)) and not isinstance(other, bool) and other != 0:
+            return self._binary("mul", 1.0 / float(other))
+        raise FrontendError(f"{_user_line()}: only division by a non-zero number is an "
+                            f"operator (use reciprocal(x) for tensors)")
+
+    def __neg__(self):
+        return self._binary("mul", -1.0)
+
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    @property
+    def T(self):  # noqa: N802 (numpy's name)
+        where = _user_line()
+        if len(self.shape) != 2:
+            raise FrontendError(f"{where}: transpose needs a matrix, not shape {self.shape}")
+        return self.graph._add("transpose", (self.node,), self.shape[::-1], self.dtype,
+                               where)
+
+    def sum(self, axis=-1):
+        return self._reduce("sum", axis)
+
+    def max(self, axis=-1):
+        return self._reduce("max", axis)
+
+    def _reduce(self, fn, axis):
+        where = _user_line()
+        if axis not in (-1, len(self.shape) - 1):
+            raise FrontendError(f"{where}: {fn} reduces the last axis only, not axis {axis}")
+        return self.graph._add("reduce", (self.node,), self.shape[:-1] or (1,), "fp32",
+                               where, fn=fn)
+
+    def exp(self):
+        return exp(self)
+
+    def reciprocal(self):
+        return reciprocal(self)
+
+    def relu(self):
+        return relu(self)
+
+    def astype(self, dtype):
+        where = _user_line()
+        if dtype not in DTYPES:
+            raise FrontendError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        return self.graph._add("unary", (self.node,), self.shape, dtype, where, fn="cast")
+
+    def broadcast_to(self, shape):
+        where = _user_line()
+        shape = tuple(shape)
+        if _broadcast_shape(self.shape, shape, where, "broadcast") != shape:
+            raise FrontendError(f"{where}: cannot broadcast {self.shape} to {shape}")
+        return self.graph._add("broadcast", (self.node,), shape, self.dtype, where)
+
+
+def _tensor(value, what):
+    if not isinstance(value, Tensor):
+        raise FrontendError(f"{_user_line()}: {what} takes tensors, not "
+                            f"{type(value).__name__}")
+    return value
+
+
+def matmul(a, b):
+    """``a @ b``: (M, K) x (K, N) -> (M, N) FP32 (BF16 operands, FP32 accumulation)."""
+    where = _user_line()
+    a, b = _tensor(a, "matmul"), _tensor(b, "matmul")
+    if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
+        raise FrontendError(f"{where}: cannot multiply shapes {a.shape} and {b.shape}")
+    return a.graph._add("matmul", (a.node, b.node), (a.shape[0], b.shape[1]), "fp32", where)
+
+
+def maximum(a, b):
+    return _tensor(a, "maximum")._binary("max", b)
+
+
+def minimum(a, b):
+    return _tensor(a, "minimum")._binary("min", b)
+
+
+def relu(x):
+    """``maximum(x, 0)``."""
+    return _tensor(x, "relu")._binary("max", 0.0)
+
+
+def exp(x):
+    x = _tensor(x, "exp")
+    return x.graph._add("unary", (x.node,), x.shape, "fp32", _user_line(), fn="exp")
+
+
+def reciprocal(x):
+    x = _tensor(x, "reciprocal")
+    return x.graph._add("unary", (x.node,), x.shape, "fp32", _user_line(), fn="reciprocal")
+
+
+class Graph:
+    """A kernel under construction: named inputs and outputs and the operators between.
+
+    Parameters
+    ----------
+    name : str
+        The kernel's name (letters, digits and underscores).
+    """
+
+    def __init__(self, name):
+        if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
+            raise FrontendError(f"{_user_line()}: kernel name must be letters, digits and "
+                                f"underscores, not {name!r}")
+        self.name = name
+        self.nodes = []
+        self.inputs = {}        # name -> Node (op "input")
+        self.outputs = {}       # name -> Node
+        self.memory = {}        # tensor name -> "hbm" | "ddr"
+
+    def _add(self, op, inputs, shape, dtype, where, **attrs):
+        node = Node(op, tuple(inputs), tuple(shape), dtype, attrs, where,
+                    f"%{len(self.nodes)}")
+        self.nodes.append(node)
+        return Tensor(self, node)
+
+    def _const(self, value, where):
+        return self._add("const", (), (), "fp32", where, value=value)
+
+    def input(self, name, shape, dtype="bf16", memory="hbm"):
+        """A named input tensor in HBM (or DDR)."""
+        where = _user_line()
+        self._check_name(name, where)
+        shape = tuple(shape)
+        if not shape or any(not isinstance(d, int) or isinstance(d, bool) or d < 1
+                            for d in shape):
+            raise FrontendError(f"{where}: input {name!r}: shape {shape} must be positive "
+                                f"integers")
+        if dtype not in DTYPES:
+            raise FrontendError(f"{where}: input {name!r}: dtype {dtype!r} is not one of "
+                                f"{', '.join(DTYPES)}")
+        if memory not in MEMORIES:
+            raise FrontendError(f"{where}: input {name!r}: memory {memory!r} is not one of "
+                                f"{', '.join(MEMORIES)}")
+        tensor = self._add("input", (), shape, dtype, where, tensor=name)
+        tensor.node.name = name
+        self.inputs[name] = tensor.node
+        self.memory[name] = memory
+        return tensor
+
+    def output(self, name, tensor, memory="hbm"):
+        """Make ``tensor`` the named output (written to HBM or DDR)."""
+        where = _user_line()
+        self._check_name(name, where)
+        tensor = _tensor(tensor, "output")
+        if memory not in MEMORIES:
+            raise FrontendError(f"{where}: output {name!r}: memory {memory!r} is not one "
+                                f"of {', '.join(MEMORIES)}")
+        if tensor.node.op in ("input", "const"):
+            raise FrontendError(f"{where}: output {name!r} must be computed, not an "
+                                f"{tensor.node.op}")
+        self.outputs[name] = tensor.node
+        self.memory[name] = memory
+        return tensor
+
+    def _check_name(self, name, where):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise FrontendError(f"{where}: tensor name {name!r} is not an identifier")
+        if name in self.inputs or name in self.outputs:
+            raise FrontendError(f"{where}: tensor {name!r} is defined twice")
+
+    def users(self, node):
+        """The nodes that read ``node``."""
+        return [other for other in self.nodes if node in other.inputs]
+
+    def live_nodes(self):
+        """The nodes the outputs depend on, in the order they were written."""
+        live, stack = set(), list(self.outputs.values())
+        while stack:
+            node = stack.pop()
+            if id(node) not in live:
+                live.add(id(node))
+                stack.extend(node.inputs)
+        return [node for node in self.nodes if id(node) in live]
+
+    def dump(self):
+        """The graph as text, one operator per line (``rdu compile --dump-after``)."""
+        lines = [f"graph {self.name}"]
+        lines += [f"  {node.describe()}" for node in self.live_nodes()]
+        lines += [f"  output {name} = {node.name}" for name, node in self.outputs.items()]
+        return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""Memory images of tensors: how the compiler lays a tensor out in HBM, as data.
+
+An :class:`Image` is a 2-D matrix of ``shape`` (zero padded) built from *pieces* (a user
+tensor, or a constant, placed at a position), then reshaped to ``split`` and transposed
+by ``perm`` (tiling), stored row-major as packed BF16 (two bytes per element, element
+``i`` in bytes ``2i, 2i+1``) or as 32-bit words. The compiler chooses images
+(:mod:`rdu.compiler.lower`) and records them in the program's manifest; the runtime packs
+the user's arrays with :meth:`Image.pack` and unpacks outputs with :meth:`Image.unpack`,
+for any kernel, with no kernel-specific code.
+
+>>> image = Image((2, 4), (Piece("x", (0, 0), (2, 3)), Piece(None, (0, 3), (2, 1), 1.0)),
+...               (2, 2, 2), (1, 0, 2), "fp32")
+>>> x = np.arange(6, dtype=np.float32).reshape(2, 3).view(np.uint32)
+>>> image.pack({"x": x}).view(np.float32).tolist()
+[0.0, 1.0, 3.0, 4.0, 2.0, 1.0, 5.0, 1.0]
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .pcu_model import bf16_words
+
+__all__ = ["Piece", "Image", "LayoutError"]
+
+FORMATS = ("bf16", "fp32")
+
+
+class LayoutError(ValueError):
+    """Data that does not fit an image (one line)."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """``tensor`` (a name; None for a constant ``value``) at ``at`` of size ``size``."""
+    tensor: str
+    at: tuple
+    size: tuple
+    value: float = 0.0
+
+
+@dataclass(frozen=True)
+class Image:
+    shape: tuple
+    pieces: tuple
+    split: tuple = None
+    perm: tuple = None
+    format: str = "fp32"
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            raise LayoutError(f"image format {self.format!r} is not one of "
+                              f"{', '.join(FORMATS)}")
+        if self.split is not None and int(np.prod(self.split)) != int(np.prod(self.shape)):
+            raise LayoutError(f"image split {self.split} does not hold shape {self.shape}")
+
+    @property
+    def elements(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self):
+        return self.elements * (2 if self.format == "bf16" else 4)
+
+    @property
+    def words(self):
+        """32-bit words of the image (BF16 images hold an even number of elements)."""
+        return -(-self.nbytes // 4)
+
+    def describe(self):
+        tiling = f" as {list(self.split)} perm {list(self.perm)}" if self.split else ""
+        return f"{self.format} {list(self.shape)}{tiling}"
+
+    # -- JSON (the program manifest) ---------------------------------------------------
+    def to_json(self):
+        return {"shape": list(self.shape), "format": self.format,
+                "split": list(self.split) if self.split else None,
+                "perm": list(self.perm) if self.perm else None,
+                "pieces": [{"tensor": p.tensor, "at": list(p.at), "size": list(p.size),
+                            "value": p.value} for p in self.pieces]}
+
+    @classmethod
+    def from_json(cls, data):
+        try:
+            pieces = tuple(Piece(p["tensor"], tuple(p["at"]), tuple(p["size"]),
+                                 float(p.get("value", 0.0))) for p in data["pieces"])
+            return cls(tuple(data["shape"]), pieces,
+                       tuple(data["split"]) if data.get("split") else None,
+                       tuple(data["perm"]) if data.get("perm") else None, data["format"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise LayoutError(f"malformed tensor layout in the manifest: {error}") from None
+
+    # -- packing -------------------------------------------------------------------------
+    def _arrange(self, matrix):
+        if self.split is not None:
+            matrix = matrix.reshape(self.split)
+            if self.perm is not None:
+                matrix = matrix.transpose(self.perm)
+        return np.ascontiguousarray(matrix).reshape(-1)
+
+    def pack(self, arrays):
+        """The image's uint32 words from ``{tensor: uint32 words}`` (BF16 images take
+        words with the BF16 in the high half, as :func:`rdu.pcu_model.bf16_words`)."""
+        matrix = np.zeros(self.shape, np.uint32)
+        for piece in self.pieces:
+            rows, cols = piece.size
+            r0, c0 = piece.at
+            if piece.tensor is None:
+                word = (bf16_words(np.float32(piece.value)) if self.format == "bf16"
+                        else np.float32(piece.value).view(np.uint32))
+                matrix[r0:r0 + rows, c0:c0 + cols] = word
+                continue
+            if piece.tensor not in arrays:
+                raise LayoutError(f"image needs tensor {piece.tensor!r}")
+            values = np.asarray(arrays[piece.tensor], np.uint32)
+            if values.size != rows * cols:
+                raise LayoutError(f"tensor {piece.tensor!r} has {values.size} elements, its "
+                                  f"place in the image holds {rows * cols}")
+            matrix[r0:r0 + rows, c0:c0 + cols] = values.reshape(rows, cols)
+        flat = self._arrange(matrix)
+        if self.format == "fp32":
+            return flat
+        halves = np.ascontiguousarray((flat >> 16).astype("<u2"))
+        if halves.size % 2:
+            halves = np.append(halves, np.zeros(1, "<u2"))
+        return halves.view("<u4").astype(np.uint32)
+
+    def unpack(self, words, tensor):
+        """The uint32 words of ``tensor`` (its piece) from the image's ``words``."""
+        words = np.asarray(words, np.uint32)
+        if self.format == "bf16":
+            flat = words.view("<u2")[:self.elements].astype(np.uint32) << 16
+        else:
+            flat = words[:self.elements]
+        if flat.size != self.elements:
+            raise LayoutError(f"{words.size} words do not hold a {self.describe()} image")
+        if self.split is not None:
+            arranged_shape = (tuple(self.split[i] for i in self.perm) if self.perm
+                              else self.split)
+            matrix = flat.reshape(arranged_shape)
+            if self.perm is not None:
+                matrix = matrix.transpose(np.argsort(self.perm))
+            matrix = matrix.reshape(self.shape)
+        else:
+            matrix = flat.reshape(self.shape)
+        for piece in self.pieces:
+            if piece.tensor == tensor:
+                (r0, c0), (rows, cols) = piece.at, piece.size
+                return matrix[r0:r0 + rows, c0:c0 + cols]
+        raise LayoutError(f"image holds no tensor {tensor!r}")

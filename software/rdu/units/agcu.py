@@ -1,0 +1,42 @@
+"""The AGCU's encoder: the load and store nodes on one AGCU -> ``hdl.agcu`` words.
+
+IR data: a :class:`rdu.ir.Load` or :class:`rdu.ir.Store` has an
+:class:`rdu.ir.AccessPattern` over *bytes* (``start`` the byte address, strides in bytes,
+``counts`` in beats; ``docs/agcu.md``) and ``config["bf16"]``: a load that expands packed
+BF16 (each AXI beat becomes two vector beats).
+"""
+
+from hdl.agcu import agcu_config_layout
+
+from ..unitconfig import pack_config
+from .pcu import UnitConfigError
+
+__all__ = ["fields", "encode", "pattern_fields", "IDLE_PATTERN"]
+
+IDLE_PATTERN = {"base": 0, "count": [0, 0, 0], "stride": [0, 0, 0]}
+
+
+def pattern_fields(pattern, where):
+    if any(count > 0xFFFF for count in pattern.counts):
+        raise UnitConfigError(f"{where}: loop counts {pattern.counts} exceed the AGCU's "
+                              f"16-bit counts")
+    return {"base": pattern.start, "count": list(pattern.counts),
+            "stride": list(pattern.strides)}
+
+
+def fields(load=None, store=None):
+    """Fields of the AGCU running ``load`` (a Load node or None) and ``store``."""
+    result = {"load_enable": 0, "store_enable": 0, "wait_done": 0, "load_bf16": 0,
+              "load": dict(IDLE_PATTERN), "store": dict(IDLE_PATTERN)}
+    if load is not None:
+        result.update(load_enable=1, load_bf16=int(bool(load.config.get("bf16"))),
+                      load=pattern_fields(load.pattern, load.name))
+    if store is not None:
+        if store.config.get("bf16"):
+            raise UnitConfigError(f"{store.name}: the AGCU does not pack BF16 on stores")
+        result.update(store_enable=1, store=pattern_fields(store.pattern, store.name))
+    return result
+
+
+def encode(load=None, store=None):
+    return pack_config(agcu_config_layout(), fields(load, store))

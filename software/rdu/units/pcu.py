@@ -1,0 +1,79 @@
+"""The PCU's encoder: a compute node's configuration -> ``hdl.pcu`` configuration words.
+
+IR data (:attr:`rdu.ir.Compute.config`):
+
+* ``mode``: ``"systolic"`` or ``"simd"``;
+* ``trips``: iterations of the three counters, innermost first (counter ``n`` runs
+  ``min 0, max trips[n], stride 1``);
+* SIMD only: ``stages`` (a list of ``(op, src_a, src_b, src_c, constant)`` with
+  :class:`hdl.fp.Op` and :class:`hdl.pcu.Source` names or codes; missing stages pass
+  their input through), ``emit_every``, ``vector_out``, ``scalar_in``, ``reduce``
+  (:class:`hdl.pcu.Reduce` name) and ``tail`` (:class:`hdl.pcu.Tail` name).
+"""
+
+from hdl.fp import Op
+from hdl.pcu import COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
+
+from ..unitconfig import pack_config
+
+__all__ = ["fields", "encode", "idle", "UnitConfigError"]
+
+
+class UnitConfigError(ValueError):
+    """IR data a unit cannot hold (says which node and field)."""
+
+
+def _code(enum, value, where):
+    if isinstance(value, str):
+        try:
+            return enum[value.upper()]
+        except KeyError:
+            raise UnitConfigError(f"{where}: {value!r} is not a {enum.__name__}") from None
+    return enum(value)
+
+
+def _counters(trips, where):
+    trips = list(trips) + [1] * (3 - len(trips))
+    limit = (1 << COUNTER_BITS) - 1
+    for trip in trips:
+        if not isinstance(trip, int) or not 1 <= trip <= limit:
+            raise UnitConfigError(f"{where}: a counter runs {trip} iterations; the PCU's "
+                                  f"{COUNTER_BITS}-bit counters take 1 to {limit}")
+    return [{"min": 0, "max": trip, "stride": 1} for trip in trips]
+
+
+def fields(config, stages, where="pcu"):
+    """The ``pcu_config_layout`` fields of IR ``config`` for a PCU of ``stages`` stages."""
+    if config.get("mode") == "systolic":
+        return {"mode": Mode.SYSTOLIC, "counters": _counters(config["trips"], where)}
+    if config.get("mode") != "simd":
+        raise UnitConfigError(f"{where}: mode {config.get('mode')!r} is not systolic or simd")
+    program = list(config.get("stages", ()))
+    if len(program) > stages:
+        raise UnitConfigError(f"{where}: {len(program)} SIMD stages, the PCU has {stages}")
+    encoded = []
+    for index in range(stages):
+        op, a, b, c, constant = (program[index] if index < len(program)
+                                 else ("PASS", "PREV", "PREV", "PREV", 0))
+        encoded.append({"op": _code(Op, op, where), "src_a": _code(Source, a, where),
+                        "src_b": _code(Source, b, where), "src_c": _code(Source, c, where),
+                        "constant": int(constant) & 0xFFFFFFFF})
+    return {
+        "mode": Mode.SIMD, "counters": _counters(config["trips"], where),
+        "scalar_in": int(bool(config.get("scalar_in"))),
+        "emit_every": int(bool(config.get("emit_every"))),
+        "vector_out": int(bool(config.get("vector_out", True))),
+        "reduce": _code(Reduce, config.get("reduce", "NONE"), where),
+        "tail": _code(Tail, config.get("tail", "NONE"), where),
+        "stages": encoded,
+    }
+
+
+def encode(config, lanes, stages, where="pcu"):
+    """Configuration words of IR ``config``."""
+    return pack_config(pcu_config_layout(lanes, stages), fields(config, stages, where))
+
+
+def idle(lanes, stages):
+    """Words of an unused PCU (all zero: nothing survives from a previous kernel)."""
+    return pack_config(pcu_config_layout(lanes, stages), {})

@@ -1,0 +1,60 @@
+"""The PMU's encoder: a buffer node's configuration -> ``hdl.pmu`` configuration words.
+
+IR data (:attr:`rdu.ir.Buffer.config`): ``write`` and ``read``, each an
+:class:`rdu.ir.AccessPattern` over PMU words plus its ``lane_stride`` (``write_lanes``,
+``read_lanes``); ``buffers``, ``buffer_words``, ``read_repeat``, ``read_passes``,
+``skew_shift`` (0 or log2 of the row pitch), ``predicate`` (``(low, high)`` or None) and
+``read_gate``. Values the mapping fixes (:class:`rdu.ir.BlockOffset`) must be resolved
+by :mod:`rdu.compiler.bind` first.
+"""
+
+from hdl.pmu import ADDRESS_BITS, BOUND_BITS, MAX_BUFFERS, pmu_config_layout
+
+from ..unitconfig import pack_config
+from .pcu import UnitConfigError
+
+__all__ = ["fields", "encode", "idle"]
+
+
+def _generator(pattern, lane_stride, where, side):
+    limit = (1 << BOUND_BITS) - 1
+    if any(count > limit for count in pattern.counts):
+        raise UnitConfigError(f"{where}: {side} loop counts {pattern.counts} exceed the "
+                              f"PMU's {BOUND_BITS}-bit bounds")
+    mask = (1 << ADDRESS_BITS) - 1
+    return {"start": pattern.start & mask, "stride": [s & mask for s in pattern.strides],
+            "bound": list(pattern.counts), "lane_stride": lane_stride & mask}
+
+
+def fields(config, where="pmu"):
+    """The ``pmu_config_layout`` fields of IR ``config``."""
+    buffers = config.get("buffers", 1)
+    if not 1 <= buffers <= MAX_BUFFERS:
+        raise UnitConfigError(f"{where}: {buffers} buffers; a PMU rotates 1 to {MAX_BUFFERS}")
+    result = {"buffers": buffers, "buffer_words": config["buffer_words"],
+              "read_repeat": config.get("read_repeat", 1),
+              "read_passes": config.get("read_passes", 0),
+              "skew_shift": config.get("skew_shift", 0),
+              "read_gate": int(bool(config.get("read_gate")))}
+    if config.get("predicate") is not None:
+        low, high = config["predicate"]
+        result.update(predicate_enable=1, predicate_low=low, predicate_high=high)
+    if config.get("write") is not None:
+        result["write_enable"] = 1
+        result["write"] = _generator(config["write"], config.get("write_lanes", 1), where,
+                                     "write")
+    if config.get("read") is not None:
+        result["read_enable"] = 1
+        result["read"] = _generator(config["read"], config.get("read_lanes", 1), where,
+                                    "read")
+    if result["read_passes"] > (1 << 16) - 1:
+        raise UnitConfigError(f"{where}: {result['read_passes']} read passes; at most 65535")
+    return result
+
+
+def encode(config, where="pmu"):
+    return pack_config(pmu_config_layout(), fields(config, where))
+
+
+def idle():
+    return pack_config(pmu_config_layout(), {})
