@@ -223,8 +223,11 @@ def cmd_compile(args):
         "kernel": kernel.describe(program),
         "machine": program.machine.describe(),
         "mapping": meta["mapping"],
-        "tiling": (f"{meta['pcus']} PCUs x {meta['lanes']}-row blocks, {meta['passes']} "
-                   f"passes, {meta['col_tiles']} column tiles, K padded to {meta['k_pad']}, "
+        "tiling": (f"{meta['pcus']} systolic PCUs x {meta['lanes']}-row blocks"
+                   f"{' + %d epilogue PCUs' % meta['epilogue_pcus'] if meta.get('epilogue_pcus') else ''}"
+                   f", {meta['passes']} passes, {meta['col_tiles']} column tiles, K padded "
+                   f"to {meta['k_pad']}"
+                   f"{' in %d chunks' % meta['chunks'] if meta.get('chunks', 1) > 1 else ''}, "
                    f"{meta['buffers']} PMU buffers"),
         "program": f"{args.output} ({len(program.bitstream)} bitstream words)",
         "compile_seconds": round(time.perf_counter() - start, 2),
@@ -520,16 +523,24 @@ def _parser():
         cmd.add_argument("target", metavar="KERNEL" if not run else "KERNEL|PROGRAM",
                          help=f"kernel to compile ({', '.join(sorted(KERNELS))})"
                          + (", or a program file written by 'rdu compile'" if run else ""))
-        shapes = cmd.add_argument_group("kernel shape (gemm: C = A B, A is M x K, B is K x N)")
-        for name in ("m", "n", "k"):
+        kinds = "; ".join(f"{k.name}: {k.help}" for k in KERNELS.values())
+        shapes = cmd.add_argument_group(f"kernel shape ({kinds})")
+        params = sorted({p for k in KERNELS.values() for p in k.params})
+        for name in params:
             shapes.add_argument(f"--{name}", type=int, metavar=name.upper(),
                                 help=f"{name.upper()}; with a program file it must match, "
-                                     f"with --a/--b it can be left out")
+                                     f"with input arrays it can be left out")
         if run:
-            data = cmd.add_argument_group("data")
-            data.add_argument("--a", metavar="A.npy", help="A as a float .npy array "
-                              "(rounded to BF16); default: random with --seed")
-            data.add_argument("--b", metavar="B.npy", help="B as a float .npy array")
+            data = cmd.add_argument_group(
+                "data", "the kernel's inputs as float .npy arrays (rounded to BF16); "
+                        "default: random with --seed")
+            tensors = []
+            for kernel in KERNELS.values():
+                tensors += [t for t in kernel.inputs if t not in tensors]
+            for tensor in tensors:
+                users = [k.name for k in KERNELS.values() if tensor in k.inputs]
+                data.add_argument(f"--{tensor}", metavar=f"{tensor.upper()}.npy",
+                                  help=f"{tensor.upper()} ({', '.join(users)})")
         machine_options(cmd, defaults=not run)
 
     def run_options(cmd, sim_choice=True):

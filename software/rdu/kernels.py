@@ -1,19 +1,26 @@
 """The kernels the command line and the runtime know by name, behind one interface.
 
-A :class:`Kernel` compiles a program for a machine from its shape parameters, makes
-seeded random inputs, takes the user's own arrays (checked against the shapes the
-program was compiled for), packs them into the program's memory images, unpacks the
-outputs and checks them against an independent numpy reference. The program file's
-manifest names its kernel and shapes, so ``rdu run FILE`` needs no shape options.
+Each kernel is a front-end graph (:mod:`rdu.frontend`) built from its shape parameters;
+everything else is generic: :mod:`rdu.compiler` compiles it, the program's manifest
+says how each tensor is laid out (:mod:`rdu.layout`), so packing the user's arrays,
+unpacking the outputs and checking them (bit-exact against :func:`rdu.reference.
+exact_outputs`, and against float64 of the graph within its budget) need no
+kernel-specific code. The program file names its kernel and shapes, so ``rdu run FILE``
+needs no shape options.
+
+To add a kernel: write its graph builder and add a :class:`Kernel` to :data:`KERNELS`.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import gemm, pcu_model
+from . import pcu_model, reference
+from .compiler import compile_graph
+from .frontend import Graph, relu
+from .gemm import gemm_graph, pack_images, unpack_images
 
-__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError"]
+__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph"]
 
 
 class KernelInputError(ValueError):
@@ -34,15 +41,26 @@ def to_bf16_words(array, name):
     return pcu_model.bf16_words(values)
 
 
+def linear_relu_graph(m, n, k):
+    """``C = relu(A B + bias)``: a linear layer, written only with the front end."""
+    graph = Graph("linear_relu")
+    a = graph.input("a", (m, k))
+    b = graph.input("b", (k, n))
+    bias = graph.input("bias", (n,))
+    graph.output("c", relu(a @ b + bias))
+    return graph
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel: its shape parameters, input and output names (in ``--a``, ``--b``
-    order) and what each input's shape is in terms of the parameters."""
+    order), what each tensor's shape is in terms of the parameters, and its graph."""
     name: str
     params: tuple
     inputs: dict          # name -> tuple of parameter names (its shape)
     outputs: dict         # name -> tuple of parameter names
     help: str
+    build: object = None  # (**params) -> rdu.frontend.Graph
 
     def shape(self, tensor, params):
         dims = self.inputs.get(tensor) or self.outputs[tensor]
@@ -66,16 +84,17 @@ class Kernel:
                 found.setdefault(dim, (size, tensor))
         return {dim: size for dim, (size, _) in found.items()}
 
-    # -- per kernel -----------------------------------------------------------------------
+    def graph(self, params):
+        return self.build(**{name: params[name] for name in self.params})
+
     def compile(self, machine, **params):
-        if self.name == "gemm":
-            return gemm.compile_gemm(params["m"], params["n"], params["k"], machine=machine)
-        raise KeyError(self.name)
+        return compile_graph(self.graph(params), machine, kernel=self.name, params=params)
 
     def random_inputs(self, program, seed):
-        p = program.params
-        a, b = gemm.random_inputs(p["m"], p["n"], p["k"], seed)
-        return {"a": a, "b": b}
+        """Standard normal BF16 inputs, drawn in input order from one seeded generator."""
+        rng = np.random.default_rng(seed)
+        return {tensor: pcu_model.bf16_words(rng.standard_normal(
+            self.shape(tensor, program.params))) for tensor in self.inputs}
 
     def user_inputs(self, program, arrays, sources):
         """``{name: words}`` from user arrays, each checked against the program's shape."""
@@ -91,15 +110,25 @@ class Kernel:
         return words
 
     def pack(self, program, inputs):
-        gemm.pack_inputs(program, inputs["a"], inputs["b"])
-        return program
+        return pack_images(program, inputs)
 
     def unpack(self, program, outputs):
-        return {"c": gemm.unpack_output(program, outputs["c"])}
+        """``{output: float32 array}`` (FP32 outputs; BF16 ones widened)."""
+        return {name: words.view(np.float32)
+                for name, words in unpack_images(program, outputs).items()}
+
+    def exact(self, program):
+        """``{output: uint32 words}`` of the hardware's arithmetic on the packed inputs."""
+        return reference.exact_outputs(program)
 
     def check(self, program, inputs, results):
-        """``(ok, max_abs_err)`` against numpy float64 of the same BF16 inputs."""
-        return gemm.check_result(results["c"], inputs["a"], inputs["b"])
+        """``(ok, max_abs_err)``: bit-exact against the hardware's arithmetic and within
+        the budget of float64 of the same BF16 inputs."""
+        ok, error = reference.check(self.graph(program.params), inputs, results)
+        exact = self.exact(program)
+        for name, words in exact.items():
+            ok = ok and np.array_equal(np.asarray(results[name]).view(np.uint32), words)
+        return ok, error
 
     def describe(self, program):
         p = program.params
@@ -112,7 +141,13 @@ class Kernel:
 
 KERNELS = {
     "gemm": Kernel("gemm", ("m", "n", "k"), {"a": ("m", "k"), "b": ("k", "n")},
-                   {"c": ("m", "n")}, "C = A B, A (M x K) and B (K x N) in BF16, C in FP32"),
+                   {"c": ("m", "n")}, "C = A B, A (M x K) and B (K x N) in BF16, C in FP32",
+                   gemm_graph),
+    "linear_relu": Kernel("linear_relu", ("m", "n", "k"),
+                          {"a": ("m", "k"), "b": ("k", "n"), "bias": ("n",)},
+                          {"c": ("m", "n")},
+                          "C = relu(A B + bias), A, B and bias in BF16, C in FP32",
+                          linear_relu_graph),
 }
 
 

@@ -101,6 +101,17 @@ class Image:
     def pack(self, arrays):
         """The image's uint32 words from ``{tensor: uint32 words}`` (BF16 images take
         words with the BF16 in the high half, as :func:`rdu.pcu_model.bf16_words`)."""
+        flat = self._arrange(self.matrix(arrays))
+        if self.format == "fp32":
+            return flat
+        halves = np.ascontiguousarray((flat >> 16).astype("<u2"))
+        if halves.size % 2:
+            halves = np.append(halves, np.zeros(1, "<u2"))
+        return halves.view("<u4").astype(np.uint32)
+
+    def matrix(self, arrays):
+        """The image's logical ``shape`` matrix (uint32 words) before tiling: the pieces
+        on zeros."""
         matrix = np.zeros(self.shape, np.uint32)
         for piece in self.pieces:
             rows, cols = piece.size
@@ -117,16 +128,11 @@ class Image:
                 raise LayoutError(f"tensor {piece.tensor!r} has {values.size} elements, its "
                                   f"place in the image holds {rows * cols}")
             matrix[r0:r0 + rows, c0:c0 + cols] = values.reshape(rows, cols)
-        flat = self._arrange(matrix)
-        if self.format == "fp32":
-            return flat
-        halves = np.ascontiguousarray((flat >> 16).astype("<u2"))
-        if halves.size % 2:
-            halves = np.append(halves, np.zeros(1, "<u2"))
-        return halves.view("<u4").astype(np.uint32)
+        return matrix
 
-    def unpack(self, words, tensor):
-        """The uint32 words of ``tensor`` (its piece) from the image's ``words``."""
+    def unpack_matrix(self, words):
+        """The logical ``shape`` matrix (uint32 words; BF16 in the high half) of the
+        image's ``words``: the inverse of :meth:`pack`."""
         words = np.asarray(words, np.uint32)
         if self.format == "bf16":
             flat = words.view("<u2")[:self.elements].astype(np.uint32) << 16
@@ -134,15 +140,18 @@ class Image:
             flat = words[:self.elements]
         if flat.size != self.elements:
             raise LayoutError(f"{words.size} words do not hold a {self.describe()} image")
-        if self.split is not None:
-            arranged_shape = (tuple(self.split[i] for i in self.perm) if self.perm
-                              else self.split)
-            matrix = flat.reshape(arranged_shape)
-            if self.perm is not None:
-                matrix = matrix.transpose(np.argsort(self.perm))
-            matrix = matrix.reshape(self.shape)
-        else:
-            matrix = flat.reshape(self.shape)
+        if self.split is None:
+            return flat.reshape(self.shape)
+        arranged_shape = (tuple(self.split[i] for i in self.perm) if self.perm
+                          else self.split)
+        matrix = flat.reshape(arranged_shape)
+        if self.perm is not None:
+            matrix = matrix.transpose(np.argsort(self.perm))
+        return matrix.reshape(self.shape)
+
+    def unpack(self, words, tensor):
+        """The uint32 words of ``tensor`` (its piece) from the image's ``words``."""
+        matrix = self.unpack_matrix(words)
         for piece in self.pieces:
             if piece.tensor == tensor:
                 (r0, c0), (rows, cols) = piece.at, piece.size

@@ -39,6 +39,7 @@ def emit(state):
         "pcus": t.pcus, "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
         "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
         "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
+        "operands": [group.a.name, group.b.name],
         "bias": group.bias.name if group.bias is not None else None,
         "epilogue": [list(step) for step in group.epilogue],
         "macs": t.macs, "peak_macs_per_cycle": geometry.capacity()["pcu"] * t.lanes ** 2,

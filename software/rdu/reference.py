@@ -1,0 +1,138 @@
+"""References a compiled kernel's results are checked against.
+
+* :func:`exact_outputs`: the hardware's arithmetic, bit for bit, from the program's
+  input images (so a folded bias and the zero padding are what the hardware sees): the
+  systolic accumulation of :func:`rdu.pcu_model.systolic_accumulate` in K order, then
+  the epilogue's SIMD stages with :func:`rdu.fpmodel.apply`. Independent of the
+  functional model and of the RTL.
+* :func:`float64_outputs`: the front-end graph evaluated in float64 on the same BF16
+  inputs, with an error budget per element propagated operator by operator (FP32
+  rounding ``2^-23`` relative per operation, ``K * 2^-22 * (|A| |B|)`` for a matmul,
+  ``2^-8`` relative for a cast to BF16, flush-to-zero ``2^-126`` absolute);
+  :func:`check` compares a result with it.
+"""
+
+import numpy as np
+
+from . import fpmodel, pcu_model
+from .layout import Image
+
+__all__ = ["exact_outputs", "float64_outputs", "check"]
+
+_ULP = 2.0 ** -23
+_TINY = 2.0 ** -126
+
+
+def exact_outputs(program):
+    """``{output: uint32 array}``: what the hardware computes from ``program.inputs``."""
+    meta = program.meta
+    images = meta["images"]
+    (out_name, out_spec), = ((n, s) for n, s in program.tensors.items()
+                             if s["role"] == "output")
+    a_name, b_name = meta["operands"]
+    logical = {}
+    for name in (a_name, b_name):
+        image = Image.from_json(images[name])
+        words = program.inputs[name][1]
+        if words is None:
+            raise ValueError(f"{program.name}: input image {name} is not packed")
+        # the packed words back to the logical matrix (a folded bias's ones included)
+        logical[name] = image.unpack_matrix(words)
+    a, b = logical[a_name], logical[b_name]
+    k_pad = meta["k_pad"]
+    value = pcu_model.systolic_accumulate(a[:, :k_pad].T.copy(), b[:k_pad])
+    for op, src_a, src_b, src_c, constant in meta["epilogue"]:
+        operands = {"PREV": value, "CONST": np.full_like(value, np.uint32(constant))}
+        value = fpmodel.apply(_op_code(op), operands[src_a], operands[src_b],
+                              operands[src_c])
+    m, n = out_spec["shape"]
+    return {out_name: np.asarray(value, np.uint32)[:m, :n]}
+
+
+def _op_code(name):
+    from hdl.fp import Op
+    return Op[name] if isinstance(name, str) else Op(name)
+
+
+def float64_outputs(graph, inputs):
+    """``{output: (float64 value, float64 budget)}`` of ``graph`` on ``inputs``
+    (``{input: uint32 words}``, BF16 in the high half)."""
+    cache = {}
+
+    def value(node):
+        if id(node) in cache:
+            return cache[id(node)]
+        args = [value(i) for i in node.inputs]
+        if node.op == "input":
+            x = np.asarray(inputs[node.name], np.uint32).view(np.float32).astype(np.float64)
+            result = (x, np.zeros_like(x))
+        elif node.op == "const":
+            x = float(np.float32(node.attrs["value"]))
+            result = (np.float64(x), np.float64(0.0))
+        elif node.op == "matmul":
+            (a, ea), (b, eb) = args
+            v = a @ b
+            budget = (a.shape[1] + 1) * 2 * _ULP * (np.abs(a) @ np.abs(b)) + \
+                ea @ np.abs(b) + np.abs(a) @ eb
+            result = (v, budget)
+        elif node.op == "binary":
+            (a, ea), (b, eb) = args
+            fn = node.attrs["fn"]
+            if fn in ("add", "sub"):
+                v = a + b if fn == "add" else a - b
+                budget = ea + eb + 2 * _ULP * (np.abs(a) + np.abs(b))
+            elif fn == "mul":
+                v = a * b
+                budget = np.abs(a) * eb + np.abs(b) * ea + ea * eb + _ULP * np.abs(v)
+            else:
+                v = np.maximum(a, b) if fn == "max" else np.minimum(a, b)
+                budget = np.maximum(ea, eb) + 0 * v
+            result = (v, budget)
+        elif node.op == "unary":
+            (x, ex), = args
+            fn = node.attrs["fn"]
+            if fn == "exp":
+                v = np.exp(x)
+                budget = v * (np.expm1(ex) + 4 * _ULP)
+            elif fn == "reciprocal":
+                v = 1.0 / x
+                budget = np.abs(v) * (ex / np.maximum(np.abs(x) - ex, _TINY) + 4 * _ULP)
+            else:
+                v = x
+                budget = ex + (2.0 ** -8 if node.dtype == "bf16" else 0) * np.abs(x)
+            result = (v, budget)
+        elif node.op == "reduce":
+            (x, ex), = args
+            if node.attrs["fn"] == "sum":
+                v = x.sum(axis=-1)
+                budget = ex.sum(axis=-1) + x.shape[-1] * 2 * _ULP * np.abs(x).sum(axis=-1)
+            else:
+                v = x.max(axis=-1)
+                budget = ex.max(axis=-1)
+            result = (v, budget)
+        elif node.op == "transpose":
+            (x, ex), = args
+            result = (x.T, ex.T)
+        elif node.op == "broadcast":
+            (x, ex), = args
+            result = (np.broadcast_to(x, node.shape), np.broadcast_to(ex, node.shape))
+        else:
+            raise ValueError(f"{node.where}: no float64 reference for {node.op}")
+        v, budget = result
+        cache[id(node)] = (v, budget + _TINY)
+        return cache[id(node)]
+    return {name: value(node) for name, node in graph.outputs.items()}
+
+
+def check(graph, inputs, results):
+    """``(ok, max_abs_err)``: every output element within its budget of float64."""
+    ok, worst = True, 0.0
+    for name, (ref, budget) in float64_outputs(graph, inputs).items():
+        got = np.asarray(results[name], np.float64)
+        if got.shape != np.shape(ref):
+            return False, float("inf")
+        error = np.abs(got - ref)
+        if error.size:
+            worst = max(worst, float(error.max()))
+        ok = ok and bool(np.all(error <= budget))
+    return ok, worst
