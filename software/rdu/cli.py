@@ -183,7 +183,15 @@ def _program_for(args):
             if value < 1:
                 raise CommandError(f"--{name} must be at least 1, not {value}")
             params[name] = value
-        program = kernel.compile(_machine(args), **params)
+        state = []
+        program = kernel.compile(_machine(args), state=state, **params)
+        dump = getattr(args, "dump_after", None)
+        if dump:
+            compilation, = state
+            for name, text in compilation.dumps.items():
+                if dump in (name, "all"):
+                    print(f"== after {name} ({compilation.seconds[name] * 1000:.1f} ms)\n"
+                          f"{text}", file=sys.stderr)
         return kernel, program, arrays, sources
     if args.target.endswith(".bin"):
         raise CommandError(f"{target}: a bare bitstream carries no shapes or tensors; "
@@ -209,6 +217,16 @@ def _program_for(args):
     return kernel, program, arrays, sources
 
 
+def _tiling_line(meta):
+    epilogue = meta.get("epilogue_pcus") or 0
+    chunks = meta.get("chunks", 1)
+    return (f"{meta['pcus']} systolic PCUs x {meta['lanes']}-row blocks"
+            + (f" + {epilogue} epilogue PCUs" if epilogue else "")
+            + f", {meta['passes']} passes, {meta['col_tiles']} column tiles, K padded to "
+            f"{meta['k_pad']}" + (f" in {chunks} chunks" if chunks > 1 else "")
+            + f", {meta['buffers']} PMU buffers")
+
+
 def cmd_compile(args):
     start = time.perf_counter()
     _check_output(args.output)
@@ -223,12 +241,7 @@ def cmd_compile(args):
         "kernel": kernel.describe(program),
         "machine": program.machine.describe(),
         "mapping": meta["mapping"],
-        "tiling": (f"{meta['pcus']} systolic PCUs x {meta['lanes']}-row blocks"
-                   f"{' + %d epilogue PCUs' % meta['epilogue_pcus'] if meta.get('epilogue_pcus') else ''}"
-                   f", {meta['passes']} passes, {meta['col_tiles']} column tiles, K padded "
-                   f"to {meta['k_pad']}"
-                   f"{' in %d chunks' % meta['chunks'] if meta.get('chunks', 1) > 1 else ''}, "
-                   f"{meta['buffers']} PMU buffers"),
+        "tiling": _tiling_line(meta),
         "program": f"{args.output} ({len(program.bitstream)} bitstream words)",
         "compile_seconds": round(time.perf_counter() - start, 2),
     }
@@ -587,6 +600,10 @@ def _parser():
     compile_.add_argument("--bitstream", metavar="FILE.bin",
                           help="also write the bare bitstream (what AGCU 0 loads)")
     compile_.add_argument("--json", action="store_true", help="print the report as JSON")
+    from rdu.compiler import PIPELINE
+    compile_.add_argument("--dump-after", metavar="PASS", choices=[*PIPELINE, "all"],
+                          help=f"print what a pass produced, with its time, on stderr "
+                               f"({', '.join(PIPELINE)} or all)")
     compile_.set_defaults(func=cmd_compile)
 
     inspect = command("inspect", "print a program's manifest and every unit's fields")

@@ -29,9 +29,8 @@ from hdl.interfaces import NETWORKS
 
 from . import affine
 
-__all__ = ["IRError", "AccessPattern", "BlockOffset", "Tensor", "Port", "Stream", "Merge", "Node", "Load",
-           "Store",
-           "Buffer", "Compute", "Kernel", "DTYPES", "MEMORIES", "NETWORKS"]
+__all__ = ["IRError", "AccessPattern", "BlockOffset", "Tensor", "Port", "Stream", "Merge",
+           "Node", "Load", "Store", "Buffer", "Compute", "Kernel", "DTYPES", "MEMORIES", "NETWORKS"]
 
 DTYPES = {"bf16": 2, "fp32": 4, "int32": 4}
 MEMORIES = ("hbm", "ddr")

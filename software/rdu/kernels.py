@@ -87,8 +87,11 @@ class Kernel:
     def graph(self, params):
         return self.build(**{name: params[name] for name in self.params})
 
-    def compile(self, machine, **params):
-        return compile_graph(self.graph(params), machine, kernel=self.name, params=params)
+    def compile(self, machine, state=None, **params):
+        """The program for ``machine``; ``state``: a list that receives the compilation
+        (:class:`rdu.compiler.core.Compilation`: dumps and times of each pass)."""
+        return compile_graph(self.graph(params), machine, kernel=self.name, params=params,
+                             state=state)
 
     def random_inputs(self, program, seed):
         """Standard normal BF16 inputs, drawn in input order from one seeded generator."""

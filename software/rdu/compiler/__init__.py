@@ -21,7 +21,7 @@ systolic PCU fewer.
 from ..machine import Machine
 from ..mapper import ArrayGeometry, MappingError
 from . import bind, check, emit, encode, fuse, lower, place, tile  # noqa: F401 (register)
-from .core import PASSES, CompileError, Compilation
+from .core import PASSES, Compilation, CompileError
 from .place import PlacementError
 
 __all__ = ["compile_graph", "CompileError", "PIPELINE", "PASSES", "machine_geometry"]

@@ -1,0 +1,215 @@
+"""The compiler: front end, passes, generic kernels (software and functional model).
+
+The Verilator test at the end replays the same programs on the RTL.
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+from rdu import gemm
+from rdu.bitstream import to_bytes
+from rdu.compiler import PIPELINE, CompileError, compile_graph
+from rdu.compiler.check import check_kernel
+from rdu.frontend import FrontendError, Graph, exp
+from rdu.kernels import KERNELS
+from rdu.layout import Image, Piece
+from rdu.machine import Machine
+from rdu.mapper import ArrayGeometry
+from rdu.runtime import run_program, run_programs
+
+DEFAULT = ArrayGeometry()
+SMALL = ArrayGeometry(2, 2, 4, pmu_words=4096)
+SMALL_MACHINE = Machine(2, 2, 4, pmu_bytes=16384)
+
+# CRC-32 of the bitstreams the hand-written GEMM encoder produced before the compiler was
+# rewritten as passes (commit a4ed10b): the pass pipeline must reproduce them bit for bit,
+# so no GEMM loses a cycle of utilisation to the rewrite.
+GOLDEN = {
+    ((256, 256, 256), DEFAULT): 0x342A4DBD,
+    ((128, 128, 128), DEFAULT): 0xC23A5137,
+    ((64, 64, 64), DEFAULT): 0xC3244ED4,
+    ((97, 41, 53), DEFAULT): 0xCF00158B,
+    ((37, 50, 29), SMALL): 0x57F12A1A,
+    ((1, 1, 1), SMALL): 0x693A4547,
+    ((21, 19, 23), ArrayGeometry(3, 3, 8)): 0x5975CE8C,
+    ((21, 19, 23), ArrayGeometry(2, 4, 8)): 0x59310DA4,
+}
+
+
+@pytest.mark.parametrize("shape, geometry", list(GOLDEN))
+def test_gemm_bitstreams_match_the_hand_encoder(shape, geometry):
+    program = gemm.compile_gemm(*shape, geometry)
+    assert zlib.crc32(to_bytes(program.bitstream)) == GOLDEN[shape, geometry]
+
+
+def test_every_pass_runs_and_dumps():
+    state = []
+    compile_graph(gemm.gemm_graph(20, 12, 9), kernel="gemm", params={}, state=state)
+    compilation, = state
+    assert set(compilation.seconds) == set(PIPELINE)
+    assert "matmul a[20, 9] @ b[9, 12]" in compilation.dumps["fuse"]
+    assert "3 passes of 8 rows" in compilation.dumps["tile"] or \
+        "1 passes" in compilation.dumps["tile"]
+    assert "systolic" in compilation.dumps["lower"]
+    assert "row block" in compilation.dumps["bind"]
+
+
+# -- front end ----------------------------------------------------------------------------
+
+def test_frontend_errors_name_the_user_line():
+    graph = Graph("bad")
+    a = graph.input("a", (4, 8))
+    b = graph.input("b", (5, 8))
+    with pytest.raises(FrontendError) as error:
+        a @ b                                       # the line reported
+    line = str(error.value)
+    assert line.startswith("test_compiler.py:") and "cannot multiply shapes (4, 8) and " \
+        "(5, 8)" in line
+    with pytest.raises(FrontendError, match=r"test_compiler.py:\d+: cannot add shapes"):
+        a + graph.input("c", (3,))
+    with pytest.raises(FrontendError, match="defined twice"):
+        graph.input("a", (2, 2))
+
+
+def test_frontend_records_operators():
+    graph = Graph("attention_like")
+    q = graph.input("q", (4, 8))
+    k = graph.input("k", (6, 8))
+    s = (q @ k.T) / 8.0
+    p = exp(s - s.max().broadcast_to((6, 4)).T)
+    graph.output("p", p * p.sum().reciprocal().broadcast_to((6, 4)).T)
+    text = graph.dump()
+    for op in ("matmul", "transpose", "reduce", "unary", "broadcast", "fn=exp",
+               "fn=reciprocal", "fn=max", "fn=sum"):
+        assert op in text, op
+    assert graph.outputs["p"].shape == (4, 6)
+
+
+def test_unsupported_fusion_is_refused_at_the_user_line():
+    graph = Graph("softmax_like")
+    a = graph.input("a", (8, 8))
+    b = graph.input("b", (8, 8))
+    graph.output("c", exp(a @ b))                   # exp after a matmul: not fused yet
+    with pytest.raises(CompileError, match=r"test_compiler.py:\d+: .*unary exp is not "
+                                           r"fused"):
+        compile_graph(graph, geometry=DEFAULT)
+
+
+# -- layouts ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp32"])
+def test_image_pack_unpack_round_trip(fmt, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 2 ** 32, (5, 7), dtype=np.uint32) & np.uint32(0xFFFF0000)
+    image = Image((8, 8), (Piece("x", (0, 0), (5, 7)), Piece(None, (0, 7), (5, 1), 1.0)),
+                  (2, 4, 2, 4), (0, 2, 1, 3), fmt)
+    words = image.pack({"x": x})
+    assert words.size == image.words
+    assert np.array_equal(image.unpack(words, "x"), x)
+    ones = image.unpack_matrix(words)[:5, 7].view(np.float32)
+    assert np.all(ones == 1.0)
+
+
+# -- the deadlock check -----------------------------------------------------------------
+
+def _lowered(kernel="linear_relu", shape=(20, 12, 9)):
+    state = []
+    compile_graph(KERNELS[kernel].graph(dict(zip("mnk", shape, strict=True))),
+                  geometry=DEFAULT, state=state)
+    return state[0].kernel
+
+
+def test_check_passes_compiled_kernels():
+    carried = check_kernel(_lowered(), DEFAULT.lanes)
+    assert carried["load_b.vector_out"] == 2 * 16 // 2 * 2      # K padded to 16, 2 tiles
+
+
+def test_check_refuses_an_unbalanced_stream():
+    kernel = _lowered()
+    config = kernel.nodes["epilogue0"].config
+    config["trips"] = (config["trips"][0] + 1,) + tuple(config["trips"][1:])
+    with pytest.raises(CompileError, match="epilogue0.vector_in0 takes .* would hang"):
+        check_kernel(kernel, DEFAULT.lanes)
+
+
+def test_check_refuses_a_cycle():
+    """matmul0's DONE token gating its own A panel: a_panel0 -> matmul0 -> a_panel0."""
+    kernel = _lowered("gemm")
+    stream = kernel.output(kernel.nodes["matmul0"], "control_out")
+    kernel.connect(stream, kernel.nodes["a_panel0"], "control_in")
+    with pytest.raises(CompileError, match="cycle .*a_panel0 -> matmul0 -> a_panel0"):
+        check_kernel(kernel, DEFAULT.lanes)
+
+
+# -- kernels on the functional model -----------------------------------------------------
+
+def _run(kernel_name, params, machine, seed):
+    kernel = KERNELS[kernel_name]
+    program = kernel.compile(machine, **params)
+    inputs = kernel.random_inputs(program, seed)
+    kernel.pack(program, inputs)
+    result = run_program(program, "model")
+    return kernel, program, inputs, kernel.unpack(program, result.outputs), result
+
+
+@pytest.mark.parametrize("kernel_name, shape, machine", [
+    ("gemm", (5, 8, 5000), Machine()),              # K in chunks, re-read per column tile
+    ("gemm", (9, 5, 1), Machine()),
+    ("gemm", (13, 9, 1500), SMALL_MACHINE),
+    ("linear_relu", (37, 20, 29), Machine()),
+    ("linear_relu", (9, 5, 7), SMALL_MACHINE),
+    ("linear_relu", (16, 8, 2100), Machine()),      # bias, chunks and an epilogue
+])
+def test_kernels_on_the_model(kernel_name, shape, machine, seed):
+    """Shapes the tests were not written around (K = 5000, K = 1, primes), bit-exact
+    against the hardware's arithmetic and within the float64 budget."""
+    kernel, program, inputs, results, _ = _run(kernel_name, dict(zip("mnk", shape,
+                                                                     strict=True)),
+                                                machine, seed)
+    exact = kernel.exact(program)
+    assert np.array_equal(results["c"].view(np.uint32), exact["c"]), "not bit-exact"
+    ok, error = kernel.check(program, inputs, results)
+    assert ok, f"outside the float64 budget: {error}"
+    if shape[2] > 1024:
+        assert program.meta["chunks"] > 1
+
+
+def test_linear_relu_check_can_fail(seed):
+    kernel, program, inputs, results, _ = _run("linear_relu", {"m": 9, "n": 5, "k": 7},
+                                               SMALL_MACHINE, seed)
+    assert np.any(results["c"] == 0) and np.any(results["c"] > 0)    # relu clipped some
+    wrong = dict(inputs)
+    wrong["bias"] = inputs["bias"] ^ np.uint32(0x00400000)
+    assert not kernel.check(program, wrong, results)[0]
+    bad = {"c": results["c"].copy()}
+    bad["c"].view(np.uint32)[0, 0] ^= 1                     # one ulp: not bit-exact
+    assert not kernel.check(program, inputs, bad)[0]
+
+
+@pytest.mark.verilator
+def test_compiled_kernels_on_verilator(sim_dir, seed):
+    """linear_relu, a K = 5000 GEMM (chunks) and a K = 1 GEMM launched in sequence on the
+    2x2 RTL: each launch's words equal the functional model's and the bit-exact
+    reference, and pass the float64 check."""
+    cases = [("linear_relu", {"m": 9, "n": 5, "k": 40}), ("gemm", {"m": 6, "n": 7, "k": 5000}),
+             ("gemm", {"m": 5, "n": 3, "k": 1})]
+    programs, all_inputs = [], []
+    for index, (name, params) in enumerate(cases):
+        kernel = KERNELS[name]
+        program = kernel.compile(SMALL_MACHINE, **params)
+        inputs = kernel.random_inputs(program, seed + index)
+        kernel.pack(program, inputs)
+        programs.append(program)
+        all_inputs.append(inputs)
+    rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "compiled")
+    model = run_programs(programs, "model")
+    for (name, params), program, inputs, run, reference in zip(
+            cases, programs, all_inputs, rtl, model, strict=True):
+        kernel = KERNELS[name]
+        assert np.array_equal(run.outputs["c"], reference.outputs["c"]), \
+            f"RTL differs from the model for {name} {params}"
+        results = kernel.unpack(program, run.outputs)
+        assert np.array_equal(results["c"].view(np.uint32), kernel.exact(program)["c"])
+        assert kernel.check(program, inputs, results)[0]
+        print(f"{name} {params} on 2x2 lanes 4: {run.cycles} cycles")
