@@ -217,16 +217,6 @@ def _program_for(args):
     return kernel, program, arrays, sources
 
 
-def _tiling_line(meta):
-    epilogue = meta.get("epilogue_pcus") or 0
-    chunks = meta.get("chunks", 1)
-    return (f"{meta['pcus']} systolic PCUs x {meta['lanes']}-row blocks"
-            + (f" + {epilogue} epilogue PCUs" if epilogue else "")
-            + f", {meta['passes']} passes, {meta['col_tiles']} column tiles, K padded to "
-            f"{meta['k_pad']}" + (f" in {chunks} chunks" if chunks > 1 else "")
-            + f", {meta['buffers']} PMU buffers")
-
-
 def cmd_compile(args):
     start = time.perf_counter()
     _check_output(args.output)
@@ -241,7 +231,7 @@ def cmd_compile(args):
         "kernel": kernel.describe(program),
         "machine": program.machine.describe(),
         "mapping": meta["mapping"],
-        "tiling": _tiling_line(meta),
+        "tiling": meta["tiling"],
         "program": f"{args.output} ({len(program.bitstream)} bitstream words)",
         "compile_seconds": round(time.perf_counter() - start, 2),
     }
@@ -435,7 +425,7 @@ def cmd_run(args):
         "macs": macs,
         "peak_macs_per_cycle": peak,
         "utilization": (round(macs / (result.cycles * peak), 4)
-                        if result.cycles else None),
+                        if result.cycles and macs else None),
         "max_abs_err": max_abs_err,
         "wall_seconds": round(time.perf_counter() - start, 2),
     }

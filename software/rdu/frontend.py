@@ -11,6 +11,13 @@ kernel of ``docs/compiler.md``::
     bias = g.input("bias", (n,))
     g.output("y", relu(x @ w + bias))        # FP32 in HBM
 
+and a row softmax (a reduction keeps its axis, so it broadcasts back over the row)::
+
+    g = Graph("softmax")
+    x = g.input("x", (rows, length))
+    e = exp(x - x.max())
+    g.output("y", e * reciprocal(e.sum()))
+
 Operators (numpy broadcasting of trailing dimensions; a Python number is a constant):
 
 =====================================  ==============================================
@@ -20,7 +27,7 @@ Operators (numpy broadcasting of trailing dimensions; a Python number is a const
 :func:`maximum`, :func:`minimum`       element-wise MAX, MIN
 :func:`relu`                           ``maximum(x, 0)``
 :func:`exp`, :func:`reciprocal`        the PCU's special functions
-``x.sum()``, ``x.max()``               row reductions (over the last axis)
+``x.sum()``, ``x.max()``               row reductions (last axis, kept as size 1)
 ``x.astype("bf16" | "fp32")``          casts (round to nearest even to BF16)
 ``x.T``                                transpose of a matrix
 ``x.broadcast_to(shape)``              explicit broadcast
@@ -179,7 +186,7 @@ class Tensor:
         where = _user_line()
         if axis not in (-1, len(self.shape) - 1):
             raise FrontendError(f"{where}: {fn} reduces the last axis only, not axis {axis}")
-        return self.graph._add("reduce", (self.node,), self.shape[:-1] or (1,), "fp32",
+        return self.graph._add("reduce", (self.node,), self.shape[:-1] + (1,), "fp32",
                                where, fn=fn)
 
     def exp(self):

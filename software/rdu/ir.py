@@ -253,11 +253,15 @@ class Compute(Node):
         return [Port(self.name, f"vector_in{index}", "vector") for index in range(self.arity)]
 
     def optional_input_ports(self):
-        return [Port(self.name, "control_in", "control")]
+        # scalar_in: one word per inner loop (the SIMD ``SCALAR`` operand)
+        return [Port(self.name, "control_in", "control"),
+                Port(self.name, "scalar_in", "scalar")]
 
     def output_ports(self):
+        # scalar_out: the SIMD cross-lane reductions
         return [Port(self.name, "vector_out", "vector"),
-                Port(self.name, "control_out", "control")]
+                Port(self.name, "control_out", "control"),
+                Port(self.name, "scalar_out", "scalar")]
 
 
 class Kernel:

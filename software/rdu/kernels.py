@@ -17,10 +17,10 @@ import numpy as np
 
 from . import pcu_model, reference
 from .compiler import compile_graph
-from .frontend import Graph, relu
+from .frontend import Graph, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
 
-__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph"]
+__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph", "softmax_graph"]
 
 
 class KernelInputError(ValueError):
@@ -48,6 +48,15 @@ def linear_relu_graph(m, n, k):
     b = graph.input("b", (k, n))
     bias = graph.input("bias", (n,))
     graph.output("c", relu(a @ b + bias))
+    return graph
+
+
+def softmax_graph(m, n):
+    """``Y = softmax(X)`` over each row of X (M rows of N): written only with the front end."""
+    graph = Graph("softmax")
+    x = graph.input("x", (m, n))
+    e = exp(x - x.max())
+    graph.output("y", e * reciprocal(e.sum()))
     return graph
 
 
@@ -122,7 +131,7 @@ class Kernel:
 
     def exact(self, program):
         """``{output: uint32 words}`` of the hardware's arithmetic on the packed inputs."""
-        return reference.exact_outputs(program)
+        return reference.exact_outputs(program, self.graph(program.params))
 
     def check(self, program, inputs, results):
         """``(ok, max_abs_err)``: bit-exact against the hardware's arithmetic and within
@@ -151,6 +160,9 @@ KERNELS = {
                           {"c": ("m", "n")},
                           "C = relu(A B + bias), A, B and bias in BF16, C in FP32",
                           linear_relu_graph),
+    "softmax": Kernel("softmax", ("m", "n"), {"x": ("m", "n")}, {"y": ("m", "n")},
+                      "Y = softmax of each row of X (M rows of N), X in BF16, Y in FP32",
+                      softmax_graph),
 }
 
 

@@ -17,15 +17,22 @@ import numpy as np
 from . import fpmodel, pcu_model
 from .layout import Image
 
-__all__ = ["exact_outputs", "float64_outputs", "check"]
+__all__ = ["exact_outputs", "exact_rows", "float64_outputs", "check"]
 
 _ULP = 2.0 ** -23
 _TINY = 2.0 ** -126
 
 
-def exact_outputs(program):
-    """``{output: uint32 array}``: what the hardware computes from ``program.inputs``."""
+def exact_outputs(program, graph=None):
+    """``{output: uint32 array}``: what the hardware computes from ``program.inputs``
+    (a row-wise kernel needs its front-end ``graph``)."""
     meta = program.meta
+    if meta.get("group") == "rows":
+        (x_name, spec), = ((n, s) for n, s in program.tensors.items()
+                           if s["role"] == "input")
+        image = Image.from_json(meta["images"][spec["image"]])
+        x = image.unpack(program.inputs[spec["image"]][1], x_name)
+        return exact_rows(graph, {x_name: x}, meta["lanes"])
     images = meta["images"]
     (out_name, out_spec), = ((n, s) for n, s in program.tensors.items()
                              if s["role"] == "output")
@@ -47,6 +54,56 @@ def exact_outputs(program):
                               operands[src_c])
     m, n = out_spec["shape"]
     return {out_name: np.asarray(value, np.uint32)[:m, :n]}
+
+
+def _lane_tree(words, reduce_max):
+    """The PCU's cross-lane reduction of ``(..., lanes)`` words: pairs (0,1), (2,3), ...
+    level by level (:func:`rdu.pcu_model.reduce_lanes`, vectorised over rows)."""
+    level = words
+    while level.shape[-1] > 1:
+        left, right = level[..., 0::2], level[..., 1::2]
+        level = fpmodel.fmax(left, right) if reduce_max else fpmodel.add(left, right)
+    return level
+
+
+def exact_rows(graph, inputs, lanes):
+    """``{output: uint32 array}`` of a row-wise graph with the PCU chain's arithmetic
+    (:mod:`rdu.compiler.lower_rows`): element-wise operators per lane, a reduction
+    accumulated lane-wise over the row's beats in order (``op(x_j, acc)``, from ``0`` or
+    ``-inf``) then the cross-lane tree, exp and reciprocal as :mod:`rdu.fpmodel`."""
+    values = {}
+    for node in graph.live_nodes():
+        args = [values[id(i)] for i in node.inputs]
+        if node.op == "input":
+            value = np.asarray(inputs[node.name], np.uint32)
+        elif node.op == "const":
+            value = np.float32(node.attrs["value"]).view(np.uint32)
+        elif node.op == "binary":
+            from .frontend import ELEMENTWISE
+            a, b = args
+            zero = np.uint32(0)
+            value = fpmodel.apply(_op_code(ELEMENTWISE[node.attrs["fn"]]), a, b, zero)
+        elif node.op == "unary":
+            (x,) = args
+            fn = node.attrs["fn"]
+            value = (fpmodel.exp(x) if fn == "exp" else fpmodel.reciprocal(x)
+                     if fn == "reciprocal" else fpmodel.to_bf16(x) if node.dtype == "bf16"
+                     else x)
+        elif node.op == "reduce":
+            (x,) = args
+            rows, length = x.shape
+            beats = x.reshape(rows, length // lanes, lanes)
+            is_max = node.attrs["fn"] == "max"
+            acc = np.full((rows, lanes), 0xFF800000 if is_max else 0, np.uint32)
+            combine = fpmodel.fmax if is_max else fpmodel.add
+            for j in range(beats.shape[1]):
+                acc = combine(beats[:, j], acc)
+            value = _lane_tree(acc, is_max)
+        else:
+            raise ValueError(f"{node.where}: no row-wise reference for {node.op}")
+        values[id(node)] = np.asarray(value, np.uint32)
+    return {name: np.broadcast_to(values[id(node)], node.shape)
+            for name, node in graph.outputs.items()}
 
 
 def _op_code(name):
@@ -104,11 +161,12 @@ def float64_outputs(graph, inputs):
         elif node.op == "reduce":
             (x, ex), = args
             if node.attrs["fn"] == "sum":
-                v = x.sum(axis=-1)
-                budget = ex.sum(axis=-1) + x.shape[-1] * 2 * _ULP * np.abs(x).sum(axis=-1)
+                v = x.sum(axis=-1, keepdims=True)
+                budget = ex.sum(axis=-1, keepdims=True) + x.shape[-1] * 2 * _ULP * \
+                    np.abs(x).sum(axis=-1, keepdims=True)
             else:
-                v = x.max(axis=-1)
-                budget = ex.max(axis=-1)
+                v = x.max(axis=-1, keepdims=True)
+                budget = ex.max(axis=-1, keepdims=True)
             result = (v, budget)
         elif node.op == "transpose":
             (x, ex), = args

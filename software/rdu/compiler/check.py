@@ -56,7 +56,8 @@ def produced(kernel, stream, lanes):
     if isinstance(node, Compute):
         trips = node.config["trips"]
         if node.config["mode"] == "systolic":
-            return trips[1] * trips[2] * lanes          # one row per beat of each tile
+            return trips[1] * trips[2] * lanes if port == "vector_out" else None
+        # SIMD: one emit per iteration (emit_every) or per inner loop
         return math.prod(trips) if node.config.get("emit_every") else trips[1] * trips[2]
     return None
 
@@ -66,6 +67,9 @@ def consumed(kernel, port):
     node = kernel.nodes[port.node]
     if port.name == "control_in":
         return 1 if isinstance(node, Compute) else None
+    if port.name == "scalar_in":
+        trips = node.config["trips"]
+        return trips[1] * trips[2]              # one word per inner loop
     if isinstance(node, Store):
         return _beats(node.pattern)
     if isinstance(node, Buffer):

@@ -35,14 +35,8 @@ def emit(state):
                 "address": addresses[image_name], "words": image.words,
                 "layout": image.describe()}
     meta = {
-        "kernel": state.graph.name, "m": t.m, "n": t.n, "k": t.k, "lanes": t.lanes,
-        "pcus": t.pcus, "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
-        "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
-        "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
-        "operands": [group.a.name, group.b.name],
-        "bias": group.bias.name if group.bias is not None else None,
-        "epilogue": [list(step) for step in group.epilogue],
-        "macs": t.macs, "peak_macs_per_cycle": geometry.capacity()["pcu"] * t.lanes ** 2,
+        "kernel": state.graph.name, "lanes": geometry.lanes, "tiling": t.describe(),
+        "peak_macs_per_cycle": geometry.capacity()["pcu"] * geometry.lanes ** 2,
         "placement": {name: str(site) for name, site in sites.items()},
         "row_blocks": dict(state.blocks), "mapping": mapping.report(),
         "addresses": dict(addresses),
@@ -50,6 +44,20 @@ def emit(state):
                    for name, image in images.items()},
         "compile_seconds": {name: round(s, 4) for name, s in state.seconds.items()},
     }
+    if hasattr(group, "epilogue"):
+        meta.update({
+            "group": "matmul", "m": t.m, "n": t.n, "k": t.k, "pcus": t.pcus,
+            "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
+            "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
+            "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
+            "operands": [group.a.name, group.b.name],
+            "bias": group.bias.name if group.bias is not None else None,
+            "epilogue": [list(step) for step in group.epilogue], "macs": t.macs})
+    else:
+        meta.update({"group": "rows", "rows": t.rows, "length": t.length,
+                     "pcus": kernel.units_needed()["pcu"], "buffers": t.buffers, "macs": 0,
+                     "pcu_programs": {name: node.config for name, node in kernel.nodes.items()
+                                      if node.unit == "pcu"}})
     state.program = Program(kernel.name, machine, state.bitstream, state.bitstream_address,
                             inputs=inputs, outputs=outputs, execute=execute, meta=meta,
                             tensors=tensors, kernel=state.kernel_name,

@@ -15,7 +15,12 @@ Rules (each a small function over one node):
   addition a SIMD ADD would do after the sum, exact: ``1 * v = v``);
 * ``epilogue``: an element-wise operator of the group's value and a constant (``+ - *
   max min``, ``relu``, ``/ c``) or a cast to BF16 becomes a SIMD stage of the epilogue
-  PCUs on the result streams (constants are rounded to FP32).
+  PCUs on the result streams (constants are rounded to FP32);
+* ``rows``: a graph with no matmul whose operators all work row by row on one input of
+  shape ``(R, L)`` (element-wise operators of rows, of per-row scalars ``(R, 1)`` and of
+  constants; ``sum`` and ``max`` reductions; ``exp``, ``reciprocal``, casts) is a
+  :class:`RowGroup`, streamed row by row through a chain of SIMD PCUs
+  (:mod:`rdu.compiler.lower_rows`).
 """
 
 from dataclasses import dataclass, field
@@ -25,7 +30,7 @@ import numpy as np
 from ..frontend import ELEMENTWISE
 from .core import CompileError, register
 
-__all__ = ["MatmulGroup", "fuse"]
+__all__ = ["MatmulGroup", "RowGroup", "fuse"]
 
 
 @dataclass
@@ -137,6 +142,61 @@ def _group(matmul, name):
     return MatmulGroup(a, b, output=name)
 
 
+@dataclass
+class RowGroup:
+    """``out = f(x)`` row by row: ``nodes`` in order, each a row ``(R, L)`` or a per-row
+    scalar ``(R, 1)`` value."""
+    x: object
+    nodes: list
+    output: str
+    out_node: object = None
+
+    @property
+    def rows(self):
+        return self.x.shape[0]
+
+    @property
+    def length(self):
+        return self.x.shape[1]
+
+    def kind(self, node):
+        if node.op == "const":
+            return "const"
+        return "row" if node.shape == self.x.shape else "scalar"
+
+    def describe(self):
+        ops = ", ".join(f"{node.attrs.get('fn', node.op)}" for node in self.nodes)
+        return (f"group {self.output}: rows of {self.x.name}{list(self.x.shape)} through "
+                f"{ops}")
+
+
+_ROW_OPS = ("binary", "unary", "reduce", "const")
+
+
+def _match_rows(graph, name, out):
+    nodes = [node for node in graph.live_nodes() if node.op not in ("input", "const")]
+    inputs = [node for node in graph.live_nodes() if node.op == "input"]
+    if len(inputs) != 1 or len(inputs[0].shape) != 2:
+        raise _unsupported(out, f"output {name!r}: a row-wise kernel takes one input "
+                           f"matrix (got {', '.join(i.name for i in inputs) or 'none'})")
+    x = inputs[0]
+    rows, length = x.shape
+    for node in nodes:
+        if node.op not in _ROW_OPS:
+            raise _unsupported(node, f"output {name!r}: {node.op} is not a row-wise "
+                               f"operator (row-wise kernels use element-wise operators, "
+                               f"sum, max, exp, reciprocal and casts)")
+        if node.shape not in ((rows, length), (rows, 1)):
+            raise _unsupported(node, f"output {name!r}: shape {node.shape} is neither a "
+                               f"row ({rows}, {length}) nor a per-row scalar ({rows}, 1)")
+        if node.op == "reduce" and node.inputs[0].shape != (rows, length):
+            raise _unsupported(node, f"output {name!r}: a reduction of a per-row scalar")
+    if out.shape != (rows, length):
+        raise _unsupported(out, f"output {name!r}: a row-wise kernel's output must be "
+                           f"rows {(rows, length)}, not {out.shape}")
+    return RowGroup(x, nodes, name, out)
+
+
 @register("fuse", "group the operators between inputs and outputs into configurations")
 def fuse(state):
     graph = state.graph
@@ -146,11 +206,13 @@ def fuse(state):
         raise CompileError(f"kernel {graph.name!r} has {len(graph.outputs)} outputs; this "
                            f"compiler fuses kernels of one output")
     (name, out), = graph.outputs.items()
-    group = _match_matmul(graph, name, out)
-    group.out_dtype = out.dtype
-    if graph.memory.get(name, "hbm") != "hbm" or any(
-            graph.memory.get(node.name, "hbm") != "hbm" for node in (group.a, group.b)):
-        raise CompileError(f"kernel {graph.name!r}: the matmul group streams from and to "
-                           f"HBM; stage DDR tensors into HBM first (AGCU copy)")
+    if any(node.op == "matmul" for node in graph.live_nodes()):
+        group = _match_matmul(graph, name, out)
+        group.out_dtype = out.dtype
+    else:
+        group = _match_rows(graph, name, out)
+    if any(memory != "hbm" for memory in graph.memory.values()):
+        raise CompileError(f"kernel {graph.name!r}: fused kernels stream from and to HBM; "
+                           f"stage DDR tensors into HBM first (AGCU copy)")
     state.groups = [group]
     return "\n".join(g.describe() for g in state.groups)

@@ -132,12 +132,17 @@ def lower_matmul(name, group, t, hbm_size):
 
 @register("lower", "tiled operators -> IR nodes, streams and unit configurations")
 def lower(state):
+    from .lower_rows import lower_rows
     group, = state.groups
     t = state.tiling
-    name = f"{state.graph.name}_{t.m}x{t.n}x{t.k}"
     hbm = state.machine.region("hbm")
-    state.kernel, state.layouts, state.addresses, state.bitstream_address = lower_matmul(
-        name, group, t, hbm.size)
+    if hasattr(group, "epilogue"):
+        name = f"{state.graph.name}_{t.m}x{t.n}x{t.k}"
+        lowered = lower_matmul(name, group, t, hbm.size)
+    else:
+        name = f"{state.graph.name}_{t.rows}x{t.length}"
+        lowered = lower_rows(name, group, t, hbm.size, state.machine.stages)
+    state.kernel, state.layouts, state.addresses, state.bitstream_address = lowered
     return dump_kernel(state.kernel)
 
 

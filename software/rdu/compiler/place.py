@@ -133,7 +133,8 @@ def place(state):
              if needed[u] > capacity[u]]
     if short:
         raise PlacementError(f"{kernel.name} needs " + " and ".join(short))
-    placement = search_placement(kernel, geometry, "gemm")
+    family = "gemm" if hasattr(state.groups[0], "epilogue") else "rows"
+    placement = search_placement(kernel, geometry, family)
     if placement is None:
         raise PlacementError(f"{kernel.name}: no routable placement on the "
                              f"{geometry.rows}x{geometry.cols} array in {PLACEMENT_TRIES} "

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .core import CompileError, register
 
-__all__ = ["MatmulTiling", "tile_matmul"]
+__all__ = ["MatmulTiling", "tile_matmul", "RowTiling", "tile_rows"]
 
 COUNT_LIMIT = (1 << 16) - 1
 
@@ -153,8 +153,49 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=2):
                         chunks, chunk, k_pitch, col_tiles, passes, buffers)
 
 
+@dataclass(frozen=True)
+class RowTiling:
+    """A row group streamed row by row: ``rows`` rows of ``length`` values, each row
+    ``beats`` vector beats; row buffers of ``buffers`` rows in the PMUs."""
+    rows: int
+    length: int
+    lanes: int
+    buffers: int
+
+    @property
+    def beats(self):
+        return self.length // self.lanes
+
+    def describe(self):
+        return (f"rows: {self.rows} rows of {self.length} ({self.beats} beats each), row "
+                f"buffers of {self.buffers} rows")
+
+
+def tile_rows(group, geometry):
+    """The tiling of a :class:`~rdu.compiler.fuse.RowGroup`."""
+    lanes = geometry.lanes
+    rows, length = group.rows, group.length
+    if length % (2 * lanes):
+        raise CompileError(f"{group.x.where}: rows of {length} values: a row-wise kernel "
+                           f"streams whole AXI beats, rows must be a multiple of "
+                           f"{2 * lanes} values")
+    if length > geometry.pmu_words:
+        raise CompileError(f"{group.x.where}: a row of {length} values does not fit a PMU "
+                           f"({geometry.pmu_words} words, {length - geometry.pmu_words} "
+                           f"over)")
+    if rows > COUNT_LIMIT or length // lanes > COUNT_LIMIT:
+        raise CompileError(f"{group.x.where}: {rows} rows of {length // lanes} beats exceed "
+                           f"the 16-bit loop counters")
+    buffers = max(1, min(4, geometry.pmu_words // length))
+    return RowTiling(rows, length, lanes, buffers)
+
+
 @register("tile", "choose tiles for the array and the PMU size")
 def tile(state):
     group, = state.groups
-    state.tiling = tile_matmul(group, state.geometry, state.max_pcus, state.machine.agcus)
+    if hasattr(group, "epilogue"):
+        state.tiling = tile_matmul(group, state.geometry, state.max_pcus,
+                                   state.machine.agcus)
+    else:
+        state.tiling = tile_rows(group, state.geometry)
     return state.tiling.describe()
