@@ -11,8 +11,8 @@ from rdu import gemm
 from rdu.bitstream import to_bytes
 from rdu.compiler import PIPELINE, CompileError, compile_graph
 from rdu.compiler.check import check_kernel
-from rdu.frontend import FrontendError, Graph, exp
-from rdu.kernels import KERNELS
+from rdu.frontend import FrontendError, Graph, exp, relu
+from rdu.kernels import KERNELS, Kernel
 from rdu.layout import Image, Piece
 from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry
@@ -214,3 +214,81 @@ def test_compiled_kernels_on_verilator(sim_dir, seed):
         assert np.array_equal(results["c"].view(np.uint32), kernel.exact(program)["c"])
         assert kernel.check(program, inputs, results)[0]
         print(f"{name} {params} on 2x2 lanes 4: {run.cycles} cycles")
+
+
+# -- row-wise kernels --------------------------------------------------------------------
+
+def centered_graph(m, n):
+    """A second row-wise kernel, only front end: rows minus half their mean, clipped."""
+    graph = Graph("centered")
+    x = graph.input("x", (m, n))
+    graph.output("y", relu(x - x.sum() * (0.5 / n)) * 2.0)
+    return graph
+
+
+ROW_KERNELS = {"softmax": KERNELS["softmax"],
+               "centered": Kernel("centered", ("m", "n"), {"x": ("m", "n")},
+                                  {"y": ("m", "n")}, "test kernel", centered_graph)}
+
+
+@pytest.mark.parametrize("name, shape", [("softmax", (6, 32)), ("softmax", (3, 16)),
+                                         ("softmax", (2, 1024)), ("centered", (5, 48))])
+def test_row_kernels_on_the_model(name, shape, seed):
+    kernel = ROW_KERNELS[name]
+    program = kernel.compile(Machine(), m=shape[0], n=shape[1])
+    inputs = kernel.random_inputs(program, seed)
+    kernel.pack(program, inputs)
+    results = kernel.unpack(program, run_program(program, "model").outputs)
+    assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
+    ok, error = kernel.check(program, inputs, results)
+    assert ok, f"outside the float64 budget: {error}"
+    if name == "softmax":
+        assert np.allclose(results["y"].sum(axis=1), 1.0, atol=1e-5)
+        # five PCUs (max, exp(x - max), sum, 1/sum, scaling), two row buffers
+        assert program.meta["pcus"] == 5
+        assert sum(1 for s in program.meta["placement"] if s.startswith("rowbuf")) == 2
+
+
+def test_row_kernel_structure():
+    """The centering kernel: the sum, the scalar scaling clocked by it, the subtraction
+    behind a row buffer with relu and the scaling fused as stages of one PCU."""
+    state = []
+    ROW_KERNELS["centered"].compile(Machine(), state=state, m=5, n=48)
+    kernel = state[0].kernel
+    programs = {name: node.config for name, node in kernel.nodes.items() if node.unit == "pcu"}
+    assert len(programs) == 3
+    last = programs["row2"]
+    assert [stage[0] for stage in last["stages"]] == ["SUB", "MAX", "MUL"]
+    assert last["scalar_in"] and last["emit_every"]
+    assert programs["row1"]["trips"][0] == 1 and programs["row1"]["reduce"] == "MAX"
+
+
+def test_row_kernel_that_does_not_fit_says_what_ran_out():
+    with pytest.raises(CompileError, match=r"needs 5 PCUs \(the array has 2, 3 short\)"):
+        KERNELS["softmax"].compile(SMALL_MACHINE, m=4, n=16)
+    with pytest.raises(CompileError, match="rows must be a multiple of 16 values"):
+        KERNELS["softmax"].compile(Machine(), m=4, n=20)
+
+
+@pytest.mark.verilator
+def test_row_kernels_on_verilator(sim_dir, seed):
+    """Softmax and the centering kernel, each one configuration, launched in sequence on
+    the default 4x4 RTL: words equal to the model's and to the exact row reference."""
+    cases = [("softmax", (6, 32)), ("centered", (3, 32))]
+    programs, all_inputs = [], []
+    for index, (name, (m, n)) in enumerate(cases):
+        kernel = ROW_KERNELS[name]
+        program = kernel.compile(Machine(), m=m, n=n)
+        inputs = kernel.random_inputs(program, seed + index)
+        kernel.pack(program, inputs)
+        programs.append(program)
+        all_inputs.append(inputs)
+    rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "rows")
+    model = run_programs(programs, "model")
+    for (name, _), program, inputs, run, reference in zip(cases, programs, all_inputs, rtl,
+                                                          model, strict=True):
+        kernel = ROW_KERNELS[name]
+        assert np.array_equal(run.outputs["y"], reference.outputs["y"]), name
+        results = kernel.unpack(program, run.outputs)
+        assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
+        assert kernel.check(program, inputs, results)[0]

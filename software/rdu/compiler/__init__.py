@@ -68,7 +68,7 @@ def compile_graph(graph, machine=None, *, geometry=None, kernel="", params=None,
                 compilation.run("place")
                 break
             except PlacementError:
-                if compilation.tiling.pcus == 1:
+                if getattr(compilation.tiling, "pcus", 1) == 1:
                     raise
                 compilation.max_pcus = compilation.tiling.pcus - 1
         for name in PIPELINE[PIPELINE.index("bind"):]:
