@@ -21,7 +21,7 @@ Structure
   (kernel execute) or from the read engine (copy).
 """
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -94,6 +94,7 @@ def agcu_config_layout(addr_width=32):
         "load": pattern_layout(addr_width),
         "store": pattern_layout(addr_width),
         "load_bf16": unsigned(1),       # kernel execute expands packed BF16 loads
+        "store_bf16": unsigned(1),      # kernel execute packs BF16 stores
     })
 
 
@@ -429,6 +430,7 @@ class AGCU(wiring.Component):
 
         accept = Signal()
         expand_bf16 = Signal()      # this kernel execute expands packed BF16 loads
+        pack_bf16 = Signal()        # this kernel execute packs BF16 stores
         words_left = Signal(32)
         launch_pending = Signal()
         wait_done = Signal()
@@ -454,7 +456,8 @@ class AGCU(wiring.Component):
                         m.d.comb += [read_gen.start.eq(conf.load_enable),
                                      write_gen.start.eq(conf.store_enable)]
                         m.d.sync += [launch_pending.eq(1), wait_done.eq(conf.wait_done),
-                                     expand_bf16.eq(conf.load_bf16)]
+                                     expand_bf16.eq(conf.load_bf16),
+                                     pack_bf16.eq(conf.store_bf16)]
 
         # -- read engine ---------------------------------------------------------------
         axi = self.axi
@@ -555,6 +558,16 @@ class AGCU(wiring.Component):
                 read_fifo.o.payload[16 * lane:16 * (lane + 1)]) << 16)
         with m.If(accept):
             m.d.sync += second_half.eq(0)
+        # BF16 packer state: the high halves of a held first vector beat
+        low_half = Signal(half_bits)
+        low_held = Signal()
+        high_halves = Signal(half_bits)
+        vector_in_bits = Value.cast(self.vector_in.payload)
+        m.d.comb += high_halves.eq(Cat(*(
+            vector_in_bits[WORD_BITS * lane + 16:WORD_BITS * (lane + 1)]
+            for lane in range(self.lanes))))
+        with m.If(accept):
+            m.d.sync += low_held.eq(0)
         with m.Switch(mode):
             with m.Case(AGCUOp.EXECUTE):
                 m.d.comb += self.vector_out.valid.eq(read_fifo.o.valid)
@@ -570,11 +583,28 @@ class AGCU(wiring.Component):
                         self.vector_out.payload.eq(read_fifo.o.payload),
                         read_fifo.o.ready.eq(self.vector_out.ready),
                     ]
-                m.d.comb += [
-                    write_data_valid.eq(self.vector_in.valid),
-                    write_data.eq(self.vector_in.payload),
-                    self.vector_in.ready.eq(write_data_taken),
-                ]
+                with m.If(pack_bf16):
+                    # BF16 packer: two vector beats make one write beat, the high halves
+                    # of the first beat's lanes in the low half of the data word
+                    # (a first half is taken only while a write burst waits for data:
+                    # never between kernels)
+                    take_low = Signal()
+                    m.d.comb += [
+                        take_low.eq(~low_held & write_lengths.o.valid),
+                        write_data_valid.eq(low_held & self.vector_in.valid),
+                        write_data.eq(Cat(low_half, high_halves)),
+                        self.vector_in.ready.eq(take_low | write_data_taken),
+                    ]
+                    with m.If(self.vector_in.valid & take_low):
+                        m.d.sync += [low_half.eq(high_halves), low_held.eq(1)]
+                    with m.If(write_data_taken):
+                        m.d.sync += low_held.eq(0)
+                with m.Else():
+                    m.d.comb += [
+                        write_data_valid.eq(self.vector_in.valid),
+                        write_data.eq(self.vector_in.payload),
+                        self.vector_in.ready.eq(write_data_taken),
+                    ]
             with m.Case(AGCUOp.COPY):
                 m.d.comb += [
                     write_data_valid.eq(read_fifo.o.valid),

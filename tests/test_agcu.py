@@ -12,6 +12,8 @@ from tb.suites.agcu import (
     bf16_expanded_beats,
     bf16_full_rate,
     bf16_load,
+    bf16_packed_beat,
+    bf16_store,
     copy,
     errors,
     launch,
@@ -48,9 +50,31 @@ def test_bf16_reference_expansion():
 def test_config_layout_keeps_its_fields_and_appends_load_bf16():
     layout = agcu_config_layout()
     assert [name for name, _ in layout] == ["load_enable", "store_enable", "wait_done",
-                                            "load", "store", "load_bf16"]
+                                            "load", "store", "load_bf16", "store_bf16"]
     assert layout["store"].offset == 179 and layout["load_bf16"].offset == 355
-    assert layout.size == 356 and config_words(layout) == 12
+    assert layout["store_bf16"].offset == 356
+    assert layout.size == 357 and config_words(layout) == 12
+
+
+def test_bf16_reference_packing():
+    first = sum((0x1000 + lane) << (32 * lane + 16) | 0xFFFF << (32 * lane)
+                for lane in range(8))
+    second = sum((0x2000 + lane) << (32 * lane + 16) for lane in range(8))
+    raw = bf16_packed_beat(first, second)
+    assert len(raw) == 32
+    assert [int.from_bytes(raw[2 * i:2 * i + 2], "little") for i in range(16)] == \
+        [0x1000 + lane for lane in range(8)] + [0x2000 + lane for lane in range(8)]
+
+
+@pytest.mark.parametrize("memory_stall,stream_stall,write_order", [
+    ("random", "random", "aw_first"), ("none", "none", "w_first"),
+    ("random:0.3", "random:0.8", "w_first")])
+def test_bf16_store_amaranth(memory_stall, stream_stall, write_order, seed):
+    """Packed BF16 stores under random stalls, bit for bit in memory."""
+    stats = run_amaranth(AGCU(), bf16_store, seed=seed, kernels=4, memory_stall=memory_stall,
+                         stream_stall=stream_stall, write_order=write_order)
+    result = stats.result
+    assert result["bf16_kernels"] >= 1 and result["write_beats"] > 0
 
 
 @pytest.mark.parametrize("memory_stall,stream_stall,write_order,store", [
@@ -145,6 +169,14 @@ def test_launch_and_errors_verilator(sim_dir, seed):
     run_verilator(build(AGCU), launch, sim_dir / "launch", seed=seed)
     stats = run_verilator(build(AGCU), errors, sim_dir / "errors", seed=seed)
     assert stats.result["memory_errors"] == 7
+
+
+@pytest.mark.verilator
+def test_bf16_store_verilator(sim_dir, seed):
+    """12 BF16-packing store kernels, the default memory latencies."""
+    stats = run_verilator(build(AGCU), bf16_store, sim_dir, seed=seed, kernels=12,
+                          fast=False)
+    assert stats.result["bf16_kernels"] >= 1
 
 
 @pytest.mark.verilator

@@ -899,6 +899,8 @@ class _AGCU(_Unit):
                     self.load_total *= 2       # each AXI beat: two expanded vector beats
             if cfg["store_enable"]:
                 self.store_total = affine.beats(cfg["store"]["count"])
+                if cfg.get("store_bf16"):
+                    self.store_total *= 2      # two vector beats packed per AXI beat
         edge_out["vector"].capacity = self.store_total
 
     def _addresses(self, side, start, count):
@@ -913,9 +915,21 @@ class _AGCU(_Unit):
         return address
 
     def flush(self):
+        half = self.cfg.get("store_bf16")
         for address, item in self.pending_stores:
-            self._write(address, _vector(item))
+            value = _vector(item)
+            if half:            # store_bf16: the high halves, packed (hdl.agcu)
+                self.memory_write(address, (np.asarray(value, np.uint32) >> 16)
+                                  .astype("<u2").tobytes())
+            else:
+                self._write(address, value)
         self.pending_stores = []
+
+    def memory_write(self, address, raw):
+        try:
+            self.memory.write(int(address), raw)
+        except ValueError as error:
+            raise _agcu_error(self.index, AGCUError.WRITE_DECERR, error) from None
 
     def _write(self, address, value):
         try:
@@ -952,8 +966,16 @@ class _AGCU(_Unit):
         out = self.edge_out["vector"]
         if out.items:
             count = len(out.items)
-            addresses = self._addresses("store", self.stored, count)
-            self.pending_stores.extend(zip(addresses.tolist(), out.items, strict=True))
+            if self.cfg.get("store_bf16"):
+                # vector beat j is half j % 2 of AXI beat j // 2
+                first = self.stored // 2
+                beats = (self.stored + count - 1) // 2 - first + 1
+                bases = self._addresses("store", first, beats)
+                addresses = [int(bases[(self.stored + i) // 2 - first]) +
+                             ((self.stored + i) % 2) * 2 * self.lanes for i in range(count)]
+            else:
+                addresses = self._addresses("store", self.stored, count).tolist()
+            self.pending_stores.extend(zip(addresses, out.items, strict=True))
             out.items.clear()
             self.stored += count
             out.capacity = self.store_total - self.stored

@@ -20,7 +20,8 @@ from .compiler import compile_graph
 from .frontend import Graph, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
 
-__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph", "softmax_graph"]
+__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph", "softmax_graph",
+           "gemm_bf16_graph"]
 
 
 class KernelInputError(ValueError):
@@ -48,6 +49,16 @@ def linear_relu_graph(m, n, k):
     b = graph.input("b", (k, n))
     bias = graph.input("bias", (n,))
     graph.output("c", relu(a @ b + bias))
+    return graph
+
+
+def gemm_bf16_graph(m, n, k):
+    """``C = A B`` rounded to BF16 (round to nearest even on the epilogue PCUs, packed by
+    the AGCUs' BF16 stores: half the output traffic)."""
+    graph = Graph("gemm_bf16")
+    a = graph.input("a", (m, k))
+    b = graph.input("b", (k, n))
+    graph.output("c", (a @ b).astype("bf16"))
     return graph
 
 
@@ -155,6 +166,9 @@ KERNELS = {
     "gemm": Kernel("gemm", ("m", "n", "k"), {"a": ("m", "k"), "b": ("k", "n")},
                    {"c": ("m", "n")}, "C = A B, A (M x K) and B (K x N) in BF16, C in FP32",
                    gemm_graph),
+    "gemm_bf16": Kernel("gemm_bf16", ("m", "n", "k"), {"a": ("m", "k"), "b": ("k", "n")},
+                        {"c": ("m", "n")}, "C = A B rounded to BF16 (A, B, C in BF16)",
+                        gemm_bf16_graph),
     "linear_relu": Kernel("linear_relu", ("m", "n", "k"),
                           {"a": ("m", "k"), "b": ("k", "n"), "bias": ("n",)},
                           {"c": ("m", "n")},

@@ -307,6 +307,57 @@ async def bf16_load(bench, *, kernels=3, memory_stall="random", stream_stall="ra
     return total
 
 
+def bf16_packed_beat(first, second, lanes=LANES):
+    """The AXI beat a ``store_bf16`` kernel writes for two vector beats: the high half of
+    each lane of ``first`` (lane ``l`` in bytes ``2l, 2l+1``), then those of ``second``."""
+    halves = [(beat >> (32 * lane + 16)) & 0xFFFF for beat in (first, second)
+              for lane in range(lanes)]
+    return b"".join(h.to_bytes(2, "little") for h in halves)
+
+
+async def bf16_store(bench, *, kernels=3, memory_stall="random", stream_stall="random",
+                     write_order="aw_first", fast=True):
+    """Kernel executes that store with ``store_bf16`` (some drawn plain): random vector
+    beats, two per AXI beat of a random pattern; the memory is checked against
+    :func:`bf16_packed_beat` of each pair (lower halves of the pattern's beat first), the
+    write bursts against the coalescing reference."""
+    memory, port, host, out, inp, control = _execute_bench(
+        bench, memory_stall, stream_stall, write_order, fast)
+    rng = bench.rng
+    store_window = (HBM.base + 0x18_0000, 16384)
+    stored = bytearray(memory.dump(*store_window).tobytes())
+    total = {"bf16_kernels": 0, "vector_beats": 0, "write_beats": 0}
+    for kernel in range(kernels):
+        bf16 = kernel == 0 or rng.random() < 0.75
+        pattern = random_pattern(rng, *store_window, max_beats=96)
+        await write_config(bench, {"store_enable": 1, "store": pattern,
+                                   "store_bf16": int(bf16)})
+        addresses = pattern_addresses(pattern)
+        if bf16:
+            values = [rng.getrandbits(LANES * 32) for _ in range(2 * len(addresses))]
+            for index, addr in enumerate(addresses):
+                offset = addr - store_window[0]
+                stored[offset:offset + BEAT] = bf16_packed_beat(values[2 * index],
+                                                                values[2 * index + 1])
+            inp.send_all(values)
+        else:
+            _send_stores(rng, inp, addresses, store_window, stored)
+        control.expect(ControlToken.STEP)
+        first_write = len(port.write_bursts)
+        error, _ = await host.run(AGCUOp.EXECUTE, timeout=20_000)
+        if error != AGCUError.NONE:
+            raise AssertionError(f"kernel execute ended with error {AGCUError(error).name}")
+        await bench.streams_done(timeout=1000)
+        _check_bursts(port.write_bursts[first_write:], reference_bursts(pattern), "store")
+        _check_stored(memory, store_window, stored)
+        total["bf16_kernels"] += bf16
+        total["vector_beats"] += (2 if bf16 else 1) * len(addresses)
+        total["write_beats"] += sum(beats for _, beats in port.write_bursts[first_write:])
+    if memory.errors:
+        raise AssertionError(f"memory errors: {memory.errors[0]}")
+    return total
+
+
 class _Gate(StallPattern):
     """A sink's ``ready``: held low until ``open`` is set."""
 

@@ -71,7 +71,7 @@ def consumed(kernel, port):
         trips = node.config["trips"]
         return trips[1] * trips[2]              # one word per inner loop
     if isinstance(node, Store):
-        return _beats(node.pattern)
+        return _beats(node.pattern) * (2 if node.config.get("bf16") else 1)
     if isinstance(node, Buffer):
         return _beats(node.config["write"]) * node.config["read_passes"]
     if isinstance(node, Compute):

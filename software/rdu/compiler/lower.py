@@ -51,7 +51,8 @@ def _images(group, t):
         group.b.name: Image((t.k_pad, t.n_pad), tuple(b_pieces),
                             (t.k_pad, t.col_tiles, t.lanes), (1, 0, 2), "bf16"),
         group.output: Image((t.m_pad, t.n_pad), (Piece(group.output, (0, 0), (t.m, t.n)),),
-                            (t.m_pad, t.col_tiles, t.lanes), (1, 0, 2), "fp32"),
+                            (t.m_pad, t.col_tiles, t.lanes), (1, 0, 2),
+                            "bf16" if group.out_dtype == "bf16" else "fp32"),
     }
 
 
@@ -112,6 +113,7 @@ def lower_matmul(name, group, t, hbm_size):
         kernel.connect(launch, kernel.nodes[f"matmul{p}"], "control_in")
         results.append(result)
     kernel.row_groups = []
+    bf16_out = group.out_dtype == "bf16"
     for g in range(t.stores):
         members = results[g::t.stores]
         stream = members[0] if len(members) == 1 else kernel.merge(
@@ -121,11 +123,15 @@ def lower_matmul(name, group, t, hbm_size):
                 "mode": "simd", "trips": (len(members) * lanes, t.col_tiles, t.passes),
                 "stages": list(group.epilogue), "emit_every": True, "vector_out": True})
             kernel.connect(launch, kernel.nodes[f"epilogue{g}"], "control_in")
-        store = AccessPattern(BlockOffset(addresses[c_name], lanes * beat),
-                              (len(members) * lanes, t.col_tiles, t.passes),
-                              (beat, t.m_pad * beat, rows * beat))
+        # C by column tile: a row of a tile is a vector beat (FP32) or half a beat (BF16,
+        # the AGCU packs two rows into one AXI beat)
+        row = lanes * (BF16 if bf16_out else WORD)
+        store = AccessPattern(BlockOffset(addresses[c_name], lanes * row),
+                              (len(members) * lanes * row // beat, t.col_tiles, t.passes),
+                              (beat, t.m_pad * row, rows * row))
         kernel.store(stream, tensors[c_name], store, name=f"store_c{g}",
-                     block_of=f"c_rows{g}" if len(members) > 1 else members[0].source.node)
+                     block_of=f"c_rows{g}" if len(members) > 1 else members[0].source.node,
+                     config={"bf16": bf16_out})
         kernel.row_groups.append([s.source.node for s in members])
     return kernel, images, addresses, bitstream_address
 

@@ -216,7 +216,7 @@ def lower_rows(name, group, tiling, hbm_size, stages):
                                                                           group.length)),),
                             None, None, fmt),
               out: Image((rows, group.length), (Piece(out, (0, 0), (rows, group.length)),),
-                         None, None, "fp32")}
+                         None, None, "bf16" if group.out_node.dtype == "bf16" else "fp32")}
     addresses, address = {}, HBM.base
     for image_name, image in images.items():
         addresses[image_name] = address
@@ -282,8 +282,13 @@ def lower_rows(name, group, tiling, hbm_size, stages):
     final = streams.get(id(group.out_node))
     if final is None:
         raise CompileError(f"{group.out_node.where}: output {out!r} is not a row stream")
-    store = AccessPattern(addresses[out], (beats, rows, 1), (beat, group.length * 4, 0))
-    kernel.store(final, tensors[out], store, name=f"store_{out}")
+    if group.out_node.dtype == "bf16":         # the AGCU packs two beats into one
+        store = AccessPattern(addresses[out], (beats // 2, rows, 1),
+                              (beat, group.length * 2, 0))
+    else:
+        store = AccessPattern(addresses[out], (beats, rows, 1), (beat, group.length * 4, 0))
+    kernel.store(final, tensors[out], store, name=f"store_{out}",
+                 config={"bf16": group.out_node.dtype == "bf16"})
     # a PCU's vector_out nobody reads (a reduction's, when no scalar operator is clocked
     # by it) is switched off in its configuration: drop the stream
     kernel.streams = [s for s in kernel.streams if s.sinks or s.network == "control"]

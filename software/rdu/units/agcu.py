@@ -27,14 +27,13 @@ def pattern_fields(pattern, where):
 def fields(load=None, store=None):
     """Fields of the AGCU running ``load`` (a Load node or None) and ``store``."""
     result = {"load_enable": 0, "store_enable": 0, "wait_done": 0, "load_bf16": 0,
-              "load": dict(IDLE_PATTERN), "store": dict(IDLE_PATTERN)}
+              "store_bf16": 0, "load": dict(IDLE_PATTERN), "store": dict(IDLE_PATTERN)}
     if load is not None:
         result.update(load_enable=1, load_bf16=int(bool(load.config.get("bf16"))),
                       load=pattern_fields(load.pattern, load.name))
     if store is not None:
-        if store.config.get("bf16"):
-            raise UnitConfigError(f"{store.name}: the AGCU does not pack BF16 on stores")
-        result.update(store_enable=1, store=pattern_fields(store.pattern, store.name))
+        result.update(store_enable=1, store_bf16=int(bool(store.config.get("bf16"))),
+                      store=pattern_fields(store.pattern, store.name))
     return result
 
 
