@@ -253,3 +253,165 @@ def test_comparison_catches_a_wrong_batch(seed, monkeypatch):
         with pytest.raises(AssertionError, match="differs"):
             compare(exp_config, 4, rng, edge_fraction=0.0)
     assert state["calls"]
+
+
+# --------------------------------------------------------------------------------------
+# The functional model: batched SIMD PCUs against the one-beat path
+# --------------------------------------------------------------------------------------
+
+def _chain_bitstream(lanes, config_a, config_b, extra=()):
+    """2x2 array: PCU A (0,0) takes vector_in0 / scalar_in / start from west edge 0 and
+    vector_in1 from east edge 2; its vectors feed PCU B (1,1)'s vector_in0 and its
+    reductions B's scalar_in; B takes vector_in1 and its start from east edge 3, its
+    vectors leave at west edge 1, its reductions and DONE at east edge 3; A's DONE at
+    west edge 0."""
+    from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
+    from rdu.unitconfig import pack_config
+
+    from hdl.pcu import pcu_config_layout
+    from hdl.switch import Port
+    from hdl.switch import Source as Sel
+    from tb.suites.array import EAST, LOCAL0, SOUTH, WEST, switch_records
+    routes = [((0, 0, "vector", LOCAL0), Sel.WEST), ((0, 0, "vector", LOCAL0 + 1), Sel.EAST),
+              ((0, 1, "vector", WEST), Sel.EAST),
+              ((0, 0, "vector", EAST), Sel.LOCAL), ((0, 1, "vector", SOUTH), Sel.WEST),
+              ((1, 1, "vector", LOCAL0), Sel.NORTH), ((1, 1, "vector", LOCAL0 + 1), Sel.EAST),
+              ((1, 1, "vector", WEST), Sel.LOCAL), ((1, 0, "vector", WEST), Sel.EAST),
+              ((0, 0, "scalar", Port.LOCAL), Sel.WEST), ((0, 0, "scalar", Port.EAST), Sel.LOCAL),
+              ((0, 1, "scalar", Port.SOUTH), Sel.WEST), ((1, 1, "scalar", Port.LOCAL), Sel.NORTH),
+              ((1, 1, "scalar", Port.EAST), Sel.LOCAL),
+              ((0, 0, "control", Port.LOCAL), Sel.WEST), ((0, 0, "control", Port.WEST), Sel.LOCAL),
+              ((1, 1, "control", Port.LOCAL), Sel.EAST), ((1, 1, "control", Port.EAST), Sel.LOCAL)]
+    routes += list(extra)
+    layout = pcu_config_layout(lanes, 4)
+    records = [Record(UnitKind.PCU, 0, 0, pack_config(layout, config_a)),
+               Record(UnitKind.PCU, 1, 1, pack_config(layout, config_b))]
+    return write_bitstream(Geometry(2, 2, lanes), records + switch_records(2, 2, {}, routes))
+
+
+def _run_both(lanes, words, inputs):
+    """The model run with batched SIMD and with the one-beat path: identical results
+    (outputs, counters, transfers), or identical errors."""
+    from rdu.funcmodel import FunctionalArray, ModelError
+    results = []
+    for batch in (True, False):
+        model = FunctionalArray(2, 2, lanes, compute=True, capacity_bytes=1024,
+                                simd_batch=batch)
+        model.load(words)
+        try:
+            result = model.run(edge_inputs=inputs)
+        except ModelError as error:
+            results.append(("error", str(error)))
+            continue
+        outputs = {key: np.asarray(value, dtype=np.uint32).tolist()
+                   for key, value in result.edge_outputs.items()}
+        results.append((outputs, result.counters, result.done_tokens, result.items_moved,
+                        result.leftovers))
+    assert results[0] == results[1]
+    return results[0]
+
+
+def _pad_stages(config, stages=4):
+    config["stages"] = (config["stages"] + [{"op": 0}] * stages)[:stages]
+    for stage in config["stages"]:
+        for field in ("src_a", "src_b", "src_c", "constant"):
+            stage.setdefault(field, 0)
+    return config
+
+
+def test_model_chain_batched_matches_per_beat(seed):
+    """Random configurations on two chained PCUs (A's lazy results are B's inputs),
+    two runs each: the batched model == the one-beat model == run_simd chained."""
+    rng = np.random.default_rng(seed)
+    lanes = 4
+    for case in range(12):
+        config_a = _pad_stages(random_config(rng, int(rng.integers(1, 5)), max_beats=120))
+        config_a.update(emit_every=1, vector_out=1, reduce=int(rng.integers(1, 3)))
+        beats = len(pcu_model.iterations(config_a))
+        config_b = _pad_stages(random_config(rng, int(rng.integers(1, 5))))
+        config_b.update(scalar_in=1, vector_out=1,
+                        counters=[{"min": 0, "max": 1, "stride": 1},
+                                  {"min": 0, "max": beats, "stride": 1},
+                                  {"min": 0, "max": 1, "stride": 1}])
+        words = _chain_bitstream(lanes, config_a, config_b)
+        runs = 2
+        edge = 0.02 if case % 2 else 0.2
+        in0 = random_words(rng, (runs * beats, lanes), edge)
+        in1_a = random_words(rng, (runs * beats, lanes), edge)
+        in1_b = random_words(rng, (runs * beats, lanes), edge)
+        scalars = random_words(rng, (runs * beats,), edge)
+        count_a = sum(first for _, first, _, _ in pcu_model.iterations(config_a)) \
+            if config_a["scalar_in"] else 0
+        inputs = {("vector", 0): in0.tolist(), ("control", 0): [0] * runs,
+                  ("control", 3): [0] * runs}
+        if pcu_model.uses_in1(config_a):
+            inputs["vector", 2] = in1_a.tolist()
+        if pcu_model.uses_in1(config_b):
+            inputs["vector", 3] = in1_b.tolist()
+        if count_a:
+            inputs["scalar", 0] = scalars[:runs * count_a].tolist()
+        outputs, counters, done, _, _ = _run_both(lanes, words, inputs)
+        assert done == 2 * runs
+        want_v, want_s = [], []
+        for run in range(runs):
+            part = slice(run * beats, (run + 1) * beats)
+            ref_a = pcu_model.run_simd(config_a, lanes, in0[part], in1_a[part],
+                                       scalars[run * count_a:(run + 1) * count_a])
+            ref_b = pcu_model.run_simd(config_b, lanes, ref_a["vector_out"], in1_b[part],
+                                       ref_a["scalar_out"])
+            want_v += [list(map(int, v)) for v in ref_b["vector_out"]]
+            want_s += [int(x) for x in ref_b["scalar_out"]]
+        assert outputs.get(("vector", 1), []) == want_v
+        assert outputs.get(("scalar", 3), []) == want_s
+        assert counters["PCU(0,0)"]["runs"] == counters["PCU(1,1)"]["runs"] == runs
+
+
+def test_model_batched_errors_and_deadlocks_match(seed):
+    """Short inputs (a deadlock naming the iteration), a bad counter on the second
+    start token: the same errors, counters and outputs in both paths."""
+    rng = np.random.default_rng(seed)
+    lanes = 4
+    for _ in range(6):
+        config_a = _pad_stages(random_config(rng, 3, max_beats=60))
+        config_a.update(emit_every=1, vector_out=1, reduce=1)
+        beats = len(pcu_model.iterations(config_a))
+        config_b = _pad_stages(random_config(rng, 2))
+        config_b.update(scalar_in=1, vector_out=1,
+                        counters=[{"min": 0, "max": 1, "stride": 1},
+                                  {"min": 0, "max": beats, "stride": 1},
+                                  {"min": 0, "max": 1, "stride": 1}])
+        words = _chain_bitstream(lanes, config_a, config_b)
+        short = int(rng.integers(0, beats))
+        inputs = {("vector", 0): random_words(rng, (short, lanes)).tolist(),
+                  ("vector", 2): random_words(rng, (beats, lanes)).tolist(),
+                  ("vector", 3): random_words(rng, (beats, lanes)).tolist(),
+                  ("scalar", 0): random_words(rng, (beats,)).tolist(),
+                  ("control", 0): [0], ("control", 3): [0]}
+        outcome = _run_both(lanes, words, inputs)
+        assert outcome[0] == "error" and "deadlock" in outcome[1]
+
+
+def test_model_feedback_pcu_steps_per_beat():
+    """A PCU whose results can return to its own inputs steps one beat at a time (a
+    batch would wait on itself); a PCU fed by it still batches."""
+    from rdu.funcmodel import FunctionalArray
+    lanes = 4
+    config = _pad_stages({"mode": 0, "counters": [{"min": 0, "max": 2, "stride": 1}] * 3,
+                          "stages": [{"op": 1, "src_a": 0, "src_b": 4}], "vector_out": 1,
+                          "emit_every": 1, "scalar_in": 0, "reduce": 0, "tail": 0})
+    words = _chain_bitstream(lanes, config, config)
+    model = FunctionalArray(2, 2, lanes, compute=True, capacity_bytes=1024)
+    model.load(words)
+    _, _, _, units, _ = model._build(None, [])
+    assert [unit.batch for unit in units if unit.name.startswith("PCU")] == [True, True]
+    # B's vectors back to A's vector_in1: (1,1) north <- local, (0,1) west <- south
+    from hdl.switch import Source as Sel
+    from tb.suites.array import NORTH, WEST
+    words = _chain_bitstream(lanes, config, config, extra=[
+        ((1, 1, "vector", NORTH), Sel.LOCAL), ((0, 1, "vector", WEST), Sel.SOUTH)])
+    model.load(words)
+    _, _, _, units, _ = model._build(None, [])
+    assert [unit.batch for unit in units if unit.name.startswith("PCU")] == [False, False]
+    outcome = _run_both(lanes, words, {("vector", 0): [[1, 2, 3, 4]] * 8,
+                                       ("control", 0): [0], ("control", 3): [0]})
+    assert outcome[0] == "error" and "PCU(0,0) waits on vector_in1" in outcome[1]
