@@ -415,3 +415,64 @@ def test_model_feedback_pcu_steps_per_beat():
     outcome = _run_both(lanes, words, {("vector", 0): [[1, 2, 3, 4]] * 8,
                                        ("control", 0): [0], ("control", 3): [0]})
     assert outcome[0] == "error" and "PCU(0,0) waits on vector_in1" in outcome[1]
+
+
+def test_model_pcu_into_pmu_batched_matches_per_beat(seed):
+    """A SIMD PCU's lazy results written into a PMU (double-buffered, transposing
+    read): the writes wait until the SRAM is read, then land in order; outputs and
+    SRAM contents equal the one-beat path's and run_simd's."""
+    from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
+    from rdu.funcmodel import FunctionalArray
+    from rdu.unitconfig import pack_config
+
+    from hdl.pcu import pcu_config_layout
+    from hdl.pmu import pmu_config_layout
+    from hdl.switch import Port
+    from hdl.switch import Source as Sel
+    from tb.suites.array import EAST, LOCAL0, switch_records
+    from tb.suites.pmu import pattern, pmu_config
+    rng = np.random.default_rng(seed)
+    lanes, size, passes = 4, 8, 3
+    beats = passes * size * size // lanes
+    for _ in range(4):
+        config = _pad_stages(random_config(rng, int(rng.integers(1, 5))))
+        inner = int(rng.choice([1, 2, 8]))
+        config.update(emit_every=1, vector_out=1, scalar_in=0,
+                      counters=[{"min": 0, "max": inner, "stride": 1},
+                                {"min": 0, "max": beats // inner, "stride": 1},
+                                {"min": 0, "max": 1, "stride": 1}])
+        pmu = pmu_config(lanes, write=pattern("row_major", lanes, size, size),
+                         read=pattern("column_major", lanes, size, size), buffers=2,
+                         buffer_words=size * size, skew_shift=size.bit_length() - 1,
+                         read_passes=passes)
+        routes = [((0, 0, "vector", LOCAL0), Sel.WEST), ((0, 0, "vector", EAST), Sel.LOCAL),
+                  ((0, 1, "vector", LOCAL0), Sel.WEST),
+                  ((0, 1, "vector", EAST), Sel.LOCAL),
+                  ((0, 0, "control", Port.LOCAL), Sel.WEST),
+                  ((0, 0, "control", Port.WEST), Sel.LOCAL),
+                  ((0, 0, "scalar", Port.WEST), Sel.LOCAL)]
+        if pcu_model.uses_in1(config):           # vector_in0 multicast to vector_in1
+            routes.append(((0, 0, "vector", LOCAL0 + 1), Sel.WEST))
+        words = write_bitstream(Geometry(2, 2, lanes), [
+            Record(UnitKind.PCU, 0, 0, pack_config(pcu_config_layout(lanes, 4), config)),
+            Record(UnitKind.PMU, 0, 1, pack_config(pmu_config_layout(), pmu))]
+            + switch_records(2, 2, {}, routes))
+        in0 = random_words(rng, (beats, lanes), 0.1)
+        inputs = {("vector", 0): in0.tolist(), ("control", 0): [0]}
+        got = []
+        for batch in (True, False):
+            model = FunctionalArray(2, 2, lanes, compute=True, capacity_bytes=1024,
+                                    simd_batch=batch)
+            model.load(words)
+            result = model.run(edge_inputs=inputs)
+            got.append((result.edge_outputs["vector", 2].tolist(), result.counters,
+                        model.pmu_memory(0, 1).tolist(),
+                        result.edge_outputs.get(("scalar", 0))))
+        assert got[0] == got[1]
+        reference = np.array(pcu_model.run_simd(config, lanes, in0, in0)["vector_out"],
+                             dtype=np.uint32).reshape(passes, size, size)
+        # column-major read: per pass, per block of `lanes` rows, per column
+        expected = [reference[p, block:block + lanes, column].tolist()
+                    for p in range(passes) for block in range(0, size, lanes)
+                    for column in range(size)]
+        assert got[0][0] == expected

@@ -530,6 +530,10 @@ class _PMU(_Unit):
         self.beats_read = 0
         self.items_in = 0
         self.tables = {}
+        #: writes of lazy SIMD results (word addresses, items), in order: applied by
+        #: flush() before the SRAM is read, so a SIMD producer computes in buffer-sized
+        #: batches
+        self.pending_writes = []
         common = (1 <= cfg["buffers"] <= MAX_BUFFERS and
                   cfg["buffer_words"] * cfg["buffers"] <= capacity_words and
                   cfg["buffer_words"] != 0 and
@@ -572,12 +576,12 @@ class _PMU(_Unit):
                 beat = self.write_beat + int(np.argmax(bad_range[sel] & chosen))
                 self._error("WRITE_RANGE", f"write beat {beat} falls outside its buffer")
             if all_pred:
-                self.memory[physical[sel]] = _vectors(items, self.lanes)
+                self._store(physical[sel], items)
                 self.beats_written += count
             elif chosen.any():
-                values = _vectors(items, self.lanes)
-                self.memory[physical[sel][chosen]] = values[chosen]
-                self.beats_written += int(chosen.sum())
+                picked = np.flatnonzero(chosen)
+                self._store(physical[sel][picked], [items[i] for i in picked])
+                self.beats_written += len(picked)
             moved += count
             self.items_in += count
             self.write_beat += count
@@ -586,6 +590,18 @@ class _PMU(_Unit):
                 self.full += 1
                 self.write_buffer = (self.write_buffer + 1) % cfg["buffers"]
         return moved
+
+    def _store(self, addresses, items):
+        if self.pending_writes or any(isinstance(item, _Lazy) for item in items):
+            self.pending_writes.append((addresses, items))
+        else:
+            self.memory[addresses] = _vectors(items, self.lanes)
+
+    def flush(self):
+        """Apply the pending writes (their lazy values are computed now)."""
+        writes, self.pending_writes = self.pending_writes, []
+        for addresses, items in writes:
+            self.memory[addresses] = _vectors(items, self.lanes)
 
     def _read(self):
         cfg = self.cfg
@@ -628,6 +644,8 @@ class _PMU(_Unit):
             if steps == 0:
                 break
             sel = slice(start, start + steps)
+            if self.pending_writes:
+                self.flush()
             rows = self.memory[physical[sel] if all_pred else physical[sel][pred[sel]]]
             vout.items.extend(rows)
             self.beats_read += len(rows)
@@ -670,6 +688,8 @@ class _PMU(_Unit):
             if address >= self.capacity_words:
                 self._error("SCALAR_RANGE", f"scalar lookup of word {address}")
             sin.popleft()
+            if self.pending_writes:
+                self.flush()
             sout.items.append(int(self.memory[address]))
             moved += 1
         return moved
@@ -1461,31 +1481,37 @@ class FunctionalArray:
         moved_total = 0
         done_tokens = 0
         scalar_results = {agcu.index: [] for agcu in agcus}
-        while True:
-            moved = 0
-            for component in components:
-                moved += component.step()
-            for (network, edge), queue in edge_out.items():
-                if not queue.items or (network == "vector" and edge in agcu_edges):
-                    continue
-                if network == "control":
-                    done_tokens += sum(queue.items)
-                    for agcu in agcus:
-                        if self.agcu_edges[agcu.index] == edge and DONE in queue.items:
-                            agcu.done_seen = True
-                elif network == "scalar":
-                    for agcu in agcus:
-                        if self.agcu_edges[agcu.index] == edge:
-                            scalar_results[agcu.index] += queue.items
-                collected[network, edge].extend(queue.items)
-                moved += len(queue.items)
-                queue.items.clear()
-            if not moved:
-                break
-            moved_total += moved
-            if moved_total > max_items:
-                raise ModelError(f"run stopped after {moved_total} item transfers "
-                                 f"(max_items={max_items})")
+        try:
+            while True:
+                moved = 0
+                for component in components:
+                    moved += component.step()
+                for (network, edge), queue in edge_out.items():
+                    if not queue.items or (network == "vector" and edge in agcu_edges):
+                        continue
+                    if network == "control":
+                        done_tokens += sum(queue.items)
+                        for agcu in agcus:
+                            if self.agcu_edges[agcu.index] == edge and DONE in queue.items:
+                                agcu.done_seen = True
+                    elif network == "scalar":
+                        for agcu in agcus:
+                            if self.agcu_edges[agcu.index] == edge:
+                                scalar_results[agcu.index] += queue.items
+                    collected[network, edge].extend(queue.items)
+                    moved += len(queue.items)
+                    queue.items.clear()
+                if not moved:
+                    break
+                moved_total += moved
+                if moved_total > max_items:
+                    raise ModelError(f"run stopped after {moved_total} item transfers "
+                                     f"(max_items={max_items})")
+        finally:
+            # SRAM writes of lazy SIMD results land even when the run stops early
+            for unit in units:
+                if isinstance(unit, _PMU):
+                    unit.flush()
         for agcu in agcus:
             agcu.flush()
         waiting = []
