@@ -133,7 +133,12 @@ class _TileResult:
         self.pcu, self.a, self.b, self.value = pcu, a, b, None
 
 
-class LazyRow:
+class _Lazy:
+    """An item whose value is computed on first use (``value()``), in batches."""
+    __slots__ = ()
+
+
+class LazyRow(_Lazy):
     """A systolic result row whose value is computed on first use (tiles in batches)."""
     __slots__ = ("tile", "row")
 
@@ -146,8 +151,82 @@ class LazyRow:
         return self.tile.value[self.row]
 
 
+class _SimdBatch:
+    """Consecutive iterations of one SIMD run taken but not computed yet: their input
+    items (possibly lazy themselves) and, once computed, what they emitted."""
+    __slots__ = ("run", "start", "count", "emitted", "in0", "in1", "scalars", "vectors",
+                 "reductions")
+
+    def __init__(self, run, start):
+        self.run, self.start, self.count, self.emitted = run, start, 0, 0
+        self.in0, self.in1, self.scalars = [], [], []
+        self.vectors = self.reductions = None
+
+
+class _SimdRun:
+    """One SIMD run computed in batches (``pcu_model.SimdState.block``): the PCU takes
+    beats and emits :class:`LazyVector` / :class:`LazyWord` placeholders at item level;
+    the arithmetic of the open batch runs when one of its values is needed."""
+    __slots__ = ("state", "lanes", "inner", "counter_min", "counter_stride", "batch")
+
+    def __init__(self, cfg, lanes):
+        self.state = pcu_model.SimdState(cfg, lanes)
+        self.lanes = lanes
+        counter = cfg["counters"][0]
+        self.inner = pcu_model.trip_count(counter)
+        self.counter_min, self.counter_stride = counter["min"], counter["stride"]
+        self.batch = None
+
+    def compute(self):
+        batch, self.batch = self.batch, None
+        if batch is None or batch.in0 is None:
+            return
+        lanes, state = self.lanes, self.state
+        position = (batch.start + np.arange(batch.count, dtype=np.int64)) % self.inner
+        counter0 = self.counter_min + position * self.counter_stride
+        vecs = _vectors(batch.in0, lanes)
+        others = _vectors(batch.in1, lanes) if state.uses_in1 else None
+        scalars = np.array([int(_word(item)) for item in batch.scalars], dtype=np.uint64
+                           ).astype(np.uint32)
+        vectors, reductions = state.block(counter0, position == 0, position == self.inner - 1,
+                                          vecs, others, scalars)
+        batch.in0 = batch.in1 = batch.scalars = None
+        batch.vectors, batch.reductions = vectors, reductions
+
+
+class LazyVector(_Lazy):
+    """A SIMD result vector (emitted iteration ``index`` of its batch)."""
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch, index):
+        self.batch, self.index = batch, index
+
+    def value(self):
+        if self.batch.in0 is not None:
+            self.batch.run.compute()
+        return self.batch.vectors[self.index]
+
+
+class LazyWord(_Lazy):
+    """A SIMD cross-lane reduction (emitted iteration ``index`` of its batch)."""
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch, index):
+        self.batch, self.index = batch, index
+
+    def value(self):
+        if self.batch.in0 is not None:
+            self.batch.run.compute()
+        return int(self.batch.reductions[self.index])
+
+
 def _vector(item):
-    return item.value() if isinstance(item, LazyRow) else item
+    return item.value() if isinstance(item, _Lazy) else item
+
+
+def _word(item):
+    """A scalar item's value (a SIMD reduction is computed on first use)."""
+    return item.value() if isinstance(item, _Lazy) else item
 
 
 def _vectors(items, lanes):
@@ -451,6 +530,10 @@ class _PMU(_Unit):
         self.beats_read = 0
         self.items_in = 0
         self.tables = {}
+        #: writes of lazy SIMD results (word addresses, items), in order: applied by
+        #: flush() before the SRAM is read, so a SIMD producer computes in buffer-sized
+        #: batches
+        self.pending_writes = []
         common = (1 <= cfg["buffers"] <= MAX_BUFFERS and
                   cfg["buffer_words"] * cfg["buffers"] <= capacity_words and
                   cfg["buffer_words"] != 0 and
@@ -493,12 +576,12 @@ class _PMU(_Unit):
                 beat = self.write_beat + int(np.argmax(bad_range[sel] & chosen))
                 self._error("WRITE_RANGE", f"write beat {beat} falls outside its buffer")
             if all_pred:
-                self.memory[physical[sel]] = _vectors(items, self.lanes)
+                self._store(physical[sel], items)
                 self.beats_written += count
             elif chosen.any():
-                values = _vectors(items, self.lanes)
-                self.memory[physical[sel][chosen]] = values[chosen]
-                self.beats_written += int(chosen.sum())
+                picked = np.flatnonzero(chosen)
+                self._store(physical[sel][picked], [items[i] for i in picked])
+                self.beats_written += len(picked)
             moved += count
             self.items_in += count
             self.write_beat += count
@@ -507,6 +590,18 @@ class _PMU(_Unit):
                 self.full += 1
                 self.write_buffer = (self.write_buffer + 1) % cfg["buffers"]
         return moved
+
+    def _store(self, addresses, items):
+        if self.pending_writes or any(isinstance(item, _Lazy) for item in items):
+            self.pending_writes.append((addresses, items))
+        else:
+            self.memory[addresses] = _vectors(items, self.lanes)
+
+    def flush(self):
+        """Apply the pending writes (their lazy values are computed now)."""
+        writes, self.pending_writes = self.pending_writes, []
+        for addresses, items in writes:
+            self.memory[addresses] = _vectors(items, self.lanes)
 
     def _read(self):
         cfg = self.cfg
@@ -549,6 +644,8 @@ class _PMU(_Unit):
             if steps == 0:
                 break
             sel = slice(start, start + steps)
+            if self.pending_writes:
+                self.flush()
             rows = self.memory[physical[sel] if all_pred else physical[sel][pred[sel]]]
             vout.items.extend(rows)
             self.beats_read += len(rows)
@@ -587,10 +684,12 @@ class _PMU(_Unit):
         moved = 0
         sin, sout = self.sin.items, self.sout
         while sin and len(sout.items) < sout.capacity:
-            address = sin[0]
+            address = sin[0] = _word(sin[0])
             if address >= self.capacity_words:
                 self._error("SCALAR_RANGE", f"scalar lookup of word {address}")
             sin.popleft()
+            if self.pending_writes:
+                self.flush()
             sout.items.append(int(self.memory[address]))
             moved += 1
         return moved
@@ -667,8 +766,10 @@ def _codes(shape):
 class _PCU(_Unit):
     """Pattern Compute Unit (``hdl/pcu.py``) at item level."""
 
-    def __init__(self, row, col, lanes, stages, cfg, queues):
+    def __init__(self, row, col, lanes, stages, cfg, queues, batch=True):
         self.name = f"PCU({row},{col})"
+        #: SIMD runs computed in batches (_SimdRun); False: SimdState.step per beat
+        self.batch = batch
         self.lanes, self.stages_count, self.cfg = lanes, stages, cfg
         self.in0, self.in1 = queues["vector_in0"], queues["vector_in1"]
         self.sin, self.cin = queues["scalar_in"], queues["control_in"]
@@ -720,8 +821,14 @@ class _PCU(_Unit):
         else:
             self.state = "simd"
             self.steps = _Iterations(cfg["counters"])
-            self.simd = pcu_model.SimdState(cfg, self.lanes)
             self.pipeline = deque()
+            self.mac_beat = self.lanes * sum(stage["op"] in (Op.MUL, Op.MADD)
+                                             for stage in cfg["stages"])
+            if self.batch:
+                self.simd_run = _SimdRun(cfg, self.lanes)
+                self.simd = self.simd_run.state
+            else:
+                self.simd = pcu_model.SimdState(cfg, self.lanes)
 
     def compute_pending(self):
         tiles, self.pending = self.pending, []
@@ -772,6 +879,74 @@ class _PCU(_Unit):
             moved += 1
         return moved
 
+    def _simd_batched(self):
+        """``_simd_run`` with the arithmetic deferred: the same item moves, the results
+        are :class:`LazyVector` / :class:`LazyWord` of the run's open batch."""
+        moved = 0
+        cfg, run = self.cfg, self.simd_run
+        in0, in1, sin = self.in0.items, self.in1.items, self.sin.items
+        vout, sout, cout = self.vout, self.sout, self.cout
+        vitems, sitems = vout.items, sout.items
+        pipeline = self.pipeline
+        depth = self.stages_count + 2
+        uses_in1, scalar_in = run.state.uses_in1, cfg["scalar_in"]
+        vector_out, reduce = cfg["vector_out"], cfg["reduce"] != Reduce.NONE
+        emit_every = cfg["emit_every"]
+        inner, total = run.inner, len(self.steps)
+        while True:
+            progress = False
+            # the oldest iteration leaves when all three outputs have room (the RTL)
+            while pipeline and len(vitems) < vout.capacity and \
+                    len(sitems) < sout.capacity and len(cout.items) < cout.capacity:
+                vector, reduction, last = pipeline.popleft()
+                if vector is not None:
+                    vitems.append(vector)
+                    moved += 1
+                if reduction is not None:
+                    sitems.append(reduction)
+                    moved += 1
+                self.items_out += (vector is not None) + (reduction is not None)
+                if last:
+                    cout.items.append(DONE)
+                    self.items_out += 1
+                    self.state = "idle"
+                    return moved + 1
+                progress = True
+            while self.iteration < total and len(pipeline) < depth and in0 and \
+                    (not uses_in1 or in1):
+                position = self.iteration % inner
+                first = position == 0
+                need_scalar = scalar_in and first
+                if need_scalar and not sin:
+                    break
+                batch = run.batch
+                if batch is None:
+                    batch = run.batch = _SimdBatch(run, self.iteration)
+                batch.in0.append(in0.popleft())
+                taken = 1
+                if uses_in1:
+                    batch.in1.append(in1.popleft())
+                    taken += 1
+                if need_scalar:
+                    batch.scalars.append(sin.popleft())
+                    taken += 1
+                self.items_in += taken
+                batch.count += 1
+                vector = reduction = None
+                if emit_every or position == inner - 1:
+                    if vector_out:
+                        vector = LazyVector(batch, batch.emitted)
+                    if reduce:
+                        reduction = LazyWord(batch, batch.emitted)
+                    batch.emitted += 1
+                self.iteration += 1
+                pipeline.append((vector, reduction, self.iteration == total))
+                self.macs += self.mac_beat
+                moved += 1
+                progress = True
+            if not progress:
+                return moved
+
     def _simd_run(self):
         moved = 0
         cfg, simd = self.cfg, self.simd
@@ -800,13 +975,12 @@ class _PCU(_Unit):
                 if in0 and (not simd.uses_in1 or in1) and (not need_scalar or sin):
                     vec = _vector(in0.popleft())
                     other = _vector(in1.popleft()) if simd.uses_in1 else None
-                    scalar = sin.popleft() if need_scalar else None
+                    scalar = _word(sin.popleft()) if need_scalar else None
                     self.items_in += 1 + (other is not None) + (scalar is not None)
                     vector, reduction = simd.step(v0, first, last_inner, vec, other, scalar)
                     self.pipeline.append((vector, reduction, last))
                     self.iteration += 1
-                    self.macs += self.lanes * sum(
-                        stage["op"] in (Op.MUL, Op.MADD) for stage in cfg["stages"])
+                    self.macs += self.mac_beat
                     moved += 1
                     progress = True
             if not progress:
@@ -822,7 +996,10 @@ class _PCU(_Unit):
                 self.items_in += 1
                 moved += 1
                 self._start()
-            progress = self._systolic() if self.state == "systolic" else self._simd_run()
+            if self.state == "systolic":
+                progress = self._systolic()
+            else:
+                progress = self._simd_batched() if self.batch else self._simd_run()
             moved += progress
             if self.state != "idle" and not progress:
                 return moved
@@ -863,6 +1040,35 @@ class _PCU(_Unit):
     def counters(self):
         return {"items_in": self.items_in, "items_out": self.items_out, "macs": self.macs,
                 "runs": self.runs}
+
+
+def _per_beat_on_cycles(switches, units):
+    """A SIMD batch computes its inputs' values first: a PCU whose results can come back
+    to its own inputs through switches and PCUs (items that stay lazy on the way) would
+    wait on itself, so such PCUs step one beat at a time (``SimdState.step``)."""
+    following = {}                       # queue id -> queues its items can move to
+    for net in switches:
+        for source in net.routed:
+            following.setdefault(id(net.inputs[source]), []).extend(
+                net.outputs[out] for out in net.members[source]
+                if net.outputs[out] is not None)
+    pcus = [unit for unit in units if isinstance(unit, _PCU)]
+    for pcu in pcus:
+        for queue in (pcu.in0, pcu.in1, pcu.sin):
+            following.setdefault(id(queue), []).extend((pcu.vout, pcu.sout))
+    for pcu in pcus:
+        if not pcu.batch:
+            continue
+        inputs = {id(pcu.in0), id(pcu.in1), id(pcu.sin)}
+        seen, todo = set(), [pcu.vout, pcu.sout]
+        while todo:
+            queue = todo.pop()
+            if id(queue) in inputs:
+                pcu.batch = False
+                break
+            if id(queue) not in seen:
+                seen.add(id(queue))
+                todo.extend(following.get(id(queue), ()))
 
 
 class _AGCU(_Unit):
@@ -1078,8 +1284,10 @@ class FunctionalArray:
 
     def __init__(self, rows, cols, lanes, *, compute=True, stages=4, capacity_bytes=65536,
                  agcus=2, agcu_config_words=16, fifo_depth=SWITCH_FIFO_DEPTH,
-                 switch_layout=None, agcu_positions=None):
+                 switch_layout=None, agcu_positions=None, simd_batch=True):
         self.geometry = Geometry(rows, cols, lanes)
+        #: SIMD PCUs compute in batches (False: pcu_model.SimdState.step per beat)
+        self.simd_batch = simd_batch
         self.rows, self.cols, self.lanes = rows, cols, lanes
         self.compute, self.stages = compute, stages
         if capacity_bytes % (4 * lanes) or capacity_bytes < 8 * lanes:
@@ -1217,7 +1425,8 @@ class FunctionalArray:
                     queues[f"{network}_out"] = switch_inputs[row, col, network][LOCAL]
                 if self.unit_kind(row, col) == UnitKind.PCU:
                     units.append(_PCU(row, col, lanes, self.stages,
-                                      self.config(UnitKind.PCU, row, col), queues))
+                                      self.config(UnitKind.PCU, row, col), queues,
+                                      batch=self.simd_batch))
                 else:
                     units.append(_PMU(row, col, lanes, self.capacity_words,
                                       self.config(UnitKind.PMU, row, col),
@@ -1231,6 +1440,7 @@ class FunctionalArray:
                 outs = {network: edge_out[network, edge] for network in NETWORKS}
                 agcus.append(_AGCU(index, self.config(UnitKind.AGCU, 0, index), lanes,
                                    memory, ins, outs, index in execute))
+        _per_beat_on_cycles(switches, units)
         return switch_inputs, edge_out, switches, units, agcus
 
     def _edge_input(self, switch_inputs, network, edge):
@@ -1293,31 +1503,37 @@ class FunctionalArray:
         moved_total = 0
         done_tokens = 0
         scalar_results = {agcu.index: [] for agcu in agcus}
-        while True:
-            moved = 0
-            for component in components:
-                moved += component.step()
-            for (network, edge), queue in edge_out.items():
-                if not queue.items or (network == "vector" and edge in agcu_edges):
-                    continue
-                if network == "control":
-                    done_tokens += sum(queue.items)
-                    for agcu in agcus:
-                        if self.agcu_edges[agcu.index] == edge and DONE in queue.items:
-                            agcu.done_seen = True
-                elif network == "scalar":
-                    for agcu in agcus:
-                        if self.agcu_edges[agcu.index] == edge:
-                            scalar_results[agcu.index] += queue.items
-                collected[network, edge].extend(queue.items)
-                moved += len(queue.items)
-                queue.items.clear()
-            if not moved:
-                break
-            moved_total += moved
-            if moved_total > max_items:
-                raise ModelError(f"run stopped after {moved_total} item transfers "
-                                 f"(max_items={max_items})")
+        try:
+            while True:
+                moved = 0
+                for component in components:
+                    moved += component.step()
+                for (network, edge), queue in edge_out.items():
+                    if not queue.items or (network == "vector" and edge in agcu_edges):
+                        continue
+                    if network == "control":
+                        done_tokens += sum(queue.items)
+                        for agcu in agcus:
+                            if self.agcu_edges[agcu.index] == edge and DONE in queue.items:
+                                agcu.done_seen = True
+                    elif network == "scalar":
+                        for agcu in agcus:
+                            if self.agcu_edges[agcu.index] == edge:
+                                scalar_results[agcu.index] += queue.items
+                    collected[network, edge].extend(queue.items)
+                    moved += len(queue.items)
+                    queue.items.clear()
+                if not moved:
+                    break
+                moved_total += moved
+                if moved_total > max_items:
+                    raise ModelError(f"run stopped after {moved_total} item transfers "
+                                     f"(max_items={max_items})")
+        finally:
+            # SRAM writes of lazy SIMD results land even when the run stops early
+            for unit in units:
+                if isinstance(unit, _PMU):
+                    unit.flush()
         for agcu in agcus:
             agcu.flush()
         waiting = []
@@ -1339,7 +1555,9 @@ class FunctionalArray:
                 if items:
                     edge_outputs[network, edge] = _vectors(items, self.lanes)
             elif items:
-                edge_outputs[network, edge] = items
+                edge_outputs[network, edge] = [_word(item) for item in items]
+        scalar_results = {index: [_word(item) for item in items]
+                          for index, items in scalar_results.items()}
         counters = {}
         for unit in units:
             counters[unit.name] = unit.counters()

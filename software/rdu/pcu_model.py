@@ -14,6 +14,7 @@ systolic mode and :func:`matmul_from_stream` puts the drained rows back together
 
 import numpy as np
 
+from hdl.fp import Op
 from hdl.pcu import Mode, Reduce, Source, Tail
 
 from . import fpmodel
@@ -119,6 +120,219 @@ class SimdState:
             if config.get("reduce", 0) != REDUCE_NONE:
                 reduction = reduce_lanes(vec, config["reduce"])
         return vector, reduction
+
+    def block(self, counter0, first, last_inner, vecs, others=None, scalars=None):
+        """Many consecutive iterations at once, bit for bit the results and the final
+        registers of :meth:`step` called on each in order (:func:`simd_block`).
+
+        ``counter0``, ``first``, ``last_inner``: (n,) arrays (counter 0's value, first
+        and last iteration of counter 0); ``vecs``: (n, lanes) ``vector_in0`` beats;
+        ``others``: (n, lanes) ``vector_in1`` beats (when a stage reads IN1);
+        ``scalars``: the words taken at the iterations where ``first`` is set (when
+        ``scalar_in``), in order. Returns ``(vectors, reductions)``: (e, lanes) uint32 of
+        the emitted vectors (None without ``vector_out``) and (e,) uint32 of the emitted
+        reductions (None without ``reduce``), e the emitting iterations."""
+        return simd_block(self, counter0, first, last_inner, vecs, others, scalars)
+
+
+# -- the SIMD pipeline on blocks of iterations ----------------------------------------------
+
+#: Iterations computed together by :func:`simd_block` (bounds the numpy temporaries).
+BLOCK_BEATS = 16384
+#: Operands each operation reads (``hdl.fp.Op`` codes): the others are ignored.
+_ARITY = {Op.PASS: 1, Op.TO_BF16: 1, Op.FROM_BF16: 1, Op.MADD: 3, Op.SELECT: 3}
+_SRC_FIELDS = ("src_a", "src_b", "src_c")
+_SIGN = np.uint32(0x80000000)
+_NAN_KEY = 1 << 40
+
+
+def _used_sources(stage):
+    """The source codes of the operands the stage's operation reads."""
+    return [stage.get(src, 0) for src in _SRC_FIELDS[:_ARITY.get(stage.get("op", 0), 2)]]
+
+
+def _order_keys(words):
+    """int64 keys ordering FP32 words (denormals-are-zero applied) by value with
+    -0 < +0; NaN words need a separate mask."""
+    w = words.astype(np.int64)
+    return np.where(w & 0x80000000, -(w & 0x7FFFFFFF) - 1, w)
+
+
+def _from_keys(keys):
+    return np.where(keys < 0, (-(keys + 1)) | 0x80000000, keys).astype(np.uint32)
+
+
+def _segments(first):
+    """Inner-loop segments of a block: (segment of each iteration, position in it,
+    segment count, longest segment, whether segment 0 starts an inner loop)."""
+    n = len(first)
+    starts = first.copy()
+    starts[0] = True
+    segment = np.cumsum(starts) - 1
+    start_index = np.flatnonzero(starts)
+    position = np.arange(n) - start_index[segment]
+    return segment, position, len(start_index), int(position.max()) + 1, bool(first[0])
+
+
+def _padded(values, segment, position, count, longest, lanes):
+    out = np.zeros((count, longest, lanes), dtype=np.uint32)
+    out[segment, position] = np.broadcast_to(values, (len(segment), lanes))
+    return out
+
+
+def _scan_accumulate(op, init, x):
+    """The fast exact recurrences ``r_t = op(x_t, r_{t-1})``, ``r_-1 = init`` over padded
+    (segments, positions, lanes) ``x`` and (segments, lanes) ``init``, or None when the
+    result would not be bit-exact (the caller then steps through the positions)."""
+    if op == "iadd":
+        stacked = np.concatenate([init[:, None, :], x], axis=1)
+        return np.add.accumulate(stacked, axis=1, dtype=np.uint32)[:, 1:]
+    stacked = np.concatenate([fpmodel.daz(init)[:, None, :], fpmodel.daz(x)], axis=1)
+    if op in ("max", "min"):
+        nan = fpmodel._is_nan(stacked)
+        keys = _order_keys(stacked)
+        if op == "max":
+            keys = np.maximum.accumulate(np.where(nan, _NAN_KEY, keys), axis=1)
+            out = np.where(keys >= _NAN_KEY, fpmodel.CANONICAL_NAN, _from_keys(keys))
+        else:
+            keys = np.minimum.accumulate(np.where(nan, -_NAN_KEY, keys), axis=1)
+            out = np.where(keys <= -_NAN_KEY, fpmodel.CANONICAL_NAN, _from_keys(keys))
+        return out[:, 1:].astype(np.uint32)
+    # IEEE binary32 add / multiply (numpy, round to nearest even) equals the policy of
+    # rdu.fpmodel on normal operands unless a result is tiny: a denormal (or, for a
+    # product, +-2**-126, which gradual underflow may reach by rounding up)
+    ufunc = np.add if op == "add" else np.multiply
+    with np.errstate(all="ignore"):
+        acc = ufunc.accumulate(stacked.view(np.float32), axis=1, dtype=np.float32)
+    out = acc.view(np.uint32)[:, 1:]
+    magnitude = out & np.uint32(0x7FFFFFFF)
+    tiny = (magnitude < np.uint32(0x00800000)) & (magnitude != 0)
+    if op == "mul":
+        tiny |= magnitude == np.uint32(0x00800000)
+    if tiny.any():
+        return None
+    return np.where(fpmodel._is_nan(out), fpmodel.CANONICAL_NAN, out).astype(np.uint32)
+
+
+def _reg_stage(stage, operands, init, layout, lanes):
+    """A stage reading REG over a block: ``operands`` {source: array broadcastable to
+    (n, lanes)}, ``init`` the register before the block (lanes,). Returns (n, lanes)."""
+    segment, position, count, longest, starts_inner = layout
+    op = stage.get("op", 0)
+    constant = np.uint32(stage.get("constant", 0))
+    inits = np.full((count, lanes), constant, dtype=np.uint32)
+    if not starts_inner:
+        inits[0] = init
+    used = _used_sources(stage)
+    padded = {source: _padded(value, segment, position, count, longest, lanes)
+              for source, value in operands.items()
+              if source != Source.REG and source in used}
+    out = None
+    others = [source for source in used if source != Source.REG]
+    if used.count(Source.REG) == 1 and len(used) == 2:
+        x = padded[others[0]]
+        if op in (Op.MAX, Op.MIN):
+            out = _scan_accumulate("max" if op == Op.MAX else "min", inits, x)
+        elif op == Op.ADD:
+            out = _scan_accumulate("add", inits, x)
+        elif op == Op.MUL:
+            out = _scan_accumulate("mul", inits, x)
+        elif op == Op.SUB and used[0] == Source.REG:          # r - x = r + (-x)
+            out = _scan_accumulate("add", inits, x ^ _SIGN)
+        elif op == Op.IADD:
+            out = _scan_accumulate("iadd", inits, x)
+        elif op == Op.ISUB and used[0] == Source.REG:
+            out = _scan_accumulate("iadd", inits, (~x + np.uint32(1)).astype(np.uint32))
+    if out is None:
+        out = np.empty((count, longest, lanes), dtype=np.uint32)
+        register = inits
+        zeros = np.zeros((count, lanes), dtype=np.uint32)
+        for t in range(longest):
+            args = [register if source == Source.REG else padded[source][:, t]
+                    for source in used]
+            args += [zeros] * (3 - len(args))
+            register = out[:, t] = fpmodel.apply(op, *args)
+    return out[segment, position]
+
+
+def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=None):
+    """:meth:`SimdState.block`: the iterations in chunks of :data:`BLOCK_BEATS`, each
+    stage vectorised over (iterations, lanes); a stage that reads REG runs its
+    recurrence over the positions of the inner loop, all inner loops of the chunk at
+    once (max / min / add / multiply / integer add recurrences as exact scans)."""
+    config, lanes = state.config, state.lanes
+    counter0 = np.asarray(counter0)
+    first = np.asarray(first, dtype=bool)
+    last_inner = np.asarray(last_inner, dtype=bool)
+    vecs = np.asarray(vecs, dtype=np.uint32).reshape(-1, lanes)
+    n = len(vecs)
+    scalar_in = bool(config.get("scalar_in"))
+    taken = np.zeros(n, dtype=np.uint32)
+    if scalar_in:
+        taken[first] = np.asarray(scalars, dtype=np.uint32).reshape(-1)
+    if state.uses_in1:
+        others = np.asarray(others, dtype=np.uint32).reshape(-1, lanes)
+    vectors, reductions = [], []
+    for lo in range(0, n, BLOCK_BEATS):
+        hi = min(n, lo + BLOCK_BEATS)
+        v, r = _simd_chunk(state, counter0[lo:hi], first[lo:hi], last_inner[lo:hi],
+                           vecs[lo:hi], others[lo:hi] if state.uses_in1 else None,
+                           taken[lo:hi] if scalar_in else None)
+        vectors.append(v)
+        reductions.append(r)
+    vector = (np.concatenate(vectors) if vectors else np.zeros((0, lanes), np.uint32)) \
+        if config.get("vector_out") else None
+    reduction = (np.concatenate(reductions) if reductions else np.zeros(0, np.uint32)) \
+        if config.get("reduce", 0) != REDUCE_NONE else None
+    return vector, reduction
+
+
+def _simd_chunk(state, counter0, first, last_inner, vec, other, taken):
+    config, lanes = state.config, state.lanes
+    n = len(vec)
+    if taken is not None:
+        index = np.arange(n)
+        owner = np.maximum.accumulate(np.where(first, index, -1))
+        scalar = np.where(owner >= 0, taken[np.maximum(owner, 0)], state.scalar
+                          ).astype(np.uint32)
+        state.scalar = np.uint32(scalar[-1])
+    else:
+        scalar = np.full(n, state.scalar, dtype=np.uint32)
+    layout = None
+    for index, stage in enumerate(config["stages"]):
+        constant = np.uint32(stage.get("constant", 0))
+        operands = {Source.PREV: vec, Source.SCALAR: scalar[:, None],
+                    Source.CONST: np.full((1, 1), constant, dtype=np.uint32),
+                    Source.IN1: other,
+                    Source.COUNTER: np.asarray(counter0).astype(np.uint32)[:, None]}
+        used = _used_sources(stage)
+        if Source.REG in used:
+            if layout is None:
+                layout = _segments(first)
+            vec = _reg_stage(stage, operands, state.registers[index], layout, lanes)
+        else:
+            args = [operands[source] for source in used]
+            args += [np.zeros((1, 1), dtype=np.uint32)] * (3 - len(args))
+            vec = np.broadcast_to(fpmodel.apply(stage.get("op", 0), *args), (n, lanes))
+        state.registers[index] = np.array(vec[-1], dtype=np.uint32)
+    tail = config.get("tail", 0)
+    if tail == TAIL_EXP:
+        vec = fpmodel.exp(vec)
+    elif tail == TAIL_RECIPROCAL:
+        vec = fpmodel.reciprocal(vec)
+    emit = slice(None) if config.get("emit_every") else last_inner
+    emitted = vec[emit]
+    vector = np.array(emitted, dtype=np.uint32) if config.get("vector_out") else None
+    reduction = None
+    kind = config.get("reduce", 0)
+    if kind != REDUCE_NONE:
+        level = emitted
+        while level.shape[1] > 1:
+            left, right = level[:, 0::2], level[:, 1::2]
+            level = fpmodel.fmax(left, right) if kind == REDUCE_MAX else \
+                fpmodel.add(left, right)
+        reduction = np.asarray(level[:, 0], dtype=np.uint32)
+    return vector, reduction
 
 
 def run_simd(config, lanes, vector_in0, vector_in1=None, scalar_in=None):
