@@ -161,6 +161,8 @@ def _run(kernel_name, params, machine, seed):
     ("linear_relu", (37, 20, 29), Machine()),
     ("linear_relu", (9, 5, 7), SMALL_MACHINE),
     ("linear_relu", (16, 8, 2100), Machine()),      # bias, chunks and an epilogue
+    ("gemm_bf16", (37, 20, 29), Machine()),         # TO_BF16 epilogue, packed stores
+    ("gemm_bf16", (9, 6, 1200), SMALL_MACHINE),
 ])
 def test_kernels_on_the_model(kernel_name, shape, machine, seed):
     """Shapes the tests were not written around (K = 5000, K = 1, primes), bit-exact
@@ -190,11 +192,11 @@ def test_linear_relu_check_can_fail(seed):
 
 @pytest.mark.verilator
 def test_compiled_kernels_on_verilator(sim_dir, seed):
-    """linear_relu, a K = 5000 GEMM (chunks) and a K = 1 GEMM launched in sequence on the
-    2x2 RTL: each launch's words equal the functional model's and the bit-exact
-    reference, and pass the float64 check."""
+    """linear_relu, a K = 5000 GEMM (chunks), a K = 1 GEMM and a BF16-output GEMM launched
+    in sequence on the 2x2 RTL: each launch's words equal the functional model's and the
+    bit-exact reference, and pass the float64 check."""
     cases = [("linear_relu", {"m": 9, "n": 5, "k": 40}), ("gemm", {"m": 6, "n": 7, "k": 5000}),
-             ("gemm", {"m": 5, "n": 3, "k": 1})]
+             ("gemm", {"m": 5, "n": 3, "k": 1}), ("gemm_bf16", {"m": 11, "n": 9, "k": 20})]
     programs, all_inputs = [], []
     for index, (name, params) in enumerate(cases):
         kernel = KERNELS[name]
