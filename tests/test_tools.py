@@ -285,3 +285,20 @@ def test_inspect_into_a_closed_pipe_is_quiet(tmp_path):
     child.stdout.close()
     stderr = child.stderr.read().decode()
     assert child.wait() == 0 and stderr == "", stderr
+
+
+def test_rdu_compile_dumps_a_pass(capsys, tmp_path):
+    """--dump-after prints what a pass produced (here the deadlock check's item counts)
+    on stderr; the program file is written as usual."""
+    path = tmp_path / "sm.rdu"
+    assert main(["compile", "softmax", "--m", "4", "--n", "16", "-o", str(path),
+                 "--dump-after", "check"]) == 0
+    err = capsys.readouterr().err
+    assert "== after check" in err and "row4.vector_out: 8 items" in err
+    assert "== after place" not in err and path.exists()
+
+
+def test_rdu_run_softmax_on_the_model(capsys):
+    assert main(["run", "softmax", "--m", "3", "--n", "32", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["ok"] and report["pcus_used"] == 5
