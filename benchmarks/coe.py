@@ -22,7 +22,6 @@ matplotlib is installed (the ``plots`` extra), ``build/coe/coe.png``.
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 from rdu.coe import LINKS, CoEConfig, build, measure_costs, run_coe

@@ -61,7 +61,7 @@ def test_wrong_weights_are_caught():
     from rdu.coe import check_request
     launches = [r for r in results if r.kind == "launch"]
     assert not any(check_request(scenario, request, launch.launch.outputs)[0]
-                   for request, launch in zip(scenario.requests, launches))
+                   for request, launch in zip(scenario.requests, launches, strict=True))
 
 
 def test_copy_on_two_agcus_and_errors():
