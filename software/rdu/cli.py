@@ -623,9 +623,72 @@ def _parser():
     return parser
 
 
+def _coe_parser():
+    parser = _Parser(
+        prog="rdu run coe", formatter_class=_Formatter,
+        description="Composition of Experts (docs/coe.md): N one-layer experts at rest in "
+                    "DDR or host memory, an LRU cache of them in HBM, a seeded skewed "
+                    "request trace; a miss copies the expert into HBM with AGCU COPY "
+                    "commands. Every output is checked against numpy.")
+    parser.add_argument("--experts", type=int, default=8, metavar="N", help="experts")
+    parser.add_argument("--requests", type=int, default=30, metavar="R", help="requests")
+    parser.add_argument("--cache", type=int, default=2, metavar="C",
+                        help="HBM cache slots (experts held in HBM)")
+    parser.add_argument("--source", choices=["ddr", "host"], default="ddr",
+                        help="where the experts rest: ddr (copied on chip) or host (over "
+                             "the host link, the GPU-system baseline)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of weights and trace")
+    parser.add_argument("--zipf", type=float, default=1.2,
+                        help="skew of the trace: P(rank i) ~ 1/i**ZIPF")
+    parser.add_argument("--link", choices=["gen4", "gen5"], default="gen4",
+                        help="host link: PCIe Gen4 x16 (DGX A100) or Gen5 x16 (DGX H100)")
+    parser.add_argument("--agcus", type=int, default=1, help="AGCUs per copy")
+    for name, default, text in (("m", 4, "tokens per request"),
+                                ("n", 32, "expert output features"),
+                                ("k", 64, "expert input features")):
+        parser.add_argument(f"--{name}", type=int, default=default, metavar=name.upper(),
+                            help=text)
+    parser.add_argument("--sim", choices=["model", "verilator"], default="model",
+                        help="model: functional model, cycles composed from primitive "
+                             "costs; verilator: the RTL, every cycle measured")
+    parser.add_argument("--costs", choices=["analytic", "rtl"], default="analytic",
+                        help="model: primitive costs from the memory parameters, or "
+                             "measured once on the RTL (cached in build/coe)")
+    parser.add_argument("--trace", action="store_true", help="print every request")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+def cmd_run_coe(args):
+    from rdu.coe import CoEConfig, build, measure_costs, run_coe
+    start = time.perf_counter()
+    config = CoEConfig(experts=args.experts, requests=args.requests, cache=args.cache,
+                       source=args.source, seed=args.seed, m=args.m, n=args.n, k=args.k,
+                       zipf=args.zipf, agcus=args.agcus, link=args.link)
+    costs = None
+    if args.sim == "model" and args.costs == "rtl":
+        costs = measure_costs(build(config), progress=not args.json)
+    report = run_coe(config, args.sim, costs=costs, progress=not args.json)
+    trace = report.pop("trace")
+    if args.trace:
+        report["trace"] = trace
+    report["wall_seconds"] = round(time.perf_counter() - start, 2)
+    _report(report, args.json)
+    if not report["ok"]:
+        bad = [r["request"] for r in trace if not r["ok"]]
+        raise WrongResult(f"requests {bad[:8]} differ from numpy (float64 of the same BF16 "
+                          f"inputs) or from the hardware's arithmetic")
+    return 0
+
+
 def main(argv=None):
     from rdu.runtime import RunFailure
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["run", "coe"]:
+        args = _coe_parser().parse_args(argv[2:])
+        args.command, args.func = "run coe", cmd_run_coe
+    else:
+        args = _parser().parse_args(argv)
     try:
         return args.func(args)
     except (CommandError, RunFailure, ValueError, OSError) as error:

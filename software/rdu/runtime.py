@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS",
-           "system_params", "check_machine"]
+           "system_params", "check_machine", "Launch", "Copy", "Write", "StepResult",
+           "run_schedule"]
 
 SIMULATORS = ("model", "verilator")
 
@@ -183,6 +184,203 @@ def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progres
                                  built.seconds, counters,
                                  str(wave_files[0]) if wave_files else None,
                                  launch["load_cycles"], program.name))
+    return results
+
+
+# -- schedules: program launches, AGCU copy jobs, host writes --------------------------------
+
+@dataclass
+class Launch:
+    """A step of :func:`run_schedule`: load and execute ``program`` (as
+    :func:`run_programs`: its packed input images written first, images of ``None``
+    already in memory)."""
+    program: object
+
+
+@dataclass
+class Copy:
+    """A step of :func:`run_schedule`: ``length`` bytes from ``src`` to ``dst`` by AGCU
+    ``COPY`` commands. ``agcus`` > 1 cuts the copy into that many beat-aligned pieces,
+    one per AGCU (0, 1, ...), issued on the same edge; the step ends when the last one
+    is done. Lengths and addresses must be multiples of the machine's beat."""
+    src: int
+    dst: int
+    length: int
+    agcus: int = 1
+
+    def jobs(self, machine):
+        """``[(agcu, src, dst, length)]``: the commands of this step on ``machine``."""
+        beat = machine.beat_bytes
+        for name, value in (("src", self.src), ("dst", self.dst), ("length", self.length)):
+            if value % beat or value < 0:
+                raise RunFailure(f"copy {name} {value:#x} is not a multiple of the "
+                                 f"{beat}-byte beat", "copy")
+        if self.length == 0:
+            raise RunFailure("copy of 0 bytes", "copy")
+        if not 1 <= self.agcus <= machine.agcus:
+            raise RunFailure(f"copy on {self.agcus} AGCUs: the machine has {machine.agcus}",
+                             "copy")
+        beats = self.length // beat
+        pieces = min(self.agcus, beats)
+        jobs, offset = [], 0
+        for k in range(pieces):
+            size = (beats // pieces + (k < beats % pieces)) * beat
+            jobs.append((k, self.src + offset, self.dst + offset, size))
+            offset += size
+        return jobs
+
+
+@dataclass
+class Write:
+    """A step of :func:`run_schedule`: the host writes uint32 ``words`` at ``address``
+    through the backdoor (no cycles: data placed before the measured work, e.g. the
+    experts at rest in DDR)."""
+    address: int
+    words: object
+
+
+@dataclass
+class StepResult:
+    """One step of a schedule: its kind, cycles (``None`` on the functional model and
+    for writes) and, for a launch, its :class:`RunResult`."""
+    kind: str
+    cycles: int = None
+    launch: RunResult = None
+    agcu_cycles: dict = field(default_factory=dict)
+
+
+def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, memory=None,
+                 timeout=None, progress=False):
+    """Run a list of :class:`Launch`, :class:`Copy` and :class:`Write` steps in order on
+    one machine and one memory; one :class:`StepResult` each.
+
+    The general form of :func:`run_programs`: copies move data between HBM, DDR and the
+    host window with AGCU ``COPY`` commands between launches (model switching).
+    ``memory``: memory-model overrides for the RTL (``{"host": {"bytes_per_cycle": ..}}``,
+    :func:`rdu.sim.host.system_memory`); the functional model has no timing. A launch's
+    cycles are its program load plus its execution (``load_cycles + cycles``); a copy's
+    from the edge that accepted its commands to the last ``done``.
+    """
+    if sim not in SIMULATORS:
+        raise ValueError(f"unknown simulator {sim!r}; expected one of {', '.join(SIMULATORS)}")
+    steps = list(steps)
+    programs = [step.program for step in steps if isinstance(step, Launch)]
+    if not programs:
+        raise ValueError("a schedule needs at least one launch")
+    machine = check_machine(programs, machine)
+    for step in steps:
+        if isinstance(step, Copy):
+            step.jobs(machine)
+        elif not isinstance(step, (Launch, Write)):
+            raise ValueError(f"not a schedule step: {step!r}")
+    if sim == "model":
+        return _schedule_model(steps, machine)
+    return _schedule_verilator(steps, machine, seed=seed, work_dir=work_dir, memory=memory,
+                               timeout=timeout, progress=progress)
+
+
+def _schedule_model(steps, machine):
+    from hdl.agcu import AGCUOp
+
+    from .funcmodel import ModelError
+    from .machine_model import FunctionalMachine
+    model = FunctionalMachine(machine)
+    results = []
+    for step in steps:
+        try:
+            if isinstance(step, Write):
+                model.write(step.address, step.words)
+                results.append(StepResult("write"))
+            elif isinstance(step, Copy):
+                for agcu, src, dst, length in step.jobs(machine):
+                    done = model.command(agcu, AGCUOp.COPY, src=src, dst=dst, length=length)
+                    if not done.ok:
+                        raise RunFailure(f"{done.message()} (functional model)", "copy")
+                results.append(StepResult("copy"))
+            else:
+                start = time.perf_counter()
+                outputs, result = model.run_program(step.program)
+                results.append(StepResult("launch", launch=RunResult(
+                    {name: np.asarray(words, np.uint32) for name, words in outputs.items()},
+                    None, "model", time.perf_counter() - start, counters=result.counters,
+                    program=step.program.name)))
+        except ModelError as error:
+            raise RunFailure(f"{error} (functional model)", type(error).__name__) from None
+    return results
+
+
+def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, progress):
+    import json
+
+    from hdl.system import RDUSystem
+
+    from .sim.host import run_schedule as body
+    from .sim.runner import BodyError, run_verilator
+    from .sim.verilator import VerilatorError, build, project_root
+    start = time.perf_counter()
+    launches = [step for step in steps if isinstance(step, Launch)]
+    work_dir = Path(work_dir or project_root() / "build" / "run" /
+                    f"schedule-{launches[0].program.name}")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    plan, writes, limit = [], {}, 0
+    for index, step in enumerate(steps):
+        if isinstance(step, Write):
+            writes[f"w{index}"] = np.asarray(step.words, np.uint32).reshape(-1)
+            plan.append({"kind": "write", "address": int(step.address), "key": f"w{index}"})
+        elif isinstance(step, Copy):
+            plan.append({"kind": "copy", "jobs": [list(map(int, job))
+                                                  for job in step.jobs(machine)],
+                         "timeout": timeout or 4 * step.length + 50_000})
+            limit += plan[-1]["timeout"]
+        else:
+            directory = work_dir / f"step{index}"
+            step.program.save(directory)
+            plan.append({"kind": "launch", "dir": str(directory),
+                         "timeout": timeout or estimate_cycles(step.program) * 4 + 20000})
+            limit += plan[-1]["timeout"] + 200_000
+    np.savez(work_dir / "writes.npz", **writes)
+    (work_dir / "schedule.json").write_text(json.dumps(
+        {"steps": plan, "writes": str(work_dir / "writes.npz")}))
+    try:
+        params = machine.system_params()
+    except ValueError as error:
+        raise RunFailure(str(error), "machine") from None
+    try:
+        built = build(RDUSystem, progress=progress, **params)
+    except VerilatorError as error:
+        raise RunFailure(str(error).splitlines()[0], "build") from None
+    perf_counters = _perf_counter_names(RDUSystem, params)
+    sim_dir = work_dir / "sim"
+    try:
+        with _LogProgress(sim_dir / "sim.log", enabled=progress):
+            stats = run_verilator(built, body, sim_dir, seed=seed,
+                                  schedule_file=str(work_dir / "schedule.json"),
+                                  progress=progress, perf_counters=perf_counters,
+                                  memory=memory, timeout=limit + 100_000)
+    except BodyError as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else \
+            error.error_type
+        raise RunFailure(f"{message} (RTL, cycle {error.cycle})", error.error_type) from None
+    except AssertionError as error:
+        first = str(error).strip().splitlines()[0]
+        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
+                         "simulation") from None
+    seconds = time.perf_counter() - start
+    results = []
+    for step, done in zip(steps, stats.result["steps"], strict=True):
+        if isinstance(step, Launch):
+            launch = done["launch"]
+            counters = {key: value for key, value in launch.items()
+                        if key not in ("outputs", "outputs_file")}
+            counters["sim_cycles_per_second"] = stats.cycles_per_second
+            run = RunResult(_read_outputs(launch, step.program), launch["cycles"],
+                            "verilator", seconds, built.seconds, counters, None,
+                            launch["load_cycles"], step.program.name)
+            results.append(StepResult("launch", launch["load_cycles"] + launch["cycles"],
+                                      run))
+        else:
+            results.append(StepResult(done["kind"], done.get("cycles"),
+                                      agcu_cycles=done.get("agcu_cycles", {})))
     return results
 
 

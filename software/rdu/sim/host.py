@@ -32,7 +32,7 @@ from ..program import Program
 from .memory_system import MemorySystem
 
 __all__ = ["RunError", "HostDriver", "system_memory", "check_program", "run_program",
-           "run_programs", "load_outputs", "hardware_watchdog_cycles"]
+           "run_programs", "run_schedule", "load_outputs", "hardware_watchdog_cycles"]
 
 WORD_BYTES = 4
 #: Total output words returned inline in the result (more: only in the .npz file).
@@ -183,6 +183,25 @@ class HostDriver:
         cycles = await self._wait_done([agcu], timeout, what)
         await self._check_agcu(agcu, what, op.name)
         return cycles[agcu]
+
+    async def copy(self, jobs, timeout=1_000_000):
+        """``COPY`` commands ``[(agcu, src, dst, length)]`` (distinct AGCUs) issued on one
+        edge; wait for all. Returns ``(cycles, {agcu: cycles})`` from that edge to the
+        last ``done`` (to each AGCU's). Raises :class:`RunError` on an AGCU error."""
+        bench = self.bench
+        agcus = [job[0] for job in jobs]
+        if len(set(agcus)) != len(agcus):
+            raise RunError(f"copy jobs name an AGCU twice: {agcus}")
+        what = f"copy on AGCU{'s' if len(agcus) > 1 else ''} {', '.join(map(str, agcus))}"
+        await self._issue(agcus, 0, timeout, what)
+        for agcu, src, dst, length in jobs:
+            bench.set(f"cmd.{agcu}.payload", command_word(AGCUOp.COPY, src=src, dst=dst,
+                                                          length=length))
+        await self._end_issue(agcus)
+        finished = await self._wait_done(agcus, timeout, what)
+        for agcu in agcus:
+            await self._check_agcu(agcu, what, "COPY")
+        return max(finished.values()), finished
 
     async def _wait_done(self, agcus, timeout, what, *, name=None, hardware=False, op=None):
         """Wait until every AGCU in ``agcus`` is done; with ``op``, an AGCU that ends
@@ -431,6 +450,46 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
         "memory": {region.name: dict(region.stats) for region in driver.mem.regions},
         "memory_errors": [str(error) for error in driver.mem.errors],
     }
+
+
+async def run_schedule(bench, schedule_file, *, progress=False, memory=None, stall="none",
+                       perf_counters=None, load_timeout=100_000,
+                       inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None):
+    """Run the steps of ``schedule_file`` (written by :func:`rdu.runtime.run_schedule`)
+    in order on one system and memory: ``write`` (backdoor, no cycles), ``copy``
+    (AGCU ``COPY`` jobs on one edge: :meth:`HostDriver.copy`), ``launch`` (a saved
+    program: :meth:`HostDriver.run`). Returns ``{"steps": [{"kind", "cycles", ...}],
+    "memory": per-region statistics}``."""
+    import json
+    schedule = json.loads(Path(schedule_file).read_text())
+    steps = schedule["steps"]
+    launches = [Program.load(step["dir"]) for step in steps if step["kind"] == "launch"]
+    if not launches:
+        raise RunError("a schedule needs at least one launch")
+    machine = launches[0].machine
+    driver = HostDriver(bench, machine, memory=memory, stall=stall,
+                        perf_counters=perf_counters, progress=progress)
+    done, programs = [], iter(launches)
+    with np.load(schedule["writes"]) as writes:
+        for step in steps:
+            if step["kind"] == "write":
+                driver.write(step["address"], writes[step["key"]])
+                done.append({"kind": "write"})
+            elif step["kind"] == "copy":
+                cycles, per_agcu = await driver.copy([tuple(job) for job in step["jobs"]],
+                                                     step["timeout"])
+                done.append({"kind": "copy", "cycles": cycles,
+                             "agcu_cycles": {str(k): v for k, v in per_agcu.items()}})
+            else:
+                program = next(programs)
+                launch = await driver.run(
+                    program, timeout=step["timeout"], load_timeout=load_timeout,
+                    outputs_file=Path(step["dir"]) / "outputs.npz",
+                    inline_output_words=inline_output_words, watchdog_cycles=watchdog_cycles)
+                done.append({"kind": "launch", "launch": launch})
+    return {"steps": done,
+            "memory": {region.name: dict(region.stats) for region in driver.mem.regions},
+            "memory_errors": [str(error) for error in driver.mem.errors]}
 
 
 async def run_program(bench, program_dir, **params):
