@@ -20,8 +20,8 @@ from .compiler import compile_graph
 from .frontend import Graph, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
 
-__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph", "softmax_graph",
-           "gemm_bf16_graph"]
+__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph",
+           "softmax_graph", "gemm_bf16_graph"]
 
 
 class KernelInputError(ValueError):
