@@ -201,23 +201,22 @@ class LazyVector(_Lazy):
     def __init__(self, batch, index):
         self.batch, self.index = batch, index
 
-    def value(self):
+    def computed(self):
+        """The batch, computed on first use."""
         if self.batch.in0 is not None:
             self.batch.run.compute()
-        return self.batch.vectors[self.index]
+        return self.batch
+
+    def value(self):
+        return self.computed().vectors[self.index]
 
 
-class LazyWord(_Lazy):
+class LazyWord(LazyVector):
     """A SIMD cross-lane reduction (emitted iteration ``index`` of its batch)."""
-    __slots__ = ("batch", "index")
-
-    def __init__(self, batch, index):
-        self.batch, self.index = batch, index
+    __slots__ = ()
 
     def value(self):
-        if self.batch.in0 is not None:
-            self.batch.run.compute()
-        return int(self.batch.reductions[self.index])
+        return int(self.computed().reductions[self.index])
 
 
 def _vector(item):

@@ -23,7 +23,7 @@ from ..layout import Image, Piece
 from ..memory_map import HBM
 from .core import CompileError, register
 
-__all__ = ["lower_matmul", "PAGE", "WORD", "BF16"]
+__all__ = ["lower_matmul", "place_images", "PAGE", "WORD", "BF16"]
 
 PAGE = 4096
 WORD = 4
@@ -56,21 +56,27 @@ def _images(group, t):
     }
 
 
+def place_images(name, images, hbm_size):
+    """``(addresses, bitstream_address)``: each image on its own 4 KiB pages from the HBM
+    base, then the bitstream; a one-line error when HBM is too small."""
+    addresses, address = {}, HBM.base
+    for image_name, image in images.items():
+        addresses[image_name] = address
+        address += _ceil(image.nbytes, PAGE) * PAGE
+    needed = address + 4 * PAGE - HBM.base
+    if needed > hbm_size:
+        raise CompileError(f"{name}: the tensors and the bitstream need {needed} bytes of "
+                           f"HBM, the machine has {hbm_size} ({needed - hbm_size} short): "
+                           f"raise --hbm-mib to at least {_ceil(needed, 1 << 20)}")
+    return addresses, address
+
+
 def lower_matmul(name, group, t, hbm_size):
     """``(kernel, images, addresses, bitstream_address)`` of tiling ``t``."""
     lanes, pcus = t.lanes, t.pcus
     beat = lanes * WORD                       # bytes of one vector beat (one AXI beat)
     images = _images(group, t)
-    addresses, address = {}, HBM.base
-    for image_name, image in images.items():
-        addresses[image_name] = address
-        address += _ceil(image.nbytes, PAGE) * PAGE
-    bitstream_address = address
-    needed = bitstream_address + 4 * PAGE - HBM.base
-    if needed > hbm_size:
-        raise CompileError(f"{name}: the tensors and the bitstream need {needed} bytes of "
-                           f"HBM, the machine has {hbm_size} ({needed - hbm_size} short): "
-                           f"raise --hbm-mib to at least {_ceil(needed, 1 << 20)}")
+    addresses, bitstream_address = place_images(name, images, hbm_size)
     a_name, b_name, c_name = group.a.name, group.b.name, group.output
     kernel = Kernel(name)
     tensors = {image_name: kernel.tensor(image_name, image.shape, image.format)

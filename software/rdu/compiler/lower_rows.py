@@ -33,13 +33,11 @@ import numpy as np
 from ..frontend import ELEMENTWISE
 from ..ir import AccessPattern, Kernel
 from ..layout import Image, Piece
-from ..memory_map import HBM
 from .core import CompileError
+from .lower import WORD, place_images
 
 __all__ = ["lower_rows", "RowPCU"]
 
-PAGE = 4096
-WORD = 4
 _NEG_INF = 0xFF800000
 
 
@@ -117,6 +115,13 @@ class _Builder:
         pcu.in1 = node
         return "IN1", 0
 
+    def stage(self, pcu, fn, operands, where):
+        """Append the SIMD stage ``fn`` of ``operands`` to ``pcu``."""
+        sources = [self.operand(pcu, i, where) for i in operands]
+        constant = next((c for s, c in sources if s == "CONST"), 0)
+        names = [s for s, _ in sources] + ["PREV"] * (3 - len(sources))
+        pcu.stages.append((fn, *names[:3], constant))
+
     def fusable(self, pcu, row, node):
         """Can ``node`` (using ``row``) join ``pcu`` as one more stage?"""
         if pcu is None or pcu.closed or pcu.per_row or len(pcu.stages) >= self.stages:
@@ -152,10 +157,7 @@ class _Builder:
                     pcu = self.new(in0=rows[0])
                 pcu.tail = node.attrs["fn"].upper()
             else:
-                sources = [self.operand(pcu, i, where) for i in operands]
-                constant = next((c for s, c in sources if s == "CONST"), 0)
-                names = [s for s, _ in sources] + ["PREV"] * (3 - len(sources))
-                pcu.stages.append((fn, *names[:3], constant))
+                self.stage(pcu, fn, operands, where)
             pcu.row_value = node
             self.row_of[id(node)] = pcu
             return
@@ -172,10 +174,7 @@ class _Builder:
             pcu.stages.append(("PASS", "SCALAR", "PREV", "PREV", 0))
             pcu.tail = node.attrs["fn"].upper()
         else:
-            sources = [self.operand(pcu, i, where) for i in operands]
-            constant = next((c for s, c in sources if s == "CONST"), 0)
-            names = [s for s, _ in sources] + ["PREV"] * (3 - len(sources))
-            pcu.stages.append((fn, *names[:3], constant))
+            self.stage(pcu, fn, operands, where)
         pcu.scalar_value = node
         self.scalar_of[id(node)] = pcu
         pcu.clock_source = source
@@ -217,15 +216,7 @@ def lower_rows(name, group, tiling, hbm_size, stages):
                             None, None, fmt),
               out: Image((rows, group.length), (Piece(out, (0, 0), (rows, group.length)),),
                          None, None, "bf16" if group.out_node.dtype == "bf16" else "fp32")}
-    addresses, address = {}, HBM.base
-    for image_name, image in images.items():
-        addresses[image_name] = address
-        address += _ceil(image.nbytes, PAGE) * PAGE
-    bitstream_address = address
-    needed = bitstream_address + 4 * PAGE - HBM.base
-    if needed > hbm_size:
-        raise CompileError(f"{name}: the tensors and the bitstream need {needed} bytes of "
-                           f"HBM, the machine has {hbm_size} ({needed - hbm_size} short)")
+    addresses, bitstream_address = place_images(name, images, hbm_size)
     kernel = Kernel(name)
     tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
     row_bytes = group.length * (2 if fmt == "bf16" else 4)
