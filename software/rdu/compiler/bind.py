@@ -76,8 +76,5 @@ def bind(state):
         node.config = resolve(node.config, block)
         if getattr(node, "pattern", None) is not None:
             node.pattern = resolve(node.pattern, block)
-        for side in ("write_pattern", "read_pattern"):
-            if getattr(node, side, None) is not None:
-                setattr(node, side, resolve(getattr(node, side), block))
     state.blocks = blocks
     return "\n".join(f"  {producer}: row block {block}" for producer, block in blocks.items())

@@ -108,7 +108,7 @@ def lower_matmul(name, group, t, hbm_size):
     for p in range(pcus):
         panel = kernel.buffer(
             f"a_panel{p}", t.panel_words, [a_stream], buffers=t.buffers,
-            write_pattern=write, read_pattern=read, block_of=f"matmul{p}", config={
+            block_of=f"matmul{p}", config={
                 "write": write, "write_lanes": 1, "read": read, "read_lanes": t.k_pitch,
                 "buffers": t.buffers, "buffer_words": t.panel_words, "read_repeat": 1,
                 "read_passes": read_passes, "skew_shift": t.k_pitch.bit_length() - 1,

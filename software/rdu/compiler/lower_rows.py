@@ -242,7 +242,7 @@ def lower_rows(name, group, tiling, hbm_size, stages):
             linear = AccessPattern(0, (beats, 1, 1), (lanes, 0, 0))
             delayed[id(value)] = kernel.buffer(
                 f"rowbuf{len(delayed)}", words, [streams[id(value)]], buffers=tiling.buffers,
-                write_pattern=linear, read_pattern=linear, config={
+                config={
                     "write": linear, "write_lanes": 1, "read": linear, "read_lanes": 1,
                     "buffers": tiling.buffers, "buffer_words": words, "read_repeat": 1,
                     "read_passes": rows})
