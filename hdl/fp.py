@@ -18,7 +18,8 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "fp32_add", "fp32_mul",
            "fp32_max", "fp32_min", "fp32_compare", "fp32_to_bf16", "bf16_to_fp32",
-           "BF16MultiplyAccumulate", "FPALU", "FPLanes", "fp_lanes_payload"]
+           "BF16MultiplyAccumulate", "FPALU", "FPLanes", "fp_lanes_payload",
+           "SpecialFunction", "PROGRAMS", "SPECIAL_STEPS", "SpecialFunctionPipeline"]
 
 CANONICAL_NAN = 0x7FC00000
 POS_INF = 0x7F800000
@@ -443,7 +444,7 @@ class FPLanes(wiring.Component):
 # -- tail special functions -----------------------------------------------------------------
 
 class SpecialFunction(enum.IntEnum, shape=2):
-    """Function of :class:`SpecialFunctionUnit` (the PCU's ``tail`` field)."""
+    """Function of :class:`SpecialFunctionPipeline` (the PCU's ``tail`` field)."""
     NONE = 0
     EXP = 1
     RECIPROCAL = 2
@@ -490,21 +491,27 @@ def _scale_exponent(m, p, n, name):
     return result
 
 
-class SpecialFunctionUnit(wiring.Component):
-    """Iterative exp / reciprocal of ``lanes`` FP32 words: one multiply-add per lane,
-    stepped through a fixed program (12 steps for exp, 7 for the reciprocal).
+#: Multiply-add steps of the longest program: the special-function pipeline's depth
+#: after its input register (a beat leaves it ``SPECIAL_STEPS + 1`` advances later).
+SPECIAL_STEPS = max(len(program) for program in PROGRAMS.values())
 
-    ``start`` with ``func`` and ``x`` begins; ``busy`` is high for the program's steps
-    plus one cycle; ``done`` pulses on the cycle ``result`` becomes valid (it holds
-    until the next start).
+
+class SpecialFunctionPipeline(wiring.Component):
+    """Pipelined exp / reciprocal of ``lanes`` FP32 words: one vector per cycle.
+
+    The programs of :data:`PROGRAMS` unrolled: an input register, then one register stage
+    per step, each with one unfused multiply-add per lane (the step of the selected
+    function; a function with fewer steps passes its registers on unchanged). Every
+    ``enable`` advances all stages by one; ``result`` is the function of the value that
+    entered ``SPECIAL_STEPS + 1`` advances earlier (``func`` must stay constant while values
+    are in flight; ``NONE`` gives 0: the PCU bypasses the unit then).
 
     Attributes
     ----------
-    start : In(1)
+    enable : In(1)
     func : In(2)
-        :class:`SpecialFunction` (``NONE`` copies ``x``).
+        :class:`SpecialFunction`.
     x : In(ArrayLayout(32, lanes))
-    busy, done : Out(1)
     result : Out(ArrayLayout(32, lanes))
     """
     def __init__(self, lanes=4):
@@ -514,104 +521,79 @@ class SpecialFunctionUnit(wiring.Component):
             raise ValueError(f"Lane count must be at least 1, not {lanes}")
         self._lanes = lanes
         vec = data.ArrayLayout(unsigned(32), lanes)
-        super().__init__({
-            "start": In(1), "func": In(2), "x": In(vec),
-            "busy": Out(1), "done": Out(1), "result": Out(vec),
-        })
+        super().__init__({"enable": In(1), "func": In(2), "x": In(vec), "result": Out(vec)})
+
+    @property
+    def latency(self):
+        """Advances from ``x`` to ``result``."""
+        return SPECIAL_STEPS + 1
 
     def elaborate(self, platform):
         m = Module()
-        longest = max(len(p) for p in PROGRAMS.values())
-        step = Signal(range(longest + 1))
-        func = Signal(2)
-        final = Signal()      # the cycle after the last step: compute the result
-        m.d.sync += self.done.eq(0)
-        last_step = Signal()
-        with m.Switch(func):
-            for which, program in PROGRAMS.items():
-                with m.Case(which):
-                    m.d.comb += last_step.eq(step == len(program) - 1)
-            with m.Default():
-                m.d.comb += last_step.eq(1)
-        running = Signal()
-        m.d.comb += self.busy.eq(running | final)
-        with m.If(self.start & ~self.busy):
-            m.d.sync += [func.eq(self.func), step.eq(0), running.eq(1)]
-        with m.Elif(running):
-            with m.If(last_step):
-                m.d.sync += [running.eq(0), final.eq(1), step.eq(0)]
-            with m.Else():
-                m.d.sync += step.eq(step + 1)
-        with m.If(final):
-            m.d.sync += [final.eq(0), self.done.eq(1)]
-
         for lane in range(self._lanes):
-            self._lane(m, lane, func, step, running, final)
+            self._lane(m, lane)
         return m
 
-    def _lane(self, m, lane, func, step, running, final):
+    def _lane(self, m, lane):
         name = f"sfu{lane}"
+        func = self.func
         x_in = self.x[lane]
-        regs = {key: Signal(32, name=f"{name}_{key}") for key in ("x", "r1", "r2", "r3")}
-        nan = Signal(name=f"{name}_nan")
-        sign = Signal(name=f"{name}_sign")
-        field = Signal(8, name=f"{name}_field")
-        raw = Signal(32, name=f"{name}_raw")
         inp = unpack(m, x_in, f"{name}_in")
         clamped = fp32_min(m, fp32_max(m, x_in, Const(_EXP_LOW, 32), f"{name}_lo"),
                            Const(_EXP_HIGH, 32), f"{name}_hi")
-        with m.If(self.start & ~self.busy):
+        state = data.StructLayout({"x": 32, "r1": 32, "r2": 32, "r3": 32,
+                                   "nan": 1, "sign": 1, "field": 8})
+        regs = Signal(state, name=f"{name}_s0")
+        with m.If(self.enable):
             m.d.sync += [
-                nan.eq(inp.is_nan), sign.eq(inp.sign), field.eq(inp.exp), raw.eq(x_in),
-                regs["x"].eq(Mux(self.func == SpecialFunction.EXP, clamped,
-                                 Cat(inp.frac, Const(126, 8), Const(0, 1)))),
+                regs.nan.eq(inp.is_nan), regs.sign.eq(inp.sign), regs.field.eq(inp.exp),
+                regs.x.eq(Mux(func == SpecialFunction.EXP, clamped,
+                              Cat(inp.frac, Const(126, 8), Const(0, 1)))),
             ]
-        a, b, c = (Signal(32, name=f"{name}_{n}") for n in "abc")
-        dst = Signal(2, name=f"{name}_dst")
 
-        def operand(spec):
+        def operand(spec, regs):
             if isinstance(spec, int):
                 return Const(spec, 32)
             if spec == "nx":
-                return regs["x"] ^ _SIGN
-            return regs[spec]
+                return regs.x ^ _SIGN
+            return getattr(regs, spec)
 
-        with m.Switch(func):
-            for which, program in PROGRAMS.items():
-                with m.Case(which):
-                    with m.Switch(step):
-                        for index, (target, sa, sb, sc) in enumerate(program):
-                            with m.Case(index):
-                                m.d.comb += [a.eq(operand(sa)), b.eq(operand(sb)),
-                                             c.eq(operand(sc)),
-                                             dst.eq(("r1", "r2", "r3").index(target) + 1)]
-        product = fp32_mul(m, a, b, f"{name}_mul")
-        total = fp32_add(m, product, c, f"{name}_add")
-        with m.If(running):
-            for index, key in enumerate(("r1", "r2", "r3")):
-                with m.If(dst == index + 1):
-                    m.d.sync += regs[key].eq(total)
+        for index in range(SPECIAL_STEPS):
+            nxt = Signal(state, name=f"{name}_s{index + 1}")
+            a, b, c = (Signal(32, name=f"{name}_s{index}_{n}") for n in "abc")
+            dst = Signal(2, name=f"{name}_s{index}_dst")
+            with m.Switch(func):
+                for which, program in PROGRAMS.items():
+                    if index < len(program):
+                        target, sa, sb, sc = program[index]
+                        with m.Case(which):
+                            m.d.comb += [a.eq(operand(sa, regs)), b.eq(operand(sb, regs)),
+                                         c.eq(operand(sc, regs)),
+                                         dst.eq(("r1", "r2", "r3").index(target) + 1)]
+            total = fp32_add(m, fp32_mul(m, a, b, f"{name}_s{index}_mul"), c,
+                             f"{name}_s{index}_add")
+            with m.If(self.enable):
+                m.d.sync += nxt.eq(regs)
+                for number, key in enumerate(("r1", "r2", "r3")):
+                    with m.If(dst == number + 1):
+                        m.d.sync += getattr(nxt, key).eq(total)
+            regs = nxt
 
         n_exp = Signal(signed(12), name=f"{name}_n_exp")
         n_rcp = Signal(signed(12), name=f"{name}_n_rcp")
-        m.d.comb += [n_exp.eq(regs["r2"][:23] - 0x400000), n_rcp.eq(126 - field)]
-        exp_result = _scale_exponent(m, regs["r1"], n_exp, f"{name}_exp")
-        rcp_scaled = _scale_exponent(m, regs["r1"], n_rcp, f"{name}_rcp")
-        result = Signal(32, name=f"{name}_result")
-        is_inf = (field == 0xFF)
+        m.d.comb += [n_exp.eq(regs.r2[:23] - 0x400000), n_rcp.eq(126 - regs.field)]
+        exp_result = _scale_exponent(m, regs.r1, n_exp, f"{name}_exp")
+        rcp_scaled = _scale_exponent(m, regs.r1, n_rcp, f"{name}_rcp")
+        result = self.result[lane]
         with m.Switch(func):
             with m.Case(SpecialFunction.EXP):
-                m.d.comb += result.eq(Mux(nan, CANONICAL_NAN, exp_result))
+                m.d.comb += result.eq(Mux(regs.nan, CANONICAL_NAN, exp_result))
             with m.Case(SpecialFunction.RECIPROCAL):
-                with m.If(nan):
+                with m.If(regs.nan):
                     m.d.comb += result.eq(CANONICAL_NAN)
-                with m.Elif(field == 0):
-                    m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
-                with m.Elif(is_inf):
-                    m.d.comb += result.eq(Cat(Const(0, 31), sign))
+                with m.Elif(regs.field == 0):
+                    m.d.comb += result.eq(Cat(Const(POS_INF, 31), regs.sign))
+                with m.Elif(regs.field == 0xFF):
+                    m.d.comb += result.eq(Cat(Const(0, 31), regs.sign))
                 with m.Else():
-                    m.d.comb += result.eq(rcp_scaled | (sign << 31))
-            with m.Default():
-                m.d.comb += result.eq(raw)
-        with m.If(final):
-            m.d.sync += self.result[lane].eq(result)
+                    m.d.comb += result.eq(rcp_scaled | (regs.sign << 31))

@@ -13,7 +13,7 @@ from .fp import (
     FPALU,
     BF16MultiplyAccumulate,
     Op,
-    SpecialFunctionUnit,
+    SpecialFunctionPipeline,
     fp32_add,
     fp32_max,
 )
@@ -52,6 +52,7 @@ class Source(enum.IntEnum, shape=3):
     CONST = 3       #: the stage's ``constant`` field, all lanes
     IN1 = 4         #: the lane of the vector_in1 beat consumed with this beat
     COUNTER = 5     #: the innermost counter's value (an INT32), all lanes
+    LANE = 6        #: the lane's index (an INT32: 0 to lanes - 1), e.g. for causal masks
 
 
 class Reduce(enum.IntEnum, shape=2):
@@ -342,13 +343,11 @@ class PCU(wiring.Component):
         })
         # the last (reduction) register empties into the tail FIFOs whenever all three
         # have room; everything before it advances together when that register is free
-        # and the special-function unit is not computing
-        m.submodules.special = special = SpecialFunctionUnit(lanes)
         out_ready = Signal(name="simd_out_ready")
         m.d.comb += out_ready.eq(vec_out.ready & scalar_out.ready & control_out.ready)
         tail = Signal(record, name="simd_tail")
         advance = Signal(name="simd_advance")
-        m.d.comb += advance.eq((~tail.valid | out_ready) & ~special.busy)
+        m.d.comb += advance.eq(~tail.valid | out_ready)
         need_scalar = Signal(name="simd_need_scalar")
         m.d.comb += need_scalar.eq(config.scalar_in & chain.first_inner)
         held_scalar = Signal(32, name="simd_held_scalar")
@@ -403,6 +402,8 @@ class PCU(wiring.Component):
                             m.d.comb += operand.eq(previous.in1[lane])
                         with m.Case(Source.COUNTER):
                             m.d.comb += operand.eq(previous.counter)
+                        with m.Case(Source.LANE):
+                            m.d.comb += operand.eq(lane)
                     operands.append(operand)
                 m.d.comb += [alu.op.eq(cfg.op), alu.a.eq(operands[0]), alu.b.eq(operands[1]),
                              alu.c.eq(operands[2])]
@@ -410,22 +411,38 @@ class PCU(wiring.Component):
                     m.d.sync += [out.vec[lane].eq(alu.result), register.eq(alu.result)]
             previous = out
 
-        # tail special function: the unit starts as a beat enters the tail register and
-        # holds its result until the next start, i.e. while the beat sits there
-        func_reg = Signal(record, name="simd_func")
+        # tail special function: with ``tail = NONE`` a beat passes one register; else it
+        # enters the special-function pipeline (SPECIAL_STEPS + 1 registers, one beat per
+        # cycle), its flags beside it. Each path only takes beats of its own kind, so a
+        # run never sees a beat left in the other path by the run before.
+        with_func = Signal(name="simd_with_func")
+        m.d.comb += with_func.eq(config.tail != Tail.NONE)
+        m.submodules.special = special = SpecialFunctionPipeline(lanes)
+        m.d.comb += [special.enable.eq(advance), special.func.eq(config.tail),
+                     special.x.eq(previous.vec)]
+        flags = data.StructLayout({"valid": 1, "emit": 1, "done": 1})
+        bypass = Signal(record, name="simd_bypass")
         with m.If(advance):
             m.d.sync += [
-                func_reg.valid.eq(previous.valid), func_reg.emit.eq(previous.emit),
-                func_reg.done.eq(previous.done), func_reg.vec.eq(previous.vec),
+                bypass.valid.eq(previous.valid & ~with_func), bypass.emit.eq(previous.emit),
+                bypass.done.eq(previous.done), bypass.vec.eq(previous.vec),
             ]
-        m.d.comb += [
-            special.start.eq(advance & previous.valid & (config.tail != Tail.NONE)),
-            special.func.eq(config.tail),
-            special.x.eq(previous.vec),
-        ]
+        carried = Signal(flags, name="simd_func_flags0")
+        m.d.comb += [carried.valid.eq(previous.valid & with_func),
+                     carried.emit.eq(previous.emit), carried.done.eq(previous.done)]
+        for n in range(special.latency):
+            delayed = Signal(flags, name=f"simd_func_flags{n + 1}")
+            with m.If(advance):
+                m.d.sync += delayed.eq(carried)
+            carried = delayed
         func_out = Signal(data.ArrayLayout(unsigned(32), lanes), name="simd_func_out")
-        m.d.comb += func_out.eq(Mux(config.tail == Tail.NONE, func_reg.vec, special.result))
-        previous = func_reg
+        previous = Signal(flags, name="simd_func")
+        m.d.comb += [
+            func_out.eq(Mux(with_func, special.result, bypass.vec)),
+            previous.valid.eq(Mux(with_func, carried.valid, bypass.valid)),
+            previous.emit.eq(Mux(with_func, carried.emit, bypass.emit)),
+            previous.done.eq(Mux(with_func, carried.done, bypass.done)),
+        ]
 
         # reduction tree: pairs (0,1), (2,3), ... then pairs of those, one register stage
         level = [func_out[lane] for lane in range(lanes)]

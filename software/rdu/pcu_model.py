@@ -104,6 +104,7 @@ class SimdState:
                 Source.CONST: constant,
                 Source.IN1: other,
                 Source.COUNTER: np.full(lanes, counter0, dtype=np.uint32),
+                Source.LANE: np.arange(lanes, dtype=np.uint32),
             }
             a, b, c = (operand_values[stage.get(src, 0)] for src in ("src_a", "src_b", "src_c"))
             vec = fpmodel.apply(stage.get("op", 0), a, b, c)
@@ -304,7 +305,8 @@ def _simd_chunk(state, counter0, first, last_inner, vec, other, taken):
         operands = {Source.PREV: vec, Source.SCALAR: scalar[:, None],
                     Source.CONST: np.full((1, 1), constant, dtype=np.uint32),
                     Source.IN1: other,
-                    Source.COUNTER: np.asarray(counter0).astype(np.uint32)[:, None]}
+                    Source.COUNTER: np.asarray(counter0).astype(np.uint32)[:, None],
+                    Source.LANE: np.arange(lanes, dtype=np.uint32)[None, :]}
         used = _used_sources(stage)
         if Source.REG in used:
             if layout is None:

@@ -226,8 +226,8 @@ def random_simd_config(rng, stages, max_trips=(4, 3, 2)):
     for _ in range(stages):
         stage_list.append({
             "op": int(rng.integers(0, 17)),
-            "src_a": int(rng.choice([0, 0, 1, 2, 3, 4, 5])),
-            "src_b": int(rng.choice([0, 1, 1, 2, 3, 4])),
+            "src_a": int(rng.choice([0, 0, 1, 2, 3, 4, 5, 6])),
+            "src_b": int(rng.choice([0, 1, 1, 2, 3, 4, 6])),
             "src_c": int(rng.choice([0, 1, 2, 3, 4])),
             "constant": int(random_operands(rng, 1)[0][0]),
         })
