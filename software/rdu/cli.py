@@ -72,9 +72,21 @@ def cmd_speed(args):
 def cmd_verilog(args):
     from rdu.designs import DESIGNS, get_design
     from rdu.sim.verilator import generate_verilog, lint_verilog
-    names = args.designs or sorted(DESIGNS)
+    ip_designs = sorted(name for name, design in DESIGNS.items() if design.module == "hdl.ip")
+    if args.ip:
+        names = args.designs or ip_designs
+        wrong = [name for name in names if name not in ip_designs]
+        if wrong:
+            raise CommandError(f"--ip writes IP tops ({', '.join(ip_designs)}), not "
+                               f"{', '.join(map(repr, wrong))}")
+    else:
+        names = args.designs or sorted(DESIGNS)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.ip:
+        from rdu.ip import DOC_NAME, HEADER_NAME, write_header, write_register_doc
+        print(write_header(out_dir / HEADER_NAME))
+        print(write_register_doc(out_dir / DOC_NAME))
     failures = 0
     for name in names:
         design = get_design(name)
@@ -619,6 +631,9 @@ def _parser():
     verilog.add_argument("designs", nargs="*", help="design names (default: all)")
     verilog.add_argument("-o", "--output", default="build/verilog", help="output directory")
     verilog.add_argument("--lint", action="store_true", help="run verilator --lint-only")
+    verilog.add_argument("--ip", action="store_true",
+                         help="the IP tops (AXI4 ports, AXI4-Lite registers; docs/ip.md) "
+                              "and their C header rdu_regs.h and register doc rdu_regs.md")
     verilog.set_defaults(func=cmd_verilog)
     return parser
 
