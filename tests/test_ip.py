@@ -209,7 +209,7 @@ def test_c_header_compiles_and_matches_the_map(tmp_path):
     """rdu_regs.h (peakrdl-cheader) compiles with gcc -Wall -Werror, and every register's
     offset in its struct and every field's position and reset value are the map's (the
     gateware's: the Verilator test reads every register at these offsets)."""
-    from rdu.ip import write_header
+    from rdu.ip import encodings, write_header
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         pytest.skip("no C compiler")
@@ -228,6 +228,10 @@ def test_c_header_compiles_and_matches_the_map(tmp_path):
             if field.kind != "status":
                 lines.append(f'    printf("%lu\\n", (unsigned long){prefix}_reset);')
                 expected.append(field.reset)
+    for register, field, values in encodings():
+        for name, value in values.items():
+            lines.append(f'    printf("%d\\n", RDU_IP__{register}__{field}__{name});')
+            expected.append(value)
     lines += ["    return 0;", "}"]
     source = tmp_path / "offsets.c"
     source.write_text("\n".join(lines) + "\n")
@@ -236,6 +240,17 @@ def test_c_header_compiles_and_matches_the_map(tmp_path):
                     str(source), "-o", str(binary)], check=True)
     output = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout
     assert [int(value) for value in output.split()] == expected
+
+
+def test_register_doc_is_generated(tmp_path):
+    """docs/ip_regs.md is what peakrdl-markdown writes from hdl/rdu_ip.rdl (regenerate
+    it with ``rdu verilog --ip -o build/ip`` and copy rdu_regs.md)."""
+    from pathlib import Path
+
+    from rdu.ip import write_register_doc
+    generated = write_register_doc(tmp_path / "rdu_regs.md").read_text()
+    committed = Path(__file__).resolve().parent.parent / "docs" / "ip_regs.md"
+    assert committed.read_text() == generated
 
 
 # -- the IP top's ports ------------------------------------------------------------------

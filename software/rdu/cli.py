@@ -409,8 +409,8 @@ def cmd_run(args):
     if args.save:
         _check_output(args.save, directory=True)
     if args.waves:
-        if args.sim != "verilator":
-            raise CommandError("--waves needs --sim verilator")
+        if args.sim == "model":
+            raise CommandError("--waves needs --sim verilator or --sim ip")
         _check_output(args.waves)
     kernel, program, arrays, sources = _program_for(args)
     if arrays and set(arrays) != set(kernel.inputs):
@@ -441,7 +441,7 @@ def cmd_run(args):
         "max_abs_err": max_abs_err,
         "wall_seconds": round(time.perf_counter() - start, 2),
     }
-    if args.sim == "verilator":
+    if args.sim in ("verilator", "ip"):
         report["config_cycles"] = result.load_cycles
         perf = result.counters.get("perf", {})
         from hdl.interfaces import NETWORKS
@@ -562,9 +562,11 @@ def _parser():
         cmd.add_argument("--seed", type=int, default=1,
                          help="seed of the random inputs and of the simulation")
         if sim_choice:
-            cmd.add_argument("--sim", choices=["model", "verilator"], default="model",
+            cmd.add_argument("--sim", choices=["model", "verilator", "ip"], default="model",
                              help="model: the functional model (seconds, no cycles); "
-                                  "verilator: the RTL (cycle-accurate)")
+                                  "verilator: the RTL (cycle-accurate); ip: the RTL as an "
+                                  "IP block, driven over AXI4-Lite on cocotbext-axi models "
+                                  "(docs/ip.md)")
         cmd.add_argument("--timeout", type=int, metavar="CYCLES",
                          help="watchdog: cycles a launch may take (default: 4x an "
                               "estimate from the program)")

@@ -8,29 +8,65 @@ exporter (``peakrdl-markdown``). ``rdu verilog --ip`` calls :func:`write_ip`.
 
 from pathlib import Path
 
-__all__ = ["HEADER_NAME", "DOC_NAME", "write_header", "write_register_doc", "write_ip"]
+__all__ = ["HEADER_NAME", "DOC_NAME", "encodings", "write_header", "write_register_doc",
+           "write_ip"]
 
 HEADER_NAME = "rdu_regs.h"
 DOC_NAME = "rdu_regs.md"
 
 
+def encodings():
+    """``[(register, field, {name: value})]``: the values of every encoded field (from
+    the SystemRDL ``encode`` enumerations) and of ``ERROR.CODE`` per ``ERROR.SOURCE``
+    (the units' own enumerations, :data:`hdl.ip.ERROR_CODES`)."""
+    from hdl.ip import ERROR_CODES
+    from hdl.regmap import register_map
+    found = []
+    for register in register_map().registers:
+        for field in register.fields:
+            if field.encode is not None:
+                found.append((register.name, field.name,
+                              {member.name: member.value for member in field.encode}))
+    for source, codes in ERROR_CODES.items():
+        found.append(("ERROR", f"CODE__{source}",
+                      {member.name: member.value for member in codes}))
+    return found
+
+
 def write_header(path):
-    """Write the C header of the register map (``peakrdl-cheader``) to ``path``."""
+    """Write the C header of the register map (``peakrdl-cheader``) to ``path``, with
+    a ``#define`` per value of every encoded field (:func:`encodings`)."""
     from peakrdl_cheader.exporter import CHeaderExporter
 
     from hdl.regmap import rdl_root
     path = Path(path)
     CHeaderExporter().export(rdl_root().top, str(path))
+    lines = ["// values of the encoded fields (ERROR.SOURCE; ERROR.CODE per source)"]
+    for register, field, values in encodings():
+        lines += [f"#define RDU_IP__{register}__{field}__{name} {value}"
+                  for name, value in values.items()]
+    text = path.read_text()
+    anchor = "#ifdef __cplusplus\n}"
+    index = text.rindex(anchor)
+    path.write_text(text[:index] + "\n".join(lines) + "\n\n" + text[index:])
     return path
 
 
 def write_register_doc(path):
-    """Write the Markdown register documentation (``peakrdl-markdown``) to ``path``."""
+    """Write the Markdown register documentation (``peakrdl-markdown``) to ``path``,
+    with a table of the values of every encoded field (:func:`encodings`)."""
     from peakrdl_markdown import MarkdownExporter
 
     from hdl.regmap import rdl_root
     path = Path(path)
     MarkdownExporter().export(rdl_root().top, str(path))
+    lines = ["", "## Encoded fields", ""]
+    for register, field, values in encodings():
+        lines += [f"### {register}.{field.replace('__', ' when SOURCE = ')}", "",
+                  "| value | name |", "|---|---|"]
+        lines += [f"| {value} | {name} |" for name, value in values.items()]
+        lines.append("")
+    path.write_text(path.read_text().rstrip("\n") + "\n" + "\n".join(lines))
     return path
 
 
