@@ -250,10 +250,10 @@ def ip_geometry(system):
     :class:`RDUSystem`: what the ``GEOMETRY`` and ``RESOURCES`` registers report."""
     array = system.array
     stages = [unit.stages for unit in array.units.values() if hasattr(unit, "stages")]
-    pmus = [unit for unit in array.units.values() if hasattr(unit, "capacity_bytes")]
+    pmus = [unit for unit in array.units.values() if hasattr(unit, "capacity_words")]
     return {"rows": system.rows, "cols": system.cols, "lanes": system.lanes,
             "stages": stages[0] if stages else 0,
-            "pmu_kib": pmus[0].capacity_bytes // 1024 if pmus else 0,
+            "pmu_kib": pmus[0].capacity_words * 4 // 1024 if pmus else 0,
             "agcus": system.agcu_count,
             "beat_log2": (system.lanes * WORD_BITS // 8).bit_length() - 1}
 

@@ -308,7 +308,7 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     program = compile_gemm(m, n, k, ArrayGeometry(rows=2, cols=2, lanes=4, pmu_words=4096))
     a, b = random_inputs(m, n, k, seed)
     pack_inputs(program, a, b)
-    program.save(sim_dir / "program")
+    dirs = [str(program.save(sim_dir / name)) for name in ("program", "again")]
     params = program.machine.system_params()
     built = build(RDUIP, toplevel="rdu_ip", **params)
     names = RDUIP(**params).perf_counter_names()
@@ -321,8 +321,8 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
            {"prog_addr": failing, "prog_len": 4 * words, "exec_mask": 0b11},
            {"prog_addr": program.bitstream_address, "prog_len": 4 * words, "exec_mask": 0}]
     stats = run_verilator(built, run_ip_programs, sim_dir / "run", seed=seed, watchdog=20_000,
-                          program_dirs=[str(sim_dir / "program")], timeout=60_000,
-                          pause=True, perf_counters=names,
+                          program_dirs=dirs, timeout=60_000,
+                          pause=True, perf_counters=names, soft_reset=True,
                           error_regions=[[failing, 0x1000]], bad_programs=bad)
     result = stats.result
     registers = result["registers"]
@@ -333,6 +333,9 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     assert registers["PERF_COUNT"] == len(names)
     for name in ("CONTROL", "IRQ_STATUS", "PROG_ADDR", "WATCHDOG", "SCRATCH"):
         assert registers[name] == regmap[name].reset, name
+    # a write to a read-only register is ignored (OKAY), unmapped words read 0
+    assert result["probes"] == {"id_write_resp": 0, "id_after_write": MAGIC,
+                                "unmapped": [0, 0, 0]}
     messages = [refused["message"] for refused in result["refused"]]
     assert messages == [
         "bad start 0: bitstream rejected by the configuration loader: BAD_MAGIC "
@@ -341,15 +344,21 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
         "bad start 2: AGCU 0 ended with READ_SLVERR (ERROR.CODE = 5)",
         "bad start 3: REQUEST (ERROR = 0x500)"]
     assert all(r["irq_edges"] == 1 and r["busy"] == 0 for r in result["refused"])
+    # the soft reset between the two launches: the sequencer's status, the loader and
+    # the pending interrupts cleared, the run registers kept
+    assert result["after_soft_reset"] == [{"STATUS": 0, "IRQ_STATUS": 0,
+                                           "PROG_ADDR": program.bitstream_address}]
+    for launch in result["launches"]:
+        with np.load(launch["outputs_file"]) as out:
+            c = unpack_output(program, out["c"])
+        ok, error = check_result(c, a, b)
+        assert ok, f"C differs from numpy by {error}"
+        assert launch["irq_edges"] == 1 and launch["irq_after_clear"] == 0
+        assert launch["cycles"] > 0 and launch["load_cycles"] > 0
+        assert launch["array_cycles"] > 0
+        assert set(launch["perf"]) == set(names)
+        assert not any(v for name, v in launch["perf"].items() if name.endswith(".error"))
     launch = result["launches"][0]
-    with np.load(launch["outputs_file"]) as out:
-        c = unpack_output(program, out["c"])
-    ok, error = check_result(c, a, b)
-    assert ok, f"C differs from numpy by {error}"
-    assert launch["irq_edges"] == 1 and launch["irq_after_clear"] == 0
-    assert launch["cycles"] > 0 and launch["load_cycles"] > 0 and launch["array_cycles"] > 0
-    assert set(launch["perf"]) == set(names)
-    assert not any(v for name, v in launch["perf"].items() if name.endswith(".error"))
     print(f"GEMM {m}x{n}x{k} through the IP top (paused AXI): load {launch['load_cycles']}, "
           f"run {launch['cycles']} cycles, array {launch['array_cycles']}; "
           f"{stats.cycles} cycles in {stats.seconds:.1f} s")

@@ -16,12 +16,14 @@ DOC_NAME = "rdu_regs.md"
 
 
 def encodings():
-    """``[(register, field, {name: value})]``: the values of every encoded field (from
-    the SystemRDL ``encode`` enumerations) and of ``ERROR.CODE`` per ``ERROR.SOURCE``
-    (the units' own enumerations, :data:`hdl.ip.ERROR_CODES`)."""
+    """``[(register, field, {name: value})]``: the values of ``STATUS.CONFIG_STATE``
+    (:class:`hdl.config_net.LoaderState`), of every encoded field (from the SystemRDL
+    ``encode`` enumerations) and of ``ERROR.CODE`` per ``ERROR.SOURCE`` (the units' own
+    enumerations, :data:`hdl.ip.ERROR_CODES`)."""
+    from hdl.config_net import LoaderState
     from hdl.ip import ERROR_CODES
     from hdl.regmap import register_map
-    found = []
+    found = [("STATUS", "CONFIG_STATE", {member.name: member.value for member in LoaderState})]
     for register in register_map().registers:
         for field in register.fields:
             if field.encode is not None:

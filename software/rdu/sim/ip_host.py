@@ -35,6 +35,8 @@ from .host import RunError, check_program, code_name, unit_errors
 __all__ = ["IPDriver", "run_ip_programs", "ip_params"]
 
 WORD_BYTES = 4
+#: Written over every output before a launch (then its inputs, which may overlap).
+POISON = 0xDEADBEEF
 
 
 def ip_params(machine):
@@ -271,6 +273,9 @@ class IPDriver:
         """One launch of ``program`` as a CPU driver runs it; returns its figures."""
         check_program(program)
         what = f"program {program.name!r}"
+        for address, words in program.outputs.values():
+            # what an earlier launch left there must not pass for this one's result
+            await self.write(address, np.full(words, POISON, dtype=np.uint32))
         for address, words in program.inputs.values():
             if words is not None:
                 await self.write(address, words)
@@ -307,14 +312,18 @@ class IPDriver:
 
 async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000, pause=False,
                           perf_counters=None, watchdog=None, error_regions=(),
-                          bad_programs=None):
+                          bad_programs=None, soft_reset=False):
     """Run the saved programs in order on the IP top through its AXI4-Lite registers
     (:class:`IPDriver`); each launch's outputs go to ``<program_dir>/outputs.npz``.
 
     ``bad_programs``: ``[{"prog_addr", "prog_len", "exec_mask"}]`` started first (each
     must end with the interrupt and ``STATUS.ERROR``); their error messages are returned
-    in ``"refused"``. Returns ``{"launches": [...], "refused": [...], "registers":
-    {name: value after reset}}``.
+    in ``"refused"``. ``soft_reset``: write ``CONTROL.SOFT_RESET`` before every launch
+    after the first, and record ``STATUS``, ``IRQ_STATUS`` and ``PROG_ADDR`` right after
+    it (``"after_soft_reset"``). Returns ``{"launches": [...], "refused": [...],
+    "registers": {name: value after reset}, "probes": {...}, "after_soft_reset":
+    [...]}``; the probes are a write to ``ID`` then its read (``id_after_write``) and
+    reads of unmapped words (``unmapped``).
     """
     programs = [Program.load(directory) for directory in program_dirs]
     if not programs:
@@ -324,6 +333,9 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
                       error_regions=[tuple(r) for r in error_regions])
     registers = {register.name: await driver.read_reg(register.name)
                  for register in driver.regmap.registers}
+    probes = {"id_write_resp": await driver.write_reg("ID", 0),
+              "id_after_write": await driver.read_reg("ID"),
+              "unmapped": [await driver.read_offset(offset) for offset in (0x3C, 0x60, 0xFFC)]}
     refused = []
     for index, bad in enumerate(bad_programs or ()):
         what = f"bad start {index}"
@@ -337,9 +349,14 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
         refused.append({"message": await driver.error_message(what),
                         "irq_edges": driver.irq_edges - edges,
                         "busy": driver.field("STATUS", "BUSY", status)})
-    launches = []
+    launches, after_soft_reset = [], []
     for index, (program, directory) in enumerate(zip(programs, program_dirs, strict=True)):
+        if soft_reset and index:
+            await driver.write_reg("CONTROL", driver.bits("CONTROL", SOFT_RESET=1))
+            after_soft_reset.append({name: await driver.read_reg(name)
+                                     for name in ("STATUS", "IRQ_STATUS", "PROG_ADDR")})
         launches.append(await driver.run(
             program, timeout=timeouts[index] if timeouts else timeout,
             outputs_file=Path(directory) / "outputs.npz", watchdog=watchdog))
-    return {"launches": launches, "refused": refused, "registers": registers}
+    return {"launches": launches, "refused": refused, "registers": registers,
+            "probes": probes, "after_soft_reset": after_soft_reset}
