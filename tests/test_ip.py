@@ -362,3 +362,145 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     print(f"GEMM {m}x{n}x{k} through the IP top (paused AXI): load {launch['load_cycles']}, "
           f"run {launch['cycles']} cycles, array {launch['array_cycles']}; "
           f"{stats.cycles} cycles in {stats.seconds:.1f} s")
+
+
+# -- the sequencer against stand-in AGCUs (Amaranth simulator) ---------------------------
+
+class _FakeAGCU:
+    """Gateware stand-in of an AGCU's command side: takes a command when idle, is busy
+    for ``latency`` cycles, then done, an ``EXECUTE`` with ``next_error`` (both signals
+    set by the test)."""
+
+    def __init__(self):
+        from amaranth import Signal
+        from amaranth.lib import stream
+
+        from hdl.agcu import agcu_command_layout
+        self.cmd = stream.Signature(agcu_command_layout()).flip().create()
+        self.busy, self.done = Signal(), Signal()
+        self.error, self.next_error = Signal(4), Signal(4)
+        self.latency, self.count = Signal(16, init=5), Signal(16)
+        self.ops = Signal(3)         # the last accepted op
+
+    def elaborate(self, m):
+        from amaranth import Mux
+
+        from hdl.agcu import AGCUOp
+        m.d.comb += self.cmd.ready.eq(~self.busy)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [self.busy.eq(1), self.done.eq(0), self.count.eq(self.latency),
+                         self.ops.eq(self.cmd.payload.op)]
+        with m.Elif(self.busy):
+            with m.If(self.count == 0):
+                m.d.sync += [self.busy.eq(0), self.done.eq(1),
+                             self.error.eq(Mux(self.ops == AGCUOp.EXECUTE, self.next_error, 0))]
+            with m.Else():
+                m.d.sync += self.count.eq(self.count - 1)
+
+
+def test_sequencer_against_stand_in_agcus():
+    """Every way a run ends: clean (START and both EXECUTEs on one edge, RUN_CYCLES as
+    the host runtime counts), an AGCU error while the other is still busy (at once,
+    naming it), the array's watchdog (naming host.watchdog_unit), a unit error after
+    the drain, a rejected bitstream, a bad EXEC_MASK; the argument load on AGCU 0
+    before EXECUTE; a start while busy is ignored."""
+    from amaranth import Module
+
+    from hdl.agcu import AGCUError, AGCUOp
+    from hdl.config_net import ConfigStatus, LoaderState
+    from hdl.ip import Sequencer
+    seq = Sequencer(2)
+    fakes = [_FakeAGCU(), _FakeAGCU()]
+    m = Module()
+    m.submodules.seq = seq
+    for k, fake in enumerate(fakes):
+        fake.elaborate(m)
+        m.d.comb += [fake.cmd.valid.eq(seq.cmd[k].valid), fake.cmd.payload.eq(seq.cmd[k].payload),
+                     seq.cmd[k].ready.eq(fake.cmd.ready), seq.agcu_busy[k].eq(fake.busy),
+                     seq.agcu_done[k].eq(fake.done), seq.agcu_error[k].eq(fake.error)]
+    sources = register_map().enum("ERROR", "SOURCE")
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    log = {}
+
+    async def run(ctx, what, until=400):
+        """Pulse start; return (cycles to the end, [cycles with host.start],
+        {cycle: set of AGCUs sent EXECUTE})."""
+        ctx.set(seq.start, 1)
+        await ctx.tick()
+        ctx.set(seq.start, 0)
+        starts, executes = [], {}
+        for cycle in range(until):
+            if ctx.get(seq.host.start):
+                starts.append(cycle)
+            for k in range(2):
+                if ctx.get(seq.cmd[k].valid) and ctx.get(seq.cmd[k].ready) and \
+                        ctx.get(seq.cmd[k].payload.op) == AGCUOp.EXECUTE:
+                    executes.setdefault(cycle, set()).add(k)
+            await ctx.tick()
+            if not ctx.get(seq.busy):
+                log[what] = (ctx.get(seq.done), ctx.get(seq.error), ctx.get(seq.error_source),
+                             ctx.get(seq.error_code), ctx.get(seq.error_unit))
+                return cycle, starts, executes
+        raise AssertionError(f"{what}: still busy after {until} cycles")
+
+    async def bench(ctx):
+        ctx.set(seq.prog_addr, 0x3000)
+        ctx.set(seq.prog_len, 700)
+        ctx.set(seq.exec_mask, 0b11)
+        ctx.set(seq.watchdog_cycles, 100)
+        ctx.set(seq.host.config_state, LoaderState.LOADED)
+        # a clean run: both EXECUTEs on the edge that samples start
+        ctx.set(fakes[1].latency, 20)
+        _, starts, executes = await run(ctx, "clean")
+        assert len(starts) == 1 and executes == {starts[0]: {0, 1}}
+        assert log["clean"] == (1, 0, sources.NONE, 0, 0)
+        assert ctx.get(seq.run_cycles) == 21         # latency 20: done 21 edges after start
+        assert ctx.get(fakes[0].ops) == AGCUOp.EXECUTE
+        # a start while busy is ignored; an AGCU error ends the run at once
+        ctx.set(fakes[1].latency, 1000)
+        ctx.set(fakes[0].next_error, AGCUError.WRITE_SLVERR)
+        ctx.set(seq.start, 1)
+        await ctx.tick()
+        ctx.set(seq.start, 0)
+        await ctx.tick()
+        await ctx.tick()
+        cycles, _, _ = await run(ctx, "agcu error")      # this start is ignored...
+        assert cycles < 60                               # ...the first one ends
+        assert log["agcu error"] == (0, 1, sources.AGCU, AGCUError.WRITE_SLVERR, 0)
+        for _ in range(1100):                            # AGCU 1 finishes its EXECUTE
+            await ctx.tick()
+        ctx.set(fakes[0].next_error, 0)
+        ctx.set(fakes[1].latency, 5)
+        # the array's watchdog
+        ctx.set(seq.host.watchdog, 1)
+        ctx.set(seq.host.watchdog_unit, 0x123)
+        await run(ctx, "watchdog")
+        assert log["watchdog"] == (0, 1, sources.WATCHDOG, 0, 0x123)
+        ctx.set(seq.host.watchdog, 0)
+        # a unit error seen after the drain
+        ctx.set(seq.host.unit_error, 1)
+        await run(ctx, "unit")
+        assert log["unit"] == (0, 1, sources.UNIT, 0, 0)
+        ctx.set(seq.host.unit_error, 0)
+        # a rejected bitstream
+        ctx.set(seq.host.config_state, LoaderState.ERROR)
+        ctx.set(seq.host.error, ConfigStatus.CRC)
+        await run(ctx, "loader")
+        assert log["loader"] == (0, 1, sources.LOADER, ConfigStatus.CRC, 0)
+        ctx.set(seq.host.config_state, LoaderState.LOADED)
+        # EXEC_MASK naming AGCU 2 of 2
+        ctx.set(seq.exec_mask, 0b100)
+        await run(ctx, "mask")
+        assert log["mask"] == (0, 1, sources.REQUEST, 0, 0)
+        # arguments: ARGUMENT_LOAD on AGCU 0, start with AGCU 1's EXECUTE, AGCU 0's after
+        ctx.set(seq.exec_mask, 0b11)
+        ctx.set(seq.arg_len, 8)
+        ctx.set(fakes[0].latency, 10)
+        _, starts, executes = await run(ctx, "args")
+        assert log["args"][:2] == (1, 0)
+        assert executes[starts[0]] == {1}
+        assert [k for cycle, ks in executes.items() if cycle > starts[0] for k in ks] == [0]
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(log) == 7
