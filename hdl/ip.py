@@ -141,8 +141,18 @@ class Sequencer(wiring.Component):
         arg_bit = Signal(n)
         m.d.comb += [host.watchdog_cycles.eq(self.watchdog_cycles),
                      arg_bit.eq(Cat(self.arg_len != 0))]
+        # one command word for every AGCU, packed whole (its dst is always 0): fields
+        # assigned one by one would leave constant-only slices, which Verilator's lint
+        # rejects in the generated Verilog (ALWNEVER)
+        layout = agcu_command_layout(self.addr_width)
+        op, address, length = Signal(AGCUOp.as_shape()), Signal(self.addr_width), Signal(32)
+        packed = Signal(layout.size)
+        m.d.comb += [address.eq(self.prog_addr),
+                     packed.eq((op << layout["op"].offset) |
+                               (address << layout["src"].offset) |
+                               (length << layout["length"].offset))]
         for k in range(n):
-            m.d.comb += self.cmd[k].payload.src.eq(self.prog_addr)
+            m.d.comb += self.cmd[k].payload.eq(packed)
 
         def fail(source, code, unit=0):
             m.d.sync += [self.error_source.eq(source), self.error_code.eq(code),
@@ -167,8 +177,8 @@ class Sequencer(wiring.Component):
                 m.next = "LOAD"
             with m.State("LOAD"):
                 cmd = self.cmd[0]
-                m.d.comb += [cmd.valid.eq(1), cmd.payload.op.eq(AGCUOp.PROGRAM_LOAD),
-                             cmd.payload.length.eq(self.prog_len)]
+                m.d.comb += [cmd.valid.eq(1), op.eq(AGCUOp.PROGRAM_LOAD),
+                             length.eq(self.prog_len)]
                 with m.If(cmd.ready):
                     m.d.sync += counter.eq(0)
                     m.next = "LOAD_WAIT"
@@ -187,9 +197,8 @@ class Sequencer(wiring.Component):
                     m.d.sync += counter.eq(counter + 1)
             with m.State("ARGS"):
                 cmd = self.cmd[0]
-                m.d.comb += [cmd.valid.eq(1), cmd.payload.op.eq(AGCUOp.ARGUMENT_LOAD),
-                             cmd.payload.src.eq(self.arg_addr),
-                             cmd.payload.length.eq(self.arg_len)]
+                m.d.comb += [cmd.valid.eq(1), op.eq(AGCUOp.ARGUMENT_LOAD),
+                             address.eq(self.arg_addr), length.eq(self.arg_len)]
                 with m.If(cmd.ready):
                     m.next = "READY"
             with m.State("READY"):
@@ -236,8 +245,7 @@ class Sequencer(wiring.Component):
         # AGCU still busy with the arguments, as soon as it takes it
         for k in range(n):
             with m.If(pending[k] & (fsm.ongoing("START") | fsm.ongoing("RUN"))):
-                m.d.comb += [self.cmd[k].valid.eq(1),
-                             self.cmd[k].payload.op.eq(AGCUOp.EXECUTE)]
+                m.d.comb += [self.cmd[k].valid.eq(1), op.eq(AGCUOp.EXECUTE)]
                 with m.If(self.cmd[k].ready):
                     m.d.sync += [pending[k].eq(0), issued[k].eq(1)]
         with m.If(self.busy == 0):
