@@ -15,7 +15,8 @@ pytest.importorskip("systemrdl", reason="the 'ip' extra (systemrdl-compiler) is 
 
 from hdl.regmap import FIELD_KINDS, AXI4LiteRegisters, register_map  # noqa: E402
 
-MAGIC = 0x52445530
+#: ``ID.MAGIC``: 'RDUI' (not the bitstream's magic)
+MAGIC = int.from_bytes(b"RDUI", "big")
 
 
 # -- the map ------------------------------------------------------------------------------

@@ -206,6 +206,10 @@ class IPDriver:
             word |= (int(value) & ((1 << f.width) - 1)) << f.lsb
         return word
 
+    async def clear_irq(self):
+        """Clear every pending interrupt (write 1 to every ``IRQ_STATUS`` field)."""
+        await self.write_reg("IRQ_STATUS", sum(f.mask for f in self.regmap["IRQ_STATUS"].fields))
+
     # -- memory ----------------------------------------------------------------------------
     async def write(self, address, words):
         await self.space.write(address, np.asarray(words, dtype="<u4").tobytes())
@@ -280,7 +284,7 @@ class IPDriver:
             if words is not None:
                 await self.write(address, words)
         await self.write(program.bitstream_address, program.bitstream)
-        await self.write_reg("IRQ_STATUS", self.bits("IRQ_STATUS", DONE=1, ERROR=1))
+        await self.clear_irq()
         edges = self.irq_edges
         mask = sum(1 << k for k in program.execute)
         await self.start(prog_addr=program.bitstream_address,
@@ -339,7 +343,7 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     refused = []
     for index, bad in enumerate(bad_programs or ()):
         what = f"bad start {index}"
-        await driver.write_reg("IRQ_STATUS", driver.bits("IRQ_STATUS", DONE=1, ERROR=1))
+        await driver.clear_irq()
         edges = driver.irq_edges
         await driver.start(watchdog=watchdog, **bad)
         await driver.wait_irq(timeout, what)
