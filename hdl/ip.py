@@ -170,6 +170,11 @@ class Sequencer(wiring.Component):
                     bad = (self.exec_mask == 0) | (self.exec_mask >> n != 0)
                     with m.If(bad):
                         fail(src.REQUEST, 0)
+                    with m.Elif(busy.any()):
+                        # a command would wait for it forever: refuse, naming the lowest
+                        for k in reversed(range(n)):
+                            with m.If(busy[k]):
+                                fail(src.STUCK, 0, k)
                     with m.Else():
                         m.next = "CLEAR"
             with m.State("CLEAR"):

@@ -37,7 +37,7 @@ def test_register_map_is_consistent():
     assert regmap["IRQ_STATUS"].field("ERROR").kind == "sticky"
     sources = regmap.enum("ERROR", "SOURCE")
     assert [s.name for s in sources] == ["NONE", "LOADER", "AGCU", "WATCHDOG", "UNIT",
-                                         "REQUEST"]
+                                         "REQUEST", "STUCK"]
 
 
 def test_unsupported_field_semantics_are_refused(tmp_path):
@@ -321,6 +321,7 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     empty = hbm.base + hbm.size - 0x1_0000          # nothing written there: zeroes
     failing = 0xF000_0000                           # answers SLVERR
     words = len(program.bitstream)
+    start = {"prog_addr": program.bitstream_address, "prog_len": 4 * words}
     bad = [{"prog_addr": empty, "prog_len": 4 * words, "exec_mask": 0b11},
            {"prog_addr": 0xE000_0000, "prog_len": 4 * words, "exec_mask": 0b11},
            {"prog_addr": failing, "prog_len": 4 * words, "exec_mask": 0b11},
@@ -328,7 +329,9 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     stats = run_verilator(built, run_ip_programs, sim_dir / "run", seed=seed, watchdog=20_000,
                           program_dirs=dirs, timeout=60_000,
                           pause=True, perf_counters=names, soft_reset=True,
-                          error_regions=[[failing, 0x1000]], bad_programs=bad)
+                          error_regions=[[failing, 0x1000]], bad_programs=bad,
+                          last_starts=[{**start, "exec_mask": 0b01, "watchdog": 300},
+                                       {**start, "exec_mask": 0b11}])
     result = stats.result
     registers = result["registers"]
     regmap = register_map()
@@ -364,6 +367,15 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
         assert launch["array_cycles"] > 0
         assert set(launch["perf"]) == set(names)
         assert not any(v for name, v in launch["perf"].items() if name.endswith(".error"))
+    # last: the GEMM with only AGCU 0 executing (nobody takes C): the array's watchdog
+    # stops it, naming the stalled switch input; the next start is refused (STUCK)
+    last = result["refused_last"]
+    assert re.fullmatch(r"last start 0: hardware watchdog stopped the run; first stalled: "
+                        r"switch\(\d,\d\) \w+ input \w+ \(ERROR_UNIT = 0x[0-9a-f]+\)",
+                        last[0]["message"]), last[0]["message"]
+    assert last[1]["message"] == ("last start 1: AGCU 0 still busy from an earlier run "
+                                  "(write CONTROL.SOFT_RESET first)")
+    assert all(r["irq_edges"] == 1 and r["busy"] == 0 for r in last)
     launch = result["launches"][0]
     print(f"GEMM {m}x{n}x{k} through the IP top (paused AXI): load {launch['load_cycles']}, "
           f"run {launch['cycles']} cycles, array {launch['array_cycles']}; "
@@ -407,9 +419,10 @@ class _FakeAGCU:
 def test_sequencer_against_stand_in_agcus():
     """Every way a run ends: clean (START and both EXECUTEs on one edge, RUN_CYCLES as
     the host runtime counts), an AGCU error while the other is still busy (at once,
-    naming it), the array's watchdog (naming host.watchdog_unit), a unit error after
-    the drain, a rejected bitstream, a bad EXEC_MASK; the argument load on AGCU 0
-    before EXECUTE; a start while busy is ignored."""
+    naming it), a start refused while an AGCU is still busy (STUCK), the array's
+    watchdog (naming host.watchdog_unit), a unit error after the drain, a rejected
+    bitstream, a bad EXEC_MASK; the argument load on AGCU 0 before EXECUTE; a start
+    while busy is ignored."""
     from amaranth import Module
 
     from hdl.agcu import AGCUError, AGCUOp
@@ -474,6 +487,9 @@ def test_sequencer_against_stand_in_agcus():
         cycles, _, _ = await run(ctx, "agcu error")      # this start is ignored...
         assert cycles < 60                               # ...the first one ends
         assert log["agcu error"] == (0, 1, sources.AGCU, AGCUError.WRITE_SLVERR, 0)
+        # AGCU 1 is still busy: a start is refused at once (no command would be taken)
+        cycles, _, _ = await run(ctx, "stuck")
+        assert cycles < 3 and log["stuck"] == (0, 1, sources.STUCK, 0, 1)
         for _ in range(1100):                            # AGCU 1 finishes its EXECUTE
             await ctx.tick()
         ctx.set(fakes[0].next_error, 0)
@@ -484,6 +500,8 @@ def test_sequencer_against_stand_in_agcus():
         await run(ctx, "watchdog")
         assert log["watchdog"] == (0, 1, sources.WATCHDOG, 0, 0x123)
         ctx.set(seq.host.watchdog, 0)
+        for _ in range(10):                 # the AGCUs the watchdog left busy finish
+            await ctx.tick()
         # a unit error seen after the drain
         ctx.set(seq.host.unit_error, 1)
         await run(ctx, "unit")
@@ -509,7 +527,7 @@ def test_sequencer_against_stand_in_agcus():
         assert [k for cycle, ks in executes.items() if cycle > starts[0] for k in ks] == [0]
     sim.add_testbench(bench)
     sim.run()
-    assert len(log) == 7
+    assert len(log) == 8
 
 
 @pytest.mark.verilator

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hdl.array import watchdog_location
 from hdl.ip import ERROR_CODES
 from hdl.regmap import register_map
 
@@ -266,7 +267,12 @@ class IPDriver:
         if source == sources.AGCU:
             return f"{what}: AGCU {unit} ended with {name} (ERROR.CODE = {code})"
         if source == sources.WATCHDOG:
-            return f"{what}: hardware watchdog stopped the run (ERROR_UNIT = {unit:#x})"
+            where = watchdog_location(unit, self.machine.rows, self.machine.cols)
+            return (f"{what}: hardware watchdog stopped the run; first stalled: "
+                    f"{where or 'no item in the mesh'} (ERROR_UNIT = {unit:#x})")
+        if source == sources.STUCK:
+            return (f"{what}: AGCU {unit} still busy from an earlier run (write "
+                    f"CONTROL.SOFT_RESET first)")
         if source == sources.UNIT:
             errors = unit_errors(await self.read_counters())
             return f"{what}: {errors[0] if errors else 'a unit reports an error'}"
@@ -316,7 +322,7 @@ class IPDriver:
 
 async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000, pause=False,
                           perf_counters=None, watchdog=None, error_regions=(),
-                          bad_programs=None, soft_reset=False):
+                          bad_programs=None, soft_reset=False, last_starts=None):
     """Run the saved programs in order on the IP top through its AXI4-Lite registers
     (:class:`IPDriver`); each launch's outputs go to ``<program_dir>/outputs.npz``.
 
@@ -327,7 +333,9 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     it (``"after_soft_reset"``). Returns ``{"launches": [...], "refused": [...],
     "registers": {name: value after reset}, "probes": {...}, "after_soft_reset":
     [...]}``; the probes are a write to ``ID`` then its read (``id_after_write``) and
-    reads of unmapped words (``unmapped``).
+    reads of unmapped words (``unmapped``). ``last_starts``: like ``bad_programs``
+    (``"watchdog"`` too), started after the launches (their messages in
+    ``"refused_last"``).
     """
     programs = [Program.load(directory) for directory in program_dirs]
     if not programs:
@@ -340,19 +348,23 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     probes = {"id_write_resp": await driver.write_reg("ID", 0),
               "id_after_write": await driver.read_reg("ID"),
               "unmapped": [await driver.read_offset(offset) for offset in (0x3C, 0x60, 0xFFC)]}
-    refused = []
-    for index, bad in enumerate(bad_programs or ()):
-        what = f"bad start {index}"
-        await driver.clear_irq()
-        edges = driver.irq_edges
-        await driver.start(watchdog=watchdog, **bad)
-        await driver.wait_irq(timeout, what)
-        status = await driver.read_reg("STATUS")
-        if not driver.field("STATUS", "ERROR", status):
-            raise RunError(f"{what}: ended without STATUS.ERROR (STATUS = {status:#x})")
-        refused.append({"message": await driver.error_message(what),
-                        "irq_edges": driver.irq_edges - edges,
-                        "busy": driver.field("STATUS", "BUSY", status)})
+
+    async def refuse(starts, name):
+        refused = []
+        for index, bad in enumerate(starts or ()):
+            what = f"{name} {index}"
+            await driver.clear_irq()
+            edges = driver.irq_edges
+            await driver.start(**{"watchdog": watchdog, **bad})
+            await driver.wait_irq(timeout, what)
+            status = await driver.read_reg("STATUS")
+            if not driver.field("STATUS", "ERROR", status):
+                raise RunError(f"{what}: ended without STATUS.ERROR (STATUS = {status:#x})")
+            refused.append({"message": await driver.error_message(what),
+                            "irq_edges": driver.irq_edges - edges,
+                            "busy": driver.field("STATUS", "BUSY", status)})
+        return refused
+    refused = await refuse(bad_programs, "bad start")
     launches, after_soft_reset = [], []
     for index, (program, directory) in enumerate(zip(programs, program_dirs, strict=True)):
         if soft_reset and index:
@@ -363,4 +375,5 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
             program, timeout=timeouts[index] if timeouts else timeout,
             outputs_file=Path(directory) / "outputs.npz", watchdog=watchdog))
     return {"launches": launches, "refused": refused, "registers": registers,
-            "probes": probes, "after_soft_reset": after_soft_reset}
+            "probes": probes, "after_soft_reset": after_soft_reset,
+            "refused_last": await refuse(last_starts, "last start")}
