@@ -72,9 +72,21 @@ def cmd_speed(args):
 def cmd_verilog(args):
     from rdu.designs import DESIGNS, get_design
     from rdu.sim.verilator import generate_verilog, lint_verilog
-    names = args.designs or sorted(DESIGNS)
+    ip_designs = sorted(name for name, design in DESIGNS.items() if design.module == "hdl.ip")
+    if args.ip:
+        names = args.designs or ip_designs
+        wrong = [name for name in names if name not in ip_designs]
+        if wrong:
+            raise CommandError(f"--ip writes IP tops ({', '.join(ip_designs)}), not "
+                               f"{', '.join(map(repr, wrong))}")
+    else:
+        names = args.designs or sorted(DESIGNS)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.ip:
+        from rdu.ip import DOC_NAME, HEADER_NAME, write_header, write_register_doc
+        print(write_header(out_dir / HEADER_NAME))
+        print(write_register_doc(out_dir / DOC_NAME))
     failures = 0
     for name in names:
         design = get_design(name)
@@ -397,8 +409,8 @@ def cmd_run(args):
     if args.save:
         _check_output(args.save, directory=True)
     if args.waves:
-        if args.sim != "verilator":
-            raise CommandError("--waves needs --sim verilator")
+        if args.sim == "model":
+            raise CommandError("--waves needs --sim verilator or --sim ip")
         _check_output(args.waves)
     kernel, program, arrays, sources = _program_for(args)
     if arrays and set(arrays) != set(kernel.inputs):
@@ -429,7 +441,7 @@ def cmd_run(args):
         "max_abs_err": max_abs_err,
         "wall_seconds": round(time.perf_counter() - start, 2),
     }
-    if args.sim == "verilator":
+    if args.sim in ("verilator", "ip"):
         report["config_cycles"] = result.load_cycles
         perf = result.counters.get("perf", {})
         from hdl.interfaces import NETWORKS
@@ -550,9 +562,11 @@ def _parser():
         cmd.add_argument("--seed", type=int, default=1,
                          help="seed of the random inputs and of the simulation")
         if sim_choice:
-            cmd.add_argument("--sim", choices=["model", "verilator"], default="model",
+            cmd.add_argument("--sim", choices=["model", "verilator", "ip"], default="model",
                              help="model: the functional model (seconds, no cycles); "
-                                  "verilator: the RTL (cycle-accurate)")
+                                  "verilator: the RTL (cycle-accurate); ip: the RTL as an "
+                                  "IP block, driven over AXI4-Lite on cocotbext-axi models "
+                                  "(docs/ip.md)")
         cmd.add_argument("--timeout", type=int, metavar="CYCLES",
                          help="watchdog: cycles a launch may take (default: 4x an "
                               "estimate from the program)")
@@ -619,6 +633,9 @@ def _parser():
     verilog.add_argument("designs", nargs="*", help="design names (default: all)")
     verilog.add_argument("-o", "--output", default="build/verilog", help="output directory")
     verilog.add_argument("--lint", action="store_true", help="run verilator --lint-only")
+    verilog.add_argument("--ip", action="store_true",
+                         help="the IP tops (AXI4 ports, AXI4-Lite registers; docs/ip.md) "
+                              "and their C header rdu_regs.h and register doc rdu_regs.md")
     verilog.set_defaults(func=cmd_verilog)
     return parser
 

@@ -52,6 +52,10 @@ DESIGNS = {design.name: design for design in [
            {"rows": 4, "cols": 4, "lanes": 8, "agcus": 2, "compute_unit": "hdl.pcu:PCU"},
            "the default machine: 4x4 tile array (8 PCUs, 8 PMUs, 8 lanes) and two AGCUs "
            "(what `make sim` runs)", quick=False),
+    Design("ip_2x2", "hdl.ip", "RDUIP",
+           {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384},
+           "the minimal system as an IP block: AXI4 manager ports m00_axi/m01_axi, "
+           "AXI4-Lite registers s_axil, irq (docs/ip.md)", quick=False),
 ]}
 
 

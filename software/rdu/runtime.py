@@ -7,6 +7,11 @@ Two back ends, one result:
 * ``verilator``: the generated Verilog of :class:`hdl.system.RDUSystem` (tile array +
   AGCUs) under cocotb + Verilator, with the HBM/DDR models behind the AGCUs, driven by
   the host driver :mod:`rdu.sim.host`. Cycle-accurate.
+* ``ip``: the IP top :class:`hdl.ip.RDUIP` (the same system behind AXI4 manager ports
+  and AXI4-Lite registers) under cocotb + Verilator, driven as a CPU driver drives it
+  (:mod:`rdu.sim.ip_host`): registers over cocotbext-axi's ``AxiLiteMaster``, memory in
+  cocotbext-axi ``AxiSlave`` models (no HBM/DDR timing), random pauses on every
+  channel, the interrupt. Cycle-accurate; checks the IP's bus behaviour.
 
 :func:`run_programs` launches a sequence of programs on one machine with one memory
 (configuration cleared and reloaded before each, memory kept): a later program reads
@@ -30,7 +35,7 @@ __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS
            "system_params", "check_machine", "Launch", "Copy", "Write", "StepResult",
            "run_schedule"]
 
-SIMULATORS = ("model", "verilator")
+SIMULATORS = ("model", "verilator", "ip")
 
 
 class RunFailure(RuntimeError):
@@ -113,8 +118,68 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
     machine = check_machine(programs, machine)
     if sim == "model":
         return _run_model(programs, machine)
+    if sim == "ip":
+        return _run_ip(programs, machine, seed=seed, work_dir=work_dir, waves=waves,
+                       timeout=timeout, progress=progress)
     return _run_verilator(programs, machine, seed=seed, work_dir=work_dir, waves=waves,
                           timeout=timeout, progress=progress)
+
+
+def _run_ip(programs, machine, *, seed, work_dir, waves, timeout, progress):
+    """The ``ip`` back end: :class:`hdl.ip.RDUIP` under Verilator, driven over AXI4-Lite
+    by :func:`rdu.sim.ip_host.run_ip_programs` on cocotbext-axi's models."""
+    try:
+        import cocotbext.axi  # noqa: F401
+        import systemrdl  # noqa: F401
+    except ImportError:
+        raise RunFailure("--sim ip needs the 'ip' extra (systemrdl-compiler, cocotbext-axi): "
+                         "pip install -e '.[ip]'", "setup") from None
+    from hdl.ip import RDUIP
+
+    from .sim.ip_host import run_ip_programs
+    from .sim.runner import BodyError, run_verilator
+    from .sim.verilator import VerilatorError, build, project_root
+    start = time.perf_counter()
+    name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
+    work_dir = Path(work_dir or project_root() / "build" / "run" / f"{name}-ip")
+    program_dirs = [str(program.save(work_dir / f"program{index}"))
+                    for index, program in enumerate(programs)]
+    try:
+        params = machine.system_params()
+    except ValueError as error:
+        raise RunFailure(str(error), "machine") from None
+    try:
+        built = build(RDUIP, toplevel="rdu_ip", waves=waves, progress=progress, **params)
+    except VerilatorError as error:
+        raise RunFailure(str(error).splitlines()[0], "build") from None
+    perf_counters = _perf_counter_names(RDUIP, params)
+    timeouts = [timeout or estimate_cycles(program) * 4 + 20000 for program in programs]
+    sim_dir = work_dir / "sim"
+    try:
+        with _LogProgress(sim_dir / "sim.log", enabled=progress):
+            stats = run_verilator(built, run_ip_programs, sim_dir, seed=seed,
+                                  program_dirs=program_dirs, timeouts=timeouts, pause=True,
+                                  perf_counters=perf_counters,
+                                  timeout=sum(timeouts) + 200_000 * len(programs))
+    except BodyError as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else \
+            error.error_type
+        raise RunFailure(f"{message} (IP top, cycle {error.cycle})", error.error_type) from None
+    except AssertionError as error:
+        first = str(error).strip().splitlines()[0]
+        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
+                         "simulation") from None
+    wave_files = sorted(sim_dir.glob("dump.*")) if waves else []
+    seconds = time.perf_counter() - start
+    results = []
+    for program, launch in zip(programs, stats.result["launches"], strict=True):
+        outputs = _read_outputs(launch, program)
+        counters = {key: value for key, value in launch.items() if key != "outputs_file"}
+        counters["sim_cycles_per_second"] = stats.cycles_per_second
+        results.append(RunResult(outputs, launch["cycles"], "ip", seconds, built.seconds,
+                                 counters, str(wave_files[0]) if wave_files else None,
+                                 launch["load_cycles"], program.name))
+    return results
 
 
 def _run_model(programs, machine):

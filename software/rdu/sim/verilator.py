@@ -139,10 +139,11 @@ def ensure_verilator():
 
 
 def hdl_source_hash():
-    """Hash of every Python source under ``hdl/`` (the gateware generators)."""
+    """Hash of every Python source under ``hdl/`` (the gateware generators) and of the
+    SystemRDL register maps there (``hdl/rdu_ip.rdl``: the IP top's registers)."""
     digest = hashlib.sha256()
     hdl_dir = project_root() / "hdl"
-    for path in sorted(hdl_dir.rglob("*.py")):
+    for path in sorted([*hdl_dir.rglob("*.py"), *hdl_dir.rglob("*.rdl")]):
         digest.update(str(path.relative_to(hdl_dir)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()

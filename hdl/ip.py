@@ -1,0 +1,428 @@
+"""RDUIP: the system as an FPGA IP block.
+
+:class:`RDUIP` wraps :class:`hdl.system.RDUSystem` for a block design or an SoC:
+
+* per AGCU ``k`` an AXI4 manager port with the names vendor IP uses
+  (``m00_axi_awaddr``, ``m00_axi_awvalid``, ... ``m01_axi_...``), the full AXI4 signal set
+  (the optional signals the AGCU does not use are the constants of
+  :data:`AXI4_CONSTANTS`);
+* an AXI4-Lite subordinate port ``s_axil_*`` with the register map of
+  ``hdl/rdu_ip.rdl`` (:mod:`hdl.regmap`);
+* ``irq``: high while ``CONTROL.IRQ_ENABLE`` and a bit of ``IRQ_STATUS`` are set.
+
+Writing ``CONTROL.START`` runs the :class:`Sequencer`, the run sequence of
+``docs/system.md`` in gateware: clear the configuration, ``PROGRAM_LOAD`` on AGCU 0
+from ``PROG_ADDR``/``PROG_LEN``, the loader's verdict, an optional ``ARGUMENT_LOAD``,
+``start`` and ``EXECUTE`` on the AGCUs of ``EXEC_MASK`` on one edge, the wait for them
+(an AGCU's error or the array's watchdog ends it at once), the wait for the mesh to
+drain; then ``STATUS.DONE`` or ``STATUS.ERROR`` with ``ERROR``/``ERROR_UNIT``, and
+``IRQ_STATUS``. ``docs/ip.md`` has the register map and the integration notes.
+"""
+
+from amaranth import Cat, Module, ResetInserter, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .agcu import AGCUError, AGCUOp, agcu_command_layout
+from .array import WATCHDOG_BITS, HostPort
+from .config_net import ConfigStatus, LoaderState
+from .interfaces import WORD_BITS
+from .regmap import AXI4LiteRegisters, register_map
+from .system import RDUSystem
+
+__all__ = ["AXI4_CONSTANTS", "ERROR_CODES", "axi4_manager_members", "Sequencer", "RDUIP",
+           "ip_geometry"]
+
+#: The AXI4 signals the AGCU does not use, and the constant each manager port drives:
+#: ``AxLOCK`` 0 (normal access), ``AxCACHE`` 0b0011 (normal non-cacheable bufferable:
+#: what Xilinx recommends for a data mover, lets an interconnect merge and buffer
+#: writes), ``AxPROT`` 0b000 (data, secure, unprivileged), ``AxQOS`` 0 (no QoS),
+#: ``AxREGION`` 0 (one region). ``{name: (width, value)}`` for ``aw``; ``ar`` the same.
+AXI4_CONSTANTS = {"lock": (1, 0), "cache": (4, 0b0011), "prot": (3, 0b000),
+                  "qos": (4, 0), "region": (4, 0)}
+
+
+def axi4_manager_members(addr_width, data_width, id_width):
+    """``{name: (direction, width)}`` of an AXI4 manager port in the AMBA names without
+    prefix (``awid``, ``awaddr``, ... ``rready``); ``"out"``: driven by the manager."""
+    address = {"id": id_width, "addr": addr_width, "len": 8, "size": 3, "burst": 2,
+               **{name: width for name, (width, _) in AXI4_CONSTANTS.items()}}
+    members = {}
+    for channel in ("aw", "ar"):
+        members.update({f"{channel}{name}": ("out", width) for name, width in address.items()})
+        members[f"{channel}valid"] = ("out", 1)
+        members[f"{channel}ready"] = ("in", 1)
+        if channel == "aw":
+            members.update({"wdata": ("out", data_width), "wstrb": ("out", data_width // 8),
+                            "wlast": ("out", 1), "wvalid": ("out", 1), "wready": ("in", 1),
+                            "bid": ("in", id_width), "bresp": ("in", 2), "bvalid": ("in", 1),
+                            "bready": ("out", 1)})
+    members.update({"rid": ("in", id_width), "rdata": ("in", data_width), "rresp": ("in", 2),
+                    "rlast": ("in", 1), "rvalid": ("in", 1), "rready": ("out", 1)})
+    return members
+
+
+def _check_int(name, value, low, high):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, not {value}")
+
+
+class Sequencer(wiring.Component):
+    """The host's run sequence of ``docs/system.md`` in gateware, started by a pulse.
+
+    Parameters
+    ----------
+    agcus : int
+        Number of AGCUs (1 to 32: ``EXEC_MASK`` has a bit per AGCU).
+    addr_width : int
+        AGCU address width.
+
+    Attributes
+    ----------
+    start : In(1)
+        Pulse: run (ignored while ``busy``).
+    prog_addr, prog_len, arg_addr, arg_len, exec_mask : In(32)
+        The program (``PROGRAM_LOAD`` on AGCU 0), the arguments (``ARGUMENT_LOAD`` on
+        AGCU 0 when ``arg_len`` is not 0) and the AGCUs that ``EXECUTE``.
+    watchdog_cycles : In(WATCHDOG_BITS)
+        The array's watchdog during the run (0: off; then a stalled run waits for a
+        soft reset, and the mesh is not waited for after the last ``done``).
+    busy, done, error : Out(1)
+        Running; the last run ended cleanly; the last run failed (both cleared by
+        ``start``).
+    error_source, error_code : Out(4), Out(8)
+        ``ERROR.SOURCE`` (:func:`hdl.regmap.RegisterMap.enum`) and its code.
+    error_unit : Out(32)
+        The AGCU (source ``AGCU``) or ``host.watchdog_unit`` (source ``WATCHDOG``).
+    done_event, error_event : Out(1)
+        One cycle at the end of a clean / failed run.
+    run_cycles, load_cycles : Out(32)
+        The measures of ``rdu.sim.host`` (``cycles``, ``load_cycles``).
+    cmd : Out(stream.Signature(agcu_command_layout())).array(agcus)
+    agcu_busy, agcu_done : In(1).array(agcus)
+    agcu_error : In(4).array(agcus)
+    host : Out(HostPort())
+        The array's host port (``perf_select``, ``readback_start`` stay 0: the parent
+        drives them).
+    """
+
+    def __init__(self, agcus, *, addr_width=32):
+        _check_int("AGCU count", agcus, 1, 32)
+        self.agcus = agcus
+        self.addr_width = addr_width
+        self.sources = register_map().enum("ERROR", "SOURCE")
+        super().__init__({
+            "start": In(1),
+            "prog_addr": In(32), "prog_len": In(32), "arg_addr": In(32), "arg_len": In(32),
+            "exec_mask": In(32),
+            "watchdog_cycles": In(WATCHDOG_BITS),
+            "busy": Out(1), "done": Out(1), "error": Out(1),
+            "error_source": Out(4), "error_code": Out(8), "error_unit": Out(32),
+            "done_event": Out(1), "error_event": Out(1),
+            "run_cycles": Out(32), "load_cycles": Out(32),
+            "cmd": Out(stream.Signature(agcu_command_layout(addr_width))).array(agcus),
+            "agcu_busy": In(1).array(agcus),
+            "agcu_done": In(1).array(agcus),
+            "agcu_error": In(AGCUError).array(agcus),
+            "host": Out(HostPort()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, host, src = self.agcus, self.host, self.sources
+        busy = Cat(*self.agcu_busy)
+        done = Cat(*self.agcu_done)
+        mask = Signal(n)
+        pending = Signal(n)       # EXECUTE not yet accepted
+        issued = Signal(n)        # EXECUTE accepted
+        counter = Signal(32)
+        arg_bit = Signal(n)
+        m.d.comb += [host.watchdog_cycles.eq(self.watchdog_cycles),
+                     arg_bit.eq(Cat(self.arg_len != 0))]
+        # one command word for every AGCU, packed whole (its dst is always 0): fields
+        # assigned one by one would leave constant-only slices, which Verilator's lint
+        # rejects in the generated Verilog (ALWNEVER)
+        layout = agcu_command_layout(self.addr_width)
+        op, address, length = Signal(AGCUOp.as_shape()), Signal(self.addr_width), Signal(32)
+        packed = Signal(layout.size)
+        m.d.comb += [address.eq(self.prog_addr),
+                     packed.eq((op << layout["op"].offset) |
+                               (address << layout["src"].offset) |
+                               (length << layout["length"].offset))]
+        for k in range(n):
+            m.d.comb += self.cmd[k].payload.eq(packed)
+
+        def fail(source, code, unit=0):
+            m.d.sync += [self.error_source.eq(source), self.error_code.eq(code),
+                         self.error_unit.eq(unit), self.error.eq(1), self.error_event.eq(1),
+                         self.busy.eq(0)]
+            m.next = "IDLE"
+
+        m.d.sync += [self.done_event.eq(0), self.error_event.eq(0)]
+        with m.FSM() as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [self.busy.eq(1), self.done.eq(0), self.error.eq(0),
+                                 self.error_source.eq(src.NONE), self.error_code.eq(0),
+                                 self.error_unit.eq(0), mask.eq(self.exec_mask)]
+                    bad = (self.exec_mask == 0) | (self.exec_mask >> n != 0)
+                    with m.If(bad):
+                        fail(src.REQUEST, 0)
+                    with m.Elif(busy.any()):
+                        # a command would wait for it forever: refuse, naming the lowest
+                        for k in reversed(range(n)):
+                            with m.If(busy[k]):
+                                fail(src.STUCK, 0, k)
+                    with m.Else():
+                        m.next = "CLEAR"
+            with m.State("CLEAR"):
+                m.d.comb += host.config_clear.eq(1)
+                m.next = "LOAD"
+            with m.State("LOAD"):
+                cmd = self.cmd[0]
+                m.d.comb += [cmd.valid.eq(1), op.eq(AGCUOp.PROGRAM_LOAD),
+                             length.eq(self.prog_len)]
+                with m.If(cmd.ready):
+                    m.d.sync += counter.eq(0)
+                    m.next = "LOAD_WAIT"
+            with m.State("LOAD_WAIT"):
+                with m.If(self.agcu_done[0] & (host.config_state != LoaderState.LOADING)):
+                    m.d.sync += self.load_cycles.eq(counter)
+                    with m.If(self.agcu_error[0] != AGCUError.NONE):
+                        fail(src.AGCU, self.agcu_error[0], 0)
+                    with m.Elif(host.config_state != LoaderState.LOADED):
+                        fail(src.LOADER, host.error)
+                    with m.Elif(self.arg_len != 0):
+                        m.next = "ARGS"
+                    with m.Else():
+                        m.next = "READY"
+                with m.Else():
+                    m.d.sync += counter.eq(counter + 1)
+            with m.State("ARGS"):
+                cmd = self.cmd[0]
+                m.d.comb += [cmd.valid.eq(1), op.eq(AGCUOp.ARGUMENT_LOAD),
+                             address.eq(self.arg_addr), length.eq(self.arg_len)]
+                with m.If(cmd.ready):
+                    m.next = "READY"
+            with m.State("READY"):
+                # every executing AGCU idle (AGCU 0 may still be passing arguments: they
+                # enter the array at start, and it takes EXECUTE when it is done)
+                with m.If((busy & mask & ~arg_bit) == 0):
+                    m.d.sync += [pending.eq(mask), issued.eq(0)]
+                    m.next = "START"
+            with m.State("START"):
+                m.d.comb += host.start.eq(1)
+                m.d.sync += counter.eq(0)
+                m.next = "RUN"
+            with m.State("RUN"):
+                finished = Signal(n)
+                m.d.comb += finished.eq(issued & done)
+                failed = Signal(n)
+                for k in range(n):
+                    m.d.comb += failed[k].eq(finished[k] & (self.agcu_error[k] != AGCUError.NONE))
+                with m.If(failed.any()):
+                    for k in reversed(range(n)):      # the lowest AGCU wins
+                        with m.If(failed[k]):
+                            m.d.sync += [self.error_code.eq(self.agcu_error[k]),
+                                         self.error_unit.eq(k)]
+                    m.d.sync += [self.error_source.eq(src.AGCU), self.error.eq(1),
+                                 self.error_event.eq(1), self.busy.eq(0)]
+                    m.next = "IDLE"
+                with m.Elif(host.watchdog):
+                    fail(src.WATCHDOG, 0, host.watchdog_unit)
+                with m.Elif((pending == 0) & ((finished | ~mask) == (1 << n) - 1)):
+                    m.d.sync += self.run_cycles.eq(counter)
+                    m.next = "DRAIN"
+                with m.Else():
+                    m.d.sync += counter.eq(counter + 1)
+            with m.State("DRAIN"):
+                with m.If((self.watchdog_cycles == 0) | ~(host.holding | host.units_busy)):
+                    with m.If(host.unit_error):
+                        fail(src.UNIT, 0)
+                    with m.Else():
+                        m.d.sync += [self.done.eq(1), self.done_event.eq(1), self.busy.eq(0)]
+                        m.next = "IDLE"
+                with m.Elif(host.watchdog):
+                    fail(src.WATCHDOG, 0, host.watchdog_unit)
+        # EXECUTE on the first cycle of START (the edge that samples start) and, for an
+        # AGCU still busy with the arguments, as soon as it takes it
+        for k in range(n):
+            with m.If(pending[k] & (fsm.ongoing("START") | fsm.ongoing("RUN"))):
+                m.d.comb += [self.cmd[k].valid.eq(1), op.eq(AGCUOp.EXECUTE)]
+                with m.If(self.cmd[k].ready):
+                    m.d.sync += [pending[k].eq(0), issued[k].eq(1)]
+        with m.If(self.busy == 0):
+            m.d.sync += pending.eq(0)
+        return m
+
+
+def ip_geometry(system):
+    """``{"rows", "cols", "lanes", "stages", "pmu_kib", "agcus", "beat_log2"}`` of a
+    :class:`RDUSystem`: what the ``GEOMETRY`` and ``RESOURCES`` registers report."""
+    array = system.array
+    stages = [unit.stages for unit in array.units.values() if hasattr(unit, "stages")]
+    pmus = [unit for unit in array.units.values() if hasattr(unit, "capacity_words")]
+    return {"rows": system.rows, "cols": system.cols, "lanes": system.lanes,
+            "stages": stages[0] if stages else 0,
+            "pmu_kib": pmus[0].capacity_words * 4 // 1024 if pmus else 0,
+            "agcus": system.agcu_count,
+            "beat_log2": (system.lanes * WORD_BITS // 8).bit_length() - 1}
+
+
+class RDUIP(wiring.Component):
+    """The RDU system as an IP block: AXI4 manager ports, AXI4-Lite registers, an irq.
+
+    Parameters
+    ----------
+    rows, cols, lanes, agcus, compute_unit, capacity_bytes, fifo_depth, idle_timeout, \
+agcu_positions
+        As :class:`hdl.system.RDUSystem` (at most 32 AGCUs: ``EXEC_MASK``).
+    lite_addr_width : int
+        Address width of the AXI4-Lite port (its window is ``2**lite_addr_width``
+        bytes; default 12, a 4 KiB page).
+
+    Attributes
+    ----------
+    m<kk>_axi_<signal>
+        AXI4 manager port of AGCU ``kk`` (two digits), every signal of
+        :func:`axi4_manager_members`.
+    s_axil_<signal>
+        AXI4-Lite subordinate port (:func:`hdl.regmap.axi4lite_members`).
+    irq : Out(1)
+        Level interrupt: ``CONTROL.IRQ_ENABLE`` and (``IRQ_STATUS.DONE`` or
+        ``IRQ_STATUS.ERROR``).
+    """
+
+    def __init__(self, rows=4, cols=4, lanes=8, *, agcus=2, compute_unit="hdl.pcu:PCU",
+                 capacity_bytes=65536, lite_addr_width=12, **system_params):
+        _check_int("AGCU count", agcus, 1, 32)
+        self.system = RDUSystem(rows, cols, lanes, agcus=agcus, compute_unit=compute_unit,
+                                capacity_bytes=capacity_bytes, **system_params)
+        self.regmap = register_map()
+        self.lite = AXI4LiteRegisters(self.regmap, addr_width=lite_addr_width)
+        self.sequencer = Sequencer(agcus, addr_width=self.system.agcus[0].addr_width)
+        self.geometry = ip_geometry(self.system)
+        axi = self.system.axi[0].signature
+        self._axi_members = axi4_manager_members(axi.addr_width, axi.data_width, axi.id_width)
+        members = {}
+        for k in range(agcus):
+            for name, (direction, width) in self._axi_members.items():
+                members[f"m{k:02d}_axi_{name}"] = (Out if direction == "out" else In)(width)
+        for name, member in self.lite.signature.members.items():
+            members[f"s_axil_{name}"] = member
+        members["irq"] = Out(1)
+        super().__init__(members)
+
+    def perf_counter_names(self):
+        """The names of the performance counters behind ``PERF_SELECT``."""
+        return self.system.perf_counter_names()
+
+    def elaborate(self, platform):
+        m = Module()
+        system, lite, seq = self.system, self.lite, self.sequencer
+        regs = lite.regs
+        soft_reset = Signal()
+        m.d.comb += soft_reset.eq(regs.control_soft_reset)
+        m.submodules.system = ResetInserter(soft_reset)(system)
+        m.submodules.sequencer = ResetInserter(soft_reset)(seq)
+        m.submodules.lite = lite
+
+        # AXI4-Lite port: the same names with the s_axil_ prefix
+        for name in lite.signature.members:
+            port, inner = getattr(self, f"s_axil_{name}"), getattr(lite, name)
+            if lite.signature.members[name].flow == In:
+                m.d.comb += inner.eq(port)
+            else:
+                m.d.comb += port.eq(inner)
+
+        # AXI4 manager ports: the system's stream channels, flattened
+        for k, axi in enumerate(system.axi):
+            def port(name, k=k):
+                return getattr(self, f"m{k:02d}_axi_{name}")
+            for channel in ("aw", "ar"):
+                stream_ = getattr(axi, channel)
+                payload = stream_.payload
+                m.d.comb += [port(f"{channel}id").eq(payload.id),
+                             port(f"{channel}addr").eq(payload.addr),
+                             port(f"{channel}len").eq(payload.len),
+                             port(f"{channel}size").eq(payload.size),
+                             port(f"{channel}burst").eq(payload.burst),
+                             port(f"{channel}valid").eq(stream_.valid),
+                             stream_.ready.eq(port(f"{channel}ready"))]
+                for name, (_, value) in AXI4_CONSTANTS.items():
+                    m.d.comb += port(f"{channel}{name}").eq(value)
+            m.d.comb += [port("wdata").eq(axi.w.payload.data),
+                         port("wstrb").eq(axi.w.payload.strb),
+                         port("wlast").eq(axi.w.payload.last),
+                         port("wvalid").eq(axi.w.valid),
+                         axi.w.ready.eq(port("wready")),
+                         axi.b.payload.id.eq(port("bid")),
+                         axi.b.payload.resp.eq(port("bresp")),
+                         axi.b.valid.eq(port("bvalid")),
+                         port("bready").eq(axi.b.ready),
+                         axi.r.payload.id.eq(port("rid")),
+                         axi.r.payload.data.eq(port("rdata")),
+                         axi.r.payload.resp.eq(port("rresp")),
+                         axi.r.payload.last.eq(port("rlast")),
+                         axi.r.valid.eq(port("rvalid")),
+                         port("rready").eq(axi.r.ready)]
+
+        # the sequencer drives the commands and the host port
+        for k in range(system.agcu_count):
+            wiring.connect(m, seq.cmd[k], system.cmd[k])
+            m.d.comb += [seq.agcu_busy[k].eq(system.agcu_busy[k]),
+                         seq.agcu_done[k].eq(system.agcu_done[k]),
+                         seq.agcu_error[k].eq(system.agcu_error[k])]
+        host = system.host
+        for name, member in seq.host.signature.members.items():
+            if name in ("perf_select", "readback_start"):
+                continue
+            inner, outer = getattr(seq.host, name), getattr(host, name)
+            if member.flow == Out:          # driven by the host (the sequencer)
+                m.d.comb += outer.eq(inner)
+            else:
+                m.d.comb += inner.eq(outer)
+        m.d.comb += [host.perf_select.eq(regs.perf_select_index),
+                     host.readback_start.eq(0),
+                     system.readback.ready.eq(1)]
+        m.d.comb += [seq.start.eq(regs.control_start),
+                     seq.prog_addr.eq(regs.prog_addr_addr),
+                     seq.prog_len.eq(regs.prog_len_length),
+                     seq.arg_addr.eq(regs.arg_addr_addr),
+                     seq.arg_len.eq(regs.arg_len_length),
+                     seq.exec_mask.eq(regs.exec_mask_mask),
+                     seq.watchdog_cycles.eq(regs.watchdog_cycles)]
+
+        # registers the hardware reports
+        geometry = self.geometry
+        m.d.comb += [
+            regs.geometry_rows.eq(geometry["rows"]), regs.geometry_cols.eq(geometry["cols"]),
+            regs.geometry_lanes.eq(geometry["lanes"]),
+            regs.geometry_stages.eq(geometry["stages"]),
+            regs.resources_pmu_kib.eq(geometry["pmu_kib"]),
+            regs.resources_agcus.eq(geometry["agcus"]),
+            regs.resources_beat_log2.eq(geometry["beat_log2"]),
+            regs.status_config_state.eq(host.config_state),
+            regs.status_busy.eq(seq.busy), regs.status_running.eq(host.running),
+            regs.status_done.eq(seq.done), regs.status_error.eq(seq.error),
+            regs.error_code.eq(seq.error_code), regs.error_source.eq(seq.error_source),
+            regs.error_unit_unit.eq(seq.error_unit),
+            regs.irq_status_done_set.eq(seq.done_event),
+            regs.irq_status_error_set.eq(seq.error_event),
+            regs.clear_sticky.eq(soft_reset),
+            regs.cycles_count.eq(host.cycles),
+            regs.run_cycles_count.eq(seq.run_cycles),
+            regs.load_cycles_count.eq(seq.load_cycles),
+            regs.perf_count_count.eq(len(system.perf_counter_names())),
+            regs.perf_value_value.eq(host.perf_value),
+            self.irq.eq(regs.control_irq_enable &
+                        (regs.irq_status_done | regs.irq_status_error)),
+        ]
+        return m
+
+
+#: The enumeration of ``ERROR.CODE`` for each ``ERROR.SOURCE`` that has codes (the
+#: units' own enumerations, not copies).
+ERROR_CODES = {"LOADER": ConfigStatus, "AGCU": AGCUError}
