@@ -12,6 +12,7 @@ from hdl.fp import SPECIAL_STEPS, Op
 from hdl.interfaces import config_words
 from hdl.pcu import PCU, pcu_config_layout
 from tb.suites.pcu import (
+    causal_mask,
     config_errors,
     simd_op_sweep,
     simd_random_configs,
@@ -179,3 +180,13 @@ def test_simd_timing(stages, tail, seed):
     marks = stats.result
     assert marks["out"][0] - marks["in"][0] == stages + 4 + (SPECIAL_STEPS if tail else 0)
     assert np.diff(marks["out"]).tolist() == [1] * 4
+
+
+@pytest.mark.parametrize("base", [0, -3, 2])
+def test_causal_mask_amaranth(base, seed):
+    """LANE and COUNTER sources make a causal mask: key j hidden from query i when
+    j - i > base, against numpy, under random stalls."""
+    stats = run_amaranth(PCU(lanes=4, stages=4), causal_mask, seed=seed, lanes=4, keys=9,
+                         base=base)
+    keys, query = np.meshgrid(np.arange(9), np.arange(4), indexing="ij")
+    assert stats.result == int((keys - query > base).sum())

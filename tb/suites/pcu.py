@@ -518,3 +518,43 @@ async def simd_timing(bench, *, lanes, stages, tail, beats):
     ctrl_out.expect(1)
     await bench.streams_done(timeout=50 * beats + 500)
     return marks
+
+
+async def causal_mask(bench, *, lanes, keys, base, stall="random"):
+    """Scores masked causally with the LANE and COUNTER sources: beat ``j`` (counter 0)
+    is key ``j``, lane ``i`` is query ``i``; the key is masked (``-inf``) when
+    ``j - i > base``. Stages: ``ISUB(COUNTER, LANE)``, ``ILT(CONST base, PREV)``,
+    ``SELECT(PREV, CONST -inf, IN1)``. Expects the masked scores computed here with numpy
+    (and checks the model gives the same); returns them."""
+    from rdu import pcu_model
+
+    from hdl.fp import Op
+    from hdl.pcu import Source, pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, 4)
+    neg_inf = 0xFF800000
+    config = {"mode": 0, "emit_every": 1, "vector_out": 1,
+              "counters": [{"min": 0, "max": keys, "stride": 1}] +
+                          [{"min": 0, "max": 1, "stride": 1}] * 2,
+              "stages": [{"op": Op.ISUB, "src_a": Source.COUNTER, "src_b": Source.LANE},
+                         {"op": Op.ILT, "src_a": Source.CONST, "src_b": Source.PREV,
+                          "constant": base & 0xFFFFFFFF},
+                         {"op": Op.SELECT, "src_a": Source.PREV, "src_b": Source.CONST,
+                          "src_c": Source.IN1, "constant": neg_inf},
+                         {"op": Op.PASS, "src_a": Source.PREV}]}
+    scores = rng.standard_normal((keys, lanes)).astype(np.float32).view(np.uint32)
+    key, query = np.meshgrid(np.arange(keys), np.arange(lanes), indexing="ij")
+    expected = np.where(key - query > base, np.uint32(neg_inf), scores).astype(np.uint32)
+    model = pcu_model.run_simd(config, lanes, np.zeros((keys, lanes), np.uint32), scores)
+    assert np.array_equal(model["vector_out"], expected), "model differs from numpy"
+    await write_config(bench, layout, config)
+    in0, in1 = bench.source("vector_in0", stall), bench.source("vector_in1", stall)
+    sink = bench.sink("vector_out", stall)
+    ctrl_in, ctrl_out = bench.source("control_in", stall), bench.sink("control_out", stall)
+    in0.send_all(pack_vector(v) for v in np.zeros((keys, lanes), np.uint32))
+    in1.send_all(pack_vector(v) for v in scores)
+    sink.expect_all(pack_vector(v) for v in expected)
+    ctrl_out.expect(1)
+    ctrl_in.send(0)
+    await bench.streams_done(timeout=100 * keys + 2000)
+    return int((expected == neg_inf).sum())
