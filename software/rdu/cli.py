@@ -109,21 +109,9 @@ def cmd_verilog(args):
 
 # -- machines and programs ------------------------------------------------------------------
 
-MACHINE_OPTIONS = {
-    # option: (Machine field, scale, help)
-    "rows": ("rows", 1, "tile array rows"),
-    "cols": ("cols", 1, "tile array columns"),
-    "lanes": ("lanes", 1, "32-bit lanes per vector beat (and PMU banks)"),
-    "stages": ("stages", 1, "SIMD stages per PCU"),
-    "pmu_kib": ("pmu_bytes", 1024, "capacity of each PMU in KiB"),
-    "agcus": ("agcus", 1, "number of AGCUs (AGCU 0 loads programs)"),
-    "hbm_mib": ("hbm_bytes", 1 << 20, "HBM capacity in MiB"),
-    "ddr_mib": ("ddr_bytes", 1 << 20, "DDR capacity in MiB"),
-}
-
-
 def _machine_overrides(args):
     """The machine parameters given on the command line, as Machine fields."""
+    from rdu.machine import MACHINE_OPTIONS
     return {field: getattr(args, option) * scale
             for option, (field, scale, _) in MACHINE_OPTIONS.items()
             if getattr(args, option, None) is not None}
@@ -404,7 +392,7 @@ def cmd_run(args):
 
     import numpy as np
 
-    from rdu.runtime import run_program
+    from rdu.runtime import run_kernel
     start = time.perf_counter()
     if args.save:
         _check_output(args.save, directory=True)
@@ -419,12 +407,10 @@ def cmd_run(args):
                            f"{', '.join('--' + m for m in missing)}")
     inputs = (kernel.user_inputs(program, arrays, sources) if arrays
               else kernel.random_inputs(program, args.seed))
-    kernel.pack(program, inputs)
-    result = run_program(program, args.sim, seed=args.seed, waves=bool(args.waves),
-                         progress=not args.json, timeout=args.timeout)
-    results = kernel.unpack(program, result.outputs)
-    ok, max_abs_err = kernel.check(program, inputs, results)
-    macs, peak = kernel.work(program)
+    figures, results, result = run_kernel(kernel, program, inputs, args.sim, seed=args.seed,
+                                          waves=bool(args.waves), progress=not args.json,
+                                          timeout=args.timeout)
+    ok, max_abs_err = figures["ok"], figures["max_abs_err"]
     report = {
         "ok": ok,
         "kernel": kernel.describe(program),
@@ -432,28 +418,9 @@ def cmd_run(args):
         "seed": args.seed,
         "inputs": ", ".join(sources.values()) if sources else f"random (seed {args.seed})",
         "machine": program.machine.describe(),
-        "pcus_used": program.meta.get("pcus"),
-        "cycles": result.cycles,
-        "macs": macs,
-        "peak_macs_per_cycle": peak,
-        "utilization": (round(macs / (result.cycles * peak), 4)
-                        if result.cycles and macs else None),
-        "max_abs_err": max_abs_err,
+        **{name: value for name, value in figures.items() if name != "ok"},
         "wall_seconds": round(time.perf_counter() - start, 2),
     }
-    if args.sim in ("verilator", "ip"):
-        report["config_cycles"] = result.load_cycles
-        perf = result.counters.get("perf", {})
-        from hdl.interfaces import NETWORKS
-        for network in NETWORKS:
-            report[f"switch_{network}_stall_cycles"] = sum(
-                value for name, value in perf.items()
-                if name.endswith(f".{network}_stall_cycles"))
-        report["pmu_read_stall_cycles"] = sum(
-            value for name, value in perf.items() if name.endswith(".read_stall_cycles"))
-        report["sim_cycles_per_second"] = round(result.counters.get(
-            "sim_cycles_per_second", 0))
-        report["verilator_build_seconds"] = round(result.build_seconds, 1)
     if args.waves:
         if not result.waves:
             raise CommandError("the simulation wrote no waveform")
@@ -524,7 +491,7 @@ def _parser():
         group = cmd.add_argument_group(
             "machine", "the system to compile for or run on (a program file records its "
                        "own; given with one, they must match it)")
-        from rdu.machine import Machine
+        from rdu.machine import MACHINE_OPTIONS, Machine
         reference = Machine()
         for option, (field, scale, text) in MACHINE_OPTIONS.items():
             default = getattr(reference, field) // scale if defaults else None
