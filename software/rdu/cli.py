@@ -5,6 +5,7 @@
 ``rdu sim``      the main job: a GEMM on the default machine under Verilator
 ``rdu compile``  compile a kernel into a program file (manifest + bitstream)
 ``rdu inspect``  print a program's manifest and every unit's fields
+``rdu sweep``    a grid of kernels x shapes x machines x tiers x seeds on Ray, to a table
 ``rdu speed``    simulation speed of a stream FIFO in both tiers, side by side
 ``rdu verilog``  write Verilog of every registered design (and lint it)
 
@@ -446,6 +447,104 @@ def cmd_run(args):
     return 0
 
 
+def _list_of(kind, name):
+    """An argparse type: ``"16,32"`` -> ``[16, 32]`` (``kind`` each)."""
+    def parse(text):
+        values = []
+        for item in text.split(","):
+            item = item.strip()
+            try:
+                values.append(kind(item))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{name}: {item!r} is not "
+                                                 f"{'an integer' if kind is int else 'valid'}"
+                                                 ) from None
+            if kind is int and values[-1] < (0 if name == "seed" else 1):
+                raise argparse.ArgumentTypeError(f"{name}: {item} is out of range")
+        return values
+    return parse
+
+
+def _resource(text):
+    name, _, amount = text.partition("=")
+    try:
+        value = float(amount) if amount else 1.0
+    except ValueError:
+        value = -1
+    if not name or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME or NAME=AMOUNT (AMOUNT > 0)")
+    return name, value
+
+
+def cmd_sweep(args):
+    from rdu.machine import MACHINE_OPTIONS
+    from rdu.sweep import load_grid, run_sweep
+    overrides = {}
+    if args.kernel:
+        overrides["kernels"] = args.kernel
+    shape = {name: getattr(args, name) for name in _shape_names()
+             if getattr(args, name) is not None}
+    if shape:
+        overrides["shape"] = shape
+    machine = {option: getattr(args, option) for option in MACHINE_OPTIONS
+               if getattr(args, option) is not None}
+    if machine:
+        overrides["machine"] = machine
+    if args.tier:
+        overrides["tiers"] = args.tier
+    if args.seed:
+        overrides["seeds"] = args.seed
+    table = Path(args.out)
+    if args.grid is None and not overrides:
+        if not args.plot:
+            raise CommandError("give a grid file (GRID.toml) or the grid's options "
+                               "(--kernel ...), or --plot to draw an existing table")
+        return _sweep_plots(args, table)
+    if args.grid is not None and args.grid.endswith((".csv", ".rdu")):
+        raise CommandError(f"{args.grid}: a grid is a TOML file (the table goes to --out)")
+    if args.grid is None and "shape" in overrides and not args.kernel:
+        raise CommandError("--m/--n/--k without --kernel: say which kernels to sweep")
+    grid = load_grid(args.grid, overrides)
+    points = grid.points()
+    if args.list:
+        from rdu.sweep import Table
+        done = Table(table).done() if table.exists() else {}
+        for point in points:
+            print(f"{point.key}  {done.get(point.key, 'todo'):<13}  {point.label()}")
+        return 0
+    _check_output(table)
+    summary = run_sweep(points, table, address=args.address, workers=args.workers,
+                        cpus=args.cpus, resources=dict(args.resource or []),
+                        timeout=args.timeout, retry_failed=args.retry_failed,
+                        progress=not args.json)
+    _report(summary, args.json)
+    if args.plot:
+        _sweep_plots(args, table, quiet=args.json)
+    bad = summary["wrong"] + summary["run_error"] + summary["missing"]
+    if bad:
+        raise WrongResult(f"{bad} of {summary['points']} points differ from numpy or did not "
+                          f"run ({summary['wrong']} wrong, {summary['run_error']} run errors"
+                          f", {summary['missing']} missing); their errors are in {table}")
+    return 0
+
+
+def _sweep_plots(args, table, quiet=False):
+    from rdu.sweep_plots import plot_table
+    if not table.exists():
+        raise CommandError(f"{table}: no such table (run a sweep first)")
+    directory = Path(args.plot_dir) if args.plot_dir else table.parent / f"{table.stem}-plots"
+    _check_output(directory, directory=True)
+    for path in plot_table(table, directory):
+        if not quiet:
+            print(f"plot  {path}")
+    return 0
+
+
+def _shape_names():
+    from rdu.kernels import KERNELS
+    return sorted({p for kernel in KERNELS.values() for p in kernel.params})
+
+
 def _report(report, as_json):
     if as_json:
         print(json.dumps(report))
@@ -596,6 +695,62 @@ def _parser():
     speed.add_argument("--json", action="store_true", help="print the table as JSON")
     speed.set_defaults(func=cmd_speed)
 
+    sweep = command(
+        "sweep", "run a grid of kernels, shapes, machines, tiers and seeds on Ray",
+        "Compile, run and check every point of a grid (kernels x shapes x machines x "
+        "tiers x seeds) as Ray tasks, and append each point's figures to a CSV table; "
+        "points already in the table are skipped (docs/sweep.md). Lists are comma "
+        "separated; an option replaces the grid file's entry.")
+    sweep.add_argument("grid", nargs="?", metavar="GRID.toml",
+                       help="the grid (kernels, [shape], [machine], tiers, seeds)")
+    from rdu.kernels import KERNELS
+    sweep.add_argument("--kernel", type=_list_of(str, "kernel"), metavar="K[,K...]",
+                       help=f"kernels ({', '.join(sorted(KERNELS))})")
+    for name in _shape_names():
+        sweep.add_argument(f"--{name}", type=_list_of(int, name), metavar=f"{name.upper()}[,...]",
+                           help=f"values of {name.upper()} (each kernel takes the "
+                                f"parameters it has)")
+    grid_machine = sweep.add_argument_group(
+        "machine", "values of each machine parameter (their product is swept; one left "
+                   "out keeps the default machine's value)")
+    from rdu.machine import MACHINE_OPTIONS as _OPTIONS
+    for option, (_, _, text) in _OPTIONS.items():
+        grid_machine.add_argument(f"--{option.replace('_', '-')}", dest=option,
+                                  type=_list_of(int, option), metavar="N[,...]", help=text)
+    sweep.add_argument("--tier", type=_list_of(str, "tier"), metavar="T[,T]",
+                       help="model (functional model: results and traffic, no cycles) "
+                            "and/or verilator (the RTL: cycles); grid default: model")
+    sweep.add_argument("--seed", type=_list_of(int, "seed"), metavar="S[,...]",
+                       help="seeds of the random inputs (grid default: 1)")
+    sweep.add_argument("-o", "--out", default="build/sweep/results.csv", metavar="FILE.csv",
+                       help="the results table, appended to; its points are skipped")
+    engine = sweep.add_argument_group("Ray", "where the points run")
+    engine.add_argument("--address", metavar="HOST:PORT",
+                        help="join this Ray cluster (default: start Ray on this machine "
+                             "for the sweep)")
+    engine.add_argument("--workers", type=int, metavar="N",
+                        help="CPUs of the local Ray (default: all of this machine's)")
+    engine.add_argument("--cpus", type=float, default=1.0, metavar="N",
+                        help="CPUs each point asks for")
+    engine.add_argument("--resource", type=_resource, action="append", metavar="NAME[=N]",
+                        help="a custom Ray resource each point asks for (only nodes "
+                             "started with it run points); repeatable")
+    sweep.add_argument("--timeout", type=int, metavar="CYCLES",
+                       help="RTL watchdog per point (default: 4x an estimate from the "
+                            "program)")
+    sweep.add_argument("--retry-failed", action="store_true",
+                       help="run again the points recorded with an error or a wrong result")
+    sweep.add_argument("--list", action="store_true",
+                       help="print the grid's points (and whether the table has them)")
+    sweep.add_argument("--plot", action="store_true",
+                       help="draw plots from the table (after the sweep, if a grid is "
+                            "given; needs matplotlib: the plots extra)")
+    sweep.add_argument("--plot-dir", metavar="DIR",
+                       help="where the plots go (default: FILE-plots/ beside the table)")
+    sweep.add_argument("--json", action="store_true",
+                       help="print the summary as JSON (no progress bar)")
+    sweep.set_defaults(func=cmd_sweep)
+
     verilog = command("verilog", "write Verilog of the registered designs")
     verilog.add_argument("designs", nargs="*", help="design names (default: all)")
     verilog.add_argument("-o", "--output", default="build/verilog", help="output directory")
@@ -675,7 +830,7 @@ def main(argv=None):
         args = _parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CommandError, RunFailure, ValueError, OSError) as error:
+    except (CommandError, RunFailure, ValueError, OSError, _sweep_error()) as error:
         # MappingError, BitstreamError, ProgramError, MachineError and KernelInputError
         # are ValueErrors
         if isinstance(error, BrokenPipeError):
@@ -690,6 +845,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"rdu {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _sweep_error():
+    from rdu.sweep import SweepError
+    return SweepError
 
 
 def _closed_pipe():
