@@ -506,8 +506,8 @@ def _code_paths():
 
 
 class Progress:
-    """``[sweep] 120/200 done, 3 failed, 2 running, 1m05s left`` on one updating line of
-    stderr (a line every 10 s when stderr is not a terminal)."""
+    """``[sweep] 120/200 done, 3 failed, 1m05s left`` on one updating line of stderr (a
+    line every 10 s when stderr is not a terminal); "failed": any status but ``ok``."""
 
     def __init__(self, total, enabled=True, stream=None):
         self.total, self.enabled = total, enabled
@@ -517,7 +517,7 @@ class Progress:
         self.shown = 0.0
         self.done = self.failed = 0
 
-    def update(self, running=0, final=False):
+    def update(self, final=False):
         if not self.enabled:
             return
         now = time.perf_counter()
@@ -531,7 +531,7 @@ class Progress:
         else:
             eta = "time left unknown"
         line = (f"[sweep] {self.done}/{self.total} done, {self.failed} failed, "
-                f"{running} running, " + (f"{elapsed:.0f} s" if final else eta))
+                + (f"{elapsed:.0f} s" if final else eta))
         if self.tty:
             print(f"\r{line:<79}", end="\n" if final else "", file=self.stream, flush=True)
         else:
@@ -609,7 +609,7 @@ def _run_ray(todo, table, *, address, workers, cpus, resources, timeout, progres
                 point.to_json(), out_dir, timeout)
             pending[ref] = point
         bar = Progress(len(todo), progress)
-        bar.update(len(pending))
+        bar.update()
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in ready:
@@ -624,8 +624,8 @@ def _run_ray(todo, table, *, address, workers, cpus, resources, timeout, progres
                 table.append(row)
                 bar.done += 1
                 bar.failed += row["status"] != "ok"
-            bar.update(len(pending))
-        bar.update(0, final=True)
+            bar.update()
+        bar.update(final=True)
     finally:
         if started:
             ray.shutdown()

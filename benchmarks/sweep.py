@@ -1,0 +1,59 @@
+"""Wall time of one `rdu sweep` with one Ray worker and with two (measured, not asserted).
+
+The same grid (default ``benchmarks/grids/model.toml``, optionally only its first
+``--points``) is swept into a fresh table twice on a local Ray started for the run:
+``--workers 1`` then ``--workers 2``. Each wall time includes starting Ray and its
+workers (what a user waits for); the tables must agree point for point on every
+measured figure (times and the node aside), which the benchmark checks and prints.
+
+    .venv/bin/python -m benchmarks.sweep [--grid FILE.toml] [--points N] [--workers 1,2]
+"""
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from rdu.sweep import load_grid, read_table, run_sweep
+
+#: Columns that differ between two runs of the same point by nature (times, where).
+VOLATILE = {"compile_seconds", "sim_seconds", "sim_cycles_per_second", "wall_seconds",
+            "verilator_build_seconds", "node", "program", "finished"}
+
+
+def comparable(rows):
+    """``{point: row without its volatile columns}``."""
+    return {row["point"]: {k: v for k, v in row.items() if k not in VOLATILE}
+            for row in rows}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", default=str(Path(__file__).parent / "grids" / "model.toml"),
+                        help="the grid (default: %(default)s)")
+    parser.add_argument("--points", type=int, default=96,
+                        help="sweep the grid's first N points (default: %(default)s)")
+    parser.add_argument("--workers", default="1,2",
+                        help="local Ray worker counts to compare (default: %(default)s)")
+    args = parser.parse_args()
+    points = load_grid(args.grid).points()[:args.points]
+    print(f"grid {args.grid}: {len(points)} points")
+    print(f"{'workers':>8}{'wall s':>9}{'s/point':>9}{'ok':>6}{'failed':>8}")
+    tables = {}
+    with tempfile.TemporaryDirectory() as directory:
+        for workers in [int(w) for w in args.workers.split(",")]:
+            table = Path(directory) / f"workers{workers}.csv"
+            start = time.perf_counter()
+            summary = run_sweep(points, table, workers=workers, progress=False)
+            wall = time.perf_counter() - start
+            failed = summary["points"] - summary["ok"]
+            print(f"{workers:>8}{wall:>9.1f}{wall / len(points):>9.2f}{summary['ok']:>6}"
+                  f"{failed:>8}", flush=True)
+            tables[workers] = comparable(read_table(table))
+    first, *others = tables.values()
+    same = all(other == first for other in others)
+    print(f"tables agree point for point (times and node aside): {same}")
+
+
+if __name__ == "__main__":
+    main()
