@@ -212,7 +212,7 @@ def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progres
     from .sim.verilator import VerilatorError, build, project_root
     start = time.perf_counter()
     name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
-    work_dir = Path(work_dir or project_root() / "build" / "run" / name)
+    work_dir = Path(work_dir or project_root() / "build" / "run" / name).resolve()
     program_dirs = [str(program.save(work_dir / f"program{index}"))
                     for index, program in enumerate(programs)]
     try:
@@ -449,7 +449,7 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
     start = time.perf_counter()
     launches = [step for step in steps if isinstance(step, Launch)]
     work_dir = Path(work_dir or project_root() / "build" / "run" /
-                    f"schedule-{launches[0].program.name}")
+                    f"schedule-{launches[0].program.name}").resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     plan, writes, limit = [], {}, 0
     for index, step in enumerate(steps):

@@ -360,7 +360,7 @@ def run_point(point, out_dir, *, timeout=None, node=None, keep_runs=False):
     from .kernels import get_kernel
     from .runtime import run_kernel
     start = time.perf_counter()
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()
     row = dict.fromkeys(columns())
     row.update(point.columns())
     row["node"] = node
@@ -600,7 +600,7 @@ def _run_ray(todo, table, *, address, workers, cpus, resources, timeout, progres
         started = True
     try:
         task = ray.remote(_ray_point)
-        out_dir = str(table.path.parent / f"{table.path.stem}.points")
+        out_dir = str(table.path.resolve().parent / f"{table.path.stem}.points")
         pending = {}
         for point in todo:
             ref = task.options(num_cpus=cpus, resources=resources or {},
