@@ -14,17 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdu.sweep import load_grid, read_table, run_sweep
-
-#: Columns that differ between two runs of the same point by nature (times, where).
-VOLATILE = {"compile_seconds", "sim_seconds", "sim_cycles_per_second", "wall_seconds",
-            "verilator_build_seconds", "node", "program", "finished"}
-
-
-def comparable(rows):
-    """``{point: row without its volatile columns}``."""
-    return {row["point"]: {k: v for k, v in row.items() if k not in VOLATILE}
-            for row in rows}
+from rdu.sweep import compare_tables, load_grid, run_sweep
 
 
 def main():
@@ -49,10 +39,13 @@ def main():
             failed = summary["points"] - summary["ok"]
             print(f"{workers:>8}{wall:>9.1f}{wall / len(points):>9.2f}{summary['ok']:>6}"
                   f"{failed:>8}", flush=True)
-            tables[workers] = comparable(read_table(table))
-    first, *others = tables.values()
-    same = all(other == first for other in others)
-    print(f"tables agree point for point (times and node aside): {same}")
+            tables[workers] = table
+        first, *others = tables.values()
+        for other in others:
+            result = compare_tables(other, first)
+            print(f"{other.name} against {first.name}: {result['common']} common points, "
+                  f"{result['same']} the same (times and node aside), "
+                  f"{len(result['differences'])} differing values")
 
 
 if __name__ == "__main__":

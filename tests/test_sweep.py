@@ -5,6 +5,7 @@ figure of the table is compared with what `rdu run` / `rdu compile` measure for 
 point on their own, never with a value computed here.
 """
 
+import csv
 import json
 import os
 import signal
@@ -241,3 +242,24 @@ def test_plot_draws_the_traffic_of_the_table(swept, tmp_path):
     assert [line.split()[-1] for line in out.splitlines()] == [str(tmp_path /
                                                                    "traffic-gemm.png")]
     assert (tmp_path / "traffic-gemm.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_same_sweep_again_agrees_point_for_point(swept, tmp_path):
+    """A second run of the grid into another table measures the same figures; --compare
+    says so, and names a value that differs (exit 1)."""
+    table, _ = swept
+    other = tmp_path / "again.csv"
+    _sweep(GRID, other)
+    out, err, status = _main(["sweep", "--compare", str(table), "-o", str(other), "--json"])
+    result = json.loads(out)
+    assert status == 0 and result["common"] == result["same"] == 8, (out, err)
+    assert result["only_reference"] == len(read_table(table)) - 8
+    with open(other, newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    rows[0]["hbm_bytes"] = "1"                            # damage one figure
+    with open(other, "w", newline="") as stream:
+        writer = csv.DictWriter(stream, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    out, err, status = _main(["sweep", "--compare", str(table), "-o", str(other)])
+    assert status == 1 and "1 points differ" in err and "hbm_bytes '1'" in err, err

@@ -496,10 +496,14 @@ def cmd_sweep(args):
         overrides["seeds"] = args.seed
     table = Path(args.out)
     if args.grid is None and not overrides:
-        if not args.plot:
+        if not (args.plot or args.compare):
             raise CommandError("give a grid file (GRID.toml) or the grid's options "
-                               "(--kernel ...), or --plot to draw an existing table")
-        return _sweep_plots(args, table)
+                               "(--kernel ...), or --plot/--compare for an existing table")
+        if not table.exists():
+            raise CommandError(f"{table}: no such table (run a sweep first)")
+        if args.plot:
+            _sweep_plots(args, table)
+        return _sweep_compare(args, table) if args.compare else 0
     if args.grid is not None and args.grid.endswith((".csv", ".rdu")):
         raise CommandError(f"{args.grid}: a grid is a TOML file (the table goes to --out)")
     if args.grid is None and "shape" in overrides and not args.kernel:
@@ -520,6 +524,8 @@ def cmd_sweep(args):
     _report(summary, args.json)
     if args.plot:
         _sweep_plots(args, table, quiet=args.json)
+    if args.compare:
+        _sweep_compare(args, table)
     bad = summary["wrong"] + summary["run_error"] + summary["missing"]
     if bad:
         raise WrongResult(f"{bad} of {summary['points']} points differ from numpy or did not "
@@ -528,10 +534,30 @@ def cmd_sweep(args):
     return 0
 
 
+def _sweep_compare(args, table):
+    """``--compare REF``: the points both tables have must agree on every measured
+    column (times and node aside); exit 1 naming the first difference otherwise."""
+    from rdu.sweep import compare_tables
+    if not Path(args.compare).exists():
+        raise CommandError(f"{args.compare}: no such table")
+    result = compare_tables(table, args.compare)
+    differences = result.pop("differences")
+    result["differing"] = result["common"] - result["same"]
+    if args.json:
+        print(json.dumps({"compare": args.compare, **result}))
+    else:
+        print(f"compared with {args.compare}: {result['common']} common points, "
+              f"{result['same']} the same, {result['differing']} differ "
+              f"({result['only_here']} only here, {result['only_reference']} only there)")
+    if differences:
+        point, name, here, there = differences[0]
+        raise WrongResult(f"{result['differing']} points differ from {args.compare}; "
+                          f"first: point {point} {name} {here!r} vs {there!r}")
+    return 0
+
+
 def _sweep_plots(args, table, quiet=False):
     from rdu.sweep_plots import plot_table
-    if not table.exists():
-        raise CommandError(f"{table}: no such table (run a sweep first)")
     directory = Path(args.plot_dir) if args.plot_dir else table.parent / f"{table.stem}-plots"
     _check_output(directory, directory=True)
     for path in plot_table(table, directory):
@@ -747,6 +773,9 @@ def _parser():
                             "given; needs matplotlib: the plots extra)")
     sweep.add_argument("--plot-dir", metavar="DIR",
                        help="where the plots go (default: FILE-plots/ beside the table)")
+    sweep.add_argument("--compare", metavar="REF.csv",
+                       help="a regression: the points this table shares with REF must "
+                            "agree on every measured column (times and node aside)")
     sweep.add_argument("--json", action="store_true",
                        help="print the summary as JSON (no progress bar)")
     sweep.set_defaults(func=cmd_sweep)

@@ -39,7 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 __all__ = ["Point", "Grid", "GridError", "load_grid", "run_point", "run_sweep",
-           "read_table", "Table", "COLUMNS", "STATUSES", "SweepError", "summarize"]
+           "read_table", "Table", "COLUMNS", "STATUSES", "SweepError", "summarize",
+           "compare_tables", "VOLATILE"]
 
 STATUSES = ("ok", "wrong", "compile_error", "run_error")
 
@@ -476,6 +477,28 @@ def read_table(path):
     """The rows of a results table as dicts of typed values (``None`` for empty)."""
     return [{name: _typed(name, value) for name, value in row.items()}
             for row in Table(path).rows]
+
+
+#: Columns that differ between two runs of the same point by nature: times, where it ran.
+VOLATILE = ("compile_seconds", "sim_seconds", "sim_cycles_per_second", "wall_seconds",
+            "verilator_build_seconds", "node", "program", "finished")
+
+
+def compare_tables(path, reference):
+    """Compare the points two tables share, column by column (:data:`VOLATILE` ones
+    aside). Returns ``{"common", "same", "only_here", "only_reference",
+    "differences": [(point, column, here, reference), ...]}``."""
+    here = {row["point"]: row for row in Table(path).rows}
+    there = {row["point"]: row for row in Table(reference).rows}
+    common = sorted(set(here) & set(there))
+    differences = []
+    for key in common:
+        for name in columns():
+            if name not in VOLATILE and here[key][name] != there[key][name]:
+                differences.append((key, name, here[key][name], there[key][name]))
+    return {"common": len(common), "same": len(common) - len({d[0] for d in differences}),
+            "only_here": len(set(here) - set(there)),
+            "only_reference": len(set(there) - set(here)), "differences": differences}
 
 
 # -- the engine --------------------------------------------------------------------------
