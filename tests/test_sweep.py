@@ -28,7 +28,8 @@ GRID = ["--kernel", "gemm,softmax", "--m", "8,16", "--n", "16", "--k", "24", "--
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 << 20,
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             object_store_memory=100 << 20,
              log_to_driver=False, logging_level="WARNING",
              runtime_env={"env_vars": {"PYTHONPATH": _code_paths()}})
     try:

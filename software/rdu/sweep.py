@@ -614,7 +614,8 @@ def _run_ray(todo, table, *, address, workers, cpus, resources, timeout, progres
             if address:
                 ray.init(address=address, **options)
             else:
-                ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False,
+                ray.init(address="local", num_cpus=workers or os.cpu_count(),
+                         include_dashboard=False,
                          object_store_memory=128 << 20, **options)
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise SweepError(f"cannot start or join Ray"
