@@ -744,8 +744,9 @@ def _parser():
         grid_machine.add_argument(f"--{option.replace('_', '-')}", dest=option,
                                   type=_list_of(int, option), metavar="N[,...]", help=text)
     sweep.add_argument("--tier", type=_list_of(str, "tier"), metavar="T[,T]",
-                       help="model (functional model: results and traffic, no cycles) "
-                            "and/or verilator (the RTL: cycles); grid default: model")
+                       help="model (functional model: results and traffic, no cycles), "
+                            "verilator (the RTL: cycles), ip (the RTL as an IP block); "
+                            "grid default: model")
     sweep.add_argument("--seed", type=_list_of(int, "seed"), metavar="S[,...]",
                        help="seeds of the random inputs (grid default: 1)")
     sweep.add_argument("-o", "--out", default="build/sweep/results.csv", metavar="FILE.csv",
