@@ -7,9 +7,14 @@ workers (what a user waits for); the tables must agree point for point on every
 measured figure (times and the node aside), which the benchmark checks and prints.
 
     .venv/bin/python -m benchmarks.sweep [--grid FILE.toml] [--points N] [--workers 1,2]
+                                         [--repeat N]
+
+The machine's 1-minute load average before each run is printed: on a shared machine
+other work takes CPUs from the workers.
 """
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -25,21 +30,25 @@ def main():
                         help="sweep the grid's first N points (default: %(default)s)")
     parser.add_argument("--workers", default="1,2",
                         help="local Ray worker counts to compare (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds, each in the order given (default: %(default)s)")
     args = parser.parse_args()
     points = load_grid(args.grid).points()[:args.points]
     print(f"grid {args.grid}: {len(points)} points")
-    print(f"{'workers':>8}{'wall s':>9}{'s/point':>9}{'ok':>6}{'failed':>8}")
+    print(f"{'workers':>8}{'wall s':>9}{'s/point':>9}{'ok':>6}{'failed':>8}{'load 1m':>9}")
     tables = {}
     with tempfile.TemporaryDirectory() as directory:
-        for workers in [int(w) for w in args.workers.split(",")]:
-            table = Path(directory) / f"workers{workers}.csv"
-            start = time.perf_counter()
-            summary = run_sweep(points, table, workers=workers, progress=False)
-            wall = time.perf_counter() - start
-            failed = summary["points"] - summary["ok"]
-            print(f"{workers:>8}{wall:>9.1f}{wall / len(points):>9.2f}{summary['ok']:>6}"
-                  f"{failed:>8}", flush=True)
-            tables[workers] = table
+        for round_ in range(args.repeat):
+            for workers in [int(w) for w in args.workers.split(",")]:
+                table = Path(directory) / f"workers{workers}-{round_}.csv"
+                load = os.getloadavg()[0]
+                start = time.perf_counter()
+                summary = run_sweep(points, table, workers=workers, progress=False)
+                wall = time.perf_counter() - start
+                failed = summary["points"] - summary["ok"]
+                print(f"{workers:>8}{wall:>9.1f}{wall / len(points):>9.2f}"
+                      f"{summary['ok']:>6}{failed:>8}{load:>9.2f}", flush=True)
+                tables[workers, round_] = table
         first, *others = tables.values()
         for other in others:
             result = compare_tables(other, first)
