@@ -264,3 +264,16 @@ def test_the_same_sweep_again_agrees_point_for_point(swept, tmp_path):
         writer.writerows(rows)
     out, err, status = _main(["sweep", "--compare", str(table), "-o", str(other)])
     assert status == 1 and "1 points differ" in err and "hbm_bytes '1'" in err, err
+
+
+def test_options_replace_the_grid_files_entries(tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text('kernels = ["gemm", "softmax"]\nseeds = [1, 2]\n'
+                    'machines = [{rows = 4, cols = 4}, {rows = 2, cols = 2, lanes = 4}]\n'
+                    '[shape]\nm = [8, 16]\nn = [32]\nk = [8]\n')
+    points = load_grid(grid).points()
+    assert len(points) == 2 * 2 * 2 * 2                    # kernels x m x machines x seeds
+    narrowed = load_grid(grid, {"kernels": ["gemm"], "machine": {"rows": [2], "cols": [2]},
+                                "seeds": [3]}).points()
+    assert [(dict(p.params)["m"], dict(p.machine)["rows"], dict(p.machine)["lanes"], p.seed)
+            for p in narrowed] == [(8, 2, 8, 3), (16, 2, 8, 3)]   # default lanes again

@@ -4,7 +4,7 @@ A sweep is a grid (:class:`Grid`: from a TOML file, :func:`load_grid`, or the op
 ``rdu sweep``) expanded into :class:`Point` s: kernel x shape x machine x tier x seed.
 Each point is compiled, run and checked against numpy by the same path as ``rdu run``
 (:func:`rdu.runtime.run_kernel`) in :func:`run_point`, which returns one row of the
-results table (:data:`COLUMNS`): the point, its status, its one-line error, and the
+results table (:func:`columns`): the point, its status, its one-line error, and the
 measured figures (cycles, configuration cycles, utilisation, HBM bytes and share of the
 HBM peak, simulation and compile time), with a reference to its program file (manifest
 and bitstream, readable with ``rdu inspect``).
@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 __all__ = ["Point", "Grid", "GridError", "load_grid", "run_point", "run_sweep",
-           "read_table", "Table", "COLUMNS", "STATUSES", "SweepError", "summarize",
+           "read_table", "Table", "columns", "FIGURES", "STATUSES", "SweepError", "summarize",
            "compare_tables", "VOLATILE"]
 
 STATUSES = ("ok", "wrong", "compile_error", "run_error")
@@ -300,7 +300,8 @@ def make_grid(data, where="grid"):
 def load_grid(path, overrides=None):
     """The grid of TOML file ``path`` (``None``: an empty one), with ``overrides``
     (``{"kernels": [...], "shape": {...}, "machine": {...}, ...}``, from options)
-    replacing its entries key by key."""
+    replacing its entries key by key (tables merged; ``machine`` options replace the
+    file's ``machines`` list)."""
     data = {}
     if path is not None:
         try:
@@ -310,6 +311,8 @@ def load_grid(path, overrides=None):
         except tomllib.TOMLDecodeError as error:
             raise GridError(f"{path}: not valid TOML ({error})") from None
     for key, value in (overrides or {}).items():
+        if key == "machine":
+            data.pop("machines", None)        # options replace the file's machine list
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
         else:
@@ -328,20 +331,13 @@ FIGURES = ("ok", "cycles", "config_cycles", "utilization", "macs", "peak_macs_pe
            "pmu_read_stall_cycles", "wall_seconds")
 
 
-def _columns():
+def columns():
+    """The table's columns, in order: the point (its key, kernel, every shape parameter
+    of the registry, every machine option, tier, seed), status, error, :data:`FIGURES`,
+    node, program file, finish time."""
     options = list(_machine_options())
     return ("point", "kernel", *shape_params(), *options, "tier", "seed", "status",
             "error", *FIGURES, "node", "program", "finished")
-
-
-COLUMNS = None      # filled on first use (needs the kernel registry): see columns()
-
-
-def columns():
-    global COLUMNS
-    if COLUMNS is None:
-        COLUMNS = _columns()
-    return COLUMNS
 
 
 def _one_line(error):
@@ -351,7 +347,7 @@ def _one_line(error):
 
 
 def run_point(point, out_dir, *, timeout=None, node=None, keep_runs=False):
-    """Compile, run and check ``point``; return its row (a dict over :data:`COLUMNS`).
+    """Compile, run and check ``point``; return its row (a dict over :func:`columns`).
 
     Never raises for a failure of the point itself: a compile or run failure is a row
     with its status and one-line error. ``out_dir``: where the program file
@@ -460,10 +456,16 @@ class Table:
                           for name in columns()})
 
 
+#: Columns kept as text (the others are numbers, ``ok`` a bool).
+TEXT = ("point", "kernel", "tier", "status", "error", "node", "program", "finished")
+
+
 def _typed(name, text):
     if text == "":
         return None
-    if name in ("ok", "build_cached"):
+    if name in TEXT:
+        return text
+    if name == "ok":
         return text == "True"
     for kind in (int, float):
         try:
