@@ -16,8 +16,10 @@ runs: ``rdu run`` and ``rdu compile`` never need it. Rows are appended to a CSV 
 the driver as the tasks finish, one line each, flushed: the table is the sweep's state,
 so a sweep run again skips the points already recorded (resume), and a point whose
 worker died is retried by Ray and recorded once. Verilator builds are keyed by the
-machine (:func:`rdu.sim.verilator.build`'s cache and its lock file): a node builds each
-configuration once, whichever task gets there first, and the others wait for it.
+machine (:func:`rdu.sim.verilator.build`'s cache and its lock file): one build task per
+machine of the RTL points runs first and those points start when it has ended (other
+points use the CPUs meanwhile); a node that gets such a point without the build makes
+it under the cache's lock, so each node builds each configuration once.
 
 Statuses: ``ok`` (result checked), ``wrong`` (the result differs from numpy),
 ``compile_error`` (the compiler refused the point: the kernel does not fit that machine,
@@ -514,11 +516,30 @@ def _import_ray():
     return ray
 
 
-def _ray_point(point_json, out_dir, timeout):
-    """The Ray task of one point (runs in a worker; records the node it ran on)."""
+def _ray_point(point_json, out_dir, timeout, build=None):
+    """The Ray task of one point (runs in a worker; records the node it ran on).
+    ``build``: the result of the point's :func:`_ray_build` task (Ray starts the point
+    only once that task has ended)."""
     import ray
     node = ray.get_runtime_context().get_node_id()[:8]
     return run_point(Point.from_json(point_json), out_dir, timeout=timeout, node=node)
+
+
+def _ray_build(point_json):
+    """The Ray task that builds (or finds in the cache) the Verilator model of a point's
+    machine before the RTL points of that machine are started, so that they do not hold
+    CPUs while one of them builds. Never raises: a machine the RTL cannot have is each
+    point's own ``run_error``. Returns ``(node, seconds, error)``."""
+    import ray
+    node = ray.get_runtime_context().get_node_id()[:8]
+    try:
+        from hdl.system import RDUSystem
+
+        from .sim.verilator import build
+        built = build(RDUSystem, **Point.from_json(point_json).build_machine().system_params())
+        return node, built.seconds, None
+    except Exception as error:          # noqa: BLE001 - the points report it
+        return node, 0.0, _one_line(error)
 
 
 def _code_paths():
@@ -625,14 +646,20 @@ def _run_ray(todo, table, *, address, workers, cpus, resources, timeout, progres
                              f"{_one_line(error)}") from None
         started = True
     try:
-        task = ray.remote(_ray_point)
+        task, build_task = ray.remote(_ray_point), ray.remote(_ray_build)
         out_dir = str(table.path.resolve().parent / f"{table.path.stem}.points")
+        options = dict(num_cpus=cpus, resources=resources or {}, max_retries=max_retries,
+                       retry_exceptions=False)
+        builds = {}                      # machine -> the ref of its build task
+        for point in todo:
+            if point.tier == "verilator" and point.machine not in builds:
+                builds[point.machine] = build_task.options(
+                    **options, name=f"rdu-build {point.label()}").remote(point.to_json())
         pending = {}
         for point in todo:
-            ref = task.options(num_cpus=cpus, resources=resources or {},
-                               max_retries=max_retries, retry_exceptions=False,
-                               name=f"rdu-point {point.label()}").remote(
-                point.to_json(), out_dir, timeout)
+            ref = task.options(**options, name=f"rdu-point {point.label()}").remote(
+                point.to_json(), out_dir, timeout, builds.get(point.machine)
+                if point.tier == "verilator" else None)
             pending[ref] = point
         bar = Progress(len(todo), progress)
         bar.update()
