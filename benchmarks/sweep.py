@@ -9,8 +9,9 @@ measured figure (times and the node aside), which the benchmark checks and print
     .venv/bin/python -m benchmarks.sweep [--grid FILE.toml] [--points N] [--workers 1,2]
                                          [--repeat N]
 
-The machine's 1-minute load average before each run is printed: on a shared machine
-other work takes CPUs from the workers.
+Printed per run: wall time, per point, the mean time a point took inside its task
+(compile, run, check), and the machine's 1-minute load average before the run: on a
+shared machine other work takes CPUs from the workers.
 """
 
 import argparse
@@ -19,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdu.sweep import compare_tables, load_grid, run_sweep
+from rdu.sweep import compare_tables, load_grid, read_table, run_sweep
 
 
 def main():
@@ -35,7 +36,8 @@ def main():
     args = parser.parse_args()
     points = load_grid(args.grid).points()[:args.points]
     print(f"grid {args.grid}: {len(points)} points")
-    print(f"{'workers':>8}{'wall s':>9}{'s/point':>9}{'ok':>6}{'failed':>8}{'load 1m':>9}")
+    print(f"{'workers':>8}{'wall s':>9}{'s/point':>9}{'in task':>9}{'ok':>6}{'failed':>8}"
+          f"{'load 1m':>9}")
     tables = {}
     with tempfile.TemporaryDirectory() as directory:
         for round_ in range(args.repeat):
@@ -46,7 +48,9 @@ def main():
                 summary = run_sweep(points, table, workers=workers, progress=False)
                 wall = time.perf_counter() - start
                 failed = summary["points"] - summary["ok"]
-                print(f"{workers:>8}{wall:>9.1f}{wall / len(points):>9.2f}"
+                rows = read_table(table)
+                in_task = sum(row["wall_seconds"] for row in rows) / len(rows)
+                print(f"{workers:>8}{wall:>9.1f}{wall / len(points):>9.2f}{in_task:>9.2f}"
                       f"{summary['ok']:>6}{failed:>8}{load:>9.2f}", flush=True)
                 tables[workers, round_] = table
         first, *others = tables.values()
