@@ -5,6 +5,7 @@
 ``rdu sim``      the main job: a GEMM on the default machine under Verilator
 ``rdu compile``  compile a kernel into a program file (manifest + bitstream)
 ``rdu inspect``  print a program's manifest and every unit's fields
+``rdu sweep``    a grid of kernels x shapes x machines x tiers x seeds on Ray, to a table
 ``rdu speed``    simulation speed of a stream FIFO in both tiers, side by side
 ``rdu verilog``  write Verilog of every registered design (and lint it)
 
@@ -109,21 +110,9 @@ def cmd_verilog(args):
 
 # -- machines and programs ------------------------------------------------------------------
 
-MACHINE_OPTIONS = {
-    # option: (Machine field, scale, help)
-    "rows": ("rows", 1, "tile array rows"),
-    "cols": ("cols", 1, "tile array columns"),
-    "lanes": ("lanes", 1, "32-bit lanes per vector beat (and PMU banks)"),
-    "stages": ("stages", 1, "SIMD stages per PCU"),
-    "pmu_kib": ("pmu_bytes", 1024, "capacity of each PMU in KiB"),
-    "agcus": ("agcus", 1, "number of AGCUs (AGCU 0 loads programs)"),
-    "hbm_mib": ("hbm_bytes", 1 << 20, "HBM capacity in MiB"),
-    "ddr_mib": ("ddr_bytes", 1 << 20, "DDR capacity in MiB"),
-}
-
-
 def _machine_overrides(args):
     """The machine parameters given on the command line, as Machine fields."""
+    from rdu.machine import MACHINE_OPTIONS
     return {field: getattr(args, option) * scale
             for option, (field, scale, _) in MACHINE_OPTIONS.items()
             if getattr(args, option, None) is not None}
@@ -404,7 +393,7 @@ def cmd_run(args):
 
     import numpy as np
 
-    from rdu.runtime import run_program
+    from rdu.runtime import run_kernel
     start = time.perf_counter()
     if args.save:
         _check_output(args.save, directory=True)
@@ -419,12 +408,10 @@ def cmd_run(args):
                            f"{', '.join('--' + m for m in missing)}")
     inputs = (kernel.user_inputs(program, arrays, sources) if arrays
               else kernel.random_inputs(program, args.seed))
-    kernel.pack(program, inputs)
-    result = run_program(program, args.sim, seed=args.seed, waves=bool(args.waves),
-                         progress=not args.json, timeout=args.timeout)
-    results = kernel.unpack(program, result.outputs)
-    ok, max_abs_err = kernel.check(program, inputs, results)
-    macs, peak = kernel.work(program)
+    figures, results, result = run_kernel(kernel, program, inputs, args.sim, seed=args.seed,
+                                          waves=bool(args.waves), progress=not args.json,
+                                          timeout=args.timeout)
+    ok, max_abs_err = figures["ok"], figures["max_abs_err"]
     report = {
         "ok": ok,
         "kernel": kernel.describe(program),
@@ -432,28 +419,9 @@ def cmd_run(args):
         "seed": args.seed,
         "inputs": ", ".join(sources.values()) if sources else f"random (seed {args.seed})",
         "machine": program.machine.describe(),
-        "pcus_used": program.meta.get("pcus"),
-        "cycles": result.cycles,
-        "macs": macs,
-        "peak_macs_per_cycle": peak,
-        "utilization": (round(macs / (result.cycles * peak), 4)
-                        if result.cycles and macs else None),
-        "max_abs_err": max_abs_err,
+        **{name: value for name, value in figures.items() if name != "ok"},
         "wall_seconds": round(time.perf_counter() - start, 2),
     }
-    if args.sim in ("verilator", "ip"):
-        report["config_cycles"] = result.load_cycles
-        perf = result.counters.get("perf", {})
-        from hdl.interfaces import NETWORKS
-        for network in NETWORKS:
-            report[f"switch_{network}_stall_cycles"] = sum(
-                value for name, value in perf.items()
-                if name.endswith(f".{network}_stall_cycles"))
-        report["pmu_read_stall_cycles"] = sum(
-            value for name, value in perf.items() if name.endswith(".read_stall_cycles"))
-        report["sim_cycles_per_second"] = round(result.counters.get(
-            "sim_cycles_per_second", 0))
-        report["verilator_build_seconds"] = round(result.build_seconds, 1)
     if args.waves:
         if not result.waves:
             raise CommandError("the simulation wrote no waveform")
@@ -477,6 +445,130 @@ def cmd_run(args):
                           f"BF16 inputs) beyond the FP32 accumulation budget (max |err| "
                           f"{max_abs_err:.3g})")
     return 0
+
+
+def _list_of(kind, name):
+    """An argparse type: ``"16,32"`` -> ``[16, 32]`` (``kind`` each)."""
+    def parse(text):
+        values = []
+        for item in text.split(","):
+            item = item.strip()
+            try:
+                values.append(kind(item))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{name}: {item!r} is not "
+                                                 f"{'an integer' if kind is int else 'valid'}"
+                                                 ) from None
+            if kind is int and values[-1] < (0 if name == "seed" else 1):
+                raise argparse.ArgumentTypeError(f"{name}: {item} is out of range")
+        return values
+    return parse
+
+
+def _resource(text):
+    name, _, amount = text.partition("=")
+    try:
+        value = float(amount) if amount else 1.0
+    except ValueError:
+        value = -1
+    if not name or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME or NAME=AMOUNT (AMOUNT > 0)")
+    return name, value
+
+
+def cmd_sweep(args):
+    from rdu.machine import MACHINE_OPTIONS
+    from rdu.sweep import load_grid, run_sweep
+    overrides = {}
+    if args.kernel:
+        overrides["kernels"] = args.kernel
+    shape = {name: getattr(args, name) for name in _shape_names()
+             if getattr(args, name) is not None}
+    if shape:
+        overrides["shape"] = shape
+    machine = {option: getattr(args, option) for option in MACHINE_OPTIONS
+               if getattr(args, option) is not None}
+    if machine:
+        overrides["machine"] = machine
+    if args.tier:
+        overrides["tiers"] = args.tier
+    if args.seed:
+        overrides["seeds"] = args.seed
+    table = Path(args.out)
+    if args.grid is None and not overrides:
+        if not (args.plot or args.compare):
+            raise CommandError("give a grid file (GRID.toml) or the grid's options "
+                               "(--kernel ...), or --plot/--compare for an existing table")
+        if not table.exists():
+            raise CommandError(f"{table}: no such table (run a sweep first)")
+        if args.plot:
+            _sweep_plots(args, table)
+        return _sweep_compare(args, table) if args.compare else 0
+    if args.grid is not None and args.grid.endswith((".csv", ".rdu")):
+        raise CommandError(f"{args.grid}: a grid is a TOML file (the table goes to --out)")
+    if args.grid is None and "shape" in overrides and not args.kernel:
+        raise CommandError("--m/--n/--k without --kernel: say which kernels to sweep")
+    grid = load_grid(args.grid, overrides)
+    points = grid.points()
+    if args.list:
+        from rdu.sweep import Table
+        done = Table(table).done() if table.exists() else {}
+        for point in points:
+            print(f"{point.key}  {done.get(point.key, 'todo'):<13}  {point.label()}")
+        return 0
+    _check_output(table)
+    summary = run_sweep(points, table, address=args.address, workers=args.workers,
+                        cpus=args.cpus, resources=dict(args.resource or []),
+                        timeout=args.timeout, retry_failed=args.retry_failed,
+                        progress=not args.json)
+    _report(summary, args.json)
+    if args.plot:
+        _sweep_plots(args, table, quiet=args.json)
+    if args.compare:
+        _sweep_compare(args, table)
+    bad = summary["wrong"] + summary["run_error"] + summary["missing"]
+    if bad:
+        raise WrongResult(f"{bad} of {summary['points']} points differ from numpy or did not "
+                          f"run ({summary['wrong']} wrong, {summary['run_error']} run errors"
+                          f", {summary['missing']} missing); their errors are in {table}")
+    return 0
+
+
+def _sweep_compare(args, table):
+    """``--compare REF``: the points both tables have must agree on every measured
+    column (times and node aside); exit 1 naming the first difference otherwise."""
+    from rdu.sweep import compare_tables
+    if not Path(args.compare).exists():
+        raise CommandError(f"{args.compare}: no such table")
+    result = compare_tables(table, args.compare)
+    differences = result.pop("differences")
+    result["differing"] = result["common"] - result["same"]
+    if args.json:
+        print(json.dumps({"compare": args.compare, **result}))
+    else:
+        print(f"compared with {args.compare}: {result['common']} common points, "
+              f"{result['same']} the same, {result['differing']} differ "
+              f"({result['only_here']} only here, {result['only_reference']} only there)")
+    if differences:
+        point, name, here, there = differences[0]
+        raise WrongResult(f"{result['differing']} points differ from {args.compare}; "
+                          f"first: point {point} {name} {here!r} vs {there!r}")
+    return 0
+
+
+def _sweep_plots(args, table, quiet=False):
+    from rdu.sweep_plots import plot_table
+    directory = Path(args.plot_dir) if args.plot_dir else table.parent / f"{table.stem}-plots"
+    _check_output(directory, directory=True)
+    for path in plot_table(table, directory):
+        if not quiet:
+            print(f"plot  {path}")
+    return 0
+
+
+def _shape_names():
+    from rdu.kernels import KERNELS
+    return sorted({p for kernel in KERNELS.values() for p in kernel.params})
 
 
 def _report(report, as_json):
@@ -524,7 +616,7 @@ def _parser():
         group = cmd.add_argument_group(
             "machine", "the system to compile for or run on (a program file records its "
                        "own; given with one, they must match it)")
-        from rdu.machine import Machine
+        from rdu.machine import MACHINE_OPTIONS, Machine
         reference = Machine()
         for option, (field, scale, text) in MACHINE_OPTIONS.items():
             default = getattr(reference, field) // scale if defaults else None
@@ -629,6 +721,66 @@ def _parser():
     speed.add_argument("--json", action="store_true", help="print the table as JSON")
     speed.set_defaults(func=cmd_speed)
 
+    sweep = command(
+        "sweep", "run a grid of kernels, shapes, machines, tiers and seeds on Ray",
+        "Compile, run and check every point of a grid (kernels x shapes x machines x "
+        "tiers x seeds) as Ray tasks, and append each point's figures to a CSV table; "
+        "points already in the table are skipped (docs/sweep.md). Lists are comma "
+        "separated; an option replaces the grid file's entry.")
+    sweep.add_argument("grid", nargs="?", metavar="GRID.toml",
+                       help="the grid (kernels, [shape], [machine], tiers, seeds)")
+    from rdu.kernels import KERNELS
+    sweep.add_argument("--kernel", type=_list_of(str, "kernel"), metavar="K[,K...]",
+                       help=f"kernels ({', '.join(sorted(KERNELS))})")
+    for name in _shape_names():
+        sweep.add_argument(f"--{name}", type=_list_of(int, name), metavar=f"{name.upper()}[,...]",
+                           help=f"values of {name.upper()} (each kernel takes the "
+                                f"parameters it has)")
+    grid_machine = sweep.add_argument_group(
+        "machine", "values of each machine parameter (their product is swept; one left "
+                   "out keeps the default machine's value)")
+    from rdu.machine import MACHINE_OPTIONS as _OPTIONS
+    for option, (_, _, text) in _OPTIONS.items():
+        grid_machine.add_argument(f"--{option.replace('_', '-')}", dest=option,
+                                  type=_list_of(int, option), metavar="N[,...]", help=text)
+    sweep.add_argument("--tier", type=_list_of(str, "tier"), metavar="T[,T]",
+                       help="model (functional model: results and traffic, no cycles), "
+                            "verilator (the RTL: cycles), ip (the RTL as an IP block); "
+                            "grid default: model")
+    sweep.add_argument("--seed", type=_list_of(int, "seed"), metavar="S[,...]",
+                       help="seeds of the random inputs (grid default: 1)")
+    sweep.add_argument("-o", "--out", default="build/sweep/results.csv", metavar="FILE.csv",
+                       help="the results table, appended to; its points are skipped")
+    engine = sweep.add_argument_group("Ray", "where the points run")
+    engine.add_argument("--address", metavar="HOST:PORT",
+                        help="join this Ray cluster (default: start Ray on this machine "
+                             "for the sweep)")
+    engine.add_argument("--workers", type=int, metavar="N",
+                        help="CPUs of the local Ray (default: all of this machine's)")
+    engine.add_argument("--cpus", type=float, default=1.0, metavar="N",
+                        help="CPUs each point asks for")
+    engine.add_argument("--resource", type=_resource, action="append", metavar="NAME[=N]",
+                        help="a custom Ray resource each point asks for (only nodes "
+                             "started with it run points); repeatable")
+    sweep.add_argument("--timeout", type=int, metavar="CYCLES",
+                       help="RTL watchdog per point (default: 4x an estimate from the "
+                            "program)")
+    sweep.add_argument("--retry-failed", action="store_true",
+                       help="run again the points recorded with an error or a wrong result")
+    sweep.add_argument("--list", action="store_true",
+                       help="print the grid's points (and whether the table has them)")
+    sweep.add_argument("--plot", action="store_true",
+                       help="draw plots from the table (after the sweep, if a grid is "
+                            "given; needs matplotlib: the plots extra)")
+    sweep.add_argument("--plot-dir", metavar="DIR",
+                       help="where the plots go (default: FILE-plots/ beside the table)")
+    sweep.add_argument("--compare", metavar="REF.csv",
+                       help="a regression: the points this table shares with REF must "
+                            "agree on every measured column (times and node aside)")
+    sweep.add_argument("--json", action="store_true",
+                       help="print the summary as JSON (no progress bar)")
+    sweep.set_defaults(func=cmd_sweep)
+
     verilog = command("verilog", "write Verilog of the registered designs")
     verilog.add_argument("designs", nargs="*", help="design names (default: all)")
     verilog.add_argument("-o", "--output", default="build/verilog", help="output directory")
@@ -708,7 +860,7 @@ def main(argv=None):
         args = _parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CommandError, RunFailure, ValueError, OSError) as error:
+    except (CommandError, RunFailure, ValueError, OSError, _sweep_error()) as error:
         # MappingError, BitstreamError, ProgramError, MachineError and KernelInputError
         # are ValueErrors
         if isinstance(error, BrokenPipeError):
@@ -723,6 +875,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"rdu {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _sweep_error():
+    from rdu.sweep import SweepError
+    return SweepError
 
 
 def _closed_pipe():

@@ -247,22 +247,26 @@ def systolic_tiles(a_columns, b_rows):
 class FlatMemory:
     """Byte-addressed memory of the :mod:`rdu.memory_map` regions (4 KiB pages allocated
     on first touch). An address outside every region raises ``ValueError`` (the AXI
-    ``DECERR``)."""
+    ``DECERR``). ``traffic`` counts the bytes read and written in each region (every
+    access: AGCU streams and the host's alike)."""
 
     PAGE = 4096
 
     def __init__(self, regions=REGIONS):
         self.regions = tuple(regions)
         self.pages = {}
+        self.traffic = {region.name: {"read_bytes": 0, "write_bytes": 0}
+                        for region in self.regions}
 
     def _check(self, address, nbytes):
         region = region_of(address, self.regions)
         if region is None or address + nbytes > region.end:
             raise ValueError(f"Memory access of {nbytes} bytes at 0x{address:08x} is outside "
                              f"the mapped regions (DECERR)")
+        return region
 
     def read(self, address, nbytes):
-        self._check(address, nbytes)
+        self.traffic[self._check(address, nbytes).name]["read_bytes"] += nbytes
         out = bytearray()
         while nbytes:
             page, offset = divmod(address, self.PAGE)
@@ -275,7 +279,7 @@ class FlatMemory:
 
     def write(self, address, raw):
         raw = bytes(raw)
-        self._check(address, len(raw))
+        self.traffic[self._check(address, len(raw)).name]["write_bytes"] += len(raw)
         position = 0
         while position < len(raw):
             page, offset = divmod(address + position, self.PAGE)

@@ -16,9 +16,23 @@ from dataclasses import asdict, dataclass, fields
 
 from .memory_map import DDR, HBM, HOST, Region
 
-__all__ = ["Machine", "MachineError", "DEFAULT_MACHINE"]
+__all__ = ["Machine", "MachineError", "DEFAULT_MACHINE", "MACHINE_OPTIONS"]
 
 MiB = 1 << 20
+
+#: The machine parameters as options of ``rdu compile/run/sim`` and keys of an ``rdu
+#: sweep`` grid: option -> (:class:`Machine` field, the field's value per unit of the
+#: option, help).
+MACHINE_OPTIONS = {
+    "rows": ("rows", 1, "tile array rows"),
+    "cols": ("cols", 1, "tile array columns"),
+    "lanes": ("lanes", 1, "32-bit lanes per vector beat (and PMU banks)"),
+    "stages": ("stages", 1, "SIMD stages per PCU"),
+    "pmu_kib": ("pmu_bytes", 1024, "capacity of each PMU in KiB"),
+    "agcus": ("agcus", 1, "number of AGCUs (AGCU 0 loads programs)"),
+    "hbm_mib": ("hbm_bytes", MiB, "HBM capacity in MiB"),
+    "ddr_mib": ("ddr_bytes", MiB, "DDR capacity in MiB"),
+}
 
 
 class MachineError(ValueError):

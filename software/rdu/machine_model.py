@@ -101,6 +101,9 @@ class FunctionalMachine:
         The tile array; its configuration words and PMU SRAM are kept across programs.
     loader : rdu.config_loader.ConfigLoader
         The configuration loader fed by AGCU 0's ``PROGRAM_LOAD``.
+    execute_traffic : dict
+        ``{region: {"read_bytes", "write_bytes"}}`` the last :meth:`execute` moved (the
+        AGCUs' streams; not the host's writes or the program load).
     pending_arguments : dict
         ``{agcu: [words]}`` of ``ARGUMENT_LOAD`` commands not yet delivered: the
         array's edge inputs are held off until it is started, so they enter the array's
@@ -120,6 +123,7 @@ class FunctionalMachine:
             agcu_positions=machine.positions())
         self.loader = ConfigLoader(self.array.geometry, self.array.units, self.array.words)
         self.pending_arguments = {}
+        self.execute_traffic = {}
 
     # -- host memory access ----------------------------------------------------------------
     def write(self, address, words):
@@ -335,8 +339,13 @@ class FunctionalMachine:
         edge_inputs = {("scalar", self.array.agcu_edges[agcu]): words
                        for agcu, words in self.pending_arguments.items() if words}
         self.pending_arguments = {}
-        return self.array.run(edge_inputs, memory=self.memory, execute=agcus,
-                              max_items=self.max_items if max_items is None else max_items)
+        before = {name: dict(counts) for name, counts in self.memory.traffic.items()}
+        result = self.array.run(edge_inputs, memory=self.memory, execute=agcus,
+                                max_items=self.max_items if max_items is None else max_items)
+        self.execute_traffic = {name: {kind: count - before[name][kind]
+                                       for kind, count in counts.items()}
+                                for name, counts in self.memory.traffic.items()}
+        return result
 
     # -- programs --------------------------------------------------------------------------
     def run_program(self, program, *, clear=True):

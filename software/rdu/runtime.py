@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS",
+           "run_kernel", "hbm_peak_bytes_per_cycle",
            "system_params", "check_machine", "Launch", "Copy", "Write", "StepResult",
            "run_schedule"]
 
@@ -48,7 +49,9 @@ class RunFailure(RuntimeError):
 
 @dataclass
 class RunResult:
-    """One launch: its outputs by name (uint32 words) and what it cost."""
+    """One launch: its outputs by name (uint32 words) and what it cost; ``memory_bytes``:
+    the bytes its execution (not its program load) read and wrote in each memory
+    region, on both back ends."""
     outputs: dict                     # name -> np.uint32 array
     cycles: int = None                # None for the functional model
     sim: str = "model"
@@ -58,6 +61,7 @@ class RunResult:
     waves: str = None
     load_cycles: int = None
     program: str = None
+    memory_bytes: dict = field(default_factory=dict)   # region -> {read_bytes, write_bytes}
 
 
 def system_params(program):
@@ -141,7 +145,7 @@ def _run_ip(programs, machine, *, seed, work_dir, waves, timeout, progress):
     from .sim.verilator import VerilatorError, build, project_root
     start = time.perf_counter()
     name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
-    work_dir = Path(work_dir or project_root() / "build" / "run" / f"{name}-ip")
+    work_dir = Path(work_dir or project_root() / "build" / "run" / f"{name}-ip").resolve()
     program_dirs = [str(program.save(work_dir / f"program{index}"))
                     for index, program in enumerate(programs)]
     try:
@@ -196,7 +200,7 @@ def _run_model(programs, machine):
         results.append(RunResult({name: np.asarray(words, np.uint32)
                                   for name, words in outputs.items()}, None, "model",
                                  time.perf_counter() - start, counters=result.counters,
-                                 program=program.name))
+                                 program=program.name, memory_bytes=model.execute_traffic))
     return results
 
 
@@ -208,7 +212,7 @@ def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progres
     from .sim.verilator import VerilatorError, build, project_root
     start = time.perf_counter()
     name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
-    work_dir = Path(work_dir or project_root() / "build" / "run" / name)
+    work_dir = Path(work_dir or project_root() / "build" / "run" / name).resolve()
     program_dirs = [str(program.save(work_dir / f"program{index}"))
                     for index, program in enumerate(programs)]
     try:
@@ -248,8 +252,68 @@ def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progres
         results.append(RunResult(outputs, launch["cycles"], "verilator", seconds,
                                  built.seconds, counters,
                                  str(wave_files[0]) if wave_files else None,
-                                 launch["load_cycles"], program.name))
+                                 launch["load_cycles"], program.name,
+                                 _beat_bytes(launch["execute_beats"], machine)))
     return results
+
+
+def _beat_bytes(beats, machine):
+    """``{region: {read_beats, write_beats}}`` of the RTL's memory models in bytes."""
+    return {region: {kind.replace("beats", "bytes"): count * machine.beat_bytes
+                     for kind, count in counts.items()} for region, counts in beats.items()}
+
+
+def hbm_peak_bytes_per_cycle(machine):
+    """The HBM's peak bandwidth behind ``machine``'s AGCUs in bytes per cycle: what the
+    memory model the runs use is built with (:func:`sim_models.memory.hbm_model`)."""
+    from sim_models.memory import hbm_model
+    return hbm_model(beat_bytes=machine.beat_bytes).timing.peak_bytes_per_cycle
+
+
+def run_kernel(kernel, program, inputs, sim="model", *, seed=1, **options):
+    """Run ``program`` of ``kernel`` (:class:`rdu.kernels.Kernel`) on ``inputs``
+    (``{tensor: uint32 BF16 words}``) and check the result: what ``rdu run`` and each
+    point of ``rdu sweep`` measure.
+
+    Returns ``(figures, results, run)``: ``figures`` a dict (``ok``, ``max_abs_err``,
+    ``cycles``, ``utilization``, ``hbm_bytes``, ``hbm_peak_share``, ...; cycle figures
+    are ``None`` on the functional model), ``results`` the outputs as float arrays,
+    ``run`` the :class:`RunResult`. ``options`` go to :func:`run_program`."""
+    kernel.pack(program, inputs)
+    result = run_program(program, sim, seed=seed, **options)
+    results = kernel.unpack(program, result.outputs)
+    ok, max_abs_err = kernel.check(program, inputs, results)
+    macs, peak = kernel.work(program)
+    hbm = result.memory_bytes.get("hbm")          # None: a back end without the HBM model
+    hbm_bytes = hbm["read_bytes"] + hbm["write_bytes"] if hbm else None
+    cycles = result.cycles
+    figures = {
+        "ok": ok,
+        "pcus_used": program.meta.get("pcus"),
+        "cycles": cycles,
+        "macs": macs,
+        "peak_macs_per_cycle": peak,
+        "utilization": round(macs / (cycles * peak), 4) if cycles and macs else None,
+        "max_abs_err": max_abs_err,
+        "hbm_bytes": hbm_bytes,
+        "hbm_peak_share": (round(hbm_bytes / (cycles * hbm_peak_bytes_per_cycle(
+            program.machine)), 4) if cycles and hbm_bytes is not None else None),
+        "sim_seconds": round(result.seconds, 3),
+    }
+    if sim in ("verilator", "ip"):
+        figures["config_cycles"] = result.load_cycles
+        perf = result.counters.get("perf", {})
+        from hdl.interfaces import NETWORKS
+        for network in NETWORKS:
+            figures[f"switch_{network}_stall_cycles"] = sum(
+                value for name, value in perf.items()
+                if name.endswith(f".{network}_stall_cycles"))
+        figures["pmu_read_stall_cycles"] = sum(
+            value for name, value in perf.items() if name.endswith(".read_stall_cycles"))
+        figures["sim_cycles_per_second"] = round(result.counters.get(
+            "sim_cycles_per_second", 0))
+        figures["verilator_build_seconds"] = round(result.build_seconds, 1)
+    return figures, results, result
 
 
 # -- schedules: program launches, AGCU copy jobs, host writes --------------------------------
@@ -368,7 +432,7 @@ def _schedule_model(steps, machine):
                 results.append(StepResult("launch", launch=RunResult(
                     {name: np.asarray(words, np.uint32) for name, words in outputs.items()},
                     None, "model", time.perf_counter() - start, counters=result.counters,
-                    program=step.program.name)))
+                    program=step.program.name, memory_bytes=model.execute_traffic)))
         except ModelError as error:
             raise RunFailure(f"{error} (functional model)", type(error).__name__) from None
     return results
@@ -385,7 +449,7 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
     start = time.perf_counter()
     launches = [step for step in steps if isinstance(step, Launch)]
     work_dir = Path(work_dir or project_root() / "build" / "run" /
-                    f"schedule-{launches[0].program.name}")
+                    f"schedule-{launches[0].program.name}").resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     plan, writes, limit = [], {}, 0
     for index, step in enumerate(steps):
@@ -440,7 +504,8 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
             counters["sim_cycles_per_second"] = stats.cycles_per_second
             run = RunResult(_read_outputs(launch, step.program), launch["cycles"],
                             "verilator", seconds, built.seconds, counters, None,
-                            launch["load_cycles"], step.program.name)
+                            launch["load_cycles"], step.program.name,
+                            _beat_bytes(launch["execute_beats"], machine))
             results.append(StepResult("launch", launch["load_cycles"] + launch["cycles"],
                                       run))
         else:

@@ -384,6 +384,13 @@ class HostDriver:
         self.mem.reset_ports()
         self.bench.set("host.watchdog_cycles", 0)
 
+    def memory_beats(self):
+        """``{region: {"read_beats", "write_beats"}}`` the memory models have served so
+        far (AXI traffic only: backdoor writes and reads are not counted)."""
+        return {region.name: {kind: region.stats[kind] for kind in ("read_beats",
+                                                                     "write_beats")}
+                for region in self.mem.regions}
+
     async def run(self, program, *, timeout=200_000, load_timeout=100_000, outputs_file=None,
                   inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None):
         """Images in, load, execute, outputs out: one launch of ``program``."""
@@ -392,7 +399,9 @@ class HostDriver:
             if words is not None:            # None: produced by an earlier program
                 self.write(address, words)
         load_cycles = await self.load_program(program, load_timeout)
+        before = self.memory_beats()
         launch = await self.execute(program, timeout, watchdog_cycles)
+        after = self.memory_beats()
         perf = await self.read_counters()
         errors = unit_errors(perf)
         if errors:
@@ -407,6 +416,9 @@ class HostDriver:
             "program": program.name,
             **launch,
             "load_cycles": load_cycles,
+            "execute_beats": {region: {kind: count - before[region][kind]
+                                       for kind, count in counts.items()}
+                              for region, counts in after.items()},
             "outputs": ({out: array.tolist() for out, array in outputs.items()}
                         if total_words <= inline_output_words else None),
             "outputs_file": str(outputs_file) if outputs_file else None,
@@ -424,8 +436,9 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
     program) overrides ``timeout``. ``watchdog_cycles`` programs the array's watchdog
     (default: half of each launch's timeout; 0: off). ``faults`` injects AXI error
     responses (:class:`rdu.sim.memory_system.FaultInjector`). Returns
-    ``{"launches": [per program: cycles, load_cycles, agcu_cycles, array_cycles, outputs,
-    outputs_file, perf], "memory":
+    ``{"launches": [per program: cycles, load_cycles, agcu_cycles, array_cycles,
+    execute_beats (per region, the execution's AXI beats), outputs, outputs_file, perf],
+    "memory":
     per-region statistics, "memory_errors": [...]}``.
     """
     programs = [Program.load(directory) for directory in program_dirs]
