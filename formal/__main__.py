@@ -1,7 +1,8 @@
 """``python -m formal [--quick] [name ...]``: run the proofs, print one line each.
 
-Exit status 0 when every proof ended as expected (``PASS``, or ``FAIL`` with a
-counterexample for the deliberately broken designs).
+Exit status 0 when every proof ended as expected (``PASS``; for the deliberately
+broken designs ``FAIL``, or ``UNKNOWN`` from a failed induction step, with a
+counterexample trace).
 """
 
 import argparse

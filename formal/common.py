@@ -4,7 +4,7 @@ from amaranth import ResetSignal, Signal
 from amaranth.hdl import Assert, Assume
 from amaranth.hdl._ast import AnyConst, AnySeq  # not re-exported by amaranth.hdl 0.5
 
-__all__ = ["AnyConst", "AnySeq", "Assert", "Assume", "no_reset", "stream_stable"]
+__all__ = ["AnyConst", "AnySeq", "Assert", "Assume", "elaborate_open", "no_reset", "stream_stable"]
 
 
 def no_reset(m):
@@ -16,7 +16,9 @@ def no_reset(m):
 def stream_stable(m, stream, name, enable=1):
     """Assert the ``lib.stream`` producer rule on ``stream``: once ``valid`` is offered
     without ``ready``, ``valid`` stays high and ``payload`` unchanged on the next cycle
-    (only checked while ``enable`` was high on the stalled cycle and is high now)."""
+    (only checked while ``enable`` was high on the stalled cycle and is high now).
+    Returns the harness's registers ``(stalled, held)``: a stall on the last cycle, and
+    the payload then."""
     stalled = Signal(name=f"{name}_stalled")
     held = Signal.like(stream.payload, name=f"{name}_held")
     m.d.sync += [stalled.eq(stream.valid & ~stream.ready & enable), held.eq(stream.payload)]
@@ -26,6 +28,27 @@ def stream_stable(m, stream, name, enable=1):
                             if hasattr(stream.payload, "as_value")
                             else stream.payload == held,
                             f"{name}: payload changed while stalled")]
-    return stalled
+    return stalled, held
 
 
+
+
+def elaborate_open(component, platform=None):
+    """Elaborate ``component`` here, so that the harness can read its internal signals.
+
+    Returns ``(module, signals)``: the ``Module`` its ``elaborate`` built (to add as the
+    harness's submodule instead of ``component``) and a dict of the signals it drives,
+    by name (``"write_ptr"``, ...), plus ``module._named_submodules`` by name under
+    ``"submodule:<name>"``. Nothing is added to the unit's ports: Amaranth lets any
+    module of a design read a signal of another one.
+    """
+    module = component.elaborate(platform)
+    component._MustUse__used = True        # elaborated here, not by Fragment.get
+    signals = {}
+    for signal in module._driving.keys():
+        if signal.name in signals and signals[signal.name] is not signal:
+            raise ValueError(f"two signals named {signal.name!r} in {component!r}")
+        signals[signal.name] = signal
+    for name, (submodule, _src_loc) in module._named_submodules.items():
+        signals[f"submodule:{name}"] = submodule
+    return module, signals

@@ -8,11 +8,21 @@ item with the same sequence number: nothing is created, dropped, duplicated or
 reordered. Besides, ``level`` is the number of items in minus out (and within
 ``depth``), ``o.valid`` is high exactly when an item is held, and the output keeps
 ``valid`` and ``payload`` while stalled.
+
+With ``invariants=True`` the harness also asserts what the FIFO's state must be, read
+from its internal signals (``write_ptr``, ``read_ptr``, the storage through an extra
+read port; ``formal.common.elaborate_open``): both pointers inside ``[0, depth)``,
+``write_ptr == (read_ptr + level) mod depth``, the tracked item, once accepted and
+not yet out, in the slot ``(read_ptr + N - items out) mod depth``, and while stalled
+the held payload in slot ``read_ptr``. These make the properties inductive: the proof
+closes by k-induction (``mode prove``), so they hold on every cycle, not only to a
+depth.
 """
 
-from amaranth import Elaboratable, Module, Signal
+from amaranth import Elaboratable, Module, Mux, Signal
 
-from formal.common import AnyConst, AnySeq, Assert, Assume, no_reset, stream_stable
+from formal.common import (AnyConst, AnySeq, Assert, Assume, elaborate_open, no_reset,
+                           stream_stable)
 from hdl.stream_fifo import StreamFIFO
 
 __all__ = ["FIFOHarness"]
@@ -23,17 +33,24 @@ SEQ_BITS = 8
 
 class FIFOHarness(Elaboratable):
     """Parameters: ``width`` (payload bits), ``depth`` (FIFO depth); ``fifo`` builds the
-    design under test (``StreamFIFO`` by default, a mutant in the self-tests)."""
+    design under test (``StreamFIFO`` by default, a mutant in the self-tests);
+    ``invariants``: also assert the internal invariants (the design must have
+    ``StreamFIFO``'s internals)."""
 
-    def __init__(self, width=2, depth=3, fifo=StreamFIFO):
+    def __init__(self, width=2, depth=3, fifo=StreamFIFO, invariants=False):
         self.width = width
         self.depth = depth
         self.fifo = fifo
+        self.invariants = invariants
 
     def elaborate(self, platform):
         m = Module()
         no_reset(m)
-        m.submodules.dut = dut = self.fifo(self.width, self.depth)
+        dut = self.fifo(self.width, self.depth)
+        if self.invariants:
+            m.submodules.dut, internals = elaborate_open(dut, platform)
+        else:
+            m.submodules.dut = dut
         m.d.comb += [dut.i.valid.eq(AnySeq(1)), dut.i.payload.eq(AnySeq(self.width)),
                      dut.o.ready.eq(AnySeq(1))]
         push = dut.i.valid & dut.i.ready
@@ -66,5 +83,37 @@ class FIFOHarness(Elaboratable):
             Assert(dut.o.valid == (held != 0), "o.valid is not 'an item is held'"),
             Assert(dut.i.ready == (held != self.depth), "i.ready is not 'room left'"),
         ]
-        stream_stable(m, dut.o, "o")
+        stalled, stalled_payload = stream_stable(m, dut.o, "o")
+        if self.invariants:
+            self.assert_invariants(m, dut, internals, count_out, magic, magic_in,
+                                   magic_value, stalled, stalled_payload, count_in)
         return m
+
+    def assert_invariants(self, m, dut, internals, count_out, magic, magic_in, magic_value,
+                          stalled, stalled_payload, count_in):
+        depth = self.depth
+        write_ptr, read_ptr = internals["write_ptr"], internals["read_ptr"]
+        port = internals["submodule:storage"].read_port(domain="comb")
+        offset = Signal(SEQ_BITS)       # position of the tracked item in the FIFO
+        slot = Signal(range(2 * depth))
+        m.d.comb += [offset.eq(magic - count_out),
+                     slot.eq(read_ptr + offset),
+                     port.addr.eq(Mux(slot >= depth, slot - depth, slot))]
+        inside = magic_in & (offset < dut.level)
+        wrap_sum = read_ptr + dut.level
+        m.d.comb += [
+            Assert(count_out <= count_in, "more items out than in"),
+            Assert(write_ptr < depth, "write pointer outside the storage"),
+            Assert(read_ptr < depth, "read pointer outside the storage"),
+            Assert(write_ptr == Mux(wrap_sum >= depth, wrap_sum - depth, wrap_sum),
+                   "write pointer is not read pointer + level (mod depth)"),
+            Assert(magic_in == (magic < count_in),
+                   "tracked item recorded iff input N was accepted"),
+            Assert(~inside | (port.data == magic_value),
+                   "tracked item not in slot read_ptr + N - items out"),
+        ]
+        stall_port = internals["submodule:storage"].read_port(domain="comb")
+        m.d.comb += [stall_port.addr.eq(read_ptr),
+                     Assert(~stalled | (dut.level != 0), "stalled without an item"),
+                     Assert(~stalled | (stall_port.data == stalled_payload),
+                            "the stalled item is not in slot read_ptr")]

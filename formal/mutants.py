@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 import hdl.switch as switch_module
 from hdl.stream_fifo import StreamFIFO
 
-__all__ = ["DroppingFIFO", "UnstableFIFO", "broken_merge_order"]
+__all__ = ["DroppingFIFO", "LateCorruptingFIFO", "UnstableFIFO", "broken_merge_order"]
 
 
 class _FIFOMutant(wiring.Component):
@@ -61,6 +61,22 @@ class UnstableFIFO(_FIFOMutant):
             fifo.o.ready.eq(self.o.ready),
             self.level.eq(fifo.level),
         ]
+        return m
+
+
+class LateCorruptingFIFO(StreamFIFO):
+    """A ``StreamFIFO`` that stores input item number 100 (counted from reset, modulo
+    256) with bit 0 inverted. Every trace shorter than 100 cycles is correct, so a BMC
+    proof of depth 10 passes it; the induction proof must not."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        pushes = Signal(8)
+        with m.If(driven["push"]):
+            m.d.sync += pushes.eq(pushes + 1)
+        # a later assignment in the same module overrides the FIFO's own
+        m.d.comb += driven["write_port__data"].eq(self.i.payload ^ (pushes == 100))
         return m
 
 

@@ -7,7 +7,7 @@ machine with z3; ``docs/formal.md`` lists them with the measured times.
 from formal.agcu import BurstGeneratorHarness
 from formal.driver import Proof
 from formal.fifo import FIFOHarness
-from formal.mutants import DroppingFIFO, UnstableFIFO, broken_merge_order
+from formal.mutants import DroppingFIFO, LateCorruptingFIFO, UnstableFIFO, broken_merge_order
 from formal.pmu import AddressGeneratorHarness
 from formal.switch import SwitchNetworkHarness
 
@@ -33,6 +33,18 @@ PROOFS = [
           summary="StreamFIFO (2-bit payload, depth 3): output N is input N (tracked "
                   "item), level = in - out <= depth, valid/ready = occupancy, "
                   "o.valid/o.payload held while stalled"),
+    Proof("fifo_induction", lambda: FIFOHarness(width=2, depth=3, invariants=True),
+          mode="prove", depth=1, quick=True,
+          summary="StreamFIFO (2-bit payload, depth 3): the fifo properties plus its "
+                  "internal invariants, for every cycle (k-induction)"),
+    Proof("fifo_induction_32", lambda: FIFOHarness(width=32, depth=32, invariants=True),
+          mode="prove", depth=1,
+          summary="StreamFIFO (32-bit payload, depth 32): the same, k-induction"),
+    Proof("fifo_induction_late", lambda: FIFOHarness(width=2, depth=3, invariants=True,
+                                                     fifo=LateCorruptingFIFO),
+          mode="prove", depth=1, quick=True, expect="unproven",
+          summary="mutant: a FIFO that corrupts input item 100 (beyond any BMC depth "
+                  "used here): its induction step fails"),
     Proof("fifo_dropping", lambda: FIFOHarness(width=2, depth=3, fifo=DroppingFIFO),
           depth=10, quick=True, expect="fail",
           summary="mutant: a FIFO that acknowledges and drops an item when full"),
