@@ -21,8 +21,7 @@ depth.
 
 from amaranth import Elaboratable, Module, Mux, Signal
 
-from formal.common import (AnyConst, AnySeq, Assert, Assume, elaborate_open, no_reset,
-                           stream_stable)
+from formal.common import AnyConst, AnySeq, Assert, Assume, elaborate_open, no_reset, stream_stable
 from hdl.stream_fifo import StreamFIFO
 
 __all__ = ["FIFOHarness"]
