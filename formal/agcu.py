@@ -12,30 +12,83 @@ limit) and ``aw`` through a FIFO from the write generator's, so these are the
 properties of the ``ar``/``aw`` bursts.
 """
 
-from amaranth import Elaboratable, Module, Signal
+import unittest.mock
 
-from formal.common import AnySeq, Assert, Assume, no_reset, stream_stable
-from hdl.agcu import BURST_BOUNDARY, AffineBurstGenerator
+from amaranth import Cat, Elaboratable, Module, Mux, Signal, Value
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
-__all__ = ["BurstGeneratorHarness"]
+import hdl.agcu as agcu_module
+from formal.common import (
+    AnyConst,
+    AnySeq,
+    Assert,
+    Assume,
+    Cover,
+    elaborate_open,
+    no_reset,
+    open_submodule,
+    stream_stable,
+)
+from hdl.agcu import AGCU, BURST_BOUNDARY, AffineBurstGenerator, AGCUOp
+from hdl.interfaces import AXIBurst, ConfigPort
+
+__all__ = ["AGCUHarness", "AnyConfig", "BurstGeneratorHarness"]
+
+
+def check_burst(m, name, addr, beats, when, *, addr_width, beat_shift, max_burst):
+    """Assert, while ``when``, that the burst of ``beats`` beats at byte ``addr`` stays in
+    one 4 KiB page (first and last byte; a burst running past the end of the address
+    space fails too), has 1..``max_burst`` beats and a beat-aligned address. Returns the
+    burst's last byte address (``addr_width + 1`` bits)."""
+    page_bits = BURST_BOUNDARY.bit_length() - 1
+    last_byte = Signal(addr_width + 1, name=f"{name}_last_byte")
+    m.d.comb += last_byte.eq(addr + (beats << beat_shift) - 1)
+    with m.If(when):
+        m.d.comb += [
+            Assert(last_byte[page_bits:] == addr[page_bits:],
+                   f"{name}: burst crosses a 4 KiB boundary"),
+            Assert((beats >= 1) & (beats <= max_burst),
+                   f"{name}: burst not 1..max_burst beats"),
+            Assert(addr[:beat_shift] == 0, f"{name}: burst address not beat aligned"),
+        ]
+    return last_byte
 
 
 class BurstGeneratorHarness(Elaboratable):
     """Parameters: ``addr_width`` (at least 13, so that 4 KiB pages exist), ``beat_bytes``
-    and ``max_burst`` as for the generator."""
+    and ``max_burst`` as for the generator; ``generator``: the design under test (a
+    mutant in the self-tests).
 
-    def __init__(self, addr_width=14, beat_bytes=64, max_burst=4):
+    With ``invariants=True`` the harness also asserts what the generator's state must be
+    (read from its internal signals and its output FIFO's, ``formal.common.elaborate_open``
+    and ``open_submodule``): the current beat, row and plane addresses are beat-aligned;
+    while running the latched pattern has non-zero counts and aligned strides and
+    ``i0 < count[0]``; the open burst and every burst in
+    the output FIFO satisfy the burst properties; the FIFO's pointers agree with its
+    level and a stalled burst is the one in slot ``read_ptr``. These make the
+    properties inductive (``mode prove``).
+    """
+
+    def __init__(self, addr_width=14, beat_bytes=64, max_burst=4,
+                 generator=AffineBurstGenerator, invariants=False):
         self.addr_width = addr_width
         self.beat_bytes = beat_bytes
         self.max_burst = max_burst
+        self.generator = generator
+        self.invariants = invariants
 
     def elaborate(self, platform):
         m = Module()
         no_reset(m)
         aw = self.addr_width
         beat_shift = self.beat_bytes.bit_length() - 1
-        m.submodules.dut = dut = AffineBurstGenerator(
-            addr_width=aw, beat_bytes=self.beat_bytes, max_burst=self.max_burst)
+        dut = self.generator(addr_width=aw, beat_bytes=self.beat_bytes,
+                             max_burst=self.max_burst)
+        if self.invariants:
+            m.submodules.dut, internals = elaborate_open(dut, platform)
+        else:
+            m.submodules.dut = dut
         pattern = dut.pattern
         m.d.comb += [dut.start.eq(AnySeq(1)), dut.bursts.ready.eq(AnySeq(1)),
                      pattern.base.eq(AnySeq(aw)),
@@ -46,17 +99,244 @@ class BurstGeneratorHarness(Elaboratable):
                          Assume(pattern.stride[k].as_unsigned()[:beat_shift] == 0)]
 
         burst = dut.bursts.payload
-        beats = Signal(9)
-        last_byte = Signal(aw + 1)
-        m.d.comb += [beats.eq(burst.len + 1),
-                     last_byte.eq(burst.addr + (beats << beat_shift) - 1)]
+        limits = dict(addr_width=aw, beat_shift=beat_shift, max_burst=self.max_burst)
+        check_burst(m, "bursts", burst.addr, burst.len + 1, dut.bursts.valid, **limits)
+        stalled, stalled_burst = stream_stable(m, dut.bursts, "bursts")
+        if self.invariants:
+            self.assert_invariants(m, dut, internals, stalled, stalled_burst, limits)
+        return m
+
+    def assert_invariants(self, m, dut, internals, stalled, stalled_burst, limits):
+        beat_shift = limits["beat_shift"]
+        pattern = data.View(dut.pattern.shape(), internals["pattern"])
+        running = internals["running"]
+        for name in ("addr", "row", "plane"):
+            m.d.comb += Assert(internals[name][:beat_shift] == 0, f"{name} not beat aligned")
+        with m.If(running):
+            for k in range(3):
+                m.d.comb += [
+                    Assert(pattern.count[k] != 0, f"running with count[{k}] = 0"),
+                    Assert(pattern.stride[k].as_unsigned()[:beat_shift] == 0,
+                           f"running with stride[{k}] not aligned"),
+                ]
+            m.d.comb += Assert(internals["i0"] < pattern.count[0],
+                               "running with i0 past the row")
+        check_burst(m, "open", internals["open_addr"], internals["open_beats"],
+                    internals["open_valid"], **limits)
+        # the output FIFO: pointers, every burst it holds, the stalled one
+        gen_module = m._named_submodules["dut"][0]
+        fifo_module, fifo = open_submodule(gen_module, "out_fifo")
+        depth = internals["submodule:out_fifo"].depth
+        level = internals["submodule:out_fifo"].level
+        write_ptr, read_ptr = fifo["write_ptr"], fifo["read_ptr"]
+        storage = fifo["submodule:storage"]
+        wrap_sum = read_ptr + level
+        m.d.comb += [
+            Assert(level <= depth, "FIFO level beyond depth"),
+            Assert(read_ptr < depth, "FIFO read pointer outside the storage"),
+            Assert(write_ptr == Mux(wrap_sum >= depth, wrap_sum - depth, wrap_sum),
+                   "FIFO write pointer is not read pointer + level (mod depth)"),
+        ]
+        layout = internals["submodule:out_fifo"].shape
+        for slot in range(depth):
+            port = storage.read_port(domain="comb")
+            held = data.View(layout, port.data)
+            distance = Mux(slot >= read_ptr, slot - read_ptr, slot + depth - read_ptr)
+            m.d.comb += port.addr.eq(slot)
+            check_burst(m, f"fifo_slot{slot}", held.addr, held.len + 1, distance < level,
+                        **limits)
+        port = storage.read_port(domain="comb")
+        m.d.comb += [port.addr.eq(read_ptr),
+                     Assert(~stalled | (level != 0), "stalled without a burst"),
+                     Assert(~stalled | (port.data == stalled_burst.as_value()),
+                            "the stalled burst is not in slot read_ptr")]
+
+
+class AnyConfig(wiring.Component):
+    """Stands in for the AGCU's ``ConfigRegister`` in :class:`AGCUHarness`: the
+    configuration is any value, constant for the whole trace (what a loaded bitstream
+    gives; writing its 12 words through ``cfg`` would cost 12 cycles of proof depth).
+    ``ConfigRegister`` itself is tested by the configuration tests."""
+
+    def __init__(self, layout):
+        self._layout = data.Layout.cast(layout)
+        super().__init__({"port": In(ConfigPort()), "value": Out(self._layout)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.value.eq(AnyConst(self._layout.size))
+        return m
+
+
+class AGCUHarness(Elaboratable):
+    """The whole ``AGCU`` with every input driven by the solver: any command stream, any
+    configuration (:class:`AnyConfig`), any ``ready`` on ``ar``/``aw``/``w`` and on the
+    array-side outputs, any tokens and scalars. Constraints: ``vector_in`` obeys the
+    stream rule (the switch feeding it is proven to); the subordinate answers ``r`` only
+    while a read burst is outstanding and ``b`` only for a burst whose ``aw`` and last
+    ``w`` beat it has taken.
+
+    Asserted:
+
+    * ``ar``, ``aw`` and ``w``: ``valid`` and ``payload`` held until ``ready``;
+    * every ``ar``/``aw`` burst offered: within one 4 KiB page, 1..``max_burst`` beats,
+      beat-aligned, ``size`` = the beat, ``INCR``;
+    * ``w.last`` on the right beat: ``w`` burst N (the beats up to the Nth ``last``)
+      has exactly ``len + 1`` beats of ``aw`` burst N, whichever channel goes first
+      (tracked burst N, any N);
+    * between ``vector_in`` and ``w`` during a kernel execute no beat is created or lost:
+      vector beat M is write beat M (plain store) or the high halves of write beat
+      M // 2's lanes, low half for even M (BF16 store), and at most one vector beat
+      (the BF16 first half) is held (tracked vector beat M, any M).
+    """
+
+    def __init__(self, *, lanes=1, addr_width=14, max_burst=4, max_outstanding=2,
+                 buffer_depth=2, seq_bits=4, covers=False, agcu=AGCU,
+                 generator=AffineBurstGenerator):
+        self.covers = covers
+        self.agcu = agcu
+        self.generator = generator
+        self.lanes = lanes
+        self.addr_width = addr_width
+        self.max_burst = max_burst
+        self.max_outstanding = max_outstanding
+        self.buffer_depth = buffer_depth
+        self.seq_bits = seq_bits
+
+    def elaborate(self, platform):
+        m = Module()
+        no_reset(m)
+        with (unittest.mock.patch.object(agcu_module, "ConfigRegister", AnyConfig),
+              unittest.mock.patch.object(agcu_module, "AffineBurstGenerator", self.generator)):
+            dut = self.agcu(lanes=self.lanes, addr_width=self.addr_width,
+                            max_burst=self.max_burst, max_outstanding=self.max_outstanding,
+                            buffer_depth=self.buffer_depth)
+            m.submodules.dut, internals = elaborate_open(dut, platform)
+        conf = internals["submodule:config"].value
+        axi = dut.axi
+        beat_shift = dut.beat_bytes.bit_length() - 1
+        seq = self.seq_bits
+
+        def counter(name, event):
+            count = Signal(seq, name=name)
+            m.d.sync += count.eq(count + event)
+            m.d.comb += Assume(count != 2 ** seq - 1)     # no wrap within the depth
+            return count
+
+        # every input from the solver
+        for port in (dut.cmd, dut.control_in, dut.scalar_in, dut.vector_in):
+            m.d.comb += [port.valid.eq(AnySeq(1)),
+                         port.payload.eq(AnySeq(len(Value.cast(port.payload))))]
+        m.d.comb += [dut.cfg.write.eq(AnySeq(1)), dut.cfg.index.eq(AnySeq(8)),
+                     dut.cfg.data.eq(AnySeq(32))]
+        for port in (axi.ar, axi.aw, axi.w, dut.vector_out, dut.scalar_out,
+                     dut.control_out, dut.bitstream_out):
+            m.d.comb += port.ready.eq(AnySeq(1))
+        for port in (axi.r, axi.b):
+            m.d.comb += [port.valid.eq(AnySeq(1)),
+                         port.payload.eq(AnySeq(len(Value.cast(port.payload))))]
+        stream_stable(m, dut.vector_in, "vector_in", rule=Assume)
+
+        # the subordinate answers only what was asked
+        ar_go = axi.ar.valid & axi.ar.ready
+        aw_go = axi.aw.valid & axi.aw.ready
+        w_go = axi.w.valid & axi.w.ready
+        r_last = axi.r.valid & axi.r.ready & axi.r.payload.last
+        b_go = axi.b.valid & axi.b.ready
+        ar_count, r_bursts = counter("ar_count", ar_go), counter("r_bursts", r_last)
+        aw_count = counter("aw_count", aw_go)
+        w_bursts = counter("w_bursts", w_go & axi.w.payload.last)
+        b_count = counter("b_count", b_go)
+        m.d.comb += [Assume(~axi.r.valid | (ar_count != r_bursts)),
+                     Assume(~axi.b.valid | ((aw_count != b_count) & (w_bursts != b_count)))]
+
+        # ar, aw, w: held until ready; bursts within a page
+        stalls = {name: stream_stable(m, channel, name)[0]
+                  for name, channel in (("ar", axi.ar), ("aw", axi.aw), ("w", axi.w))}
         page_bits = BURST_BOUNDARY.bit_length() - 1
-        with m.If(dut.bursts.valid):
+        limits = dict(addr_width=self.addr_width, beat_shift=beat_shift,
+                      max_burst=self.max_burst)
+        for name, channel in (("ar", axi.ar), ("aw", axi.aw)):
+            burst = channel.payload
+            last_byte = check_burst(m, name, burst.addr, burst.len + 1, channel.valid,
+                                    **limits)
+            with m.If(channel.valid):
+                m.d.comb += [
+                    Assert(burst.size == beat_shift, f"{name}: size is not the beat"),
+                    Assert(burst.burst == AXIBurst.INCR, f"{name}: burst type is not INCR"),
+                ]
+            if self.covers:
+                m.d.comb += Cover(channel.valid & channel.ready & (burst.len != 0) &
+                                  (last_byte[:page_bits] == 2 ** page_bits - 1),
+                                  f"{name}: a burst of several beats ends on a 4 KiB boundary")
+
+        # w.last: w burst N has the length of aw burst N (tracked burst N)
+        burst_n = Signal(seq)
+        m.d.comb += burst_n.eq(AnyConst(seq))
+        n_len = Signal(8)           # len of aw burst N, once taken
+        n_len_known = Signal()
+        n_beats = Signal(9)         # w beats of burst N so far
+        n_done = Signal()           # w burst N ended (its last beat taken)
+        with m.If(aw_go & (aw_count == burst_n)):
+            m.d.sync += [n_len.eq(axi.aw.payload.len), n_len_known.eq(1)]
+            m.d.comb += Assert(Mux(n_done, n_beats == axi.aw.payload.len + 1,
+                                   n_beats <= axi.aw.payload.len),
+                               "w burst N does not have the length of aw burst N")
+        with m.If(w_go & (w_bursts == burst_n)):
+            m.d.sync += n_beats.eq(n_beats + 1)
+            with m.If(axi.w.payload.last):
+                m.d.sync += n_done.eq(1)
+            with m.If(n_len_known):
+                m.d.comb += Assert(axi.w.payload.last == (n_beats == n_len),
+                                   "w.last not on beat len of its aw burst")
+
+        # vector_in -> w during a kernel execute (tracked vector beat M)
+        execute = Signal()          # the last accepted command is EXECUTE
+        pack = Signal()             # ... with a BF16-packing store
+        with m.If(dut.cmd.valid & dut.cmd.ready):
+            m.d.sync += [execute.eq(dut.cmd.payload.op == AGCUOp.EXECUTE),
+                         pack.eq(conf.store_bf16)]
+        v_go = dut.vector_in.valid & dut.vector_in.ready
+        w_exec = w_go & execute
+        vectors = counter("vectors", v_go)
+        written = Signal(seq)       # vector beats that left on w (2 per BF16 write beat)
+        m.d.sync += written.eq(written + Mux(w_exec, Mux(pack, 2, 1), 0))
+        m.d.comb += [
+            Assert(written <= vectors, "a write beat without its vector beat (created)"),
+            Assert(vectors - written <= pack, "vector beats held back (lost)"),
+        ]
+        beat_m = Signal(seq)
+        m.d.comb += beat_m.eq(AnyConst(seq))
+        m_value = Signal.like(dut.vector_in.payload)
+        m_in = Signal()
+        with m.If(v_go & (vectors == beat_m)):
+            m.d.sync += [m_value.eq(dut.vector_in.payload), m_in.eq(1)]
+        m_now = Mux(v_go & (vectors == beat_m), Value.cast(dut.vector_in.payload),
+                    Value.cast(m_value))
+        m_in_now = m_in | (v_go & (vectors == beat_m))
+        half = 16 * self.lanes
+        highs = Cat(*(m_now[32 * lane + 16:32 * (lane + 1)] for lane in range(self.lanes)))
+        data = axi.w.payload.data
+        with m.If(w_exec & ~pack & (written == beat_m)):
+            m.d.comb += Assert(m_in_now & (data == m_now),
+                               "write beat M is not vector beat M")
+        with m.If(w_exec & pack & (written == beat_m)):
+            m.d.comb += Assert(m_in_now & (data[:half] == highs),
+                               "BF16: low half of write beat M/2 is not vector beat M")
+        with m.If(w_exec & pack & (written + 1 == beat_m)):
+            m.d.comb += Assert(m_in_now & (data[half:] == highs),
+                               "BF16: high half of write beat M/2 is not vector beat M")
+        if self.covers:
             m.d.comb += [
-                Assert(last_byte[page_bits:] == burst.addr[page_bits:],
-                       "burst crosses a 4 KiB boundary"),
-                Assert(beats <= self.max_burst, "burst longer than max_burst"),
-                Assert(burst.addr[:beat_shift] == 0, "burst address not beat aligned"),
+                Cover(w_go & axi.w.payload.last & (w_bursts == burst_n) & n_len_known &
+                      (n_len != 0), "w burst N of several beats ends after aw burst N"),
+                Cover(aw_go & (aw_count == burst_n) & n_done,
+                      "w burst N ends before aw burst N is taken"),
+                Cover(w_exec & ~pack & (written == beat_m) & (beat_m != 0),
+                      "plain store: write beat M checked"),
+                Cover(w_exec & pack & (written + 1 == beat_m),
+                      "BF16 store: the high half of a write beat checked"),
+                Cover(stalls["ar"] & axi.ar.valid, "ar held through a stall"),
+                Cover(stalls["w"] & axi.w.valid, "w held through a stall"),
             ]
-        stream_stable(m, dut.bursts, "bursts")
         return m

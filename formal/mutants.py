@@ -11,9 +11,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 import hdl.switch as switch_module
+from hdl.agcu import AGCU, AffineBurstGenerator
 from hdl.stream_fifo import StreamFIFO
 
-__all__ = ["DroppingFIFO", "LateCorruptingFIFO", "UnstableFIFO", "broken_merge_order"]
+__all__ = ["BufferGatedReadAGCU", "DroppingFIFO", "EarlyLastAGCU", "LateCorruptingFIFO",
+           "PageCrossingGenerator", "UnstableFIFO", "broken_merge_order"]
 
 
 class _FIFOMutant(wiring.Component):
@@ -96,3 +98,45 @@ def broken_merge_order():
         yield
     finally:
         switch_module._next_listed = original
+
+
+class EarlyLastAGCU(AGCU):
+    """An ``AGCU`` whose ``w.last`` comes one beat early on bursts of two or more beats
+    (the ``w`` sender then starts the next burst's beats in the middle of this one)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        length = m._named_submodules["write_lengths"][0].o.payload
+        beat = driven["w_beat"]
+        m.d.comb += self.axi.w.payload.last.eq((beat == length) | (beat + 1 == length))
+        return m
+
+
+class BufferGatedReadAGCU(AGCU):
+    """An ``AGCU`` that withdraws ``ar.valid`` while its read buffer is full (a
+    plausible flow-control shortcut that breaks the rule that ``valid`` stays up until
+    ``ready``)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        read_gen = m._named_submodules["read_gen"][0]
+        read_fifo = m._named_submodules["read_fifo"][0]
+        m.d.comb += self.axi.ar.valid.eq(
+            read_gen.bursts.valid & (driven["reads_in_flight"] < self.max_outstanding) &
+            read_fifo.i.ready)
+        return m
+
+
+class PageCrossingGenerator(AffineBurstGenerator):
+    """An ``AffineBurstGenerator`` that merges a run into the open burst without checking
+    that both are in the same 4 KiB page."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        m.d.comb += driven["merge"].eq(
+            driven["open_valid"] & (driven["addr"] == driven["open_end"]) &
+            (driven["open_beats"] + driven["run"] <= self._max_burst))
+        return m

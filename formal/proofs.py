@@ -4,20 +4,38 @@ Parameters are small so that the proofs close in seconds to minutes on a 2-core
 machine with z3; ``docs/formal.md`` lists them with the measured times.
 """
 
-from formal.agcu import BurstGeneratorHarness
+from formal.agcu import AGCUHarness, BurstGeneratorHarness
 from formal.driver import Proof
 from formal.fifo import FIFOHarness
-from formal.mutants import DroppingFIFO, LateCorruptingFIFO, UnstableFIFO, broken_merge_order
+from formal.mutants import (
+    BufferGatedReadAGCU,
+    DroppingFIFO,
+    EarlyLastAGCU,
+    LateCorruptingFIFO,
+    PageCrossingGenerator,
+    UnstableFIFO,
+    broken_merge_order,
+)
 from formal.pmu import AddressGeneratorHarness
 from formal.switch import SwitchNetworkHarness
 
-__all__ = ["PROOFS", "MERGE_CONFIG", "by_name"]
+__all__ = ["AGCU_GENERATOR", "AGCU_SMALL", "MERGE_CONFIG", "PROOFS", "by_name"]
 
 #: Concrete switch configuration of the quick merge proof (5 inputs, 3 outputs):
 #: output 0 merges north 1, south 2, local 1 (its select, east, is ignored); output 1
 #: is a plain route from north (north is thus merged and multicast); output 2 a plain
 #: route from south.
 MERGE_CONFIG = [(2, [1, 0, 2, 0, 1]), (1, [0] * 5), (3, [0] * 5)]
+
+#: The burst generator as the AGCU builds it by default (``AGCU()``: 8 lanes = 32-byte
+#: beats, 32-bit addresses, 16-beat bursts); its proof closes by induction at this size.
+AGCU_GENERATOR = dict(addr_width=32, beat_bytes=32, max_burst=16)
+
+#: The whole AGCU, narrowed through its parameters so that BMC reaches several bursts:
+#: 1 lane (4-byte beats, 1024 per 4 KiB page), 14-bit addresses (4 pages), bursts of up
+#: to 4 beats, 2 bursts in flight per direction, a 2-beat read buffer. The counters
+#: that are not parameters (pattern counts and indices, lengths) stay 32-bit.
+AGCU_SMALL = dict(lanes=1, addr_width=14, max_burst=4, max_outstanding=2, buffer_depth=2)
 
 
 def _broken_merge():
@@ -29,27 +47,26 @@ def _broken_merge():
 
 
 PROOFS = [
-    Proof("fifo", lambda: FIFOHarness(width=2, depth=3), depth=10, quick=True,
+    Proof("fifo", lambda: FIFOHarness(width=2, depth=3, invariants=True),
+          mode="prove", depth=1, quick=True,
           summary="StreamFIFO (2-bit payload, depth 3): output N is input N (tracked "
                   "item), level = in - out <= depth, valid/ready = occupancy, "
-                  "o.valid/o.payload held while stalled"),
-    Proof("fifo_induction", lambda: FIFOHarness(width=2, depth=3, invariants=True),
-          mode="prove", depth=1, quick=True,
-          summary="StreamFIFO (2-bit payload, depth 3): the fifo properties plus its "
-                  "internal invariants, for every cycle (k-induction)"),
-    Proof("fifo_induction_32", lambda: FIFOHarness(width=32, depth=32, invariants=True),
+                  "o.valid/o.payload held while stalled; with its internal invariants"),
+    Proof("fifo_32", lambda: FIFOHarness(width=32, depth=32, invariants=True),
           mode="prove", depth=1,
-          summary="StreamFIFO (32-bit payload, depth 32): the same, k-induction"),
-    Proof("fifo_induction_late", lambda: FIFOHarness(width=2, depth=3, invariants=True,
-                                                     fifo=LateCorruptingFIFO),
+          summary="StreamFIFO (32-bit payload, depth 32): the same"),
+    Proof("fifo_late", lambda: FIFOHarness(width=2, depth=3, invariants=True,
+                                           fifo=LateCorruptingFIFO),
           mode="prove", depth=1, quick=True, expect="unproven",
-          summary="mutant: a FIFO that corrupts input item 100 (beyond any BMC depth "
-                  "used here): its induction step fails"),
+          fails_with="tracked item not in slot",
+          summary="mutant: a FIFO that corrupts input item 100 (far beyond the BMC "
+                  "depths used here): its induction step fails"),
     Proof("fifo_dropping", lambda: FIFOHarness(width=2, depth=3, fifo=DroppingFIFO),
           depth=10, quick=True, expect="fail",
+          fails_with="more items accepted than the depth holds",
           summary="mutant: a FIFO that acknowledges and drops an item when full"),
     Proof("fifo_unstable", lambda: FIFOHarness(width=2, depth=3, fifo=UnstableFIFO),
-          depth=10, quick=True, expect="fail",
+          depth=10, quick=True, expect="fail", fails_with="payload changed while stalled",
           summary="mutant: a FIFO whose payload changes while stalled"),
     Proof("switch_merge", lambda: SwitchNetworkHarness(inputs=5, outputs=3,
                                                        config=MERGE_CONFIG),
@@ -58,7 +75,7 @@ PROOFS = [
                   "merge order, per-input order without loss or duplication, "
                   "stable outputs while stalled, silent unrouted outputs"),
     Proof("switch_merge_broken", _broken_merge, depth=8, quick=True, expect="fail",
-          engine="smtbmc --unroll z3",
+          engine="smtbmc --unroll z3", fails_with="item from the wrong input",
           summary="mutant: merge that returns to the first listed input after each one"),
     Proof("switch_symbolic", lambda: SwitchNetworkHarness(inputs=3, outputs=2,
                                                           max_count=2),
@@ -69,11 +86,36 @@ PROOFS = [
           depth=8,
           summary="AffineAddressGenerator: address = start + sum(i_k * stride_k), inside "
                   "[start, start + buffer_words), last on the final iteration"),
-    Proof("agcu_bursts", lambda: BurstGeneratorHarness(addr_width=14, beat_bytes=64,
-                                                       max_burst=4),
-          depth=8, quick=True,
-          summary="AffineBurstGenerator (14-bit addresses, 64-byte beats, max_burst 4): "
-                  "no 4 KiB crossing, 1..max_burst beats, aligned, held until ready"),
+    Proof("agcu_bursts", lambda: BurstGeneratorHarness(**AGCU_GENERATOR, invariants=True),
+          mode="prove", depth=1, quick=True,
+          summary="AffineBurstGenerator (the AGCU's: 32-bit addresses, 32-byte beats, "
+                  "max_burst 16): no 4 KiB crossing, 1..max_burst beats, aligned, held "
+                  "until ready; with its internal invariants"),
+    Proof("agcu_bursts_crossing",
+          lambda: BurstGeneratorHarness(**AGCU_GENERATOR, invariants=True,
+                                        generator=PageCrossingGenerator),
+          mode="prove", depth=6, quick=True, expect="fail",
+          fails_with="burst crosses a 4 KiB boundary",
+          summary="mutant: a generator that merges runs across a 4 KiB boundary"),
+    Proof("agcu_axi", lambda: AGCUHarness(**AGCU_SMALL), depth=8,
+          summary="whole AGCU (1 lane, 14-bit addresses, max_burst 4, 2 outstanding, "
+                  "read buffer 2), any commands and configuration: ar/aw/w held until "
+                  "ready, ar/aw bursts in one 4 KiB page, w.last on beat len of aw "
+                  "burst N, vector_in -> w beat for beat (plain and BF16 stores)"),
+    Proof("agcu_axi_cover", lambda: AGCUHarness(**AGCU_SMALL, covers=True), mode="cover",
+          depth=8,
+          summary="the agcu_axi harness reaches each checked situation (multi-beat "
+                  "bursts on a page end, w before aw, BF16 halves, stalls)"),
+    Proof("agcu_axi_early_last", lambda: AGCUHarness(**AGCU_SMALL, agcu=EarlyLastAGCU),
+          depth=8, quick=True, expect="fail", fails_with="aw burst N",
+          summary="mutant: an AGCU whose w.last comes one beat early"),
+    Proof("agcu_axi_gated_ar", lambda: AGCUHarness(**AGCU_SMALL, agcu=BufferGatedReadAGCU),
+          depth=8, quick=True, expect="fail", fails_with="valid withdrawn before ready",
+          summary="mutant: an AGCU that withdraws ar.valid while its read buffer is full"),
+    Proof("agcu_axi_crossing",
+          lambda: AGCUHarness(**AGCU_SMALL, generator=PageCrossingGenerator),
+          depth=8, quick=True, expect="fail", fails_with="burst crosses a 4 KiB boundary",
+          summary="mutant: an AGCU whose generators merge runs across a 4 KiB boundary"),
 ]
 
 

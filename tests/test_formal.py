@@ -34,6 +34,8 @@ def test_proof(proof):
 def test_broken_design_fails(proof):
     result = _run(proof)
     assert result.status == EXPECTED_STATUS[proof.expect], result.describe()
+    assert result.fails_as_expected, (f"{proof.name}: no failed assertion says "
+                                      f"{proof.fails_with!r}: {result.failed}")
     assert result.traces, "a failed proof must leave a counterexample trace"
     trace = ROOT / result.traces[0]
     assert trace.stat().st_size > 0
@@ -42,3 +44,7 @@ def test_broken_design_fails(proof):
 
 def test_every_mutant_is_quick():
     assert all(p.quick for p in PROOFS if p.expect != "pass")
+
+
+def test_every_mutant_names_its_assertion():
+    assert all(p.fails_with for p in PROOFS if p.expect != "pass")
