@@ -1,15 +1,16 @@
-"""``hdl.agcu.AffineBurstGenerator``: the bursts behind the AGCU's ``ar`` and ``aw``.
+"""``hdl.agcu``: the AGCU's AXI channels and the burst generator behind ``ar``/``aw``.
 
-The pattern (base, counts, signed strides) and the ``start`` pulses are arbitrary (a
-restart may come at any time), except that base and strides are multiples of the beat
-(the AGCU rejects anything else with ``MISALIGNED``) and counts are non-zero (else
-``BAD_CONFIG``). The consumer's ``ready`` is arbitrary. Asserted on every burst offered:
-it does not cross a 4 KiB boundary (first and last byte in the same page, and the
-burst does not run past the end of the address space), its length is 1..``max_burst``
-beats, and ``valid``/``payload`` are held until ``ready``. The AGCU drives ``ar``
-directly from the read generator's ``bursts`` (gated only by its outstanding-burst
-limit) and ``aw`` through a FIFO from the write generator's, so these are the
-properties of the ``ar``/``aw`` bursts.
+:class:`BurstGeneratorHarness` (``AffineBurstGenerator``): the pattern (base, counts,
+signed strides) and the ``start`` pulses are arbitrary (a restart may come at any time),
+except that base and strides are multiples of the beat (the AGCU rejects anything else
+with ``MISALIGNED``) and counts are non-zero (else ``BAD_CONFIG``). The consumer's
+``ready`` is arbitrary. Asserted on every burst offered: it does not cross a 4 KiB
+boundary (first and last byte in the same page, and the burst does not run past the
+end of the address space), its length is 1..``max_burst`` beats, and ``valid``/
+``payload`` are held until ``ready``.
+
+:class:`AGCUHarness`: the same burst rules and the rest of the AXI manager's duties at
+the ports of the whole ``AGCU`` (its docstring lists them).
 """
 
 import unittest.mock
