@@ -40,8 +40,7 @@ class Proof:
     quick: bool = False     # a few seconds: also run by tests/test_formal.py
     expect: str = "pass"    # a deliberately broken design: "fail" (a counterexample from
                             # reset) or "unproven" (its induction step fails)
-    fails_with: str = ""    # a broken design: part of the message of the assertion that
-                            # must fail
+    fails_with: str = ""    # a broken design: the message of an assertion that must fail
     summary: str = ""
     engine: str = "smtbmc --stbv z3"
 
@@ -53,8 +52,7 @@ class Result:
     seconds: float
     workdir: Path
     traces: list
-    failed: list = dataclasses.field(default_factory=list)  # source text of each failed
-                                                            # assertion (a few lines)
+    failed: list = dataclasses.field(default_factory=list)  # failed assertions' messages
 
     @property
     def passed(self):
@@ -67,7 +65,7 @@ class Result:
     @property
     def fails_as_expected(self):
         """A broken design failed the assertion it must fail (``Proof.fails_with``)."""
-        return any(self.proof.fails_with in text for text in self.failed)
+        return self.proof.fails_with in self.failed
 
     def describe(self):
         method = METHODS[self.proof.mode]
@@ -144,17 +142,17 @@ def run(proof, build_dir=None, timeout=1800):
         status = words[0] if words else "ERROR"
     traces = sorted(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
                     for path in (workdir / proof.name).rglob("trace*.vcd"))
-    return Result(proof, status, seconds, workdir, traces, _failed_assertions(output))
+    failed = _failed_assertions(output, workdir / proof.name / "model" / "design.il")
+    return Result(proof, status, seconds, workdir, traces, failed)
 
 
-def _failed_assertions(log):
-    """The source text (the ``Assert`` line and the three after it, which hold its
-    message) of every assertion the log reports failed."""
-    texts = []
-    for path, line in re.findall(r"failed assertion \S+ at (\S+):(\d+)", log):
-        try:
-            lines = Path(path).read_text().splitlines()
-        except OSError:
-            continue
-        texts.append("\n".join(lines[int(line) - 1:int(line) + 3]))
-    return texts
+def _failed_assertions(log, model):
+    """The messages of the assertions the log reports failed, looked up by their witness
+    names (``_witness_.check_N``) in the prepared design (``model/design.il``)."""
+    messages = {}
+    if model.exists():
+        cell = re.compile(r'cell \$check \\(\S+)\n(?:\s+parameter .*\n)*?'
+                          r'\s+parameter \\FORMAT "((?:[^"\\]|\\.)*)"')
+        messages = dict(cell.findall(model.read_text()))
+    return [messages.get(name, name)
+            for name in re.findall(r"summary:\s+failed assertion top\.(\S+) at", log)]
