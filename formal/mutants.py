@@ -12,10 +12,12 @@ from amaranth.lib.wiring import In, Out
 
 import hdl.switch as switch_module
 from hdl.agcu import AGCU, AffineBurstGenerator
+from hdl.pmu import AffineAddressGenerator
 from hdl.stream_fifo import StreamFIFO
 
 __all__ = ["BufferGatedReadAGCU", "DroppingFIFO", "EarlyLastAGCU", "LateCorruptingFIFO",
-           "PageCrossingGenerator", "UnstableFIFO", "broken_merge_order"]
+           "PageCrossingGenerator", "RunOnAddressGenerator", "UnstableFIFO",
+           "broken_merge_order"]
 
 
 class _FIFOMutant(wiring.Component):
@@ -139,4 +141,20 @@ class PageCrossingGenerator(AffineBurstGenerator):
         m.d.comb += driven["merge"].eq(
             driven["open_valid"] & (driven["addr"] == driven["open_end"]) &
             (driven["open_beats"] + driven["run"] <= self._max_burst))
+        return m
+
+
+class RunOnAddressGenerator(AffineAddressGenerator):
+    """A PMU ``AffineAddressGenerator`` that starts a new row at the current address
+    plus ``stride[1]`` instead of at the row's base plus ``stride[1]`` (right only
+    while ``bound[0]`` is 1)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        cfg = self.config
+        at_end = [driven[f"i{k}"] == cfg.bound[k] - 1 for k in range(3)]
+        offset = driven["offset"]
+        with m.If(~self.clear & self.advance & at_end[0] & ~at_end[1]):
+            m.d.sync += offset.eq(offset + cfg.stride[1])
         return m

@@ -13,6 +13,7 @@ from formal.mutants import (
     EarlyLastAGCU,
     LateCorruptingFIFO,
     PageCrossingGenerator,
+    RunOnAddressGenerator,
     UnstableFIFO,
     broken_merge_order,
 )
@@ -83,10 +84,18 @@ PROOFS = [
           depth=6, engine="smtbmc --unroll z3",
           summary="switch network, 3 inputs x 2 outputs, any configuration (selects, "
                   "merge counts 0..2): the same properties"),
-    Proof("pmu_address", lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4),
-          depth=8,
+    Proof("pmu_address", lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4,
+                                                         invariants=True),
+          mode="prove", depth=1, quick=True,
           summary="AffineAddressGenerator: address = start + sum(i_k * stride_k), inside "
-                  "[start, start + buffer_words), last on the final iteration"),
+                  "[start, start + buffer_words), last on the final iteration; with its "
+                  "internal invariants"),
+    Proof("pmu_address_run_on",
+          lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4, invariants=True,
+                                          generator=RunOnAddressGenerator),
+          mode="prove", depth=4, quick=True, expect="fail",
+          fails_with="address is not the affine iteration",
+          summary="mutant: a generator that starts a new row from the current address"),
     Proof("agcu_bursts", lambda: BurstGeneratorHarness(**AGCU_GENERATOR, invariants=True),
           mode="prove", depth=1, quick=True,
           summary="AffineBurstGenerator (the AGCU's: 32-bit addresses, 32-byte beats, "
