@@ -113,7 +113,7 @@ PROOFS = [
                   "ready, ar/aw bursts in one 4 KiB page, w.last on beat len of aw "
                   "burst N, vector_in -> w beat for beat (plain and BF16 stores)"),
     Proof("agcu_axi_cover", lambda: AGCUHarness(**AGCU_SMALL, covers=True), mode="cover",
-          depth=8,
+          depth=8, quick=True,
           summary="the agcu_axi harness reaches each checked situation (multi-beat "
                   "bursts on a page end, w before aw, BF16 halves, stalls)"),
     Proof("agcu_axi_early_last", lambda: AGCUHarness(**AGCU_SMALL, agcu=EarlyLastAGCU),
