@@ -90,6 +90,10 @@ PROOFS = [
           summary="AffineAddressGenerator: address = start + sum(i_k * stride_k), inside "
                   "[start, start + buffer_words), last on the final iteration; with its "
                   "internal invariants"),
+    Proof("pmu_address_3", lambda: AddressGeneratorHarness(max_bound=3, stride_bits=4,
+                                                           invariants=True),
+          mode="prove", depth=1,
+          summary="the same with bounds 1..3"),
     Proof("pmu_address_run_on",
           lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4, invariants=True,
                                           generator=RunOnAddressGenerator),
