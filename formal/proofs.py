@@ -43,8 +43,8 @@ def _broken_merge():
     with broken_merge_order():
         from amaranth.hdl import Fragment
         # elaborate while the mutant is active
-        return Fragment.get(SwitchNetworkHarness(inputs=5, outputs=3, config=MERGE_CONFIG),
-                            None)
+        return Fragment.get(SwitchNetworkHarness(inputs=5, outputs=3, config=MERGE_CONFIG,
+                                                 invariants=True), None)
 
 
 PROOFS = [
@@ -70,20 +70,21 @@ PROOFS = [
           depth=10, quick=True, expect="fail", fails_with="o: payload changed while stalled",
           summary="mutant: a FIFO whose payload changes while stalled"),
     Proof("switch_merge", lambda: SwitchNetworkHarness(inputs=5, outputs=3,
-                                                       config=MERGE_CONFIG),
-          depth=8, engine="smtbmc --unroll z3",
+                                                       config=MERGE_CONFIG, invariants=True),
+          mode="prove", depth=1, quick=True, engine="smtbmc --unroll z3",
           summary="switch network, fixed merge N1 S2 L1 + multicast + plain route: "
                   "merge order, per-input order without loss or duplication, "
-                  "stable outputs while stalled, silent unrouted outputs"),
-    Proof("switch_merge_broken", _broken_merge, depth=8, quick=True, expect="fail",
-          engine="smtbmc --unroll z3",
-          fails_with="out0: item from the wrong input (merge order or select)",
+                  "stable outputs while stalled, silent unrouted outputs; with its "
+                  "internal invariants"),
+    Proof("switch_merge_broken", _broken_merge, mode="prove", depth=4, quick=True,
+          expect="fail", engine="smtbmc --unroll z3",
+          fails_with="out0: merge input is not the reference's",
           summary="mutant: merge that returns to the first listed input after each one"),
-    Proof("switch_symbolic", lambda: SwitchNetworkHarness(inputs=3, outputs=2,
-                                                          max_count=2),
-          depth=6, engine="smtbmc --unroll z3",
-          summary="switch network, 3 inputs x 2 outputs, any configuration (selects, "
-                  "merge counts 0..2): the same properties"),
+    Proof("switch_symbolic", lambda: SwitchNetworkHarness(inputs=5, outputs=3, max_count=3,
+                                                          invariants=True),
+          mode="prove", depth=1, engine="smtbmc --unroll z3",
+          summary="switch network, 5 inputs x 3 outputs, any configuration (selects, "
+                  "merge counts 0..3): the same properties"),
     Proof("pmu_address", lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4,
                                                          invariants=True),
           mode="prove", depth=1, quick=True,
