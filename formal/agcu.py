@@ -27,6 +27,7 @@ from formal.common import (
     Assume,
     Cover,
     elaborate_open,
+    fifo_invariants,
     no_reset,
     open_submodule,
     stream_stable,
@@ -126,30 +127,14 @@ class BurstGeneratorHarness(Elaboratable):
                     internals["open_valid"], **limits)
         # the output FIFO: pointers, every burst it holds, the stalled one
         gen_module = m._named_submodules["dut"][0]
-        fifo_module, fifo = open_submodule(gen_module, "out_fifo")
-        depth = internals["submodule:out_fifo"].depth
-        level = internals["submodule:out_fifo"].level
-        write_ptr, read_ptr = fifo["write_ptr"], fifo["read_ptr"]
-        storage = fifo["submodule:storage"]
-        wrap_sum = read_ptr + level
-        m.d.comb += [
-            Assert(level <= depth, "FIFO level beyond depth"),
-            Assert(read_ptr < depth, "FIFO read pointer outside the storage"),
-            Assert(write_ptr == Mux(wrap_sum >= depth, wrap_sum - depth, wrap_sum),
-                   "FIFO write pointer is not read pointer + level (mod depth)"),
-        ]
-        layout = internals["submodule:out_fifo"].shape
-        for slot in range(depth):
-            port = storage.read_port(domain="comb")
-            held = data.View(layout, port.data)
-            distance = Mux(slot >= read_ptr, slot - read_ptr, slot + depth - read_ptr)
-            m.d.comb += port.addr.eq(slot)
-            check_burst(m, f"fifo_slot{slot}", held.addr, held.len + 1, distance < level,
-                        **limits)
-        port = storage.read_port(domain="comb")
-        m.d.comb += [port.addr.eq(read_ptr),
-                     Assert(~stalled | (level != 0), "stalled without a burst"),
-                     Assert(~stalled | (port.data == stalled_burst.as_value()),
+        _, fifo = open_submodule(gen_module, "out_fifo")
+        out_fifo = internals["submodule:out_fifo"]
+        slots, head = fifo_invariants(m, out_fifo, fifo, "FIFO ")
+        for slot, (contents, _position, held) in enumerate(slots):
+            burst = data.View(out_fifo.shape, contents)
+            check_burst(m, f"fifo_slot{slot}", burst.addr, burst.len + 1, held, **limits)
+        m.d.comb += [Assert(~stalled | (out_fifo.level != 0), "stalled without a burst"),
+                     Assert(~stalled | (head == stalled_burst.as_value()),
                             "the stalled burst is not in slot read_ptr")]
 
 

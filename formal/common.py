@@ -1,11 +1,11 @@
 """Building blocks shared by the harnesses."""
 
-from amaranth import ResetSignal, Signal
+from amaranth import Mux, ResetSignal, Signal
 from amaranth.hdl import Assert, Assume, Cover
 from amaranth.hdl._ast import AnyConst, AnySeq  # not re-exported by amaranth.hdl 0.5
 
-__all__ = ["AnyConst", "AnySeq", "Assert", "Assume", "Cover", "elaborate_open", "no_reset",
-           "open_submodule", "stream_stable"]
+__all__ = ["AnyConst", "AnySeq", "Assert", "Assume", "Cover", "elaborate_open",
+           "fifo_invariants", "no_reset", "open_submodule", "stream_stable"]
 
 
 def no_reset(m):
@@ -64,3 +64,35 @@ def open_submodule(module, name, platform=None):
     submodule, signals = elaborate_open(component, platform)
     module._named_submodules[name] = (submodule, src_loc)
     return submodule, signals
+
+
+def fifo_invariants(m, fifo, signals, prefix=""):
+    """Assert the invariants of a ``StreamFIFO`` opened with :func:`elaborate_open` or
+    :func:`open_submodule` (``fifo`` the component, ``signals`` its internals):
+    ``level <= depth``, both pointers inside the storage, ``write_ptr = (read_ptr +
+    level) mod depth``. Returns one ``(data, position, held)`` per storage slot, read
+    through a read port the harness adds: the slot's contents, its distance from
+    ``read_ptr`` (the item's place in the queue) and whether it holds an item, and the
+    contents of slot ``read_ptr`` (the head)."""
+    depth, level = fifo.depth, fifo.level
+    write_ptr, read_ptr = signals["write_ptr"], signals["read_ptr"]
+    storage = signals["submodule:storage"]
+    wrap_sum = read_ptr + level
+    m.d.comb += [
+        Assert(level <= depth, f"{prefix}level beyond depth"),
+        Assert(write_ptr < depth, f"{prefix}write pointer outside the storage"),
+        Assert(read_ptr < depth, f"{prefix}read pointer outside the storage"),
+        Assert(write_ptr == Mux(wrap_sum >= depth, wrap_sum - depth, wrap_sum),
+               f"{prefix}write pointer is not read pointer + level (mod depth)"),
+    ]
+    slots = []
+    for slot in range(depth):
+        port = storage.read_port(domain="comb")
+        position = Signal(range(depth), name=f"{prefix.strip(': ') or 'fifo'}_position{slot}")
+        m.d.comb += [port.addr.eq(slot),
+                     position.eq(Mux(slot >= read_ptr, slot - read_ptr,
+                                     slot + depth - read_ptr))]
+        slots.append((port.data, position, position < level))
+    head = storage.read_port(domain="comb")
+    m.d.comb += head.addr.eq(read_ptr)
+    return slots, head.data

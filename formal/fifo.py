@@ -19,9 +19,18 @@ closes by k-induction (``mode prove``), so they hold on every cycle, not only to
 depth.
 """
 
-from amaranth import Elaboratable, Module, Mux, Signal
+from amaranth import Elaboratable, Module, Signal
 
-from formal.common import AnyConst, AnySeq, Assert, Assume, elaborate_open, no_reset, stream_stable
+from formal.common import (
+    AnyConst,
+    AnySeq,
+    Assert,
+    Assume,
+    elaborate_open,
+    fifo_invariants,
+    no_reset,
+    stream_stable,
+)
 from hdl.stream_fifo import StreamFIFO
 
 __all__ = ["FIFOHarness"]
@@ -90,29 +99,18 @@ class FIFOHarness(Elaboratable):
 
     def assert_invariants(self, m, dut, internals, count_out, magic, magic_in, magic_value,
                           stalled, stalled_payload, count_in):
-        depth = self.depth
-        write_ptr, read_ptr = internals["write_ptr"], internals["read_ptr"]
-        port = internals["submodule:storage"].read_port(domain="comb")
+        slots, head = fifo_invariants(m, dut, internals)
         offset = Signal(SEQ_BITS)       # position of the tracked item in the FIFO
-        slot = Signal(range(2 * depth))
-        m.d.comb += [offset.eq(magic - count_out),
-                     slot.eq(read_ptr + offset),
-                     port.addr.eq(Mux(slot >= depth, slot - depth, slot))]
-        inside = magic_in & (offset < dut.level)
-        wrap_sum = read_ptr + dut.level
         m.d.comb += [
+            offset.eq(magic - count_out),
             Assert(count_out <= count_in, "more items out than in"),
-            Assert(write_ptr < depth, "write pointer outside the storage"),
-            Assert(read_ptr < depth, "read pointer outside the storage"),
-            Assert(write_ptr == Mux(wrap_sum >= depth, wrap_sum - depth, wrap_sum),
-                   "write pointer is not read pointer + level (mod depth)"),
             Assert(magic_in == (magic < count_in),
                    "tracked item recorded iff input N was accepted"),
-            Assert(~inside | (port.data == magic_value),
-                   "tracked item not in slot read_ptr + N - items out"),
+            Assert(~stalled | (dut.level != 0), "stalled without an item"),
+            Assert(~stalled | (head == stalled_payload),
+                   "the stalled item is not in slot read_ptr"),
         ]
-        stall_port = internals["submodule:storage"].read_port(domain="comb")
-        m.d.comb += [stall_port.addr.eq(read_ptr),
-                     Assert(~stalled | (dut.level != 0), "stalled without an item"),
-                     Assert(~stalled | (stall_port.data == stalled_payload),
-                            "the stalled item is not in slot read_ptr")]
+        for data, position, held in slots:
+            with m.If(magic_in & held & (position == offset)):
+                m.d.comb += Assert(data == magic_value,
+                                   "tracked item not in slot read_ptr + N - items out")

@@ -22,7 +22,16 @@ silent; an input item is popped only after every output routed to it took it.
 from amaranth import C, Cat, Elaboratable, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream
 
-from formal.common import AnyConst, AnySeq, Assert, Assume, no_reset, open_submodule, stream_stable
+from formal.common import (
+    AnyConst,
+    AnySeq,
+    Assert,
+    Assume,
+    fifo_invariants,
+    no_reset,
+    open_submodule,
+    stream_stable,
+)
 from hdl.switch import MERGE_BITS, Source, Switch
 
 __all__ = ["SwitchNetworkHarness"]
@@ -191,24 +200,13 @@ class SwitchNetworkHarness(Elaboratable):
         for i, count in enumerate(sent):
             component = m._named_submodules[f"net_fifo{i}"][0]
             _, fifo = open_submodule(m, f"net_fifo{i}")
-            depth, level = component.depth, component.level
-            read_ptr, write_ptr = fifo["read_ptr"], fifo["write_ptr"]
-            wrap_sum = read_ptr + level
-            m.d.comb += [
-                Assert(level <= depth, f"in{i}: level beyond depth"),
-                Assert(level <= count, f"in{i}: more items held than sent"),
-                Assert(read_ptr < depth, f"in{i}: read pointer outside the storage"),
-                Assert(write_ptr == Mux(wrap_sum >= depth, wrap_sum - depth, wrap_sum),
-                       f"in{i}: write pointer is not read pointer + level (mod depth)"),
-            ]
-            storage = fifo["submodule:storage"]
-            for slot in range(depth):
-                port = storage.read_port(domain="comb")
-                distance = Mux(slot >= read_ptr, slot - read_ptr, slot + depth - read_ptr)
-                m.d.comb += port.addr.eq(slot)
-                with m.If(distance < level):
+            level = component.level
+            slots, _head = fifo_invariants(m, component, fifo, f"in{i}: ")
+            m.d.comb += Assert(level <= count, f"in{i}: more items held than sent")
+            for contents, position, held in slots:
+                with m.If(held):
                     m.d.comb += Assert(
-                        port.data == Cat((count - level + distance)[:seq_bits], C(i, 3)),
+                        contents == Cat((count - level + position)[:seq_bits], C(i, 3)),
                         f"in{i}: FIFO slot does not hold its tag")
             heads.append((count - level)[:seq_bits])
             levels.append(level)
