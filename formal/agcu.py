@@ -13,6 +13,7 @@ end of the address space), its length is 1..``max_burst`` beats, and ``valid``/
 the ports of the whole ``AGCU`` (its docstring lists them).
 """
 
+import re
 import unittest.mock
 
 from amaranth import Cat, Elaboratable, Module, Mux, Signal, Value
@@ -44,7 +45,7 @@ def check_burst(m, name, addr, beats, when, *, addr_width, beat_shift, max_burst
     space fails too), has 1..``max_burst`` beats and a beat-aligned address. Returns the
     burst's last byte address (``addr_width + 1`` bits)."""
     page_bits = BURST_BOUNDARY.bit_length() - 1
-    last_byte = Signal(addr_width + 1, name=f"{name}_last_byte")
+    last_byte = Signal(addr_width + 1, name=re.sub(r"\W+", "_", f"{name}_last_byte"))
     m.d.comb += last_byte.eq(addr + (beats << beat_shift) - 1)
     with m.If(when):
         m.d.comb += [
@@ -109,33 +110,43 @@ class BurstGeneratorHarness(Elaboratable):
         return m
 
     def assert_invariants(self, m, dut, internals, stalled, stalled_burst, limits):
-        beat_shift = limits["beat_shift"]
-        pattern = data.View(dut.pattern.shape(), internals["pattern"])
-        running = internals["running"]
-        for name in ("addr", "row", "plane"):
-            m.d.comb += Assert(internals[name][:beat_shift] == 0, f"{name} not beat aligned")
-        with m.If(running):
-            for k in range(3):
-                m.d.comb += [
-                    Assert(pattern.count[k] != 0, f"running with count[{k}] = 0"),
-                    Assert(pattern.stride[k].as_unsigned()[:beat_shift] == 0,
-                           f"running with stride[{k}] not aligned"),
-                ]
-            m.d.comb += Assert(internals["i0"] < pattern.count[0],
-                               "running with i0 past the row")
-        check_burst(m, "open", internals["open_addr"], internals["open_beats"],
-                    internals["open_valid"], **limits)
-        # the output FIFO: pointers, every burst it holds, the stalled one
-        gen_module = m._named_submodules["dut"][0]
-        _, fifo = open_submodule(gen_module, "out_fifo")
-        out_fifo = internals["submodule:out_fifo"]
-        slots, head = fifo_invariants(m, out_fifo, fifo, "FIFO ")
-        for slot, (contents, _position, held) in enumerate(slots):
-            burst = data.View(out_fifo.shape, contents)
-            check_burst(m, f"fifo_slot{slot}", burst.addr, burst.len + 1, held, **limits)
-        m.d.comb += [Assert(~stalled | (out_fifo.level != 0), "stalled without a burst"),
-                     Assert(~stalled | (head == stalled_burst.as_value()),
-                            "the stalled burst is not in slot read_ptr")]
+        generator_invariants(m, dut, m._named_submodules["dut"][0], internals, stalled,
+                             stalled_burst, limits)
+
+
+def generator_invariants(m, dut, module, internals, stalled, stalled_burst, limits,
+                         prefix=""):
+    """Assert the invariants of an ``AffineBurstGenerator`` ``dut`` whose elaborated
+    ``module`` and ``internals`` came from ``elaborate_open``/``open_submodule``
+    (:class:`BurstGeneratorHarness` lists them); ``stalled``, ``stalled_burst``: the
+    ``stream_stable`` registers of its ``bursts``."""
+    beat_shift = limits["beat_shift"]
+    pattern = data.View(dut.pattern.shape(), internals["pattern"])
+    running = internals["running"]
+    for name in ("addr", "row", "plane"):
+        m.d.comb += Assert(internals[name][:beat_shift] == 0,
+                           f"{prefix}{name} not beat aligned")
+    with m.If(running):
+        for k in range(3):
+            m.d.comb += [
+                Assert(pattern.count[k] != 0, f"{prefix}running with count[{k}] = 0"),
+                Assert(pattern.stride[k].as_unsigned()[:beat_shift] == 0,
+                       f"{prefix}running with stride[{k}] not aligned"),
+            ]
+        m.d.comb += Assert(internals["i0"] < pattern.count[0],
+                           f"{prefix}running with i0 past the row")
+    check_burst(m, f"{prefix}open", internals["open_addr"], internals["open_beats"],
+                internals["open_valid"], **limits)
+    # the output FIFO: pointers, every burst it holds, the stalled one
+    _, fifo = open_submodule(module, "out_fifo")
+    out_fifo = internals["submodule:out_fifo"]
+    slots, head = fifo_invariants(m, out_fifo, fifo, f"{prefix}FIFO ")
+    for slot, (contents, _position, held) in enumerate(slots):
+        burst = data.View(out_fifo.shape, contents)
+        check_burst(m, f"{prefix}fifo_slot{slot}", burst.addr, burst.len + 1, held, **limits)
+    m.d.comb += [Assert(~stalled | (out_fifo.level != 0), f"{prefix}stalled without a burst"),
+                 Assert(~stalled | (head == stalled_burst.as_value()),
+                        f"{prefix}the stalled burst is not in slot read_ptr")]
 
 
 class AnyConfig(wiring.Component):
@@ -178,7 +189,8 @@ class AGCUHarness(Elaboratable):
 
     def __init__(self, *, lanes=1, addr_width=14, max_burst=4, max_outstanding=2,
                  buffer_depth=2, seq_bits=4, covers=False, agcu=AGCU,
-                 generator=AffineBurstGenerator):
+                 generator=AffineBurstGenerator, invariants=False):
+        self.invariants = invariants
         self.covers = covers
         self.agcu = agcu
         self.generator = generator
@@ -325,4 +337,89 @@ class AGCUHarness(Elaboratable):
                 Cover(stalls["ar"] & axi.ar.valid, "ar held through a stall"),
                 Cover(stalls["w"] & axi.w.valid, "w held through a stall"),
             ]
+        if self.invariants:
+            self.assert_invariants(m, dut, internals, limits, locals())
         return m
+
+    def assert_invariants(self, m, dut, internals, limits, h):
+        """Experimental: invariants towards an induction proof of the whole AGCU."""
+        agcu = m._named_submodules["dut"][0]
+        queues = {}
+        for name in ("read_gen", "write_gen"):
+            gen = internals[f"submodule:{name}"]
+            module, gen_internals = open_submodule(agcu, name)
+            stalled, held = stream_stable(m, gen.bursts, f"{name}_bursts")
+            generator_invariants(m, gen, module, gen_internals, stalled, held, limits,
+                                 f"{name}: ")
+        for name in ("write_addresses", "write_lengths", "read_fifo"):
+            fifo = internals[f"submodule:{name}"]
+            _, fifo_internals = open_submodule(agcu, name)
+            slots, head = fifo_invariants(m, fifo, fifo_internals, f"{name}: ")
+            queues[name] = (fifo, slots, head)
+            if name == "write_addresses":
+                for slot, (contents, _position, held) in enumerate(slots):
+                    burst = data.View(fifo.shape, contents)
+                    check_burst(m, f"{name} slot{slot}", burst.addr, burst.len + 1, held,
+                                **limits)
+        busy, mode = dut.busy, internals["mode"]
+        low_held, w_beat = internals["low_held"], internals["w_beat"]
+        addresses, address_slots, _ = queues["write_addresses"]
+        lengths, length_slots, length_head = queues["write_lengths"]
+        execute, pack = h["execute"], h["pack"]
+        n = h["burst_n"]
+        m.d.comb += [
+            # vector_in -> w
+            Assert(h["vectors"] - h["written"] == low_held, "inv: vectors held != low_held"),
+            Assert(~low_held | (execute & pack & internals["pack_bf16"] & busy &
+                                (lengths.level != 0)),
+                   "inv: low_held outside a BF16 store"),
+            Assert(execute == (mode == AGCUOp.EXECUTE), "inv: execute != mode"),
+            Assert(~(execute & busy) | (internals["pack_bf16"] == pack), "inv: pack"),
+            Assert(h["m_in"] == (h["beat_m"] < h["vectors"]), "inv: m_in"),
+            Assert(~(low_held & (h["beat_m"] == h["written"])) |
+                   (internals["low_half"] == Cat(*(
+                       Value.cast(h["m_value"])[32 * lane + 16:32 * (lane + 1)]
+                       for lane in range(self.lanes)))), "inv: low_half is vector beat M"),
+            Assert((lengths.level == 0) | busy, "inv: w owed while idle"),
+            Assert(busy | (internals["submodule:read_gen"].idle &
+                           internals["submodule:write_gen"].idle &
+                           (internals["reads_in_flight"] == 0) &
+                           (internals["writes_in_flight"] == 0) &
+                           (queues["read_fifo"][0].level == 0)),
+                   "inv: idle with work left"),
+            Assert((addresses.level == 0) | busy, "inv: aw owed while idle"),
+            # the two write queues hold the same bursts, from different starts
+            Assert(h["aw_count"] + addresses.level == h["w_bursts"] + lengths.level,
+                   "inv: queues out of step"),
+            Assert(h["written"] <= h["vectors"], "inv: written"),
+            # w beat counter
+            Assert((lengths.level != 0) | (w_beat == 0), "inv: w_beat without a burst"),
+            Assert((lengths.level == 0) | (w_beat <= length_head), "inv: w_beat past len"),
+            Assert(h["n_done"] == (n < h["w_bursts"]), "inv: n_done"),
+            Assert(h["n_len_known"] == (n < h["aw_count"]), "inv: n_len_known"),
+            Assert((n < h["w_bursts"]) | (n > h["w_bursts"]) | (h["n_beats"] == w_beat),
+                   "inv: n_beats is w_beat"),
+            Assert(~(n > h["w_bursts"]) | (h["n_beats"] == 0), "inv: n_beats before"),
+            # subordinate counters
+            Assert(internals["reads_in_flight"] == h["ar_count"] - h["r_bursts"],
+                   "inv: reads_in_flight"),
+            Assert(internals["reads_in_flight"] <= self.max_outstanding, "inv: reads max"),
+            Assert(internals["writes_in_flight"] ==
+                   h["w_bursts"] + lengths.level - h["b_count"], "inv: writes_in_flight"),
+            Assert(internals["writes_in_flight"] <= self.max_outstanding, "inv: writes max"),
+            Assert(h["b_count"] <= h["aw_count"], "inv: b before aw"),
+            Assert(h["b_count"] <= h["w_bursts"], "inv: b before w"),
+            Assert(h["r_bursts"] <= h["ar_count"], "inv: r before ar"),
+        ]
+        # burst N in the queues
+        for contents, position, held in address_slots:
+            burst = data.View(addresses.shape, contents)
+            with m.If(held & (h["aw_count"] + position == n)):
+                m.d.comb += Assert(Mux(h["n_done"], h["n_beats"] == burst.len + 1,
+                                       h["n_beats"] <= burst.len), "inv: aw slot N")
+                for contents_l, position_l, held_l in length_slots:
+                    with m.If(held_l & (h["w_bursts"] + position_l == n)):
+                        m.d.comb += Assert(contents_l == burst.len, "inv: queues agree on N")
+        for contents, position, held in length_slots:
+            with m.If(held & (h["w_bursts"] + position == n) & h["n_len_known"]):
+                m.d.comb += Assert(contents == h["n_len"], "inv: w slot N")

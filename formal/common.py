@@ -1,5 +1,7 @@
 """Building blocks shared by the harnesses."""
 
+import re
+
 from amaranth import Mux, ResetSignal, Signal
 from amaranth.hdl import Assert, Assume, Cover
 from amaranth.hdl._ast import AnyConst, AnySeq  # not re-exported by amaranth.hdl 0.5
@@ -88,7 +90,8 @@ def fifo_invariants(m, fifo, signals, prefix=""):
     slots = []
     for slot in range(depth):
         port = storage.read_port(domain="comb")
-        position = Signal(range(depth), name=f"{prefix.strip(': ') or 'fifo'}_position{slot}")
+        position = Signal(range(depth),
+                          name=re.sub(r"\W+", "_", f"{prefix}position{slot}").strip("_"))
         m.d.comb += [port.addr.eq(slot),
                      position.eq(Mux(slot >= read_ptr, slot - read_ptr,
                                      slot + depth - read_ptr))]

@@ -85,6 +85,11 @@ PROOFS = [
           mode="prove", depth=1, engine="smtbmc --unroll z3",
           summary="switch network, 5 inputs x 3 outputs, any configuration (selects, "
                   "merge counts 0..3): the same properties"),
+    Proof("switch_full", lambda: SwitchNetworkHarness(inputs=5, outputs=6, max_count=255,
+                                                      invariants=True),
+          mode="prove", depth=1, engine="smtbmc --unroll z3",
+          summary="switch network at the vector network's size: 5 inputs x 6 outputs, "
+                  "any configuration (selects, merge counts 0..255): the same properties"),
     Proof("pmu_address", lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4,
                                                          invariants=True),
           mode="prove", depth=1, quick=True,
