@@ -166,7 +166,8 @@ class AnyConfig(wiring.Component):
 
 
 class AGCUHarness(Elaboratable):
-    """The whole ``AGCU`` with every input driven by the solver: any command stream, any
+    """The whole ``AGCU`` with every input driven by the solver (``invariants=True``:
+    also :meth:`assert_invariants`, for the induction proof): any command stream, any
     configuration (:class:`AnyConfig`), any ``ready`` on ``ar``/``aw``/``w`` and on the
     array-side outputs, any tokens and scalars. Constraints: ``vector_in`` obeys the
     stream rule (the switch feeding it is proven to); the subordinate answers ``r`` only
@@ -338,11 +339,19 @@ class AGCUHarness(Elaboratable):
                 Cover(stalls["w"] & axi.w.valid, "w held through a stall"),
             ]
         if self.invariants:
-            self.assert_invariants(m, dut, internals, limits, locals())
+            self.assert_invariants(m, dut, internals, limits, locals())   # the counters
         return m
 
     def assert_invariants(self, m, dut, internals, limits, h):
-        """Experimental: invariants towards an induction proof of the whole AGCU."""
+        """The AGCU's state against the harness's counters (``h``: the locals of
+        :meth:`elaborate`), which makes its properties inductive: both generators' and
+        all three queues' invariants, every burst queued for ``aw`` obeys the burst rules;
+        the write queues are in step (``aw`` bursts + queued addresses = ``w`` bursts +
+        queued lengths) and agree on burst N, which has the length the harness saw on
+        whichever channel went first, and the ``w`` beat counter is the beats of the
+        burst in progress; vector beats in - beats written = the held BF16 first half,
+        which holds vector beat M's high halves when M is next; the outstanding-burst
+        counters are the harness's; an idle AGCU has no work left anywhere."""
         agcu = m._named_submodules["dut"][0]
         queues = {}
         for name in ("read_gen", "write_gen"):
@@ -369,57 +378,70 @@ class AGCUHarness(Elaboratable):
         n = h["burst_n"]
         m.d.comb += [
             # vector_in -> w
-            Assert(h["vectors"] - h["written"] == low_held, "inv: vectors held != low_held"),
+            Assert(h["vectors"] - h["written"] == low_held,
+                   "vector beats taken - written is not the held BF16 half"),
             Assert(~low_held | (execute & pack & internals["pack_bf16"] & busy &
                                 (lengths.level != 0)),
-                   "inv: low_held outside a BF16 store"),
-            Assert(execute == (mode == AGCUOp.EXECUTE), "inv: execute != mode"),
-            Assert(~(execute & busy) | (internals["pack_bf16"] == pack), "inv: pack"),
-            Assert(h["m_in"] == (h["beat_m"] < h["vectors"]), "inv: m_in"),
+                   "a BF16 half held outside a BF16 store"),
+            Assert(execute == (mode == AGCUOp.EXECUTE),
+                   "the harness's execute is not the AGCU's mode"),
+            Assert(~(execute & busy) | (internals["pack_bf16"] == pack),
+                   "the harness's pack is not the AGCU's"),
+            Assert(h["m_in"] == (h["beat_m"] < h["vectors"]), "vector beat M recorded iff taken"),
             Assert(~(low_held & (h["beat_m"] == h["written"])) |
                    (internals["low_half"] == Cat(*(
                        Value.cast(h["m_value"])[32 * lane + 16:32 * (lane + 1)]
-                       for lane in range(self.lanes)))), "inv: low_half is vector beat M"),
-            Assert((lengths.level == 0) | busy, "inv: w owed while idle"),
+                       for lane in range(self.lanes)))),
+                   "the held BF16 half is not vector beat M's"),
+            Assert((lengths.level == 0) | busy, "w beats owed while idle"),
             Assert(busy | (internals["submodule:read_gen"].idle &
                            internals["submodule:write_gen"].idle &
                            (internals["reads_in_flight"] == 0) &
                            (internals["writes_in_flight"] == 0) &
                            (queues["read_fifo"][0].level == 0)),
-                   "inv: idle with work left"),
-            Assert((addresses.level == 0) | busy, "inv: aw owed while idle"),
+                   "idle with work left"),
+            Assert((addresses.level == 0) | busy, "aw bursts owed while idle"),
             # the two write queues hold the same bursts, from different starts
             Assert(h["aw_count"] + addresses.level == h["w_bursts"] + lengths.level,
-                   "inv: queues out of step"),
-            Assert(h["written"] <= h["vectors"], "inv: written"),
+                   "the write queues are out of step"),
+            Assert(h["written"] <= h["vectors"], "more vector beats written than taken"),
             # w beat counter
-            Assert((lengths.level != 0) | (w_beat == 0), "inv: w_beat without a burst"),
-            Assert((lengths.level == 0) | (w_beat <= length_head), "inv: w_beat past len"),
-            Assert(h["n_done"] == (n < h["w_bursts"]), "inv: n_done"),
-            Assert(h["n_len_known"] == (n < h["aw_count"]), "inv: n_len_known"),
+            Assert((lengths.level != 0) | (w_beat == 0), "w beat counter running without a burst"),
+            Assert((lengths.level == 0) | (w_beat <= length_head),
+                   "w beat counter past the burst's length"),
+            Assert(h["n_done"] == (n < h["w_bursts"]),
+                   "w burst N ended iff the harness counted it"),
+            Assert(h["n_len_known"] == (n < h["aw_count"]), "aw burst N known iff taken"),
             Assert((n < h["w_bursts"]) | (n > h["w_bursts"]) | (h["n_beats"] == w_beat),
-                   "inv: n_beats is w_beat"),
-            Assert(~(n > h["w_bursts"]) | (h["n_beats"] == 0), "inv: n_beats before"),
+                   "w beats of burst N are not the beat counter"),
+            Assert(~(n > h["w_bursts"]) | (h["n_beats"] == 0),
+                   "w beats of burst N before it started"),
             # subordinate counters
             Assert(internals["reads_in_flight"] == h["ar_count"] - h["r_bursts"],
-                   "inv: reads_in_flight"),
-            Assert(internals["reads_in_flight"] <= self.max_outstanding, "inv: reads max"),
+                   "reads in flight are not ar bursts - r bursts"),
+            Assert(internals["reads_in_flight"] <= self.max_outstanding,
+                   "more reads in flight than allowed"),
             Assert(internals["writes_in_flight"] ==
-                   h["w_bursts"] + lengths.level - h["b_count"], "inv: writes_in_flight"),
-            Assert(internals["writes_in_flight"] <= self.max_outstanding, "inv: writes max"),
-            Assert(h["b_count"] <= h["aw_count"], "inv: b before aw"),
-            Assert(h["b_count"] <= h["w_bursts"], "inv: b before w"),
-            Assert(h["r_bursts"] <= h["ar_count"], "inv: r before ar"),
+                   h["w_bursts"] + lengths.level - h["b_count"],
+                   "writes in flight are not issued - b responses"),
+            Assert(internals["writes_in_flight"] <= self.max_outstanding,
+                   "more writes in flight than allowed"),
+            Assert(h["b_count"] <= h["aw_count"], "more b responses than aw bursts"),
+            Assert(h["b_count"] <= h["w_bursts"], "more b responses than w bursts"),
+            Assert(h["r_bursts"] <= h["ar_count"], "more r bursts than ar bursts"),
         ]
         # burst N in the queues
         for contents, position, held in address_slots:
             burst = data.View(addresses.shape, contents)
             with m.If(held & (h["aw_count"] + position == n)):
                 m.d.comb += Assert(Mux(h["n_done"], h["n_beats"] == burst.len + 1,
-                                       h["n_beats"] <= burst.len), "inv: aw slot N")
+                                       h["n_beats"] <= burst.len),
+                                   "queued aw burst N does not match its w beats")
                 for contents_l, position_l, held_l in length_slots:
                     with m.If(held_l & (h["w_bursts"] + position_l == n)):
-                        m.d.comb += Assert(contents_l == burst.len, "inv: queues agree on N")
+                        m.d.comb += Assert(contents_l == burst.len,
+                                           "the write queues disagree on burst N")
         for contents, position, held in length_slots:
             with m.If(held & (h["w_bursts"] + position == n) & h["n_len_known"]):
-                m.d.comb += Assert(contents == h["n_len"], "inv: w slot N")
+                m.d.comb += Assert(contents == h["n_len"],
+                                   "queued length of burst N is not aw burst N's")

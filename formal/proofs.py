@@ -117,11 +117,13 @@ PROOFS = [
           mode="prove", depth=6, quick=True, expect="fail",
           fails_with="open: burst crosses a 4 KiB boundary",
           summary="mutant: a generator that merges runs across a 4 KiB boundary"),
-    Proof("agcu_axi", lambda: AGCUHarness(**AGCU_SMALL), depth=8,
+    Proof("agcu_axi", lambda: AGCUHarness(**AGCU_SMALL, invariants=True), mode="prove",
+          depth=1, quick=True,
           summary="whole AGCU (1 lane, 14-bit addresses, max_burst 4, 2 outstanding, "
                   "read buffer 2), any commands and configuration: ar/aw/w held until "
                   "ready, ar/aw bursts in one 4 KiB page, w.last on beat len of aw "
-                  "burst N, vector_in -> w beat for beat (plain and BF16 stores)"),
+                  "burst N, vector_in -> w beat for beat (plain and BF16 stores); with "
+                  "its internal invariants"),
     Proof("agcu_axi_cover", lambda: AGCUHarness(**AGCU_SMALL, covers=True), mode="cover",
           depth=8, quick=True,
           summary="the agcu_axi harness reaches each checked situation (multi-beat "
