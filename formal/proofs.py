@@ -124,6 +124,10 @@ PROOFS = [
                   "ready, ar/aw bursts in one 4 KiB page, w.last on beat len of aw "
                   "burst N, vector_in -> w beat for beat (plain and BF16 stores); with "
                   "its internal invariants"),
+    Proof("agcu_axi_16", lambda: AGCUHarness(**AGCU_SMALL, seq_bits=16, invariants=True),
+          mode="prove", depth=1,
+          summary="the same with 16-bit harness counters (traces of up to 65534 bursts "
+                  "per channel and vector beats instead of 14)"),
     Proof("agcu_axi_cover", lambda: AGCUHarness(**AGCU_SMALL, covers=True), mode="cover",
           depth=8, quick=True,
           summary="the agcu_axi harness reaches each checked situation (multi-beat "
