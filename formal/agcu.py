@@ -172,7 +172,8 @@ class AGCUHarness(Elaboratable):
     array-side outputs, any tokens and scalars. Constraints: ``vector_in`` obeys the
     stream rule (the switch feeding it is proven to); the subordinate answers ``r`` only
     while a read burst is outstanding and ``b`` only for a burst whose ``aw`` and last
-    ``w`` beat it has taken.
+    ``w`` beat it has taken; the harness's counters of bursts and vector beats
+    (``seq_bits``) do not wrap.
 
     Asserted:
 
@@ -219,7 +220,8 @@ class AGCUHarness(Elaboratable):
         def counter(name, event):
             count = Signal(seq, name=name)
             m.d.sync += count.eq(count + event)
-            m.d.comb += Assume(count != 2 ** seq - 1)     # no wrap within the depth
+            # no wrap: a trace has at most 2**seq - 2 bursts per channel and vector beats
+            m.d.comb += Assume(count != 2 ** seq - 1)
             return count
 
         # every input from the solver
