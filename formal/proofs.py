@@ -4,14 +4,23 @@ Parameters are small so that the proofs close in seconds to minutes on a 2-core
 machine with z3; ``docs/formal.md`` lists them with the measured times.
 """
 
-from formal.agcu import BurstGeneratorHarness
+from formal.agcu import AGCUHarness, BurstGeneratorHarness
 from formal.driver import Proof
 from formal.fifo import FIFOHarness
-from formal.mutants import DroppingFIFO, UnstableFIFO, broken_merge_order
+from formal.mutants import (
+    BufferGatedReadAGCU,
+    DroppingFIFO,
+    EarlyLastAGCU,
+    LateCorruptingFIFO,
+    PageCrossingGenerator,
+    RunOnAddressGenerator,
+    UnstableFIFO,
+    broken_merge_order,
+)
 from formal.pmu import AddressGeneratorHarness
 from formal.switch import SwitchNetworkHarness
 
-__all__ = ["PROOFS", "MERGE_CONFIG", "by_name"]
+__all__ = ["AGCU_GENERATOR", "AGCU_SMALL", "MERGE_CONFIG", "PROOFS", "by_name"]
 
 #: Concrete switch configuration of the quick merge proof (5 inputs, 3 outputs):
 #: output 0 merges north 1, south 2, local 1 (its select, east, is ignored); output 1
@@ -19,49 +28,121 @@ __all__ = ["PROOFS", "MERGE_CONFIG", "by_name"]
 #: route from south.
 MERGE_CONFIG = [(2, [1, 0, 2, 0, 1]), (1, [0] * 5), (3, [0] * 5)]
 
+#: The burst generator as the AGCU builds it by default (``AGCU()``: 8 lanes = 32-byte
+#: beats, 32-bit addresses, 16-beat bursts); its proof closes by induction at this size.
+AGCU_GENERATOR = dict(addr_width=32, beat_bytes=32, max_burst=16)
+
+#: The whole AGCU, narrowed through its parameters so that BMC reaches several bursts:
+#: 1 lane (4-byte beats, 1024 per 4 KiB page), 14-bit addresses (4 pages), bursts of up
+#: to 4 beats, 2 bursts in flight per direction, a 2-beat read buffer. The counters
+#: that are not parameters (pattern counts and indices, lengths) stay 32-bit.
+AGCU_SMALL = dict(lanes=1, addr_width=14, max_burst=4, max_outstanding=2, buffer_depth=2)
+
 
 def _broken_merge():
     with broken_merge_order():
         from amaranth.hdl import Fragment
         # elaborate while the mutant is active
-        return Fragment.get(SwitchNetworkHarness(inputs=5, outputs=3, config=MERGE_CONFIG),
-                            None)
+        return Fragment.get(SwitchNetworkHarness(inputs=5, outputs=3, config=MERGE_CONFIG,
+                                                 invariants=True), None)
 
 
 PROOFS = [
-    Proof("fifo", lambda: FIFOHarness(width=2, depth=3), depth=10, quick=True,
+    Proof("fifo", lambda: FIFOHarness(width=2, depth=3, invariants=True),
+          mode="prove", depth=1, quick=True,
           summary="StreamFIFO (2-bit payload, depth 3): output N is input N (tracked "
                   "item), level = in - out <= depth, valid/ready = occupancy, "
-                  "o.valid/o.payload held while stalled"),
+                  "o.valid/o.payload held while stalled; with its internal invariants"),
+    Proof("fifo_32", lambda: FIFOHarness(width=32, depth=32, invariants=True),
+          mode="prove", depth=1,
+          summary="StreamFIFO (32-bit payload, depth 32): the same"),
+    Proof("fifo_late", lambda: FIFOHarness(width=2, depth=3, invariants=True,
+                                           fifo=LateCorruptingFIFO),
+          mode="prove", depth=1, quick=True, expect="unproven",
+          fails_with="tracked item not in slot read_ptr + N - items out",
+          summary="mutant: a FIFO that corrupts input item 100 (far beyond the BMC "
+                  "depths used here): its induction step fails"),
     Proof("fifo_dropping", lambda: FIFOHarness(width=2, depth=3, fifo=DroppingFIFO),
           depth=10, quick=True, expect="fail",
+          fails_with="i.ready is not 'room left'",
           summary="mutant: a FIFO that acknowledges and drops an item when full"),
     Proof("fifo_unstable", lambda: FIFOHarness(width=2, depth=3, fifo=UnstableFIFO),
-          depth=10, quick=True, expect="fail",
+          depth=10, quick=True, expect="fail", fails_with="o: payload changed while stalled",
           summary="mutant: a FIFO whose payload changes while stalled"),
     Proof("switch_merge", lambda: SwitchNetworkHarness(inputs=5, outputs=3,
-                                                       config=MERGE_CONFIG),
-          depth=8, engine="smtbmc --unroll z3",
+                                                       config=MERGE_CONFIG, invariants=True),
+          mode="prove", depth=1, quick=True, engine="smtbmc --unroll z3",
           summary="switch network, fixed merge N1 S2 L1 + multicast + plain route: "
                   "merge order, per-input order without loss or duplication, "
-                  "stable outputs while stalled, silent unrouted outputs"),
-    Proof("switch_merge_broken", _broken_merge, depth=8, quick=True, expect="fail",
-          engine="smtbmc --unroll z3",
+                  "stable outputs while stalled, silent unrouted outputs; with its "
+                  "internal invariants"),
+    Proof("switch_merge_broken", _broken_merge, mode="prove", depth=4, quick=True,
+          expect="fail", engine="smtbmc --unroll z3",
+          fails_with="out0: merge input is not the reference's",
           summary="mutant: merge that returns to the first listed input after each one"),
-    Proof("switch_symbolic", lambda: SwitchNetworkHarness(inputs=3, outputs=2,
-                                                          max_count=2),
-          depth=6, engine="smtbmc --unroll z3",
-          summary="switch network, 3 inputs x 2 outputs, any configuration (selects, "
-                  "merge counts 0..2): the same properties"),
-    Proof("pmu_address", lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4),
-          depth=8,
+    Proof("switch_symbolic", lambda: SwitchNetworkHarness(inputs=5, outputs=3, max_count=3,
+                                                          invariants=True),
+          mode="prove", depth=1, engine="smtbmc --unroll z3",
+          summary="switch network, 5 inputs x 3 outputs, any configuration (selects, "
+                  "merge counts 0..3): the same properties"),
+    Proof("switch_full", lambda: SwitchNetworkHarness(inputs=5, outputs=6, max_count=255,
+                                                      invariants=True),
+          mode="prove", depth=1, engine="smtbmc --unroll z3",
+          summary="switch network at the vector network's size: 5 inputs x 6 outputs, "
+                  "any configuration (selects, merge counts 0..255): the same properties"),
+    Proof("pmu_address", lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4,
+                                                         invariants=True),
+          mode="prove", depth=1, quick=True,
           summary="AffineAddressGenerator: address = start + sum(i_k * stride_k), inside "
-                  "[start, start + buffer_words), last on the final iteration"),
-    Proof("agcu_bursts", lambda: BurstGeneratorHarness(addr_width=14, beat_bytes=64,
-                                                       max_burst=4),
+                  "[start, start + buffer_words), last on the final iteration; with its "
+                  "internal invariants"),
+    Proof("pmu_address_3", lambda: AddressGeneratorHarness(max_bound=3, stride_bits=4,
+                                                           invariants=True),
+          mode="prove", depth=1,
+          summary="the same with bounds 1..3"),
+    Proof("pmu_address_run_on",
+          lambda: AddressGeneratorHarness(max_bound=2, stride_bits=4, invariants=True,
+                                          generator=RunOnAddressGenerator),
+          mode="prove", depth=4, quick=True, expect="fail",
+          fails_with="address is not the affine iteration",
+          summary="mutant: a generator that starts a new row from the current address"),
+    Proof("agcu_bursts", lambda: BurstGeneratorHarness(**AGCU_GENERATOR, invariants=True),
+          mode="prove", depth=1, quick=True,
+          summary="AffineBurstGenerator (the AGCU's: 32-bit addresses, 32-byte beats, "
+                  "max_burst 16): no 4 KiB crossing, 1..max_burst beats, aligned, held "
+                  "until ready; with its internal invariants"),
+    Proof("agcu_bursts_crossing",
+          lambda: BurstGeneratorHarness(**AGCU_GENERATOR, invariants=True,
+                                        generator=PageCrossingGenerator),
+          mode="prove", depth=6, quick=True, expect="fail",
+          fails_with="open: burst crosses a 4 KiB boundary",
+          summary="mutant: a generator that merges runs across a 4 KiB boundary"),
+    Proof("agcu_axi", lambda: AGCUHarness(**AGCU_SMALL, invariants=True), mode="prove",
+          depth=1, quick=True,
+          summary="whole AGCU (1 lane, 14-bit addresses, max_burst 4, 2 outstanding, "
+                  "read buffer 2), any commands and configuration: ar/aw/w held until "
+                  "ready, ar/aw bursts in one 4 KiB page, w.last on beat len of aw "
+                  "burst N, vector_in -> w beat for beat (plain and BF16 stores); with "
+                  "its internal invariants"),
+    Proof("agcu_axi_16", lambda: AGCUHarness(**AGCU_SMALL, seq_bits=16, invariants=True),
+          mode="prove", depth=1,
+          summary="the same with 16-bit harness counters (traces of up to 65534 bursts "
+                  "per channel and vector beats instead of 14)"),
+    Proof("agcu_axi_cover", lambda: AGCUHarness(**AGCU_SMALL, covers=True), mode="cover",
           depth=8, quick=True,
-          summary="AffineBurstGenerator (14-bit addresses, 64-byte beats, max_burst 4): "
-                  "no 4 KiB crossing, 1..max_burst beats, aligned, held until ready"),
+          summary="the agcu_axi harness reaches each checked situation (multi-beat "
+                  "bursts on a page end, w before aw, BF16 halves, stalls)"),
+    Proof("agcu_axi_early_last", lambda: AGCUHarness(**AGCU_SMALL, agcu=EarlyLastAGCU),
+          depth=8, quick=True, expect="fail",
+          fails_with="w burst N does not have the length of aw burst N",
+          summary="mutant: an AGCU whose w.last comes one beat early"),
+    Proof("agcu_axi_gated_ar", lambda: AGCUHarness(**AGCU_SMALL, agcu=BufferGatedReadAGCU),
+          depth=8, quick=True, expect="fail", fails_with="ar: valid withdrawn before ready",
+          summary="mutant: an AGCU that withdraws ar.valid while its read buffer is full"),
+    Proof("agcu_axi_crossing",
+          lambda: AGCUHarness(**AGCU_SMALL, generator=PageCrossingGenerator),
+          depth=8, quick=True, expect="fail", fails_with="ar: burst crosses a 4 KiB boundary",
+          summary="mutant: an AGCU whose generators merge runs across a 4 KiB boundary"),
 ]
 
 

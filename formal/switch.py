@@ -22,7 +22,16 @@ silent; an input item is popped only after every output routed to it took it.
 from amaranth import C, Cat, Elaboratable, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream
 
-from formal.common import AnyConst, AnySeq, Assert, Assume, no_reset, stream_stable
+from formal.common import (
+    AnyConst,
+    AnySeq,
+    Assert,
+    Assume,
+    fifo_invariants,
+    no_reset,
+    open_submodule,
+    stream_stable,
+)
 from hdl.switch import MERGE_BITS, Source, Switch
 
 __all__ = ["SwitchNetworkHarness"]
@@ -47,11 +56,12 @@ class _NetworkHost:
 
 class SwitchNetworkHarness(Elaboratable):
     """Parameters: ``outputs`` (number of outputs), ``seq_bits`` (sequence-number bits
-    per input; the proof depth must stay below ``2**seq_bits`` items per input),
+    per input, counted modulo ``2**seq_bits``, which must exceed the FIFO depth),
     ``max_count`` (largest merge count considered), ``fifo_depth``."""
 
     def __init__(self, inputs=INPUTS, outputs=3, seq_bits=4, max_count=3, fifo_depth=2,
-                 config=None):
+                 config=None, invariants=False):
+        self.invariants = invariants
         # config: None for a symbolic configuration, else a list (one per output) of
         # (select, [count per input]) that fixes it
         self.config = config
@@ -107,10 +117,11 @@ class SwitchNetworkHarness(Elaboratable):
             m.d.comb += [port.valid.eq(AnySeq(1)), port.payload.eq(Cat(count, C(i, 3)))]
             with m.If(port.valid & port.ready):
                 m.d.sync += count.eq(count + 1)
-            # no sequence number wraps within the proof depth
-            m.d.comb += Assume(count != 2 ** seq_bits - 1)
+            # sequence numbers wrap modulo 2**seq_bits: an input FIFO (depth 2) never
+            # holds two items with the same tag, so wrapping loses nothing
             sent.append(count)
 
+        references = []
         for o, port in enumerate(outputs):
             m.d.comb += port.ready.eq(AnySeq(1))
             counts = merges[o]
@@ -141,6 +152,7 @@ class SwitchNetworkHarness(Elaboratable):
                             with m.If(listed[index]):
                                 m.d.comb += next_input.eq(index)
             expected_seq = [Signal(seq_bits, name=f"ref_seq{o}_{i}") for i in range(INPUTS)]
+            references.append((started, current, taken, expected_seq, count_of_position))
             transfer = port.valid & port.ready
             tag_input = port.payload[seq_bits:]
             tag_seq = port.payload[:seq_bits]
@@ -169,7 +181,54 @@ class SwitchNetworkHarness(Elaboratable):
             m.d.comb += Assert(~port.valid | (routed & host.enable),
                                f"out{o}: valid on an unrouted or disabled output")
             stream_stable(m, port, f"out{o}", enable=host.enable)
+        if self.invariants:
+            self.assert_invariants(m, enabled, sent, references, seq_bits)
         return m
+
+    def assert_invariants(self, m, enabled, sent, references, seq_bits):
+        """The network's state, read from its signals, against the harness's counters
+        and reference: each input FIFO holds the tags ``sent - level .. sent - 1`` in
+        order; ``restart`` is "never enabled"; once started, a merge output's position
+        is a listed input and its position and count are the reference's;
+        ``taken[o][i]`` only for a held item of a member input, and output o expects
+        from input i the head's sequence number, plus one once it took the head."""
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        m.d.comb += Assert(driven["net_merge_restart"] == ~enabled,
+                           "restart is not 'never enabled'")
+        heads = []
+        levels = []
+        for i, count in enumerate(sent):
+            component = m._named_submodules[f"net_fifo{i}"][0]
+            _, fifo = open_submodule(m, f"net_fifo{i}")
+            level = component.level
+            slots, _head = fifo_invariants(m, component, fifo, f"in{i}: ")
+            for contents, position, held in slots:
+                with m.If(held):
+                    m.d.comb += Assert(
+                        contents == Cat((count - level + position)[:seq_bits], C(i, 3)),
+                        f"in{i}: FIFO slot does not hold its tag")
+            heads.append((count - level)[:seq_bits])
+            levels.append(level)
+        for o, (started, current, taken, expected_seq, count_of_position) in enumerate(references):
+            member = driven[f"net_member{o}"]
+            flags = driven[f"net_taken{o}"]
+            m.d.comb += Assert(started == enabled, f"out{o}: reference started != enabled")
+            merging = driven[f"net_merging{o}"]
+            with m.If(started & merging.any()):
+                m.d.comb += [
+                    Assert(merging.bit_select(current, 1), f"out{o}: merge at an unlisted input"),
+                    Assert(taken < count_of_position, f"out{o}: merge count beyond the input's"),
+                    Assert(driven[f"net_merge_input{o}"] == current,
+                           f"out{o}: merge input is not the reference's"),
+                    Assert(driven[f"net_merge_taken{o}"] == taken,
+                           f"out{o}: merge count is not the reference's"),
+                ]
+            for i in range(len(sent)):
+                m.d.comb += Assert(~flags[i] | (member[i] & (levels[i] != 0)),
+                                   f"out{o}: taken flag without a held item of a member")
+                with m.If(member[i]):
+                    m.d.comb += Assert(expected_seq[i] == (heads[i] + flags[i])[:seq_bits],
+                                       f"out{o}: expects the wrong item of input {i}")
 
     def build_network(self, m, host, shape, inputs, outputs, selects, merges, stall):
         Switch._network(host, m, "net", shape, inputs, outputs, selects, merges, stall)
