@@ -47,6 +47,9 @@ FPGA_UNITS = {
     "pcu": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4}),
     "system_2x2": ("hdl.system", "RDUSystem",
                    {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384}),
+    # the FPGA IP block (docs/ip.md): the same system behind flat AXI4 / AXI4-Lite ports
+    "ip_2x2": ("hdl.ip", "RDUIP",
+               {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384}),
 }
 
 
