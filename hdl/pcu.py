@@ -53,6 +53,8 @@ class Source(enum.IntEnum, shape=3):
     IN1 = 4         #: the lane of the vector_in1 beat consumed with this beat
     COUNTER = 5     #: the innermost counter's value (an INT32), all lanes
     LANE = 6        #: the lane's index (an INT32: 0 to lanes - 1), e.g. for causal masks
+    LAST = 7        #: this stage's PREV of the previous iteration of counter 0 (REG's
+                    #: ``constant`` on the first), e.g. a running max before its update
 
 
 class Reduce(enum.IntEnum, shape=2):
@@ -75,7 +77,8 @@ class PCUError(enum.IntEnum, shape=3):
     BAD_MODE = 1        #: ``mode`` is not a :class:`Mode`
     BAD_COUNTER = 2     #: a counter has ``stride == 0`` or ``max <= min``
     BAD_OP = 3          #: a stage ``op`` is not an :class:`hdl.fp.Op`
-    BAD_SOURCE = 4      #: a stage source is not a :class:`Source`
+    BAD_SOURCE = 4      #: a stage source is not a :class:`Source` (reserved: every 3-bit
+                        #: code is a source since ``LAST``)
     BAD_REDUCE = 5      #: ``reduce`` is not a :class:`Reduce`
     BAD_TAIL = 6        #: ``tail`` is not a :class:`Tail`
     WRITE_WHILE_BUSY = 7    #: a configuration write arrived during a run (it was dropped)
@@ -386,6 +389,7 @@ class PCU(wiring.Component):
             for lane in range(lanes):
                 alu = m.submodules[f"stage{stage}_alu{lane}"] = FPALU()
                 register = Signal(32, name=f"stage{stage}_reg{lane}")
+                last = Signal(32, name=f"stage{stage}_last{lane}")
                 operands = []
                 for src in (cfg.src_a, cfg.src_b, cfg.src_c):
                     operand = Signal(32, name=f"stage{stage}_lane{lane}_operand")
@@ -404,11 +408,14 @@ class PCU(wiring.Component):
                             m.d.comb += operand.eq(previous.counter)
                         with m.Case(Source.LANE):
                             m.d.comb += operand.eq(lane)
+                        with m.Case(Source.LAST):
+                            m.d.comb += operand.eq(Mux(previous.first, cfg.constant, last))
                     operands.append(operand)
                 m.d.comb += [alu.op.eq(cfg.op), alu.a.eq(operands[0]), alu.b.eq(operands[1]),
                              alu.c.eq(operands[2])]
                 with m.If(advance & previous.valid):
-                    m.d.sync += [out.vec[lane].eq(alu.result), register.eq(alu.result)]
+                    m.d.sync += [out.vec[lane].eq(alu.result), register.eq(alu.result),
+                                 last.eq(previous.vec[lane])]
             previous = out
 
         # tail special function: with ``tail = NONE`` a beat passes one register; else it

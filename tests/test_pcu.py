@@ -13,6 +13,7 @@ from hdl.interfaces import config_words
 from hdl.pcu import PCU, pcu_config_layout
 from tb.suites.pcu import (
     causal_mask,
+    running_max_step,
     config_errors,
     simd_op_sweep,
     simd_random_configs,
@@ -190,3 +191,11 @@ def test_causal_mask_amaranth(base, seed):
                          base=base)
     keys, query = np.meshgrid(np.arange(9), np.arange(4), indexing="ij")
     assert stats.result == int((keys - query > base).sum())
+
+
+def test_last_source_amaranth(seed):
+    """LAST gives a stage its previous input: the step of a running max (old - new) per
+    lane over rows of 7 beats, under random stalls, against numpy float32."""
+    stats = run_amaranth(PCU(lanes=4, stages=4), running_max_step, seed=seed, lanes=4,
+                         beats=7, rows=3)
+    assert stats.result >= 12          # each row's first beat at least (3 rows x 4 lanes)

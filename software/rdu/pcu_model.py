@@ -83,6 +83,8 @@ class SimdState:
         self.lanes = lanes
         self.uses_in1 = uses_in1(config)
         self.registers = [np.zeros(lanes, dtype=np.uint32) for _ in config["stages"]]
+        # each stage's PREV input of the last iteration (the LAST source)
+        self.lasts = [np.zeros(lanes, dtype=np.uint32) for _ in config["stages"]]
         self.scalar = np.uint32(0)
 
     def step(self, counter0, first, last_inner, vec, other=None, scalar=None):
@@ -105,7 +107,9 @@ class SimdState:
                 Source.IN1: other,
                 Source.COUNTER: np.full(lanes, counter0, dtype=np.uint32),
                 Source.LANE: np.arange(lanes, dtype=np.uint32),
+                Source.LAST: constant if first else self.lasts[index],
             }
+            self.lasts[index] = vec
             a, b, c = (operand_values[stage.get(src, 0)] for src in ("src_a", "src_b", "src_c"))
             vec = fpmodel.apply(stage.get("op", 0), a, b, c)
             self.registers[index] = vec
@@ -308,6 +312,14 @@ def _simd_chunk(state, counter0, first, last_inner, vec, other, taken):
                     Source.COUNTER: np.asarray(counter0).astype(np.uint32)[:, None],
                     Source.LANE: np.arange(lanes, dtype=np.uint32)[None, :]}
         used = _used_sources(stage)
+        prev = np.broadcast_to(vec, (n, lanes))
+        if Source.LAST in used:
+            last = np.empty((n, lanes), dtype=np.uint32)
+            last[1:] = prev[:-1]
+            last[0] = state.lasts[index]
+            last[first] = constant
+            operands[Source.LAST] = last
+        state.lasts[index] = np.array(prev[-1], dtype=np.uint32)
         if Source.REG in used:
             if layout is None:
                 layout = _segments(first)
