@@ -5,7 +5,7 @@ systolic-mode streaming protocol and the error codes. :mod:`rdu.pcu_model` is th
 bit-exact reference model.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -269,19 +269,26 @@ class PCU(wiring.Component):
         chain = _CounterChain(m, config)
 
         # -- configuration check -----------------------------------------------------
+        def beyond(value, codes):
+            # A code past the enum's last member; none exists when the members fill the
+            # field (a constant comparison there is a lint error).
+            if max(codes) == 2 ** codes.as_shape().width - 1:
+                return Const(0)
+            return Value.cast(value) > max(codes)
+
         uses_in1 = Signal()
         bad_op = Const(0)
         bad_source = Const(0)
         in1_terms = Const(0)
         for stage in range(stages):
             cfg = config.stages[stage]
-            bad_op = bad_op | (cfg.op > max(Op))
+            bad_op = bad_op | beyond(cfg.op, Op)
             for src in (cfg.src_a, cfg.src_b, cfg.src_c):
-                bad_source = bad_source | (src > max(Source))
+                bad_source = bad_source | beyond(src, Source)
                 in1_terms = in1_terms | (src == Source.IN1)
         m.d.comb += uses_in1.eq(in1_terms)
         check = Signal(3)
-        with m.If(config.mode > max(Mode)):
+        with m.If(beyond(config.mode, Mode)):
             m.d.comb += check.eq(PCUError.BAD_MODE)
         with m.Elif(chain.bad):
             m.d.comb += check.eq(PCUError.BAD_COUNTER)
@@ -290,9 +297,9 @@ class PCU(wiring.Component):
                 m.d.comb += check.eq(PCUError.BAD_OP)
             with m.Elif(bad_source):
                 m.d.comb += check.eq(PCUError.BAD_SOURCE)
-            with m.Elif(config.reduce > max(Reduce)):
+            with m.Elif(beyond(config.reduce, Reduce)):
                 m.d.comb += check.eq(PCUError.BAD_REDUCE)
-            with m.Elif(config.tail > max(Tail)):
+            with m.Elif(beyond(config.tail, Tail)):
                 m.d.comb += check.eq(PCUError.BAD_TAIL)
 
         with m.If(self.cfg.write):
