@@ -7,6 +7,7 @@ bit-exact reference model.
 
 from amaranth import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .fp import (
@@ -28,6 +29,7 @@ from .interfaces import (
 from .stream_fifo import StreamFIFO
 
 __all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS", "FIFO_DEPTH",
+           "ACC_DEPTH", "acc_stage_bits",
            "counter_layout", "stage_layout", "pcu_config_layout", "PCU"]
 
 #: Number of nested counters in the counter chain.
@@ -36,6 +38,9 @@ COUNTERS = 3
 COUNTER_BITS = 16
 #: Depth of every header and tail FIFO (the default ``fifo_depth``).
 FIFO_DEPTH = 4
+#: Words (one FP32 per lane each) of the accumulator memory: with ``acc_stage`` set, that
+#: stage's ``REG`` is word ``counter 0 mod ACC_DEPTH`` of it, kept across counter 1.
+ACC_DEPTH = 128
 
 
 class Mode(enum.IntEnum, shape=2):
@@ -67,8 +72,8 @@ class Reduce(enum.IntEnum, shape=2):
 class Tail(enum.IntEnum, shape=2):
     """Special function of the tail (the ``tail`` field)."""
     NONE = 0
-    EXP = 1         #: e**x (12-step iterative unit)
-    RECIPROCAL = 2  #: 1/x (7-step iterative unit)
+    EXP = 1         #: e**x (pipelined: one beat per cycle, :data:`hdl.fp.SPECIAL_STEPS`)
+    RECIPROCAL = 2  #: 1/x (the same pipeline)
 
 
 class PCUError(enum.IntEnum, shape=3):
@@ -77,8 +82,8 @@ class PCUError(enum.IntEnum, shape=3):
     BAD_MODE = 1        #: ``mode`` is not a :class:`Mode`
     BAD_COUNTER = 2     #: a counter has ``stride == 0`` or ``max <= min``
     BAD_OP = 3          #: a stage ``op`` is not an :class:`hdl.fp.Op`
-    BAD_SOURCE = 4      #: a stage source is not a :class:`Source` (reserved: every 3-bit
-                        #: code is a source since ``LAST``)
+    BAD_ACC_STAGE = 4   #: ``acc_stage`` names no stage (it is above ``stages``); code 4
+                        #: was ``BAD_SOURCE`` until every 3-bit code became a source
     BAD_REDUCE = 5      #: ``reduce`` is not a :class:`Reduce`
     BAD_TAIL = 6        #: ``tail`` is not a :class:`Tail`
     WRITE_WHILE_BUSY = 7    #: a configuration write arrived during a run (it was dropped)
@@ -111,8 +116,18 @@ def _check_stages(stages):
         raise ValueError(f"Stage count must be between 1 and 16, not {stages}")
 
 
+def acc_stage_bits(stages):
+    """Width of the ``acc_stage`` field: it holds 0 (none) to ``stages``."""
+    return stages.bit_length()
+
+
 def pcu_config_layout(lanes, stages):
-    """Configuration layout of a PCU with ``lanes`` lanes and ``stages`` SIMD stages."""
+    """Configuration layout of a PCU with ``lanes`` lanes and ``stages`` SIMD stages.
+
+    ``emit_outer``: emit every iteration of the last iteration of counter 1 (instead of
+    the last iteration of counter 0); ``acc_stage``: 0, or ``s + 1`` to make stage
+    ``s``'s ``REG`` the accumulator memory (:data:`ACC_DEPTH` words, addressed by
+    counter 0, its ``constant`` on the first iteration of counter 1)."""
     _check_lanes(lanes)
     _check_stages(stages)
     return data.StructLayout({
@@ -124,6 +139,8 @@ def pcu_config_layout(lanes, stages):
         "reduce": Reduce.as_shape(),
         "tail": Tail.as_shape(),
         "stages": data.ArrayLayout(stage_layout(), stages),
+        "emit_outer": unsigned(1),
+        "acc_stage": unsigned(acc_stage_bits(stages)),
     })
 
 
@@ -136,6 +153,7 @@ class _CounterChain:
         self.step = Signal(name="chain_step")      # advance by one iteration
         self.last = [Signal(name=f"counter{n}_last") for n in range(COUNTERS)]
         self.first_inner = Signal(name="chain_first_inner")
+        self.first_outer = Signal(name="chain_first_outer")     # counter 1 at its min
         self.last_all = Signal(name="chain_last_all")
         self.bad = Signal(name="chain_bad")
         bad = Const(0)
@@ -146,6 +164,7 @@ class _CounterChain:
         m.d.comb += [
             self.bad.eq(bad),
             self.first_inner.eq(self.values[0] == config.counters[0].min),
+            self.first_outer.eq(self.values[1] == config.counters[1].min),
             self.last_all.eq(self.last[0] & self.last[1] & self.last[2]),
         ]
         with m.If(self.load):
@@ -278,14 +297,16 @@ class PCU(wiring.Component):
 
         uses_in1 = Signal()
         bad_op = Const(0)
-        bad_source = Const(0)
         in1_terms = Const(0)
         for stage in range(stages):
             cfg = config.stages[stage]
             bad_op = bad_op | beyond(cfg.op, Op)
             for src in (cfg.src_a, cfg.src_b, cfg.src_c):
-                bad_source = bad_source | beyond(src, Source)
                 in1_terms = in1_terms | (src == Source.IN1)
+        if stages == 2 ** acc_stage_bits(stages) - 1:
+            bad_acc_stage = Const(0)
+        else:
+            bad_acc_stage = config.acc_stage > stages
         m.d.comb += uses_in1.eq(in1_terms)
         check = Signal(3)
         with m.If(beyond(config.mode, Mode)):
@@ -295,8 +316,8 @@ class PCU(wiring.Component):
         with m.Elif(config.mode == Mode.SIMD):
             with m.If(bad_op):
                 m.d.comb += check.eq(PCUError.BAD_OP)
-            with m.Elif(bad_source):
-                m.d.comb += check.eq(PCUError.BAD_SOURCE)
+            with m.Elif(bad_acc_stage):
+                m.d.comb += check.eq(PCUError.BAD_ACC_STAGE)
             with m.Elif(beyond(config.reduce, Reduce)):
                 m.d.comb += check.eq(PCUError.BAD_REDUCE)
             with m.Elif(beyond(config.tail, Tail)):
@@ -346,7 +367,7 @@ class PCU(wiring.Component):
         """Lanes x stages pipeline, then the cross-lane reduction tree, into the tail."""
         lanes, stages = self._lanes, self._stages
         record = data.StructLayout({
-            "valid": 1, "first": 1, "emit": 1, "done": 1,
+            "valid": 1, "first": 1, "first_outer": 1, "emit": 1, "done": 1,
             "vec": data.ArrayLayout(unsigned(32), lanes),
             "in1": data.ArrayLayout(unsigned(32), lanes),
             "scalar": 32, "counter": COUNTER_BITS,
@@ -374,7 +395,9 @@ class PCU(wiring.Component):
         m.d.comb += [
             head.valid.eq(issue),
             head.first.eq(chain.first_inner),
-            head.emit.eq(config.emit_every | chain.last[0]),
+            head.first_outer.eq(chain.first_outer),
+            head.emit.eq(config.emit_every |
+                         Mux(config.emit_outer, chain.last[1], chain.last[0])),
             head.done.eq(chain.last_all),
             head.vec.eq(in0.payload),
             head.in1.eq(Mux(uses_in1, in1.payload, 0)),
@@ -382,13 +405,32 @@ class PCU(wiring.Component):
                                Mux(need_scalar, scalar_in.payload, held_scalar), 0)),
             head.counter.eq(chain.values[0]),
         ]
+        # the accumulator memory: one word of lanes FP32 per index, read (combinational)
+        # and written by the stage ``acc_stage`` names, addressed by counter 0
+        m.submodules.acc = acc = Memory(shape=unsigned(32 * lanes), depth=ACC_DEPTH, init=[])
+        acc_write = acc.write_port()
+        acc_read = acc.read_port(domain="comb")
+        acc_data = Signal(data.ArrayLayout(unsigned(32), lanes), name="simd_acc_data")
+        m.d.comb += acc_data.eq(acc_read.data)
+        acc_index_bits = (ACC_DEPTH - 1).bit_length()
+
         previous = head
         for stage in range(stages):
             cfg = config.stages[stage]
             out = Signal(record, name=f"simd_stage{stage}")
+            acc_here = Signal(name=f"stage{stage}_acc")
+            first = Signal(name=f"stage{stage}_first")
+            m.d.comb += [acc_here.eq(config.acc_stage == stage + 1),
+                         first.eq(Mux(acc_here, previous.first_outer, previous.first))]
+            with m.If(acc_here):
+                m.d.comb += [acc_read.addr.eq(previous.counter[:acc_index_bits]),
+                             acc_write.addr.eq(previous.counter[:acc_index_bits]),
+                             acc_write.en.eq(advance & previous.valid)]
+            results = []
             with m.If(advance):
                 m.d.sync += [
                     out.valid.eq(previous.valid), out.first.eq(previous.first),
+                    out.first_outer.eq(previous.first_outer),
                     out.emit.eq(previous.emit), out.done.eq(previous.done),
                     out.in1.eq(previous.in1), out.scalar.eq(previous.scalar),
                     out.counter.eq(previous.counter),
@@ -404,7 +446,9 @@ class PCU(wiring.Component):
                         with m.Case(Source.PREV):
                             m.d.comb += operand.eq(previous.vec[lane])
                         with m.Case(Source.REG):
-                            m.d.comb += operand.eq(Mux(previous.first, cfg.constant, register))
+                            m.d.comb += operand.eq(Mux(
+                                first, cfg.constant,
+                                Mux(acc_here, acc_data[lane], register)))
                         with m.Case(Source.SCALAR):
                             m.d.comb += operand.eq(previous.scalar)
                         with m.Case(Source.CONST):
@@ -420,9 +464,12 @@ class PCU(wiring.Component):
                     operands.append(operand)
                 m.d.comb += [alu.op.eq(cfg.op), alu.a.eq(operands[0]), alu.b.eq(operands[1]),
                              alu.c.eq(operands[2])]
+                results.append(alu.result)
                 with m.If(advance & previous.valid):
                     m.d.sync += [out.vec[lane].eq(alu.result), register.eq(alu.result),
                                  last.eq(previous.vec[lane])]
+            with m.If(acc_here):
+                m.d.comb += acc_write.data.eq(Cat(*results))
             previous = out
 
         # tail special function: with ``tail = NONE`` a beat passes one register; else it

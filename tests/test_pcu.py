@@ -13,8 +13,9 @@ from hdl.interfaces import config_words
 from hdl.pcu import PCU, pcu_config_layout
 from tb.suites.pcu import (
     causal_mask,
-    running_max_step,
     config_errors,
+    rescaled_accumulator,
+    running_max_step,
     simd_op_sweep,
     simd_random_configs,
     simd_timing,
@@ -137,6 +138,15 @@ def test_config_errors_verilator(sim_dir, seed):
 
 
 @pytest.mark.verilator
+def test_rescaled_accumulator_verilator(sim_dir, seed):
+    """The accumulator memory on the generated Verilog (the suite of the Amaranth test,
+    more chunks and beats)."""
+    stats = run_verilator(_build(4), rescaled_accumulator, sim_dir, seed=seed, lanes=4,
+                          dims=12, chunks=6, groups=3)
+    assert stats.result == 36
+
+
+@pytest.mark.verilator
 @pytest.mark.slow
 def test_lanes8_verilator(sim_dir, seed):
     """The one lanes=8 build (about 5 to 10 minutes of C++ compilation on this machine
@@ -191,6 +201,15 @@ def test_causal_mask_amaranth(base, seed):
                          base=base)
     keys, query = np.meshgrid(np.arange(9), np.arange(4), indexing="ij")
     assert stats.result == int((keys - query > base).sum())
+
+
+def test_rescaled_accumulator_amaranth(seed):
+    """The accumulator memory holds a vector per beat across counter 1 (online softmax's
+    ``O = O * alpha + O_c``), emitted on the last chunk only, under random stalls,
+    against numpy float32."""
+    stats = run_amaranth(PCU(lanes=4, stages=4), rescaled_accumulator, seed=seed, lanes=4,
+                         dims=5, chunks=4, groups=2)
+    assert stats.result == 10          # the last chunk's 5 beats, per group
 
 
 def test_last_source_amaranth(seed):

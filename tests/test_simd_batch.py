@@ -61,7 +61,8 @@ def random_config(rng, stages, max_beats=400):
     return {"mode": 0, "counters": counters, "stages": stage_list,
             "scalar_in": int(rng.integers(0, 2)), "emit_every": int(rng.integers(0, 2)),
             "vector_out": int(rng.integers(0, 2)), "reduce": int(rng.integers(0, 3)),
-            "tail": int(rng.integers(0, 3))}
+            "tail": int(rng.integers(0, 3)), "emit_outer": int(rng.integers(0, 2)),
+            "acc_stage": int(rng.choice([0, 0, 0, *range(1, stages + 1)]))}
 
 
 def reference(config, lanes, in0, in1, scalars):
@@ -69,10 +70,11 @@ def reference(config, lanes, in0, in1, scalars):
     state = pcu_model.SimdState(config, lanes)
     vectors, reductions = [], []
     taken = iter(scalars)
-    for beat, ((v0, _, _), first, last_inner, _) in enumerate(pcu_model.iterations(config)):
+    for beat, ((v0, v1, _), first, last_inner, _) in enumerate(pcu_model.iterations(config)):
         scalar = next(taken) if config["scalar_in"] and first else None
         vector, reduction = state.step(v0, first, last_inner, in0[beat],
-                                       in1[beat] if state.uses_in1 else None, scalar)
+                                       in1[beat] if state.uses_in1 else None, scalar,
+                                       *pcu_model.outer_flags(config, v1))
         if vector is not None:
             vectors.append(vector)
         if reduction is not None:
@@ -89,6 +91,7 @@ def batched(config, lanes, in0, in1, scalars, cuts=()):
     counter0 = np.array([v[0] for v, _, _, _ in steps])
     first = np.array([f for _, f, _, _ in steps])
     last_inner = np.array([last for _, _, last, _ in steps])
+    first_outer, last_outer = pcu_model.outer_flags(config, [v[1] for v, _, _, _ in steps])
     bounds = [0, *sorted(cuts), len(steps)]
     vectors, reductions = [], []
     used_scalars = 0
@@ -96,7 +99,8 @@ def batched(config, lanes, in0, in1, scalars, cuts=()):
         count = int(first[lo:hi].sum()) if config["scalar_in"] else 0
         v, r = state.block(counter0[lo:hi], first[lo:hi], last_inner[lo:hi], in0[lo:hi],
                            in1[lo:hi] if state.uses_in1 else None,
-                           scalars[used_scalars:used_scalars + count])
+                           scalars[used_scalars:used_scalars + count],
+                           first_outer[lo:hi], last_outer[lo:hi])
         used_scalars += count
         if v is not None:
             vectors.append(v)

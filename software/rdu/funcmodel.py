@@ -26,7 +26,6 @@ from hdl.fp import Op
 from hdl.interfaces import NETWORKS, ControlToken, config_words
 from hdl.pcu import FIFO_DEPTH as PCU_FIFO_DEPTH
 from hdl.pcu import Mode, Reduce, Tail, pcu_config_layout
-from hdl.pcu import Source as OperandSource
 from hdl.pmu import ADDRESS_BITS, MAX_BUFFERS, OUTPUT_FIFO_DEPTH, pmu_config_layout
 from hdl.pmu import FIFO_DEPTH as PMU_INPUT_DEPTH
 from hdl.pmu import READ_GATE_CREDITS as GATE_CREDITS
@@ -167,7 +166,8 @@ class _SimdRun:
     """One SIMD run computed in batches (``pcu_model.SimdState.block``): the PCU takes
     beats and emits :class:`LazyVector` / :class:`LazyWord` placeholders at item level;
     the arithmetic of the open batch runs when one of its values is needed."""
-    __slots__ = ("state", "lanes", "inner", "counter_min", "counter_stride", "batch")
+    __slots__ = ("state", "lanes", "inner", "outer", "counter_min", "counter_stride",
+                 "outer_min", "outer_stride", "batch")
 
     def __init__(self, cfg, lanes):
         self.state = pcu_model.SimdState(cfg, lanes)
@@ -175,21 +175,31 @@ class _SimdRun:
         counter = cfg["counters"][0]
         self.inner = pcu_model.trip_count(counter)
         self.counter_min, self.counter_stride = counter["min"], counter["stride"]
+        outer = cfg["counters"][1]
+        self.outer = pcu_model.trip_count(outer)
+        self.outer_min, self.outer_stride = outer["min"], outer["stride"]
         self.batch = None
+
+    def flags(self, iteration):
+        """``(position in counter 0, first_outer, last_outer)`` of ``iteration``(s)."""
+        position = iteration % self.inner
+        outer = (iteration // self.inner) % self.outer
+        return position, outer == 0, outer == self.outer - 1
 
     def compute(self):
         batch, self.batch = self.batch, None
         if batch is None or batch.in0 is None:
             return
         lanes, state = self.lanes, self.state
-        position = (batch.start + np.arange(batch.count, dtype=np.int64)) % self.inner
+        position, first_outer, last_outer = self.flags(
+            batch.start + np.arange(batch.count, dtype=np.int64))
         counter0 = self.counter_min + position * self.counter_stride
         vecs = _vectors(batch.in0, lanes)
         others = _vectors(batch.in1, lanes) if state.uses_in1 else None
         scalars = np.array([int(_word(item)) for item in batch.scalars], dtype=np.uint64
                            ).astype(np.uint32)
         vectors, reductions = state.block(counter0, position == 0, position == self.inner - 1,
-                                          vecs, others, scalars)
+                                          vecs, others, scalars, first_outer, last_outer)
         batch.in0 = batch.in1 = batch.scalars = None
         batch.vectors, batch.reductions = vectors, reductions
 
@@ -797,9 +807,8 @@ class _PCU(_Unit):
             stages = cfg["stages"]
             if any(stage["op"] not in _codes(Op) for stage in stages):
                 return "BAD_OP"
-            if any(stage[src] not in _codes(OperandSource) for stage in stages
-                   for src in ("src_a", "src_b", "src_c")):
-                return "BAD_SOURCE"
+            if cfg.get("acc_stage", 0) > len(stages):
+                return "BAD_ACC_STAGE"
             if cfg["reduce"] not in _codes(Reduce):
                 return "BAD_REDUCE"
             if cfg["tail"] not in _codes(Tail):
@@ -894,7 +903,6 @@ class _PCU(_Unit):
         depth = self.stages_count + 2
         uses_in1, scalar_in = run.state.uses_in1, cfg["scalar_in"]
         vector_out, reduce = cfg["vector_out"], cfg["reduce"] != Reduce.NONE
-        emit_every = cfg["emit_every"]
         inner, total = run.inner, len(self.steps)
         while True:
             progress = False
@@ -917,7 +925,7 @@ class _PCU(_Unit):
                 progress = True
             while self.iteration < total and len(pipeline) < depth and in0 and \
                     (not uses_in1 or in1):
-                position = self.iteration % inner
+                position, _, last_outer = run.flags(self.iteration)
                 first = position == 0
                 need_scalar = scalar_in and first
                 if need_scalar and not sin:
@@ -936,7 +944,7 @@ class _PCU(_Unit):
                 self.items_in += taken
                 batch.count += 1
                 vector = reduction = None
-                if emit_every or position == inner - 1:
+                if pcu_model.emits(cfg, position == inner - 1, last_outer):
                     if vector_out:
                         vector = LazyVector(batch, batch.emitted)
                     if reduce:
@@ -973,14 +981,15 @@ class _PCU(_Unit):
                         return moved + 1
                     progress = True
             if self.iteration < len(self.steps) and len(self.pipeline) < depth:
-                (v0, _, _), first, last_inner, last = self.steps[self.iteration]
+                (v0, v1, _), first, last_inner, last = self.steps[self.iteration]
                 need_scalar = cfg["scalar_in"] and first
                 if in0 and (not simd.uses_in1 or in1) and (not need_scalar or sin):
                     vec = _vector(in0.popleft())
                     other = _vector(in1.popleft()) if simd.uses_in1 else None
                     scalar = _word(sin.popleft()) if need_scalar else None
                     self.items_in += 1 + (other is not None) + (scalar is not None)
-                    vector, reduction = simd.step(v0, first, last_inner, vec, other, scalar)
+                    vector, reduction = simd.step(v0, first, last_inner, vec, other, scalar,
+                                                  *pcu_model.outer_flags(cfg, v1))
                     self.pipeline.append((vector, reduction, last))
                     self.iteration += 1
                     self.macs += self.mac_beat

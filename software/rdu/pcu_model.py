@@ -15,13 +15,14 @@ systolic mode and :func:`matmul_from_stream` puts the drained rows back together
 import numpy as np
 
 from hdl.fp import Op
-from hdl.pcu import Mode, Reduce, Source, Tail
+from hdl.pcu import ACC_DEPTH, Mode, Reduce, Source, Tail
 
 from . import fpmodel
 
 __all__ = ["MODE_SIMD", "MODE_SYSTOLIC", "SOURCES", "REDUCE_NONE", "REDUCE_SUM",
            "REDUCE_MAX", "TAIL_NONE", "TAIL_EXP", "TAIL_RECIPROCAL", "trip_count",
-           "iterations", "reduce_lanes", "uses_in1", "SimdState", "run_simd",
+           "iterations", "outer_flags", "emits", "reduce_lanes", "uses_in1", "SimdState",
+           "run_simd",
            "systolic_accumulate", "systolic_tile", "run_systolic", "matmul_streams",
            "matmul_from_stream", "bf16_words"]
 
@@ -56,6 +57,23 @@ def iterations(config):
     return [(v, first, last, n == len(out) - 1) for n, (v, first, last) in enumerate(out)]
 
 
+def outer_flags(config, counter1):
+    """``(first_outer, last_outer)``: counter 1 (value ``counter1``, scalar or array) at
+    its first value (the accumulator stage's reset) and at its last (``emit_outer``)."""
+    counter = config["counters"][1]
+    counter1 = np.asarray(counter1)
+    return counter1 == counter["min"], counter1 + counter["stride"] >= counter["max"]
+
+
+def emits(config, last_inner, last_outer):
+    """Whether an iteration emits (its vector and its reduction): every one with
+    ``emit_every``; else every iteration of counter 0 in the last iteration of counter 1
+    with ``emit_outer``; else the last iteration of counter 0. Scalars or arrays."""
+    if config.get("emit_every"):
+        return last_inner | True
+    return last_outer if config.get("emit_outer") else last_inner
+
+
 def reduce_lanes(words, kind):
     """Cross-lane reduction tree of one vector: pairs (0,1), (2,3), ... level by level."""
     level = np.asarray(words, dtype=np.uint32)
@@ -86,22 +104,33 @@ class SimdState:
         # each stage's PREV input of the last iteration (the LAST source)
         self.lasts = [np.zeros(lanes, dtype=np.uint32) for _ in config["stages"]]
         self.scalar = np.uint32(0)
+        #: the stage whose REG is the accumulator memory (None: no stage)
+        self.acc_stage = config.get("acc_stage", 0) - 1 if config.get("acc_stage") else None
+        self.acc = np.zeros((ACC_DEPTH, lanes), dtype=np.uint32)
 
-    def step(self, counter0, first, last_inner, vec, other=None, scalar=None):
+    def step(self, counter0, first, last_inner, vec, other=None, scalar=None,
+             first_outer=True, last_outer=True):
         """One iteration: ``vec`` from vector_in0, ``other`` from vector_in1 (when used),
-        ``scalar`` the word taken at the first inner iteration (when ``scalar_in``).
-        Returns ``(vector or None, reduction or None)``: what the iteration emits."""
+        ``scalar`` the word taken at the first inner iteration (when ``scalar_in``);
+        ``first_outer``, ``last_outer``: counter 1 at its first and last value
+        (:func:`outer_flags`). Returns ``(vector or None, reduction or None)``: what the
+        iteration emits."""
         config, lanes = self.config, self.lanes
         vec = np.asarray(vec, dtype=np.uint32)
         other = (np.asarray(other, dtype=np.uint32) if self.uses_in1
                  else np.zeros(lanes, dtype=np.uint32))
         if config.get("scalar_in") and first:
             self.scalar = np.uint32(scalar)
+        slot = int(counter0) % ACC_DEPTH
         for index, stage in enumerate(config["stages"]):
             constant = np.full(lanes, stage.get("constant", 0), dtype=np.uint32)
+            if index == self.acc_stage:
+                register = constant if first_outer else self.acc[slot]
+            else:
+                register = constant if first else self.registers[index]
             operand_values = {
                 Source.PREV: vec,
-                Source.REG: constant if first else self.registers[index],
+                Source.REG: register,
                 Source.SCALAR: np.full(lanes, self.scalar, dtype=np.uint32),
                 Source.CONST: constant,
                 Source.IN1: other,
@@ -113,20 +142,23 @@ class SimdState:
             a, b, c = (operand_values[stage.get(src, 0)] for src in ("src_a", "src_b", "src_c"))
             vec = fpmodel.apply(stage.get("op", 0), a, b, c)
             self.registers[index] = vec
+            if index == self.acc_stage:
+                self.acc[slot] = vec
         tail = config.get("tail", 0)
         if tail == TAIL_EXP:
             vec = fpmodel.exp(vec)
         elif tail == TAIL_RECIPROCAL:
             vec = fpmodel.reciprocal(vec)
         vector = reduction = None
-        if config.get("emit_every") or last_inner:
+        if emits(config, last_inner, last_outer):
             if config.get("vector_out"):
                 vector = vec.copy()
             if config.get("reduce", 0) != REDUCE_NONE:
                 reduction = reduce_lanes(vec, config["reduce"])
         return vector, reduction
 
-    def block(self, counter0, first, last_inner, vecs, others=None, scalars=None):
+    def block(self, counter0, first, last_inner, vecs, others=None, scalars=None,
+              first_outer=None, last_outer=None):
         """Many consecutive iterations at once, bit for bit the results and the final
         registers of :meth:`step` called on each in order (:func:`simd_block`).
 
@@ -136,8 +168,43 @@ class SimdState:
         ``scalars``: the words taken at the iterations where ``first`` is set (when
         ``scalar_in``), in order. Returns ``(vectors, reductions)``: (e, lanes) uint32 of
         the emitted vectors (None without ``vector_out``) and (e,) uint32 of the emitted
-        reductions (None without ``reduce``), e the emitting iterations."""
-        return simd_block(self, counter0, first, last_inner, vecs, others, scalars)
+        reductions (None without ``reduce``), e the emitting iterations.
+        ``first_outer``, ``last_outer``: (n,) flags of counter 1 (:func:`outer_flags`),
+        needed with ``emit_outer`` or ``acc_stage``."""
+        if first_outer is None:
+            first_outer = last_outer = np.ones(len(first), dtype=bool)
+        if self.acc_stage is not None:
+            return _step_block(self, counter0, first, last_inner, vecs, others, scalars,
+                               first_outer, last_outer)
+        return simd_block(self, counter0, first, last_inner, vecs, others, scalars,
+                          last_outer)
+
+
+def _step_block(state, counter0, first, last_inner, vecs, others, scalars, first_outer,
+                last_outer):
+    """:meth:`SimdState.block` one :meth:`SimdState.step` at a time (the accumulator
+    memory's recurrence runs across counter 1: not vectorised)."""
+    lanes, config = state.lanes, state.config
+    vecs = np.asarray(vecs, dtype=np.uint32).reshape(-1, lanes)
+    others = np.asarray(others, dtype=np.uint32).reshape(-1, lanes) if state.uses_in1 \
+        else None
+    scalars = iter(np.asarray(scalars, dtype=np.uint32).reshape(-1)) \
+        if config.get("scalar_in") else None
+    vectors, reductions = [], []
+    for n in range(len(vecs)):
+        scalar = next(scalars) if scalars is not None and first[n] else None
+        vector, reduction = state.step(counter0[n], bool(first[n]), bool(last_inner[n]),
+                                       vecs[n], None if others is None else others[n],
+                                       scalar, bool(first_outer[n]), bool(last_outer[n]))
+        if vector is not None:
+            vectors.append(vector)
+        if reduction is not None:
+            reductions.append(reduction)
+    vector = np.array(vectors, dtype=np.uint32).reshape(-1, lanes) \
+        if config.get("vector_out") else None
+    reduction = np.array(reductions, dtype=np.uint32) \
+        if config.get("reduce", 0) != REDUCE_NONE else None
+    return vector, reduction
 
 
 # -- the SIMD pipeline on blocks of iterations ----------------------------------------------
@@ -260,7 +327,8 @@ def _reg_stage(stage, operands, init, layout, lanes):
     return out[segment, position]
 
 
-def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=None):
+def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=None,
+               last_outer=None):
     """:meth:`SimdState.block`: the iterations in chunks of :data:`BLOCK_BEATS`, each
     stage vectorised over (iterations, lanes); a stage that reads REG runs its
     recurrence over the positions of the inner loop, all inner loops of the chunk at
@@ -282,7 +350,8 @@ def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=No
         hi = min(n, lo + BLOCK_BEATS)
         v, r = _simd_chunk(state, counter0[lo:hi], first[lo:hi], last_inner[lo:hi],
                            vecs[lo:hi], others[lo:hi] if state.uses_in1 else None,
-                           taken[lo:hi] if scalar_in else None)
+                           taken[lo:hi] if scalar_in else None,
+                           None if last_outer is None else last_outer[lo:hi])
         vectors.append(v)
         reductions.append(r)
     vector = (np.concatenate(vectors) if vectors else np.zeros((0, lanes), np.uint32)) \
@@ -292,7 +361,7 @@ def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=No
     return vector, reduction
 
 
-def _simd_chunk(state, counter0, first, last_inner, vec, other, taken):
+def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, last_outer=None):
     config, lanes = state.config, state.lanes
     n = len(vec)
     if taken is not None:
@@ -334,8 +403,8 @@ def _simd_chunk(state, counter0, first, last_inner, vec, other, taken):
         vec = fpmodel.exp(vec)
     elif tail == TAIL_RECIPROCAL:
         vec = fpmodel.reciprocal(vec)
-    emit = slice(None) if config.get("emit_every") else last_inner
-    emitted = vec[emit]
+    emitted = vec[emits(config, last_inner,
+                        last_inner if last_outer is None else last_outer)]
     vector = np.array(emitted, dtype=np.uint32) if config.get("vector_out") else None
     reduction = None
     kind = config.get("reduce", 0)
@@ -371,11 +440,13 @@ def run_simd(config, lanes, vector_in0, vector_in1=None, scalar_in=None):
     in0 = iter(np.asarray(vector_in0, dtype=np.uint32))
     in1 = iter(np.asarray(vector_in1, dtype=np.uint32)) if state.uses_in1 else None
     scalars = iter(np.asarray(scalar_in, dtype=np.uint32)) if config.get("scalar_in") else None
-    for (v0, _, _), first, last_inner, _ in iterations(config):
+    for (v0, v1, _), first, last_inner, _ in iterations(config):
         vec = next(in0)
         other = next(in1) if in1 is not None else None
         scalar = next(scalars) if scalars is not None and first else None
-        vector, reduction = state.step(v0, first, last_inner, vec, other, scalar)
+        first_outer, last_outer = outer_flags(config, v1)
+        vector, reduction = state.step(v0, first, last_inner, vec, other, scalar,
+                                       first_outer, last_outer)
         if vector is not None:
             vector_out.append(vector)
         if reduction is not None:

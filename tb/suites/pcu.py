@@ -234,6 +234,8 @@ def random_simd_config(rng, stages, max_trips=(4, 3, 2)):
     return {"mode": 0, "counters": counters, "scalar_in": int(rng.integers(0, 2)),
             "emit_every": int(rng.integers(0, 2)), "vector_out": int(rng.integers(0, 4) > 0),
             "reduce": int(rng.integers(0, 3)), "tail": int(rng.choice([0, 0, 0, 1, 2])),
+            "emit_outer": int(rng.integers(0, 2)),
+            "acc_stage": int(rng.choice([0, 0, *range(1, stages + 1)])),
             "stages": stage_list}
 
 
@@ -308,7 +310,7 @@ async def simd_op_sweep(bench, *, lanes, stages, ops, beats, stall="random"):
 
 async def config_errors(bench, *, lanes, stages):
     """Bad configurations raise the documented error code and never start or hang."""
-    from hdl.pcu import PCUError, pcu_config_layout
+    from hdl.pcu import PCUError, acc_stage_bits, pcu_config_layout
     layout = pcu_config_layout(lanes, stages)
     ctrl_in = bench.source("control_in")
     ctrl_out = bench.sink("control_out")
@@ -322,6 +324,8 @@ async def config_errors(bench, *, lanes, stages):
         ({**good, "reduce": 3}, PCUError.BAD_REDUCE),
         ({**good, "tail": 3}, PCUError.BAD_TAIL),
     ]
+    if stages + 1 < 2 ** acc_stage_bits(stages):
+        cases.append(({**good, "acc_stage": stages + 1}, PCUError.BAD_ACC_STAGE))
     for config, code in cases:
         await write_config(bench, layout, config)
         assert await bench.read("error") == 0
@@ -599,3 +603,54 @@ async def running_max_step(bench, *, lanes, beats, rows, stall="random"):
     ctrl_in.send(0)
     await bench.streams_done(timeout=100 * len(words) + 2000)
     return int((before < running).sum())
+
+
+async def rescaled_accumulator(bench, *, lanes, dims, chunks, groups, stall="random"):
+    """The accumulator memory (``acc_stage``) and ``emit_outer``: online softmax's merge
+    ``O = O * alpha + O_c`` with ``O`` a vector per beat (``dims`` beats, counter 0 from 3
+    by 2, so the memory is addressed by counter 0's value) held across ``chunks``
+    (counter 1), restarted per group (counter 2). Stage 0 doubles the chunk's beat,
+    stage 1 is the accumulator (``MADD(REG, IN1, PREV)``, ``alpha`` per beat on
+    ``vector_in1``), stage 2 a plain ``REG`` running sum over the beats of a chunk; only
+    the last chunk's beats leave. Expects numpy float32 (and checks the model agrees)."""
+    from rdu import pcu_model
+
+    from hdl.fp import Op
+    from hdl.pcu import Source, pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, 4)
+    config = {"mode": 0, "vector_out": 1, "emit_outer": 1, "acc_stage": 2,
+              "counters": [{"min": 3, "max": 3 + 2 * dims, "stride": 2},
+                           {"min": 0, "max": chunks, "stride": 1},
+                           {"min": 0, "max": groups, "stride": 1}],
+              "stages": [{"op": Op.MUL, "src_a": Source.PREV, "src_b": Source.CONST,
+                          "constant": 0x40000000},
+                         {"op": Op.MADD, "src_a": Source.REG, "src_b": Source.IN1,
+                          "src_c": Source.PREV, "constant": 0},
+                         {"op": Op.ADD, "src_a": Source.PREV, "src_b": Source.REG,
+                          "constant": 0},
+                         {"op": Op.PASS, "src_a": Source.PREV}]}
+    x = rng.standard_normal((groups, chunks, dims, lanes)).astype(np.float32)
+    alpha = rng.uniform(0.25, 1.0, (groups, chunks, dims, lanes)).astype(np.float32)
+    expected = []
+    for g in range(groups):
+        o = 2 * x[g, 0]
+        for c in range(1, chunks):
+            o = o * alpha[g, c] + 2 * x[g, c]
+        expected.append(np.add.accumulate(o, axis=0, dtype=np.float32))
+    expected = np.concatenate(expected).view(np.uint32)
+    words = x.view(np.uint32).reshape(-1, lanes)
+    others = alpha.view(np.uint32).reshape(-1, lanes)
+    model = pcu_model.run_simd(config, lanes, words, others)
+    assert np.array_equal(model["vector_out"], expected), "model differs from numpy"
+    await write_config(bench, layout, config)
+    in0, in1 = bench.source("vector_in0", stall), bench.source("vector_in1", stall)
+    sink = bench.sink("vector_out", stall)
+    ctrl_in, ctrl_out = bench.source("control_in", stall), bench.sink("control_out", stall)
+    in0.send_all(pack_vector(v) for v in words)
+    in1.send_all(pack_vector(v) for v in others)
+    sink.expect_all(pack_vector(v) for v in expected)
+    ctrl_out.expect(1)
+    ctrl_in.send(0)
+    await bench.streams_done(timeout=100 * len(words) + 2000)
+    return len(expected)

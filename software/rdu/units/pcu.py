@@ -8,11 +8,13 @@ IR data (:attr:`rdu.ir.Compute.config`):
 * SIMD only: ``stages`` (a list of ``(op, src_a, src_b, src_c, constant)`` with
   :class:`hdl.fp.Op` and :class:`hdl.pcu.Source` names or codes; missing stages pass
   their input through), ``emit_every``, ``vector_out``, ``scalar_in``, ``reduce``
-  (:class:`hdl.pcu.Reduce` name) and ``tail`` (:class:`hdl.pcu.Tail` name).
+  (:class:`hdl.pcu.Reduce` name), ``tail`` (:class:`hdl.pcu.Tail` name),
+  ``emit_outer`` and ``acc_stage`` (the index of the stage whose ``REG`` is the
+  accumulator memory, or None; counter 0 runs at most :data:`hdl.pcu.ACC_DEPTH`).
 """
 
 from hdl.fp import Op
-from hdl.pcu import COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
+from hdl.pcu import ACC_DEPTH, COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
 
 from ..unitconfig import pack_config
 
@@ -66,7 +68,24 @@ def fields(config, stages, where="pcu"):
         "reduce": _code(Reduce, config.get("reduce", "NONE"), where),
         "tail": _code(Tail, config.get("tail", "NONE"), where),
         "stages": encoded,
+        "emit_outer": int(bool(config.get("emit_outer"))),
+        "acc_stage": _acc_stage(config, program, where),
     }
+
+
+def _acc_stage(config, program, where):
+    """The ``acc_stage`` field of IR ``config["acc_stage"]`` (a stage index, or None)."""
+    stage = config.get("acc_stage")
+    if stage is None:
+        return 0
+    if not 0 <= stage < len(program):
+        raise UnitConfigError(f"{where}: accumulator stage {stage}: the program has "
+                              f"{len(program)} stages")
+    inner = config["trips"][0]
+    if inner > ACC_DEPTH:
+        raise UnitConfigError(f"{where}: accumulator stage over {inner} iterations of "
+                              f"counter 0; the accumulator memory holds {ACC_DEPTH}")
+    return stage + 1
 
 
 def encode(config, lanes, stages, where="pcu"):
