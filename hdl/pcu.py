@@ -17,6 +17,7 @@ from .fp import (
     SpecialFunctionPipeline,
     fp32_add,
     fp32_max,
+    fp32_to_bf16,
 )
 from .interfaces import (
     ConfigPort,
@@ -127,7 +128,9 @@ def pcu_config_layout(lanes, stages):
     ``emit_outer``: emit every iteration of the last iteration of counter 1 (instead of
     the last iteration of counter 0); ``acc_stage``: 0, or ``s + 1`` to make stage
     ``s``'s ``REG`` the accumulator memory (:data:`ACC_DEPTH` words, addressed by
-    counter 0, its ``constant`` on the first iteration of counter 1)."""
+    counter 0, its ``constant`` on the first iteration of counter 1); ``tail_bf16``:
+    round what leaves the tail to BF16 (as ``TO_BF16``), e.g. probabilities on their way
+    into a systolic PCU, which reads the high half of each word."""
     _check_lanes(lanes)
     _check_stages(stages)
     return data.StructLayout({
@@ -141,6 +144,7 @@ def pcu_config_layout(lanes, stages):
         "stages": data.ArrayLayout(stage_layout(), stages),
         "emit_outer": unsigned(1),
         "acc_stage": unsigned(acc_stage_bits(stages)),
+        "tail_bf16": unsigned(1),
     })
 
 
@@ -496,10 +500,14 @@ class PCU(wiring.Component):
             with m.If(advance):
                 m.d.sync += delayed.eq(carried)
             carried = delayed
+        func_result = Signal(data.ArrayLayout(unsigned(32), lanes), name="simd_func_result")
         func_out = Signal(data.ArrayLayout(unsigned(32), lanes), name="simd_func_out")
         previous = Signal(flags, name="simd_func")
+        m.d.comb += func_result.eq(Mux(with_func, special.result, bypass.vec))
+        for lane in range(lanes):
+            rounded = fp32_to_bf16(m, func_result[lane], name=f"tail_bf16_{lane}")
+            m.d.comb += func_out[lane].eq(Mux(config.tail_bf16, rounded, func_result[lane]))
         m.d.comb += [
-            func_out.eq(Mux(with_func, special.result, bypass.vec)),
             previous.valid.eq(Mux(with_func, carried.valid, bypass.valid)),
             previous.emit.eq(Mux(with_func, carried.emit, bypass.emit)),
             previous.done.eq(Mux(with_func, carried.done, bypass.done)),

@@ -14,6 +14,7 @@ from hdl.pcu import PCU, pcu_config_layout
 from tb.suites.pcu import (
     causal_mask,
     config_errors,
+    exp_to_bf16,
     rescaled_accumulator,
     running_max_step,
     simd_op_sweep,
@@ -138,6 +139,11 @@ def test_config_errors_verilator(sim_dir, seed):
 
 
 @pytest.mark.verilator
+def test_exp_to_bf16_verilator(sim_dir, seed):
+    run_verilator(_build(4), exp_to_bf16, sim_dir, seed=seed, lanes=4, beats=500)
+
+
+@pytest.mark.verilator
 def test_rescaled_accumulator_verilator(sim_dir, seed):
     """The accumulator memory on the generated Verilog (the suite of the Amaranth test,
     more chunks and beats)."""
@@ -210,6 +216,14 @@ def test_rescaled_accumulator_amaranth(seed):
     stats = run_amaranth(PCU(lanes=4, stages=4), rescaled_accumulator, seed=seed, lanes=4,
                          dims=5, chunks=4, groups=2)
     assert stats.result == 10          # the last chunk's 5 beats, per group
+
+
+def test_exp_to_bf16_amaranth(seed):
+    """``tail_bf16``: exp's results rounded to BF16 (RNE) after the tail, under random
+    stalls; bit-exact against the model, within 2^-8 of float64 exp."""
+    error = run_amaranth(PCU(lanes=4, stages=4), exp_to_bf16, seed=seed, lanes=4,
+                         beats=24).result
+    assert error > 0                 # rounding to 8 bits happened
 
 
 def test_last_source_amaranth(seed):

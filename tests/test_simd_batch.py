@@ -62,6 +62,7 @@ def random_config(rng, stages, max_beats=400):
             "scalar_in": int(rng.integers(0, 2)), "emit_every": int(rng.integers(0, 2)),
             "vector_out": int(rng.integers(0, 2)), "reduce": int(rng.integers(0, 3)),
             "tail": int(rng.integers(0, 3)), "emit_outer": int(rng.integers(0, 2)),
+            "tail_bf16": int(rng.integers(0, 2)),
             "acc_stage": int(rng.choice([0, 0, 0, *range(1, stages + 1)]))}
 
 

@@ -32,11 +32,15 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True)
 class Piece:
-    """``tensor`` (a name; None for a constant ``value``) at ``at`` of size ``size``."""
+    """``tensor`` (a name; None for a constant ``value``) at ``at`` of size ``size``;
+    ``part``: the piece is rows ``part .. part + size[0]`` of the tensor seen as a matrix
+    of ``size[1]`` columns (one head of a ``(heads, rows, dim)`` tensor, say), None: the
+    whole tensor."""
     tensor: str
     at: tuple
     size: tuple
     value: float = 0.0
+    part: int = None
 
 
 @dataclass(frozen=True)
@@ -77,13 +81,15 @@ class Image:
                 "split": list(self.split) if self.split else None,
                 "perm": list(self.perm) if self.perm else None,
                 "pieces": [{"tensor": p.tensor, "at": list(p.at), "size": list(p.size),
-                            "value": p.value} for p in self.pieces]}
+                            "value": p.value, **({"part": p.part} if p.part is not None
+                                                  else {})} for p in self.pieces]}
 
     @classmethod
     def from_json(cls, data):
         try:
             pieces = tuple(Piece(p["tensor"], tuple(p["at"]), tuple(p["size"]),
-                                 float(p.get("value", 0.0))) for p in data["pieces"])
+                                 float(p.get("value", 0.0)), p.get("part"))
+                           for p in data["pieces"])
             return cls(tuple(data["shape"]), pieces,
                        tuple(data["split"]) if data.get("split") else None,
                        tuple(data["perm"]) if data.get("perm") else None, data["format"])
@@ -124,6 +130,11 @@ class Image:
             if piece.tensor not in arrays:
                 raise LayoutError(f"image needs tensor {piece.tensor!r}")
             values = np.asarray(arrays[piece.tensor], np.uint32)
+            if piece.part is not None:
+                if values.size % cols:
+                    raise LayoutError(f"tensor {piece.tensor!r} ({values.size} elements) "
+                                      f"is not a matrix of {cols} columns")
+                values = values.reshape(-1, cols)[piece.part:piece.part + rows]
             if values.size != rows * cols:
                 raise LayoutError(f"tensor {piece.tensor!r} has {values.size} elements, its "
                                   f"place in the image holds {rows * cols}")
@@ -150,10 +161,18 @@ class Image:
         return matrix.reshape(self.shape)
 
     def unpack(self, words, tensor):
-        """The uint32 words of ``tensor`` (its piece) from the image's ``words``."""
+        """The uint32 words of ``tensor`` (its piece, or its parts stacked as rows of a
+        matrix) from the image's ``words``."""
         matrix = self.unpack_matrix(words)
-        for piece in self.pieces:
-            if piece.tensor == tensor:
-                (r0, c0), (rows, cols) = piece.at, piece.size
-                return matrix[r0:r0 + rows, c0:c0 + cols]
-        raise LayoutError(f"image holds no tensor {tensor!r}")
+        pieces = [piece for piece in self.pieces if piece.tensor == tensor]
+        if not pieces:
+            raise LayoutError(f"image holds no tensor {tensor!r}")
+        if pieces[0].part is None:
+            (r0, c0), (rows, cols) = pieces[0].at, pieces[0].size
+            return matrix[r0:r0 + rows, c0:c0 + cols]
+        cols = pieces[0].size[1]
+        out = np.zeros((max(p.part + p.size[0] for p in pieces), cols), np.uint32)
+        for piece in pieces:
+            (r0, c0), (rows, _) = piece.at, piece.size
+            out[piece.part:piece.part + rows] = matrix[r0:r0 + rows, c0:c0 + cols]
+        return out

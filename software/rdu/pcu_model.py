@@ -149,6 +149,8 @@ class SimdState:
             vec = fpmodel.exp(vec)
         elif tail == TAIL_RECIPROCAL:
             vec = fpmodel.reciprocal(vec)
+        if config.get("tail_bf16"):
+            vec = fpmodel.to_bf16(vec)
         vector = reduction = None
         if emits(config, last_inner, last_outer):
             if config.get("vector_out"):
@@ -403,6 +405,8 @@ def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, last_oute
         vec = fpmodel.exp(vec)
     elif tail == TAIL_RECIPROCAL:
         vec = fpmodel.reciprocal(vec)
+    if config.get("tail_bf16"):
+        vec = fpmodel.to_bf16(vec)
     emitted = vec[emits(config, last_inner,
                         last_inner if last_outer is None else last_outer)]
     vector = np.array(emitted, dtype=np.uint32) if config.get("vector_out") else None

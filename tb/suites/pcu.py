@@ -234,7 +234,7 @@ def random_simd_config(rng, stages, max_trips=(4, 3, 2)):
     return {"mode": 0, "counters": counters, "scalar_in": int(rng.integers(0, 2)),
             "emit_every": int(rng.integers(0, 2)), "vector_out": int(rng.integers(0, 4) > 0),
             "reduce": int(rng.integers(0, 3)), "tail": int(rng.choice([0, 0, 0, 1, 2])),
-            "emit_outer": int(rng.integers(0, 2)),
+            "emit_outer": int(rng.integers(0, 2)), "tail_bf16": int(rng.integers(0, 2)),
             "acc_stage": int(rng.choice([0, 0, *range(1, stages + 1)])),
             "stages": stage_list}
 
@@ -654,3 +654,35 @@ async def rescaled_accumulator(bench, *, lanes, dims, chunks, groups, stall="ran
     ctrl_in.send(0)
     await bench.streams_done(timeout=100 * len(words) + 2000)
     return len(expected)
+
+
+async def exp_to_bf16(bench, *, lanes, beats, stall="random"):
+    """``tail_bf16`` after the exp tail: probabilities rounded to BF16 (nearest even) on
+    their way to a systolic PCU. Expects the model's words (checked against float64 exp:
+    low halves zero, within one BF16 rounding plus the exp's own error)."""
+    from rdu import pcu_model
+
+    from hdl.fp import Op
+    from hdl.pcu import Source, Tail, pcu_config_layout
+    rng = np.random.default_rng(bench.rng.getrandbits(64))
+    layout = pcu_config_layout(lanes, 4)
+    config = {"mode": 0, "emit_every": 1, "vector_out": 1, "tail": Tail.EXP, "tail_bf16": 1,
+              "counters": [{"min": 0, "max": beats, "stride": 1},
+                           {"min": 0, "max": 1, "stride": 1},
+                           {"min": 0, "max": 1, "stride": 1}],
+              "stages": [{"op": Op.PASS, "src_a": Source.PREV}] * 4}
+    x = rng.uniform(-20.0, 4.0, (beats, lanes)).astype(np.float32)
+    words = x.view(np.uint32)
+    expected = np.asarray(pcu_model.run_simd(config, lanes, words)["vector_out"], np.uint32)
+    assert not np.any(expected & 0xFFFF), "tail_bf16 left low bits"
+    error = np.abs(expected.view(np.float32) / np.exp(x.astype(np.float64)) - 1)
+    assert error.max() <= 2.0 ** -8 + 2.0 ** -21, f"relative error {error.max():.3g}"
+    await write_config(bench, layout, config)
+    in0, sink = bench.source("vector_in0", stall), bench.sink("vector_out", stall)
+    ctrl_in, ctrl_out = bench.source("control_in", stall), bench.sink("control_out", stall)
+    in0.send_all(pack_vector(v) for v in words)
+    sink.expect_all(pack_vector(v) for v in expected)
+    ctrl_out.expect(1)
+    ctrl_in.send(0)
+    await bench.streams_done(timeout=100 * beats + 2000)
+    return float(error.max())

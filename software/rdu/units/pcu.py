@@ -10,7 +10,8 @@ IR data (:attr:`rdu.ir.Compute.config`):
   their input through), ``emit_every``, ``vector_out``, ``scalar_in``, ``reduce``
   (:class:`hdl.pcu.Reduce` name), ``tail`` (:class:`hdl.pcu.Tail` name),
   ``emit_outer`` and ``acc_stage`` (the index of the stage whose ``REG`` is the
-  accumulator memory, or None; counter 0 runs at most :data:`hdl.pcu.ACC_DEPTH`).
+  accumulator memory, or None; counter 0 runs at most :data:`hdl.pcu.ACC_DEPTH`),
+  ``tail_bf16`` (round the tail's output to BF16).
 """
 
 from hdl.fp import Op
@@ -70,6 +71,7 @@ def fields(config, stages, where="pcu"):
         "stages": encoded,
         "emit_outer": int(bool(config.get("emit_outer"))),
         "acc_stage": _acc_stage(config, program, where),
+        "tail_bf16": int(bool(config.get("tail_bf16"))),
     }
 
 

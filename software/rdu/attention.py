@@ -1,0 +1,223 @@
+"""Attention on the array: the shape of a run, and the arithmetic of the fused chain.
+
+``O = softmax(Q K^T * scale) V`` per head, grouped-query (``G`` key/value heads shared
+by ``H / G`` query heads each), computed by the streaming chain of ``docs/attention.md``
+with online softmax over chunks of ``C`` keys. This module holds what does not depend on
+placement: :class:`AttentionShape` (the parameters and the derived tiling of a run) and
+:func:`chain_outputs`, the hardware's arithmetic bit for bit (every operation is an
+:mod:`rdu.fpmodel` or :func:`rdu.pcu_model.systolic_accumulate` call in the order the
+units execute it), which compiled kernels are checked against; :func:`float64_attention`
+is the independent reference of the error budget.
+
+The chain, per *pass* (one key/value head ``g`` and up to ``lanes`` queries, one per
+lane; a beat is one key, or one head dimension):
+
+1. scores ``S^T = K_blk Q^T`` on a systolic PCU (a block of ``lanes`` keys against the
+   pass's queries; ``K`` and ``Q`` in BF16, FP32 accumulation in dimension order). When
+   the keys do not fill the last chunk, one more dimension masks the padding: ``K`` holds
+   ``0`` there for real keys and ``-BIG`` (the most negative BF16) for padded ones, ``Q``
+   holds ``1``, so a padded key scores ``-BIG`` and its probability is ``0``;
+2. chunk maximum ``m_c = max_k s_k`` (``MAX(PREV, REG)`` from ``-inf``);
+3. running maximum ``m = max(m_old, m_c)`` and ``alpha = exp((m_old - m) * scale)``
+   (``-inf`` before the first chunk, so ``alpha = 0`` there);
+4. ``p = bf16(exp((s - m) * scale))``, ``m`` from an accumulator stage that takes the
+   maximum of ``m_c`` across chunks (every slot holds the same running maximum);
+5. ``l``: an accumulator per key position ``a_k = a_k * alpha + p_k`` across chunks, then
+   their sum in key order (``sum_k a_k`` equals the running sum ``l`` of online softmax),
+   its reciprocal;
+6. ``O_c^T = V_c^T P_c^T`` on a systolic PCU (BF16 ``V`` and ``p``, key order);
+7. ``O = O * alpha + O_c`` per dimension (an accumulator stage; ``O_c`` on the first
+   chunk);
+8. ``O * (1 / l)``.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import fpmodel, pcu_model
+
+__all__ = ["AttentionShape", "AttentionError", "chain_outputs", "float64_attention",
+           "MODES", "NEG_BIG"]
+
+MODES = ("decode", "prefill")
+#: The most negative finite BF16 (in the high half): the score of a padded key.
+NEG_BIG = 0xFF7F0000
+_NEG_INF = np.uint32(0xFF800000)
+_ONE = 0x3F800000
+
+
+class AttentionError(ValueError):
+    """Attention parameters that do not describe a run (one line)."""
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One attention run: ``heads`` query heads of ``rows`` queries each (1 for decode,
+    ``seq`` for prefill), ``kv_heads`` key/value heads of ``seq`` keys, head dimension
+    ``dim``; ``lanes`` the machine's vector width and ``chunk`` the keys of one online
+    softmax step (a multiple of ``lanes``)."""
+    mode: str
+    seq: int
+    dim: int
+    heads: int
+    kv_heads: int
+    lanes: int
+    chunk: int
+    scale: float = None
+    causal: bool = False
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise AttentionError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        for name in ("seq", "dim", "heads", "kv_heads", "lanes", "chunk"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise AttentionError(f"{name} must be a positive integer, not {value!r}")
+        if self.heads % self.kv_heads:
+            raise AttentionError(f"heads {self.heads} is not a multiple of kv_heads "
+                                 f"{self.kv_heads}")
+        if self.chunk % self.lanes:
+            raise AttentionError(f"chunk {self.chunk} is not a multiple of lanes "
+                                 f"{self.lanes}")
+        if self.causal and self.mode == "decode":
+            raise AttentionError("causal masking is for prefill (a decode query sees every "
+                                 "key)")
+        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
+            raise AttentionError(f"scale must be a positive finite number, not {self.scale}")
+
+    @property
+    def rows(self):
+        """Queries per head."""
+        return 1 if self.mode == "decode" else self.seq
+
+    @property
+    def group(self):
+        """Query heads per key/value head."""
+        return self.heads // self.kv_heads
+
+    @property
+    def scale_word(self):
+        """The FP32 word of the score scale (``1 / sqrt(dim)`` unless given)."""
+        scale = 1.0 / math.sqrt(self.dim) if self.scale is None else self.scale
+        return int(np.float32(scale).view(np.uint32))
+
+    @property
+    def chunks(self):
+        return _ceil(self.seq, self.chunk)
+
+    @property
+    def seq_pad(self):
+        """Keys per head in the images: whole chunks."""
+        return self.chunks * self.chunk
+
+    @property
+    def masked(self):
+        """Whether padded keys exist, and with them the mask dimension."""
+        return self.seq_pad != self.seq
+
+    @property
+    def dim_k(self):
+        """Dimensions of the score product: ``dim``, plus the mask dimension."""
+        return self.dim + self.masked
+
+    @property
+    def dim_pad(self):
+        """Dimensions of ``V`` and ``O`` in the images: whole blocks of lanes."""
+        return _ceil(self.dim, self.lanes) * self.lanes
+
+    def passes(self):
+        """``[(kv_head, [(head, row), ...])]``: the queries of each pass, at most
+        ``lanes``, in the order the hardware runs them."""
+        out = []
+        for g in range(self.kv_heads):
+            queries = [(h, r) for h in range(g * self.group, (g + 1) * self.group)
+                       for r in range(self.rows)]
+            for start in range(0, len(queries), self.lanes):
+                out.append((g, queries[start:start + self.lanes]))
+        return out
+
+
+def chain_outputs(shape, q, k, v):
+    """``O`` (heads, rows, dim) as uint32 FP32 words: the chain's arithmetic on BF16
+    words ``q`` (heads, rows, dim), ``k`` and ``v`` (kv_heads, seq, dim)."""
+    s = shape
+    if s.causal:
+        raise AttentionError("causal masking is not in the chain yet")
+    lanes, chunk = s.lanes, s.chunk
+    scale = np.uint32(s.scale_word)
+    q, k, v = (np.asarray(x, np.uint32) for x in (q, k, v))
+    out = np.zeros((s.heads, s.rows, s.dim), np.uint32)
+    for g, queries in s.passes():
+        qt = np.zeros((s.dim_k, lanes), np.uint32)            # Q^T, lane = query
+        for lane, (h, r) in enumerate(queries):
+            qt[:s.dim, lane] = q[h, r]
+        keys = np.zeros((s.seq_pad, s.dim_k), np.uint32)
+        keys[:s.seq, :s.dim] = k[g]
+        values = np.zeros((s.seq_pad, s.dim_pad), np.uint32)
+        values[:s.seq, :s.dim] = v[g]
+        if s.masked:
+            qt[s.dim] = _ONE
+            keys[s.seq:, s.dim] = NEG_BIG
+        # 1. scores, block by block of lanes keys: beat = key, lane = query
+        blocks = keys.reshape(-1, lanes, s.dim_k).transpose(0, 2, 1)   # (blocks, d, key)
+        scores = pcu_model.systolic_accumulate(blocks, np.broadcast_to(
+            qt, (len(blocks),) + qt.shape)).reshape(s.chunks, chunk, lanes)
+        running = np.full(lanes, _NEG_INF, np.uint32)
+        acc_l = np.zeros((chunk, lanes), np.uint32)
+        acc_o = np.zeros((s.dim_pad, lanes), np.uint32)
+        for c in range(s.chunks):
+            sc = scores[c]
+            # 2. chunk maximum
+            m_c = np.full(lanes, _NEG_INF, np.uint32)
+            for row in sc:
+                m_c = fpmodel.fmax(row, m_c)
+            # 3. running maximum, alpha
+            new = fpmodel.fmax(m_c, running)
+            alpha = fpmodel.exp(fpmodel.mul(fpmodel.sub(running, new), scale))
+            # 4. probabilities (the accumulator stage's maximum: the same `new`)
+            p = fpmodel.to_bf16(fpmodel.exp(fpmodel.mul(fpmodel.sub(sc, new), scale)))
+            # 5. per-position accumulators of l
+            # (MADD(REG, IN1, PREV), REG = 0 on the first chunk)
+            acc_l = fpmodel.add(fpmodel.mul(acc_l if c else np.zeros_like(p), alpha), p)
+            # 6. O_c^T per block of lanes dimensions: beat = dimension, lane = query
+            vc = values[c * chunk:(c + 1) * chunk]
+            o_c = np.concatenate([pcu_model.systolic_accumulate(
+                vc[:, b * lanes:(b + 1) * lanes], p) for b in range(s.dim_pad // lanes)])
+            # 7. merge
+            base = np.zeros_like(o_c) if c == 0 else acc_o
+            acc_o = fpmodel.add(fpmodel.mul(base, alpha), o_c)
+            running = new
+        total = np.zeros(lanes, np.uint32)
+        for row in acc_l:
+            total = fpmodel.add(row, total)
+        inverse = fpmodel.reciprocal(total)
+        # 8. normalise
+        result = fpmodel.mul(acc_o, inverse)
+        for lane, (h, r) in enumerate(queries):
+            out[h, r] = result[:s.dim, lane]
+    return out
+
+
+def float64_attention(shape, q, k, v):
+    """``O`` (heads, rows, dim) in float64 from the same BF16 words (the budget's
+    reference: no online softmax, no rounding)."""
+    s = shape
+    scale = np.float32(np.uint32(s.scale_word).view(np.float32)).astype(np.float64)
+    q, k, v = (np.asarray(x, np.uint32).view(np.float32).astype(np.float64)
+               for x in (q, k, v))
+    out = np.zeros((s.heads, s.rows, s.dim))
+    for h in range(s.heads):
+        g = h // s.group
+        scores = q[h] @ k[g].T * scale                  # (rows, seq)
+        if s.causal:
+            scores = np.where(np.tri(s.rows, s.seq, dtype=bool), scores, -np.inf)
+        scores -= scores.max(axis=1, keepdims=True)
+        weights = np.exp(scores)
+        out[h] = weights @ v[g] / weights.sum(axis=1, keepdims=True)
+    return out

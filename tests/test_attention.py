@@ -1,0 +1,81 @@
+"""Attention: the shape of a run and the chain's arithmetic (``rdu.attention``), against
+float64 attention of the same BF16 inputs."""
+
+import numpy as np
+import pytest
+from rdu.attention import AttentionError, AttentionShape, chain_outputs, float64_attention
+from rdu.pcu_model import bf16_words
+
+#: (mode, seq, dim, heads, kv_heads): L = 1, L not a multiple of a chunk or of the lanes,
+#: D from 16 to 128, one and several heads, GQA and MHA, prefill without masking
+SHAPES = [("decode", 1, 16, 1, 1), ("decode", 37, 64, 4, 2), ("decode", 16, 32, 3, 3),
+          ("decode", 100, 128, 8, 1), ("decode", 64, 24, 2, 2),
+          ("prefill", 45, 32, 2, 1), ("prefill", 8, 16, 1, 1)]
+
+
+def _inputs(shape, seed):
+    rng = np.random.default_rng(seed)
+    return (bf16_words(rng.standard_normal((shape.heads, shape.rows, shape.dim))),
+            bf16_words(rng.standard_normal((shape.kv_heads, shape.seq, shape.dim))),
+            bf16_words(rng.standard_normal((shape.kv_heads, shape.seq, shape.dim))))
+
+
+def budget(v):
+    """The error budget of the chain against float64: ``2^-8 max|V|`` per key/value head
+    (each probability is rounded to BF16, relative 2^-9, before P V; the normalisation
+    by the sum of the same rounded probabilities halves nothing: twice that), plus FP32
+    accumulation far below it."""
+    return 2.0 ** -8 * np.abs(np.asarray(v, np.uint32).view(np.float32)).max()
+
+
+@pytest.mark.parametrize("mode,seq,dim,heads,kv_heads", SHAPES)
+def test_chain_within_budget_of_float64(mode, seq, dim, heads, kv_heads, seed):
+    shape = AttentionShape(mode, seq, dim, heads, kv_heads, lanes=8, chunk=16)
+    q, k, v = _inputs(shape, seed)
+    out = chain_outputs(shape, q, k, v)
+    assert out.shape == (heads, shape.rows, dim)
+    error = np.abs(out.view(np.float32) - float64_attention(shape, q, k, v)).max()
+    assert error <= budget(v), f"max abs error {error:.3g} over budget {budget(v):.3g}"
+
+
+def test_online_softmax_rescales():
+    """Keys whose scores rise chunk after chunk: every chunk raises the running maximum,
+    so every merge rescales (alpha < 1) what the chunks before it summed, by about
+    e^-1.2; the result stays within budget of float64."""
+    shape = AttentionShape("decode", 64, 16, 1, 1, lanes=8, chunk=16)
+    q = bf16_words(np.full((1, 1, 16), 0.5))
+    k = bf16_words((np.linspace(0, 20, 64)[:, None] * np.ones((1, 16)) / 8)[None])
+    v = bf16_words(np.random.default_rng(3).standard_normal((1, 64, 16)))
+    scores = (q.view(np.float32)[0] @ k.view(np.float32)[0].T)[0] / 4
+    chunk_max = scores.reshape(4, 16).max(axis=1)
+    assert np.all(np.diff(chunk_max) > 1.2)      # each chunk's max above the last one's
+    error = np.abs(chain_outputs(shape, q, k, v).view(np.float32) -
+                   float64_attention(shape, q, k, v)).max()
+    assert error <= budget(v)
+
+
+def test_padded_keys_do_not_count():
+    """L = 37 in chunks of 16: the 11 padded keys score -BIG through the mask dimension.
+    Appending 11 more keys with huge scores to the real ones changes the result; padding
+    does not (the result equals float64 attention over the 37 keys)."""
+    shape = AttentionShape("decode", 37, 16, 2, 1, lanes=8, chunk=16)
+    assert shape.masked and shape.dim_k == 17 and shape.seq_pad == 48
+    q, k, v = _inputs(shape, 7)
+    error = np.abs(chain_outputs(shape, q, k, v).view(np.float32) -
+                   float64_attention(shape, q, k, v)).max()
+    assert error <= budget(v)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"mode": "train"}, "mode 'train' is not one of decode, prefill"),
+    ({"heads": 6, "kv_heads": 4}, "heads 6 is not a multiple of kv_heads 4"),
+    ({"chunk": 12}, "chunk 12 is not a multiple of lanes 8"),
+    ({"seq": 0}, "seq must be a positive integer, not 0"),
+    ({"causal": True}, "causal masking is for prefill"),
+    ({"scale": -1.0}, "scale must be a positive finite number, not -1.0"),
+])
+def test_shape_errors(kwargs, message):
+    args = {"mode": "decode", "seq": 16, "dim": 16, "heads": 4, "kv_heads": 2, "lanes": 8,
+            "chunk": 16, **kwargs}
+    with pytest.raises(AttentionError, match=message):
+        AttentionShape(**args)
