@@ -59,7 +59,7 @@ def test_padded_keys_do_not_count():
     Appending 11 more keys with huge scores to the real ones changes the result; padding
     does not (the result equals float64 attention over the 37 keys)."""
     shape = AttentionShape("decode", 37, 16, 2, 1, lanes=8, chunk=16)
-    assert shape.masked and shape.dim_k == 17 and shape.seq_pad == 48
+    assert shape.masked and shape.dim_k == 18 and shape.seq_pad == 48
     q, k, v = _inputs(shape, 7)
     error = np.abs(chain_outputs(shape, q, k, v).view(np.float32) -
                    float64_attention(shape, q, k, v)).max()
@@ -69,7 +69,7 @@ def test_padded_keys_do_not_count():
 @pytest.mark.parametrize("kwargs,message", [
     ({"mode": "train"}, "mode 'train' is not one of decode, prefill"),
     ({"heads": 6, "kv_heads": 4}, "heads 6 is not a multiple of kv_heads 4"),
-    ({"chunk": 12}, "chunk 12 is not a multiple of lanes 8"),
+    ({"chunk": 24}, r"chunk 24 is not a multiple of 2 x lanes \(16"),
     ({"seq": 0}, "seq must be a positive integer, not 0"),
     ({"causal": True}, "causal masking is for prefill"),
     ({"scale": -1.0}, "scale must be a positive finite number, not -1.0"),

@@ -61,7 +61,7 @@ class AttentionShape:
     """One attention run: ``heads`` query heads of ``rows`` queries each (1 for decode,
     ``seq`` for prefill), ``kv_heads`` key/value heads of ``seq`` keys, head dimension
     ``dim``; ``lanes`` the machine's vector width and ``chunk`` the keys of one online
-    softmax step (a multiple of ``lanes``)."""
+    softmax step (a multiple of ``2 * lanes``)."""
     mode: str
     seq: int
     dim: int
@@ -82,9 +82,9 @@ class AttentionShape:
         if self.heads % self.kv_heads:
             raise AttentionError(f"heads {self.heads} is not a multiple of kv_heads "
                                  f"{self.kv_heads}")
-        if self.chunk % self.lanes:
-            raise AttentionError(f"chunk {self.chunk} is not a multiple of lanes "
-                                 f"{self.lanes}")
+        if self.chunk % (2 * self.lanes):
+            raise AttentionError(f"chunk {self.chunk} is not a multiple of 2 x lanes "
+                                 f"({2 * self.lanes}: whole AXI beats of BF16 keys)")
         if self.causal and self.mode == "decode":
             raise AttentionError("causal masking is for prefill (a decode query sees every "
                                  "key)")
@@ -123,13 +123,25 @@ class AttentionShape:
 
     @property
     def dim_k(self):
-        """Dimensions of the score product: ``dim``, plus the mask dimension."""
-        return self.dim + self.masked
+        """Dimensions of the score product: ``dim``, plus the mask dimension, made even
+        (a pass's ``Q^T`` is whole AXI beats of BF16; an extra dimension is zero)."""
+        return _ceil(self.dim + self.masked, 2) * 2
 
     @property
     def dim_pad(self):
         """Dimensions of ``V`` and ``O`` in the images: whole blocks of lanes."""
         return _ceil(self.dim, self.lanes) * self.lanes
+
+    def describe(self):
+        return (f"attention {self.mode}: {self.heads} heads ({self.kv_heads} K/V) x "
+                f"{self.rows} rows, {self.seq} keys (chunks of {self.chunk}, "
+                f"{self.chunks}), dim {self.dim}; {len(self.passes())} passes of "
+                f"{self.lanes} lanes")
+
+    @property
+    def macs(self):
+        """Multiply-accumulates of the two products, as computed (padding included)."""
+        return len(self.passes()) * self.lanes * self.seq_pad * (self.dim_k + self.dim_pad)
 
     def passes(self):
         """``[(kv_head, [(head, row), ...])]``: the queries of each pass, at most

@@ -31,6 +31,7 @@ Operators (numpy broadcasting of trailing dimensions; a Python number is a const
 ``x.astype("bf16" | "fp32")``          casts (round to nearest even to BF16)
 ``x.T``                                transpose of a matrix
 ``x.broadcast_to(shape)``              explicit broadcast
+:func:`attention`                      ``softmax(q k^T * scale) v`` per head (fused)
 =====================================  ==============================================
 
 Errors name the user's line: ``kernel.py:12: cannot add shapes (4, 8) and (5,)``.
@@ -41,7 +42,7 @@ import os
 from dataclasses import dataclass, field
 
 __all__ = ["FrontendError", "Node", "Tensor", "Graph", "matmul", "maximum", "minimum",
-           "relu", "exp", "reciprocal", "DTYPES", "ELEMENTWISE"]
+           "relu", "exp", "reciprocal", "attention", "DTYPES", "ELEMENTWISE"]
 
 DTYPES = ("bf16", "fp32")
 MEMORIES = ("hbm", "ddr")
@@ -249,6 +250,31 @@ def exp(x):
 def reciprocal(x):
     x = _tensor(x, "reciprocal")
     return x.graph._add("unary", (x.node,), x.shape, "fp32", _user_line(), fn="reciprocal")
+
+
+def attention(q, k, v, scale=None):
+    """``softmax(q k^T * scale) v`` for each head: ``q`` (heads, rows, dim), ``k`` and
+    ``v`` (kv_heads, seq, dim), heads a multiple of kv_heads (query head ``h`` reads
+    key/value head ``h // (heads / kv_heads)``: grouped-query attention); FP32 result
+    (heads, rows, dim). ``scale`` defaults to ``1 / sqrt(dim)``. One operator, fused by
+    the compiler into one streaming configuration (``docs/attention.md``)."""
+    where = _user_line()
+    q, k, v = (_tensor(x, "attention") for x in (q, k, v))
+    if len(q.shape) != 3 or len(k.shape) != 3 or len(v.shape) != 3:
+        raise FrontendError(f"{where}: attention takes q (heads, rows, dim), k and v "
+                            f"(kv_heads, seq, dim), not shapes {q.shape}, {k.shape}, "
+                            f"{v.shape}")
+    if k.shape != v.shape or q.shape[2] != k.shape[2]:
+        raise FrontendError(f"{where}: attention: k {k.shape} and v {v.shape} must agree, "
+                            f"and their dim with q's {q.shape[2]}")
+    if q.shape[0] % k.shape[0]:
+        raise FrontendError(f"{where}: attention: {q.shape[0]} query heads are not a "
+                            f"multiple of {k.shape[0]} key/value heads")
+    if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
+        raise FrontendError(f"{where}: attention: scale must be a positive number, not "
+                            f"{scale!r}")
+    return q.graph._add("attention", (q.node, k.node, v.node), q.shape, "fp32", where,
+                        scale=scale)
 
 
 class Graph:

@@ -81,7 +81,7 @@ def unpack_images(program, outputs):
     for name, spec in program.tensors.items():
         if spec["role"] == "output":
             image = Image.from_json(program.meta["images"][spec["image"]])
-            result[name] = image.unpack(outputs[spec["image"]], name)
+            result[name] = image.unpack(outputs[spec["image"]], name).reshape(spec["shape"])
     return result
 
 

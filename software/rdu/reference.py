@@ -27,6 +27,8 @@ def exact_outputs(program, graph=None):
     """``{output: uint32 array}``: what the hardware computes from ``program.inputs``
     (a row-wise kernel needs its front-end ``graph``)."""
     meta = program.meta
+    if meta.get("group") == "attention":
+        return exact_attention(program)
     if meta.get("group") == "rows":
         (x_name, spec), = ((n, s) for n, s in program.tensors.items()
                            if s["role"] == "input")
@@ -54,6 +56,31 @@ def exact_outputs(program, graph=None):
                               operands[src_c])
     m, n = out_spec["shape"]
     return {out_name: np.asarray(value, np.uint32)[:m, :n]}
+
+
+def attention_shape(program):
+    """The :class:`rdu.attention.AttentionShape` an attention program was compiled for."""
+    from .attention import AttentionShape
+    m = program.meta
+    return AttentionShape(m["mode"], m["seq"], m["dim"], m["heads"], m["kv_heads"],
+                          m["lanes"], m["chunk"], m["scale"], m["causal"])
+
+
+def exact_attention(program):
+    """``{output: uint32 (heads, rows, dim)}``: :func:`rdu.attention.chain_outputs` on
+    the BF16 words of the program's packed Q, K and V images."""
+    from .attention import chain_outputs
+    arrays = {}
+    for name in program.meta["operands"]:
+        spec = program.tensors[name]
+        image = Image.from_json(program.meta["images"][spec["image"]])
+        words = program.inputs[spec["image"]][1]
+        if words is None:
+            raise ValueError(f"{program.name}: input image {name} is not packed")
+        arrays[name] = image.unpack(words, name).reshape(spec["shape"])
+    (out_name, _), = ((n, s) for n, s in program.tensors.items() if s["role"] == "output")
+    return {out_name: chain_outputs(attention_shape(program), *(
+        arrays[name] for name in program.meta["operands"]))}
 
 
 def _lane_tree(words, reduce_max):
@@ -174,12 +201,34 @@ def float64_outputs(graph, inputs):
         elif node.op == "broadcast":
             (x, ex), = args
             result = (np.broadcast_to(x, node.shape), np.broadcast_to(ex, node.shape))
+        elif node.op == "attention":
+            result = _attention64(node, [a for a, _ in args])
         else:
             raise ValueError(f"{node.where}: no float64 reference for {node.op}")
         v, budget = result
         cache[id(node)] = (v, budget + _TINY)
         return cache[id(node)]
     return {name: value(node) for name, node in graph.outputs.items()}
+
+
+def _attention64(node, args):
+    """Float64 attention and its budget: ``2^-8 max|V|`` of the head's values (each
+    probability is rounded to BF16, relative 2^-9, before ``P V`` and is in the sum
+    that normalises it), far above the FP32 accumulation."""
+    q, k, v = args
+    heads, rows, dim = q.shape
+    group = heads // k.shape[0]
+    scale = node.attrs.get("scale")
+    scale = float(np.float32(1.0 / np.sqrt(dim) if scale is None else scale))
+    out = np.zeros(q.shape)
+    budget = np.zeros(q.shape)
+    for h in range(heads):
+        g = h // group
+        scores = q[h] @ k[g].T * scale
+        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+        out[h] = weights @ v[g] / weights.sum(axis=1, keepdims=True)
+        budget[h] = 2.0 ** -8 * np.abs(v[g]).max()
+    return out, budget
 
 
 def check(graph, inputs, results):

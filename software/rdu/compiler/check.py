@@ -57,8 +57,13 @@ def produced(kernel, stream, lanes):
         trips = node.config["trips"]
         if node.config["mode"] == "systolic":
             return trips[1] * trips[2] * lanes if port == "vector_out" else None
-        # SIMD: one emit per iteration (emit_every) or per inner loop
-        return math.prod(trips) if node.config.get("emit_every") else trips[1] * trips[2]
+        # SIMD: one emit per iteration (emit_every), per iteration of counter 0 in the
+        # last iteration of counter 1 (emit_outer), or per inner loop
+        if node.config.get("emit_every"):
+            return math.prod(trips)
+        if node.config.get("emit_outer"):
+            return trips[0] * trips[2]
+        return trips[1] * trips[2]
     return None
 
 

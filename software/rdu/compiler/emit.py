@@ -44,7 +44,16 @@ def emit(state):
                    for name, image in images.items()},
         "compile_seconds": {name: round(s, 4) for name, s in state.seconds.items()},
     }
-    if hasattr(group, "epilogue"):
+    if hasattr(group, "scale"):
+        meta.update({
+            "group": "attention", "mode": t.mode, "seq": t.seq, "dim": t.dim,
+            "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
+            "scale": t.scale, "causal": t.causal, "passes": len(t.passes()),
+            "pcus": kernel.units_needed()["pcu"], "macs": t.macs,
+            "operands": [group.q.name, group.k.name, group.v.name],
+            "pcu_programs": {name: node.config for name, node in kernel.nodes.items()
+                             if node.unit == "pcu"}})
+    elif hasattr(group, "epilogue"):
         meta.update({
             "group": "matmul", "m": t.m, "n": t.n, "k": t.k, "pcus": t.pcus,
             "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,

@@ -30,7 +30,7 @@ import numpy as np
 from ..frontend import ELEMENTWISE
 from .core import CompileError, register
 
-__all__ = ["MatmulGroup", "RowGroup", "fuse"]
+__all__ = ["MatmulGroup", "RowGroup", "AttentionGroup", "fuse"]
 
 
 @dataclass
@@ -197,6 +197,35 @@ def _match_rows(graph, name, out):
     return RowGroup(x, nodes, name, out)
 
 
+@dataclass
+class AttentionGroup:
+    """``out = attention(q, k, v)``: the whole chain of ``docs/attention.md``, one
+    configuration."""
+    q: object
+    k: object
+    v: object
+    scale: float
+    output: str
+    node: object
+
+    def describe(self):
+        return (f"group {self.output}: attention q{list(self.q.shape)} "
+                f"k{list(self.k.shape)} v{list(self.v.shape)}")
+
+
+def _match_attention(graph, name, out):
+    if out.op != "attention":
+        node = next(n for n in graph.live_nodes() if n.op == "attention")
+        raise _unsupported(node, f"output {name!r}: attention fuses on its own (its result "
+                           f"is the output); operators around it are not fused yet")
+    for operand in out.inputs:
+        if not _is_bf16_input(operand):
+            raise _unsupported(out, f"output {name!r}: attention operands must be BF16 "
+                               f"inputs (got {operand.op} {operand.dtype})")
+    q, k, v = out.inputs
+    return AttentionGroup(q, k, v, out.attrs.get("scale"), name, out)
+
+
 @register("fuse", "group the operators between inputs and outputs into configurations")
 def fuse(state):
     graph = state.graph
@@ -206,7 +235,9 @@ def fuse(state):
         raise CompileError(f"kernel {graph.name!r} has {len(graph.outputs)} outputs; this "
                            f"compiler fuses kernels of one output")
     (name, out), = graph.outputs.items()
-    if any(node.op == "matmul" for node in graph.live_nodes()):
+    if any(node.op == "attention" for node in graph.live_nodes()):
+        group = _match_attention(graph, name, out)
+    elif any(node.op == "matmul" for node in graph.live_nodes()):
         group = _match_matmul(graph, name, out)
         group.out_dtype = out.dtype
     else:

@@ -144,11 +144,16 @@ def lower_matmul(name, group, t, hbm_size):
 
 @register("lower", "tiled operators -> IR nodes, streams and unit configurations")
 def lower(state):
+    from .lower_attention import lower_attention
     from .lower_rows import lower_rows
     group, = state.groups
     t = state.tiling
     hbm = state.machine.region("hbm")
-    if hasattr(group, "epilogue"):
+    if hasattr(group, "scale"):
+        name = (f"{state.graph.name}_{t.mode}_h{t.heads}g{t.kv_heads}_l{t.seq}"
+                f"d{t.dim}")
+        lowered = lower_attention(name, group, t, hbm.size)
+    elif hasattr(group, "epilogue"):
         name = f"{state.graph.name}_{t.m}x{t.n}x{t.k}"
         lowered = lower_matmul(name, group, t, hbm.size)
     else:

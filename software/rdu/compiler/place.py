@@ -24,6 +24,8 @@ __all__ = ["PlacementError", "search_placement", "PLACEMENT_TRIES", "pairs"]
 PLACEMENT_TRIES = 1500
 #: Routing attempts (rip-up and retry) per placement.
 ROUTE_ATTEMPTS = 40
+#: Annealed placements tried for an attention chain.
+ATTENTION_TRIES = 60
 
 
 class PlacementError(CompileError):
@@ -49,21 +51,28 @@ def _random_placement(geometry, kernel, paired, rng):
     sites = geometry.sites("pcu")
     rng.shuffle(sites)
     free_pmus = {(site.row, site.col) for site in geometry.sites("pmu")}
+    # a compute node fed by several buffers gets them all next to its PCU
+    wanted = {}
+    for compute, buffer in paired:
+        wanted.setdefault(compute, []).append(buffer)
     chosen = []
+    computes = list(wanted)
     for site in sites:
-        if len(chosen) == len(paired):
+        if len(chosen) == len(computes):
             break
         near = [(site.row + dr, site.col + dc) for dr, dc in DIRECTIONS.values()]
         near = [pos for pos in near if pos in free_pmus]
-        if near:
-            pos = rng.choice(near)
-            free_pmus.discard(pos)
-            chosen.append((site, Site("pmu", *pos)))
-    if len(chosen) < len(paired):
+        count = len(wanted[computes[len(chosen)]])
+        if len(near) >= count:
+            picked = rng.sample(near, count)
+            free_pmus.difference_update(picked)
+            chosen.append((site, [Site("pmu", *pos) for pos in picked]))
+    if len(chosen) < len(computes):
         return None
-    for (compute, buffer), (pcu_site, pmu_site) in zip(paired, chosen, strict=True):
+    for compute, (pcu_site, pmu_sites) in zip(computes, chosen, strict=True):
         placement.sites[compute] = pcu_site
-        placement.sites[buffer] = pmu_site
+        for buffer, pmu_site in zip(wanted[compute], pmu_sites, strict=True):
+            placement.sites[buffer] = pmu_site
     used = {site for site, _ in chosen}
     spare_pcus = [site for site in sites if site not in used]
     for node in kernel.nodes.values():
@@ -100,18 +109,79 @@ def _structure(kernel):
 
 
 _CACHE = {}
+#: Annealing steps per start of :func:`_annealed_placement`.
+ANNEAL_STEPS = 4000
+
+
+def _links(kernel):
+    """``[(source node, sink node)]`` of every stream (merged streams by their parts)."""
+    out = []
+    for stream in kernel.streams:
+        for part in getattr(stream, "inputs", None) or [stream]:
+            out += [(part.source.node, sink.node) for sink in stream.sinks]
+    return out
+
+
+def _wire_length(links, sites):
+    total = 0
+    for source, sink in links:
+        a, b = sites[source], sites[sink]
+        total += abs(a.row - b.row) + abs(a.col - b.col)
+    return total
+
+
+def _slot_kind(site):
+    return site.unit if site.unit != "agcu" else f"agcu.{site.slot}"
+
+
+def _annealed_placement(geometry, kernel, paired, rng):
+    """A random placement improved by simulated annealing of the total Manhattan length
+    of the streams (moves and swaps among sites of the same kind): long chains of
+    units (attention) rarely route when placed at random."""
+    placement = _random_placement(geometry, kernel, paired, rng)
+    if placement is None:
+        return None
+    sites = placement.sites
+    links = _links(kernel)
+    kinds = {}
+    for unit in ("pcu", "pmu", "agcu"):
+        for site in geometry.sites(unit):
+            kinds.setdefault(_slot_kind(site), []).append(site)
+    names = sorted(sites)
+    cost = _wire_length(links, sites)
+    temperature = 2.0
+    for step in range(ANNEAL_STEPS):
+        name = rng.choice(names)
+        target = rng.choice(kinds[_slot_kind(sites[name])])
+        other = next((n for n, site in sites.items() if site == target), None)
+        old = sites[name]
+        sites[name] = target
+        if other is not None:
+            sites[other] = old
+        new_cost = _wire_length(links, sites)
+        if new_cost <= cost or rng.random() < pow(2.718281828, (cost - new_cost) /
+                                                   temperature):
+            cost = new_cost
+        else:
+            sites[name] = old
+            if other is not None:
+                sites[other] = target
+        temperature = max(0.05, 2.0 * (1 - step / ANNEAL_STEPS))
+    return placement
 
 
 def search_placement(kernel, geometry, family):
     """A routable placement of ``kernel`` (seeded by ``family``, the geometry and the
-    number of pairs), or None."""
+    number of pairs), or None. Family ``attention`` anneals each random placement
+    (:func:`_annealed_placement`) before routing it."""
     key = (geometry, family, _structure(kernel))
     if key not in _CACHE:
         paired = pairs(kernel)
         rng = random.Random(f"{family}-{geometry.rows}x{geometry.cols}-{len(paired)}")
         found = None
-        for _ in range(PLACEMENT_TRIES):
-            placement = _random_placement(geometry, kernel, paired, rng)
+        make = _annealed_placement if family == "attention" else _random_placement
+        for _ in range(PLACEMENT_TRIES if family != "attention" else ATTENTION_TRIES):
+            placement = make(geometry, kernel, paired, rng)
             if placement is None:
                 continue
             try:
@@ -133,7 +203,9 @@ def place(state):
              if needed[u] > capacity[u]]
     if short:
         raise PlacementError(f"{kernel.name} needs " + " and ".join(short))
-    family = "gemm" if hasattr(state.groups[0], "epilogue") else "rows"
+    group = state.groups[0]
+    family = "attention" if hasattr(group, "scale") else \
+        "gemm" if hasattr(group, "epilogue") else "rows"
     placement = search_placement(kernel, geometry, family)
     if placement is None:
         raise PlacementError(f"{kernel.name}: no routable placement on the "

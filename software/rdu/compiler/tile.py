@@ -27,7 +27,11 @@ from dataclasses import dataclass
 
 from .core import CompileError, register
 
-__all__ = ["MatmulTiling", "tile_matmul", "RowTiling", "tile_rows"]
+__all__ = ["MatmulTiling", "tile_matmul", "RowTiling", "tile_rows", "tile_attention",
+           "ATTENTION_CHUNK"]
+
+#: Keys per online-softmax chunk of attention (at most; fewer for short sequences).
+ATTENTION_CHUNK = 64
 
 COUNT_LIMIT = (1 << 16) - 1
 
@@ -190,10 +194,52 @@ def tile_rows(group, geometry):
     return RowTiling(rows, length, lanes, buffers)
 
 
+def tile_attention(group, geometry, machine):
+    """The :class:`rdu.attention.AttentionShape` of an attention group on ``geometry``:
+    chunks of :data:`ATTENTION_CHUNK` keys (fewer for a short sequence), whole AXI beats
+    of BF16 keys; refuses what the chain cannot hold."""
+    from hdl.pcu import ACC_DEPTH
+
+    from ..attention import AttentionError, AttentionShape
+    lanes = geometry.lanes
+    heads, rows, dim = group.q.shape
+    kv_heads, seq, _ = group.k.shape
+    step = 2 * lanes
+    chunk = min(max(step, ATTENTION_CHUNK // step * step), _ceil(seq, step) * step)
+    try:
+        shape = AttentionShape("decode" if rows == 1 else "prefill", seq, dim, heads,
+                               kv_heads, lanes, chunk, group.scale)
+    except AttentionError as error:
+        raise CompileError(f"{group.node.where}: {error}") from None
+    where = group.node.where
+    if machine.agcus < 3:
+        raise CompileError(f"{where}: attention streams Q, K and V from HBM on three AGCUs; "
+                           f"the machine has {machine.agcus} (--agcus 3)")
+    if shape.dim_pad > ACC_DEPTH or chunk > ACC_DEPTH:
+        raise CompileError(f"{where}: attention: head dimension {dim} (padded to "
+                           f"{shape.dim_pad}) over the PCU accumulator's {ACC_DEPTH} words")
+    need = max(2 * shape.dim_k * lanes, 2 * chunk * lanes)
+    if need > geometry.pmu_words:
+        raise CompileError(f"{where}: attention needs {need} words per PMU, the PMUs hold "
+                           f"{geometry.pmu_words}")
+    beats = max(shape.seq_pad * shape.dim_k, shape.seq_pad * shape.dim_pad) // step
+    passes = len(shape.passes())
+    for what, count in (("key blocks", shape.seq_pad // lanes),
+                        ("beats of K or V per pass", beats),
+                        ("tiles of P V per pass", shape.chunks * shape.dim_pad // lanes),
+                        ("passes", passes)):
+        if count > COUNT_LIMIT:
+            raise CompileError(f"{where}: attention: {count} {what}, the units count to "
+                               f"{COUNT_LIMIT}")
+    return shape
+
+
 @register("tile", "choose tiles for the array and the PMU size")
 def tile(state):
     group, = state.groups
-    if hasattr(group, "epilogue"):
+    if hasattr(group, "scale"):
+        state.tiling = tile_attention(group, state.geometry, state.machine)
+    elif hasattr(group, "epilogue"):
         state.tiling = tile_matmul(group, state.geometry, state.max_pcus,
                                    state.machine.agcus)
     else:

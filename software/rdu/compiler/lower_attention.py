@@ -1,0 +1,175 @@
+"""Lowering of an attention group to the streaming chain of ``docs/attention.md``.
+
+Eight PCUs and seven PMUs, one configuration; nothing but ``O`` leaves the array. Per
+*pass* (a key/value head and up to ``lanes`` queries, one per lane) and per chunk of
+``C`` keys (``W`` = lanes, ``Dk`` the score dimensions, ``Dp`` the padded head
+dimension, ``N`` chunks)::
+
+    load_q -> q_t (PMU: Q^T, replayed per key block) ----------------.
+    load_k (K by key block, dimension-major) -> scores (systolic) <--'
+    scores --multicast--> s_buf (PMU, C beats) and chunk_max (SIMD: max per chunk)
+    chunk_max --> alpha (SIMD: running max, exp((m_old - m) * scale)) and m_rep (PMU)
+    m_rep (m_c, C times) + s_buf --> probs (SIMD: running max in the accumulator,
+                                     bf16(exp((s - m) * scale)))
+    probs --multicast--> p_buf (PMU, replayed per dimension block) and lsum
+    alpha --multicast--> al_rep (PMU, C times) and ao_rep (PMU, Dp times)
+    lsum (SIMD: a_k = a_k * alpha + p_k across chunks, sum, 1/l) --> l_buf (PMU: the
+         last, Dp times)
+    load_v (V by chunk and dimension block) -> pv (systolic) <-- p_buf
+    pv --> merge (SIMD: O = O * alpha + O_c in the accumulator) <-- ao_rep
+    merge --> normalise (SIMD: O * (1 / l)) <-- l_buf --> store_out
+
+The arithmetic is :func:`rdu.attention.chain_outputs`, which the results are checked
+against bit for bit.
+"""
+
+import numpy as np
+
+from ..attention import NEG_BIG
+from ..ir import AccessPattern, Kernel
+from ..layout import Image, Piece
+from .lower import BF16, WORD, place_images
+
+__all__ = ["lower_attention"]
+
+_NEG_INF = 0xFF800000
+_NEG_BIG = float(np.uint32(NEG_BIG).view(np.float32))
+
+
+def _images(group, s):
+    """The images of Q^T (per pass), K (per key block, dimension-major), V (per chunk and
+    dimension block) and O^T (per pass, FP32)."""
+    lanes, passes = s.lanes, s.passes()
+    n = len(passes)
+    q_pieces, o_pieces = [], []
+    for index, (_, queries) in enumerate(passes):
+        head, row = queries[0]
+        first = head * s.rows + row
+        q_pieces.append(Piece(group.q.name, (index * lanes, 0), (len(queries), s.dim),
+                              part=first))
+        o_pieces.append(Piece(group.output, (index * lanes, 0), (len(queries), s.dim),
+                              part=first))
+    if s.masked:
+        q_pieces.append(Piece(None, (0, s.dim), (n * lanes, 1), 1.0))
+    k_pieces, v_pieces = [], []
+    for g in range(s.kv_heads):
+        k_pieces.append(Piece(group.k.name, (g * s.seq_pad, 0), (s.seq, s.dim),
+                              part=g * s.seq))
+        v_pieces.append(Piece(group.v.name, (g * s.seq_pad, 0), (s.seq, s.dim),
+                              part=g * s.seq))
+        if s.masked:
+            k_pieces.append(Piece(None, (g * s.seq_pad + s.seq, s.dim),
+                                  (s.seq_pad - s.seq, 1), _NEG_BIG))
+    blocks = s.seq_pad // lanes
+    return {
+        group.q.name: Image((n * lanes, s.dim_k), tuple(q_pieces), (n, lanes, s.dim_k),
+                            (0, 2, 1), "bf16"),
+        group.k.name: Image((s.kv_heads * s.seq_pad, s.dim_k), tuple(k_pieces),
+                            (s.kv_heads, blocks, lanes, s.dim_k), (0, 1, 3, 2), "bf16"),
+        group.v.name: Image((s.kv_heads * s.seq_pad, s.dim_pad), tuple(v_pieces),
+                            (s.kv_heads, s.chunks, s.chunk, s.dim_pad // lanes, lanes),
+                            (0, 1, 3, 2, 4), "bf16"),
+        group.output: Image((n * lanes, s.dim_pad), tuple(o_pieces),
+                            (n, lanes, s.dim_pad), (0, 2, 1), "fp32"),
+    }
+
+
+def _linear(beats, lanes):
+    return AccessPattern(0, (beats, 1, 1), (lanes, 0, 0))
+
+
+def lower_attention(name, group, s, hbm_size):
+    """``(kernel, images, addresses, bitstream_address)`` of attention shape ``s``."""
+    lanes = s.lanes
+    beat = lanes * WORD                        # bytes of one AXI beat
+    passes = s.passes()
+    n = len(passes)
+    per_group = n // s.kv_heads                # passes per key/value head
+    chunk, chunks, dim_k, dim_pad = s.chunk, s.chunks, s.dim_k, s.dim_pad
+    dim_blocks = dim_pad // lanes
+    scale = s.scale_word
+    images = _images(group, s)
+    addresses, bitstream_address = place_images(name, images, hbm_size)
+    kernel = Kernel(name)
+    tensors = {n_: kernel.tensor(n_, image.shape, image.format)
+               for n_, image in images.items()}
+    q, k, v, out = group.q.name, group.k.name, group.v.name, group.output
+
+    def buffer(label, source, words, write, read, read_passes, read_start=0):
+        return kernel.buffer(label, words, [source], buffers=2, config={
+            "write": write, "write_lanes": 1,
+            "read": AccessPattern(read_start, read.counts, read.strides), "read_lanes": 1,
+            "buffers": 2, "buffer_words": words, "read_repeat": 1,
+            "read_passes": read_passes})
+
+    def simd(label, inputs, trips, stages, **fields):
+        stream = kernel.compute(label, "map", inputs, config={
+            "mode": "simd", "trips": trips, "stages": stages, "vector_out": True,
+            **fields})
+        kernel.connect(launch, kernel.nodes[label], "control_in")
+        return stream
+
+    # loads: Q^T per pass; K and V once per pass of their head
+    q_bytes = dim_k * lanes * BF16
+    load_q = kernel.load(tensors[q], AccessPattern(addresses[q], (dim_k // 2, n, 1),
+                                                   (beat, q_bytes, 0)),
+                         name=f"load_{q}", config={"bf16": True})
+    k_head = s.seq_pad * dim_k * BF16
+    load_k = kernel.load(tensors[k], AccessPattern(addresses[k],
+                                                   (k_head // beat, per_group, s.kv_heads),
+                                                   (beat, 0, k_head)),
+                         name=f"load_{k}", config={"bf16": True})
+    v_head = s.seq_pad * dim_pad * BF16
+    load_v = kernel.load(tensors[v], AccessPattern(addresses[v],
+                                                   (v_head // beat, per_group, s.kv_heads),
+                                                   (beat, 0, v_head)),
+                         name=f"load_{v}", config={"bf16": True})
+    launch = kernel.output(kernel.nodes[f"load_{k}"], "control_out")
+
+    # scores: S^T = K_blk Q^T, beat = key, lane = query
+    q_t = buffer("q_t", load_q, dim_k * lanes, _linear(dim_k, lanes),
+                 AccessPattern(0, (dim_k, s.seq_pad // lanes, 1), (lanes, 0, 0)), n)
+    scores = kernel.compute("scores", "matmul", [load_k, q_t], config={
+        "mode": "systolic", "trips": (dim_k, s.seq_pad // lanes, n)})
+    kernel.connect(launch, kernel.nodes["scores"], "control_in")
+    s_buf = buffer("s_buf", scores, chunk * lanes, _linear(chunk, lanes),
+                   _linear(chunk, lanes), chunks * n)
+    chunk_max = simd("chunk_max", [scores], (chunk, chunks, n),
+                     [("MAX", "PREV", "REG", "PREV", _NEG_INF)])
+    alpha = simd("alpha", [chunk_max], (chunks, 1, n), [
+        ("MAX", "PREV", "REG", "PREV", _NEG_INF),
+        ("SUB", "LAST", "PREV", "PREV", _NEG_INF),
+        ("MUL", "PREV", "CONST", "PREV", scale)], tail="EXP", emit_every=True)
+    m_rep = buffer("m_rep", chunk_max, lanes, _linear(1, lanes),
+                   AccessPattern(0, (chunk, 1, 1), (0, 0, 0)), chunks * n)
+    probs = simd("probs", [m_rep, s_buf], (chunk, chunks, n), [
+        ("MAX", "PREV", "REG", "PREV", _NEG_INF),
+        ("SUB", "IN1", "PREV", "PREV", 0),
+        ("MUL", "PREV", "CONST", "PREV", scale)],
+        acc_stage=0, tail="EXP", tail_bf16=True, emit_every=True)
+    # the running sum l, its reciprocal once per pass
+    al_rep = buffer("al_rep", alpha, lanes, _linear(1, lanes),
+                    AccessPattern(0, (chunk, 1, 1), (0, 0, 0)), chunks * n)
+    lsum = simd("lsum", [probs, al_rep], (chunk, chunks, n), [
+        ("MADD", "REG", "IN1", "PREV", 0),
+        ("ADD", "PREV", "REG", "PREV", 0)],
+        acc_stage=0, tail="RECIPROCAL", emit_outer=True)
+    l_buf = buffer("l_buf", lsum, chunk * lanes, _linear(chunk, lanes),
+                   AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), n,
+                   read_start=(chunk - 1) * lanes)
+    # O_c^T = V_c^T P_c^T, beat = dimension, lane = query; merged across chunks
+    p_buf = buffer("p_buf", probs, chunk * lanes, _linear(chunk, lanes),
+                   AccessPattern(0, (chunk, dim_blocks, 1), (lanes, 0, 0)), chunks * n)
+    pv = kernel.compute("pv", "matmul", [load_v, p_buf], config={
+        "mode": "systolic", "trips": (chunk, dim_blocks * chunks, n)})
+    kernel.connect(launch, kernel.nodes["pv"], "control_in")
+    ao_rep = buffer("ao_rep", alpha, lanes, _linear(1, lanes),
+                    AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), chunks * n)
+    merge = simd("merge", [pv, ao_rep], (dim_pad, chunks, n),
+                 [("MADD", "REG", "IN1", "PREV", 0)], acc_stage=0, emit_outer=True)
+    result = simd("normalise", [merge, l_buf], (dim_pad, 1, n),
+                  [("MUL", "PREV", "IN1", "PREV", 0)], emit_every=True)
+    kernel.store(result, tensors[out], AccessPattern(addresses[out], (dim_pad, n, 1),
+                                                     (beat, dim_pad * beat, 0)),
+                 name=f"store_{out}", config={"bf16": False})
+    return kernel, images, addresses, bitstream_address
