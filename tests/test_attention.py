@@ -79,3 +79,79 @@ def test_shape_errors(kwargs, message):
             "chunk": 16, **kwargs}
     with pytest.raises(AttentionError, match=message):
         AttentionShape(**args)
+
+
+# -- the compiled kernel ----------------------------------------------------------------
+
+#: (mode, seq, dim, heads, kv_heads) compiled and run on the functional model: L = 1,
+#: L not a multiple of a chunk or of the lanes, several chunks, D from 16 to 128 (and
+#: not a multiple of the lanes), MHA and GQA, more queries than lanes, prefill
+KERNEL_SHAPES = [("decode", 1, 16, 1, 1), ("decode", 37, 16, 2, 1),
+                 ("decode", 100, 64, 4, 2), ("decode", 64, 32, 8, 8),
+                 ("decode", 200, 128, 2, 1), ("decode", 65, 24, 16, 1),
+                 ("prefill", 45, 32, 2, 1), ("prefill", 16, 16, 1, 1)]
+
+
+def _compile(mode, seq, dim, heads, kv_heads, **machine):
+    from rdu.kernels import get_kernel
+    from rdu.machine import Machine
+    kernel = get_kernel("attention")
+    return kernel, kernel.compile(Machine(**{"agcus": 4, **machine}), seq=seq, dim=dim,
+                                  heads=heads, kv_heads=kv_heads, mode=mode)
+
+
+@pytest.mark.parametrize("mode,seq,dim,heads,kv_heads", KERNEL_SHAPES)
+def test_kernel_on_functional_model(mode, seq, dim, heads, kv_heads, seed):
+    """One configuration per shape; the functional model's O bit-exact against the
+    chain's arithmetic and within budget of float64 (Kernel.check); nothing but O
+    stored: the only writes are O's words."""
+    from rdu.runtime import run_kernel
+    kernel, program = _compile(mode, seq, dim, heads, kv_heads)
+    assert program.meta["group"] == "attention" and program.meta["pcus"] == 8
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, _ = run_kernel(kernel, program, inputs, "model")
+    assert figures["ok"], f"max abs error {figures['max_abs_err']}"
+    assert results["o"].shape == (heads, 1 if mode == "decode" else seq, dim)
+    exact = chain_outputs(AttentionShape(mode, seq, dim, heads, kv_heads, 8,
+                                         program.meta["chunk"]), *inputs.values())
+    assert np.array_equal(results["o"].view(np.uint32), exact)
+
+
+def test_kernel_needs_three_agcus():
+    from rdu.compiler.core import CompileError
+    with pytest.raises(CompileError, match="three AGCUs; the machine has 2 \\(--agcus 3\\)"):
+        _compile("decode", 16, 16, 1, 1, agcus=2)
+
+
+def test_kernel_refuses_a_dimension_over_the_accumulator():
+    from rdu.compiler.core import CompileError
+    with pytest.raises(CompileError, match="head dimension 136 \\(padded to 136\\) over the "
+                                           "PCU accumulator's 128 words"):
+        _compile("decode", 16, 136, 1, 1)
+
+
+def test_cli_runs_attention_and_saves(tmp_path):
+    """``rdu run attention``: --json report, --save writes q, k, v, o in their shapes,
+    and the saved inputs run again give the same O."""
+    import json
+    import subprocess
+    import sys
+    command = [sys.executable, "-m", "rdu.cli", "run", "attention", "--seq", "20", "--dim", "16",
+               "--heads", "4", "--kv-heads", "2", "--json"]
+    first = subprocess.run(command + ["--save", str(tmp_path / "a")], capture_output=True,
+                           text=True, check=True)
+    report = json.loads(first.stdout)
+    assert report["ok"] and report["max_abs_err"] < 0.01 and "cycles" in report
+    shapes = {name: np.load(tmp_path / "a" / f"{name}.npy").shape for name in "qkvo"}
+    assert shapes == {"q": (4, 1, 16), "k": (2, 20, 16), "v": (2, 20, 16), "o": (4, 1, 16)}
+    again = subprocess.run([sys.executable, "-m", "rdu.cli", "run", "attention", "--json",
+                            "--save", str(tmp_path / "b")] +
+                           [f"--{t}={tmp_path / 'a' / (t + '.npy')}" for t in "qkv"],
+                           capture_output=True, text=True, check=True)
+    assert json.loads(again.stdout)["ok"]
+    assert np.array_equal(np.load(tmp_path / "a" / "o.npy"), np.load(tmp_path / "b" / "o.npy"))
+    bad = subprocess.run([sys.executable, "-m", "rdu.cli", "run", "attention", "--seq", "8",
+                          "--dim", "16", "--heads", "3", "--kv-heads", "2"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "HEADS 3 is not a multiple of KV_HEADS 2" in bad.stderr

@@ -118,9 +118,11 @@ def _machine_overrides(args):
             if getattr(args, option, None) is not None}
 
 
-def _machine(args):
+def _machine(args, defaults=None):
+    """The machine of the command line; ``defaults``: Machine fields a kernel needs
+    unless the options say otherwise."""
     from rdu.machine import Machine
-    return Machine(**_machine_overrides(args))
+    return Machine(**{**(defaults or {}), **_machine_overrides(args)})
 
 
 def _check_output(path, directory=False):
@@ -156,6 +158,18 @@ def _load_array(path, option):
         raise CommandError(f"{option} {path}: not a .npy array of numbers") from None
 
 
+def _size_option(args, name):
+    """A kernel size option's value (an option that is also a tensor of another kernel,
+    ``--k``, arrives as text)."""
+    value = getattr(args, name, None)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            raise CommandError(f"--{name} {value}: a size here, not a number") from None
+    return value
+
+
 def _program_for(args):
     """The program of ``rdu run``/``compile``: compiled from the kernel's options or
     read from a program file; the user's arrays (``--a``...) with it."""
@@ -172,20 +186,26 @@ def _program_for(args):
                 sources[tensor] = f"--{tensor} {path}"
         implied = kernel.params_from_inputs(arrays)
         params = {}
+        for name, (_, default, _) in kernel.choices.items():
+            given = getattr(args, name, None)
+            params[name] = default if given is None else given
         for name in kernel.params:
-            given, found = getattr(args, name), implied.get(name)
+            option = "--" + name.replace("_", "-")
+            given, found = _size_option(args, name), implied.get(name)
             if given is not None and found is not None and given != found:
-                raise CommandError(f"--{name} {given} contradicts the input arrays "
+                raise CommandError(f"{option} {given} contradicts the input arrays "
                                    f"({name.upper()} = {found})")
             value = given if given is not None else found
+            if value is None and name in kernel.defaults:
+                value = kernel.defaults[name][0](params)
             if value is None:
-                raise CommandError(f"{kernel.name} needs --{name} (or input arrays that "
+                raise CommandError(f"{kernel.name} needs {option} (or input arrays that "
                                    f"fix it)")
             if value < 1:
-                raise CommandError(f"--{name} must be at least 1, not {value}")
+                raise CommandError(f"{option} must be at least 1, not {value}")
             params[name] = value
         state = []
-        program = kernel.compile(_machine(args), state=state, **params)
+        program = kernel.compile(_machine(args, kernel.machine), state=state, **params)
         dump = getattr(args, "dump_after", None)
         if dump:
             compilation, = state
@@ -199,11 +219,13 @@ def _program_for(args):
                            f"compile a program file with 'rdu compile ... -o FILE.rdu'")
     program = Program.read(target)
     kernel = get_kernel(program.kernel)
-    for name in kernel.params:
-        given = getattr(args, name, None)
-        if given is not None and given != program.params[name]:
+    for name in (*kernel.params, *kernel.choices):
+        given = _size_option(args, name) if name in kernel.params else getattr(args, name,
+                                                                                 None)
+        if given is not None and given != program.params.get(name):
             raise CommandError(f"{target} was compiled for {name.upper()}="
-                               f"{program.params[name]}, not {given} (--{name})")
+                               f"{program.params.get(name)}, not {given} "
+                               f"(--{name.replace('_', '-')})")
     overrides = _machine_overrides(args)
     if overrides:
         wanted = program.machine.replace(**overrides)
@@ -633,22 +655,40 @@ def _parser():
         kinds = "; ".join(f"{k.name}: {k.help}" for k in KERNELS.values())
         shapes = cmd.add_argument_group(f"kernel shape ({kinds})")
         params = sorted({p for k in KERNELS.values() for p in k.params})
+        tensors = []
+        for kernel in KERNELS.values():
+            tensors += [t for t in kernel.inputs if t not in tensors]
         for name in params:
-            shapes.add_argument(f"--{name}", type=int, metavar=name.upper(),
+            defaults = [f"{k.name}: {k.defaults[name][1]}" for k in KERNELS.values()
+                        if name in k.defaults]
+            both = name in tensors and run     # a size of one kernel, a tensor of another
+            users = [k.name for k in KERNELS.values() if name in k.inputs]
+            shapes.add_argument(f"--{name.replace('_', '-')}", dest=name,
+                                type=str if both else int,
+                                metavar=f"{name.upper()}" + (f"|{name.upper()}.npy" if both
+                                                             else ""),
                                 help=f"{name.upper()}; with a program file it must match, "
-                                     f"with input arrays it can be left out")
+                                     f"with input arrays it can be left out"
+                                     + (f" (default {', '.join(defaults)})" if defaults
+                                        else "")
+                                     + (f"; for {', '.join(users)}: the tensor "
+                                        f"{name.upper()} as a float .npy array" if both
+                                        else ""))
+        for kernel in KERNELS.values():
+            for name, (values, default, text) in kernel.choices.items():
+                shapes.add_argument(f"--{name}", choices=values, default=None,
+                                    help=f"{text} (default {default})")
         if run:
             data = cmd.add_argument_group(
                 "data", "the kernel's inputs as float .npy arrays (rounded to BF16); "
                         "default: random with --seed")
-            tensors = []
-            for kernel in KERNELS.values():
-                tensors += [t for t in kernel.inputs if t not in tensors]
             for tensor in tensors:
+                if tensor in params:
+                    continue                    # the size option takes it (above)
                 users = [k.name for k in KERNELS.values() if tensor in k.inputs]
                 data.add_argument(f"--{tensor}", metavar=f"{tensor.upper()}.npy",
                                   help=f"{tensor.upper()} ({', '.join(users)})")
-        machine_options(cmd, defaults=not run)
+        machine_options(cmd, defaults=False)
 
     def run_options(cmd, sim_choice=True):
         cmd.add_argument("--seed", type=int, default=1,

@@ -11,17 +11,17 @@ needs no shape options.
 To add a kernel: write its graph builder and add a :class:`Kernel` to :data:`KERNELS`.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import pcu_model, reference
 from .compiler import compile_graph
-from .frontend import Graph, exp, reciprocal, relu
+from .frontend import Graph, attention, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
 
 __all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph",
-           "softmax_graph", "gemm_bf16_graph"]
+           "softmax_graph", "gemm_bf16_graph", "attention_graph"]
 
 
 class KernelInputError(ValueError):
@@ -71,20 +71,49 @@ def softmax_graph(m, n):
     return graph
 
 
+def attention_graph(seq, dim, heads, kv_heads, mode="decode"):
+    """``O = softmax(Q K^T / sqrt(D)) V`` per head, grouped-query: Q (heads, rows, dim)
+    with one row per head (decode) or ``seq`` (prefill), K and V (kv_heads, seq, dim)."""
+    if heads % kv_heads:
+        raise KernelInputError(f"HEADS {heads} is not a multiple of KV_HEADS {kv_heads} "
+                               f"(each key/value head serves HEADS / KV_HEADS query heads)")
+    graph = Graph("attention")
+    rows = 1 if mode == "decode" else seq
+    q = graph.input("q", (heads, rows, dim))
+    k = graph.input("k", (kv_heads, seq, dim))
+    v = graph.input("v", (kv_heads, seq, dim))
+    graph.output("o", attention(q, k, v))
+    return graph
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel: its shape parameters, input and output names (in ``--a``, ``--b``
-    order), what each tensor's shape is in terms of the parameters, and its graph."""
+    order), what each tensor's shape is in terms of the parameters, and its graph.
+
+    ``choices``: named options that are not sizes, ``{name: (values, default, help)}``;
+    ``defaults``: ``{param: (function(params), text)}`` for a size that may be left out;
+    ``derived``: ``function(params) -> {dim: size}`` for tensor dimensions that follow
+    from the others; ``machine``: machine parameters the kernel needs by default."""
     name: str
     params: tuple
     inputs: dict          # name -> tuple of parameter names (its shape)
     outputs: dict         # name -> tuple of parameter names
     help: str
     build: object = None  # (**params) -> rdu.frontend.Graph
+    choices: dict = field(default_factory=dict)
+    defaults: dict = field(default_factory=dict)
+    derived: object = None
+    machine: dict = field(default_factory=dict)
+
+    def dims(self, params):
+        """Every dimension's size: the parameters and what follows from them."""
+        return {**params, **(self.derived(params) if self.derived else {})}
 
     def shape(self, tensor, params):
         dims = self.inputs.get(tensor) or self.outputs[tensor]
-        return tuple(params[d] for d in dims)
+        sizes = self.dims(params)
+        return tuple(sizes[d] for d in dims)
 
     def params_from_inputs(self, arrays):
         """Shape parameters implied by user arrays ``{name: ndarray}`` (``None`` where
@@ -97,6 +126,8 @@ class Kernel:
                                        f"{self.name} takes {tensor.upper()} as "
                                        f"{' x '.join(d.upper() for d in dims)}")
             for dim, size in zip(dims, np.shape(array), strict=True):
+                if dim not in self.params:
+                    continue            # derived (checked against the program's shape)
                 if dim in found and found[dim][0] != size:
                     raise KernelInputError(
                         f"--{tensor}: {dim.upper()} = {size} does not match "
@@ -105,7 +136,7 @@ class Kernel:
         return {dim: size for dim, (size, _) in found.items()}
 
     def graph(self, params):
-        return self.build(**{name: params[name] for name in self.params})
+        return self.build(**{name: params[name] for name in (*self.params, *self.choices)})
 
     def compile(self, machine, state=None, **params):
         """The program for ``machine``; ``state``: a list that receives the compilation
@@ -157,6 +188,10 @@ class Kernel:
         p = program.params
         return f"{self.name} " + " ".join(f"{k.upper()}={v}" for k, v in p.items())
 
+    def saved(self, tensor, words):
+        """What ``--save`` writes for ``tensor``: its float32 values in its shape."""
+        return np.asarray(words, np.uint32).view(np.float32)
+
     def work(self, program):
         """MACs of one run and the machine's peak MACs per cycle."""
         return program.meta["macs"], program.meta["peak_macs_per_cycle"]
@@ -177,6 +212,21 @@ KERNELS = {
     "softmax": Kernel("softmax", ("m", "n"), {"x": ("m", "n")}, {"y": ("m", "n")},
                       "Y = softmax of each row of X (M rows of N), X in BF16, Y in FP32",
                       softmax_graph),
+    "attention": Kernel(
+        "attention", ("seq", "dim", "heads", "kv_heads"),
+        {"q": ("heads", "rows", "dim"), "k": ("kv_heads", "seq", "dim"),
+         "v": ("kv_heads", "seq", "dim")},
+        {"o": ("heads", "rows", "dim")},
+        "O = softmax(Q K^T / sqrt(DIM)) V per head, grouped-query (HEADS a multiple of "
+        "KV_HEADS), one fused configuration; Q (HEADS x ROWS x DIM, ROWS 1 for decode, SEQ "
+        "for prefill), K, V (KV_HEADS x SEQ x DIM) in BF16, O in FP32",
+        attention_graph,
+        choices={"mode": (("decode", "prefill"), "decode",
+                          "attention: one query per head (decode) or SEQ (prefill)")},
+        defaults={"kv_heads": (lambda params: params["heads"], "HEADS")},
+        derived=lambda params: {"rows": 1 if params.get("mode", "decode") == "decode"
+                                else params["seq"]},
+        machine={"agcus": 4}),
 }
 
 
