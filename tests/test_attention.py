@@ -155,3 +155,37 @@ def test_cli_runs_attention_and_saves(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "HEADS 3 is not a multiple of KV_HEADS 2" in bad.stderr
+
+
+@pytest.mark.verilator
+def test_attention_on_verilator(sim_dir, seed):
+    """Decode (L = 37: padded keys, GQA, two passes) and prefill (three passes) launched
+    in sequence on the 4x4 RTL with four AGCUs: each
+    launch's O equals the functional model's words and the chain's arithmetic, within
+    budget of float64; only O is written (HBM write bytes = O's image)."""
+    from rdu.kernels import get_kernel
+    from rdu.machine import Machine
+    from rdu.runtime import run_programs
+    kernel = get_kernel("attention")
+    machine = Machine(**kernel.machine)       # the build of test_row_kernels_on_verilator
+    cases = [dict(mode="decode", seq=37, dim=16, heads=4, kv_heads=2),
+             dict(mode="prefill", seq=20, dim=16, heads=1, kv_heads=1)]
+    programs, all_inputs = [], []
+    for index, params in enumerate(cases):
+        program = kernel.compile(machine, **params)
+        inputs = kernel.random_inputs(program, seed + index)
+        kernel.pack(program, inputs)
+        programs.append(program)
+        all_inputs.append(inputs)
+    rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "attention")
+    model = run_programs(programs, "model")
+    for params, program, inputs, run, reference in zip(cases, programs, all_inputs, rtl,
+                                                       model, strict=True):
+        assert np.array_equal(run.outputs["o"], reference.outputs["o"]), params
+        results = kernel.unpack(program, run.outputs)
+        ok, error = kernel.check(program, inputs, results)
+        assert ok, f"{params}: max abs error {error}"
+    # the memory's counters cover the whole sequence: the bytes of the two O images
+    written = rtl[-1].counters["memory"]["hbm"]["write_beats"] * machine.beat_bytes
+    assert written == sum(4 * p.outputs["o"][1] for p in programs), \
+        "something besides O was stored"

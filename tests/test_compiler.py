@@ -272,15 +272,20 @@ def test_row_kernel_that_does_not_fit_says_what_ran_out():
         KERNELS["softmax"].compile(Machine(), m=4, n=20)
 
 
+#: The 4x4 machine of the RTL tests of fused kernels: the default array with the AGCUs
+#: attention needs (one Verilator build, shared with tests/test_attention.py)
+FUSED_MACHINE = Machine(**KERNELS["attention"].machine)
+
+
 @pytest.mark.verilator
 def test_row_kernels_on_verilator(sim_dir, seed):
     """Softmax and the centering kernel, each one configuration, launched in sequence on
-    the default 4x4 RTL: words equal to the model's and to the exact row reference."""
+    the 4x4 RTL: words equal to the model's and to the exact row reference."""
     cases = [("softmax", (6, 32)), ("centered", (3, 32))]
     programs, all_inputs = [], []
     for index, (name, (m, n)) in enumerate(cases):
         kernel = ROW_KERNELS[name]
-        program = kernel.compile(Machine(), m=m, n=n)
+        program = kernel.compile(FUSED_MACHINE, m=m, n=n)
         inputs = kernel.random_inputs(program, seed + index)
         kernel.pack(program, inputs)
         programs.append(program)
