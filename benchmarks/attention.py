@@ -1,7 +1,8 @@
 """Fused attention on the RTL: decode against the HBM bandwidth, prefill against the MACs.
 
     .venv/bin/python -m benchmarks.attention [--decode 128,256,512,1024,2048,4096]
-        [--prefill 64,128,256,512] [--dim 64] [--heads 8] [--kv-heads 1] [--seed 1]
+        [--prefill 64,128,256,512] [--dim 64] [--heads 8] [--kv-heads 1] [--causal]
+        [--seed 1]
         [--sim verilator|model] [--json]
 
 Each point compiles ``rdu run attention`` (one configuration, ``docs/attention.md``) on
@@ -25,8 +26,9 @@ from rdu.runtime import run_kernel
 
 def measure(mode, seq, args):
     kernel = get_kernel("attention")
-    program = kernel.compile(Machine(agcus=4), seq=seq, dim=args.dim, heads=args.heads,
-                             kv_heads=args.kv_heads, mode=mode)
+    program = kernel.compile(Machine(**kernel.machine), seq=seq, dim=args.dim,
+                             heads=args.heads, kv_heads=args.kv_heads, mode=mode,
+                             causal=mode == "prefill" and args.causal)
     inputs = kernel.random_inputs(program, args.seed)
     figures, _, result = run_kernel(kernel, program, inputs, args.sim, seed=args.seed)
     return {
@@ -53,6 +55,7 @@ def main():
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--kv-heads", type=int, default=1,
                         help="key/value heads (decode: one pass of HEADS queries each)")
+    parser.add_argument("--causal", action="store_true", help="causal prefill")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sim", choices=["verilator", "model"], default="verilator")
     parser.add_argument("--json", action="store_true")

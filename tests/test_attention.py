@@ -86,35 +86,52 @@ def test_shape_errors(kwargs, message):
 #: (mode, seq, dim, heads, kv_heads) compiled and run on the functional model: L = 1,
 #: L not a multiple of a chunk or of the lanes, several chunks, D from 16 to 128 (and
 #: not a multiple of the lanes), MHA and GQA, more queries than lanes, prefill
-KERNEL_SHAPES = [("decode", 1, 16, 1, 1), ("decode", 37, 16, 2, 1),
-                 ("decode", 100, 64, 4, 2), ("decode", 64, 32, 8, 8),
-                 ("decode", 200, 128, 2, 1), ("decode", 65, 24, 16, 1),
-                 ("prefill", 45, 32, 2, 1), ("prefill", 16, 16, 1, 1)]
+KERNEL_SHAPES = [("decode", 1, 16, 1, 1, False), ("decode", 37, 16, 2, 1, False),
+                 ("decode", 100, 64, 4, 2, False), ("decode", 64, 32, 8, 8, False),
+                 ("decode", 200, 128, 2, 1, False), ("decode", 65, 24, 16, 1, False),
+                 ("prefill", 45, 32, 2, 1, False), ("prefill", 16, 16, 1, 1, False),
+                 ("prefill", 45, 32, 4, 2, True), ("prefill", 1, 16, 1, 1, True),
+                 ("prefill", 130, 64, 2, 2, True)]
 
 
-def _compile(mode, seq, dim, heads, kv_heads, **machine):
+def _compile(mode, seq, dim, heads, kv_heads, causal=False, **machine):
     from rdu.kernels import get_kernel
     from rdu.machine import Machine
     kernel = get_kernel("attention")
     return kernel, kernel.compile(Machine(**{"agcus": 4, **machine}), seq=seq, dim=dim,
-                                  heads=heads, kv_heads=kv_heads, mode=mode)
+                                  heads=heads, kv_heads=kv_heads, mode=mode, causal=causal)
 
 
-@pytest.mark.parametrize("mode,seq,dim,heads,kv_heads", KERNEL_SHAPES)
-def test_kernel_on_functional_model(mode, seq, dim, heads, kv_heads, seed):
+@pytest.mark.parametrize("mode,seq,dim,heads,kv_heads,causal", KERNEL_SHAPES)
+def test_kernel_on_functional_model(mode, seq, dim, heads, kv_heads, causal, seed):
     """One configuration per shape; the functional model's O bit-exact against the
-    chain's arithmetic and within budget of float64 (Kernel.check); nothing but O
-    stored: the only writes are O's words."""
+    chain's arithmetic and within budget of float64 (Kernel.check; causal: of float64
+    with the causal mask)."""
     from rdu.runtime import run_kernel
-    kernel, program = _compile(mode, seq, dim, heads, kv_heads)
+    kernel, program = _compile(mode, seq, dim, heads, kv_heads, causal)
     assert program.meta["group"] == "attention" and program.meta["pcus"] == 8
     inputs = kernel.random_inputs(program, seed)
     figures, results, _ = run_kernel(kernel, program, inputs, "model")
     assert figures["ok"], f"max abs error {figures['max_abs_err']}"
     assert results["o"].shape == (heads, 1 if mode == "decode" else seq, dim)
     exact = chain_outputs(AttentionShape(mode, seq, dim, heads, kv_heads, 8,
-                                         program.meta["chunk"]), *inputs.values())
+                                         program.meta["chunk"], causal=causal),
+                          *inputs.values())
     assert np.array_equal(results["o"].view(np.uint32), exact)
+
+
+def test_causal_mask_changes_the_result(seed):
+    """The causal chain is within budget of causal float64 attention and far outside it
+    of attention without the mask (so the budget check sees a missing mask); row 0 is
+    V's first key, exactly as far as BF16 p = 1 allows."""
+    shape = AttentionShape("prefill", 24, 16, 2, 1, lanes=8, chunk=32, causal=True)
+    q, k, v = _inputs(shape, seed)
+    out = chain_outputs(shape, q, k, v).view(np.float32)
+    plain = AttentionShape("prefill", 24, 16, 2, 1, lanes=8, chunk=32)
+    causal_ref = float64_attention(shape, q, k, v)
+    assert np.abs(out - causal_ref).max() <= budget(v)
+    assert np.abs(out - float64_attention(plain, q, k, v)).max() > 10 * budget(v)
+    assert np.array_equal(out[:, 0], v.view(np.float32)[0:1, 0].repeat(2, axis=0))
 
 
 def test_kernel_needs_three_agcus():
@@ -159,17 +176,19 @@ def test_cli_runs_attention_and_saves(tmp_path):
 
 @pytest.mark.verilator
 def test_attention_on_verilator(sim_dir, seed):
-    """Decode (L = 37: padded keys, GQA, two passes) and prefill (three passes) launched
-    in sequence on the 4x4 RTL with four AGCUs: each
-    launch's O equals the functional model's words and the chain's arithmetic, within
-    budget of float64; only O is written (HBM write bytes = O's image)."""
+    """Decode (L = 37: padded keys, GQA, two passes), prefill (three passes) and causal
+    prefill (six passes, a K copy per row tile) launched in sequence on the 4x4 RTL with
+    four AGCUs: each launch's O equals the functional model's words and the chain's
+    arithmetic, within budget of float64; only O is written (HBM write bytes = O's
+    images)."""
     from rdu.kernels import get_kernel
     from rdu.machine import Machine
     from rdu.runtime import run_programs
     kernel = get_kernel("attention")
     machine = Machine(**kernel.machine)       # the build of test_row_kernels_on_verilator
     cases = [dict(mode="decode", seq=37, dim=16, heads=4, kv_heads=2),
-             dict(mode="prefill", seq=20, dim=16, heads=1, kv_heads=1)]
+             dict(mode="prefill", seq=20, dim=16, heads=1, kv_heads=1),
+             dict(mode="prefill", seq=20, dim=16, heads=2, kv_heads=1, causal=True)]
     programs, all_inputs = [], []
     for index, params in enumerate(cases):
         program = kernel.compile(machine, **params)
@@ -185,7 +204,7 @@ def test_attention_on_verilator(sim_dir, seed):
         results = kernel.unpack(program, run.outputs)
         ok, error = kernel.check(program, inputs, results)
         assert ok, f"{params}: max abs error {error}"
-    # the memory's counters cover the whole sequence: the bytes of the two O images
+    # the memory's counters cover the whole sequence: the bytes of the O images
     written = rtl[-1].counters["memory"]["hbm"]["write_beats"] * machine.beat_bytes
     assert written == sum(4 * p.outputs["o"][1] for p in programs), \
         "something besides O was stored"

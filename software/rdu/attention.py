@@ -45,7 +45,6 @@ MODES = ("decode", "prefill")
 #: The most negative finite BF16 (in the high half): the score of a padded key.
 NEG_BIG = 0xFF7F0000
 _NEG_INF = np.uint32(0xFF800000)
-_ONE = 0x3F800000
 
 
 class AttentionError(ValueError):
@@ -88,6 +87,7 @@ class AttentionShape:
         if self.causal and self.mode == "decode":
             raise AttentionError("causal masking is for prefill (a decode query sees every "
                                  "key)")
+
         if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
             raise AttentionError(f"scale must be a positive finite number, not {self.scale}")
 
@@ -118,25 +118,42 @@ class AttentionShape:
 
     @property
     def masked(self):
-        """Whether padded keys exist, and with them the mask dimension."""
+        """Whether padded keys exist (they are masked)."""
         return self.seq_pad != self.seq
 
     @property
+    def mask_dims(self):
+        """Score dimensions that mask: causal, ``1 + lanes`` (keys past the pass's last
+        row, and one per key of the pass's diagonal block); else 1 when keys are padded."""
+        return 1 + self.lanes if self.causal else int(self.masked)
+
+    @property
     def dim_k(self):
-        """Dimensions of the score product: ``dim``, plus the mask dimension, made even
+        """Dimensions of the score product: ``dim`` and the mask dimensions, made even
         (a pass's ``Q^T`` is whole AXI beats of BF16; an extra dimension is zero)."""
-        return _ceil(self.dim + self.masked, 2) * 2
+        return _ceil(self.dim + self.mask_dims, 2) * 2
 
     @property
     def dim_pad(self):
         """Dimensions of ``V`` and ``O`` in the images: whole blocks of lanes."""
         return _ceil(self.dim, self.lanes) * self.lanes
 
+    @property
+    def tiles(self):
+        """Row tiles of a head (prefill: ``lanes`` rows each)."""
+        return _ceil(self.rows, self.lanes)
+
+    @property
+    def key_copies(self):
+        """Copies of each key/value head's K in the K image: causal masks differ per row
+        tile (one copy each), else one."""
+        return self.tiles if self.causal else 1
+
     def describe(self):
-        return (f"attention {self.mode}: {self.heads} heads ({self.kv_heads} K/V) x "
-                f"{self.rows} rows, {self.seq} keys (chunks of {self.chunk}, "
-                f"{self.chunks}), dim {self.dim}; {len(self.passes())} passes of "
-                f"{self.lanes} lanes")
+        return (f"attention {self.mode}{' causal' if self.causal else ''}: {self.heads} "
+                f"heads ({self.kv_heads} K/V) x {self.rows} rows, {self.seq} keys "
+                f"(chunks of {self.chunk}, {self.chunks}), dim {self.dim}; "
+                f"{len(self.passes())} passes of {self.lanes} lanes")
 
     @property
     def macs(self):
@@ -144,38 +161,114 @@ class AttentionShape:
         return len(self.passes()) * self.lanes * self.seq_pad * (self.dim_k + self.dim_pad)
 
     def passes(self):
-        """``[(kv_head, [(head, row), ...])]``: the queries of each pass, at most
-        ``lanes``, in the order the hardware runs them."""
+        """``[(kv_head, copy, [(head, row), ...])]``: the queries of each pass, at most
+        ``lanes``, and the copy of the head's K it reads, in the order the hardware runs
+        them. Causal: by key/value head, row tile, then query head (the passes of one
+        tile share a K copy; a pass is one head's rows); else the queries of a key/value
+        head in order, ``lanes`` at a time."""
         out = []
+        heads = range(self.group)
         for g in range(self.kv_heads):
-            queries = [(h, r) for h in range(g * self.group, (g + 1) * self.group)
-                       for r in range(self.rows)]
+            if self.causal:
+                for tile in range(self.tiles):
+                    rows = range(tile * self.lanes, min(self.rows, (tile + 1) * self.lanes))
+                    out += [(g, tile, [(g * self.group + h, r) for r in rows]) for h in heads]
+                continue
+            queries = [(g * self.group + h, r) for h in heads for r in range(self.rows)]
             for start in range(0, len(queries), self.lanes):
-                out.append((g, queries[start:start + self.lanes]))
+                out.append((g, 0, queries[start:start + self.lanes]))
         return out
+
+
+def images(shape, q="q", k="k", v="v", out="o"):
+    """``{name: rdu.layout.Image}`` of the chain: ``Q^T`` by pass (with the mask
+    dimensions' constants), K by key/value head and copy, key block by key block,
+    dimension-major (with the mask constants), V by head, chunk and dimension block, and
+    ``O^T`` by pass (FP32). The compiler lays the tensors out with them and the reference
+    computes from their logical matrices, so both see the same masks."""
+    from .layout import Image, Piece
+    s = shape
+    lanes, passes = s.lanes, s.passes()
+    n = len(passes)
+    neg_big = float(np.uint32(NEG_BIG).view(np.float32))
+    q_pieces, o_pieces, k_pieces, v_pieces = [], [], [], []
+    for index, (_, _, queries) in enumerate(passes):
+        head, row = queries[0]
+        first = head * s.rows + row
+        q_pieces.append(Piece(q, (index * lanes, 0), (len(queries), s.dim), part=first))
+        o_pieces.append(Piece(out, (index * lanes, 0), (len(queries), s.dim), part=first))
+        if s.causal:
+            # Q^T: 1 on the first mask dimension, and lane j holds 1 on diagonal
+            # dimension m for every m > j (a key m past the tile's first row is masked
+            # for the lanes before it)
+            for m in range(1, lanes):
+                q_pieces.append(Piece(None, (index * lanes, s.dim + 1 + m), (m, 1), 1.0))
+    if s.mask_dims:
+        q_pieces.append(Piece(None, (0, s.dim), (n * lanes, 1), 1.0))
+    copy_rows = s.seq_pad
+    for g in range(s.kv_heads):
+        v_pieces.append(Piece(v, (g * s.seq_pad, 0), (s.seq, s.dim), part=g * s.seq))
+        for copy in range(s.key_copies):
+            base = (g * s.key_copies + copy) * copy_rows
+            k_pieces.append(Piece(k, (base, 0), (s.seq, s.dim), part=g * s.seq))
+            # keys no row of the copy's passes may see: padded ones, and (causal) the
+            # keys past the tile's last row
+            first_masked = min(s.seq, (copy + 1) * lanes) if s.causal else s.seq
+            if first_masked < s.seq_pad:
+                k_pieces.append(Piece(None, (base + first_masked, s.dim),
+                                      (s.seq_pad - first_masked, 1), neg_big))
+            if s.causal:
+                for m in range(1, lanes):       # the diagonal block: key r0 + m
+                    key = copy * lanes + m
+                    if key < min(s.seq, (copy + 1) * lanes):
+                        k_pieces.append(Piece(None, (base + key, s.dim + 1 + m), (1, 1),
+                                              neg_big))
+    blocks = s.seq_pad // lanes
+    return {
+        q: Image((n * lanes, s.dim_k), tuple(q_pieces), (n, lanes, s.dim_k), (0, 2, 1),
+                 "bf16"),
+        k: Image((s.kv_heads * s.key_copies * s.seq_pad, s.dim_k), tuple(k_pieces),
+                 (s.kv_heads * s.key_copies, blocks, lanes, s.dim_k), (0, 1, 3, 2), "bf16"),
+        v: Image((s.kv_heads * s.seq_pad, s.dim_pad), tuple(v_pieces),
+                 (s.kv_heads, s.chunks, s.chunk, s.dim_pad // lanes, lanes),
+                 (0, 1, 3, 2, 4), "bf16"),
+        out: Image((n * lanes, s.dim_pad), tuple(o_pieces), (n, lanes, s.dim_pad),
+                   (0, 2, 1), "fp32"),
+    }
 
 
 def chain_outputs(shape, q, k, v):
     """``O`` (heads, rows, dim) as uint32 FP32 words: the chain's arithmetic on BF16
-    words ``q`` (heads, rows, dim), ``k`` and ``v`` (kv_heads, seq, dim)."""
+    words ``q`` (heads, rows, dim), ``k`` and ``v`` (kv_heads, seq, dim), laid out by
+    :func:`images`."""
+    layout = images(shape)
+    arrays = {"q": q, "k": k, "v": v}
+    matrices = {name: layout[name].matrix(arrays) for name in ("q", "k", "v")}
+    result = chain_matrices(shape, matrices["q"], matrices["k"], matrices["v"])
+    return unpack_outputs(shape, result)
+
+
+def unpack_outputs(shape, matrix):
+    """``O`` (heads, rows, dim) from the logical ``O^T``-by-pass matrix of the chain."""
+    o_image = images(shape)["o"]
+    words = o_image._arrange(np.asarray(matrix, np.uint32))
+    return o_image.unpack(words, "o").reshape(shape.heads, shape.rows, shape.dim)
+
+
+def chain_matrices(shape, qm, km, vm):
+    """The chain on the logical matrices of the ``q``, ``k``, ``v`` images (uint32
+    words, BF16 in the high halves): the logical ``O^T``-by-pass matrix (n * lanes,
+    dim_pad) of FP32 words."""
     s = shape
-    if s.causal:
-        raise AttentionError("causal masking is not in the chain yet")
     lanes, chunk = s.lanes, s.chunk
     scale = np.uint32(s.scale_word)
-    q, k, v = (np.asarray(x, np.uint32) for x in (q, k, v))
-    out = np.zeros((s.heads, s.rows, s.dim), np.uint32)
-    for g, queries in s.passes():
-        qt = np.zeros((s.dim_k, lanes), np.uint32)            # Q^T, lane = query
-        for lane, (h, r) in enumerate(queries):
-            qt[:s.dim, lane] = q[h, r]
-        keys = np.zeros((s.seq_pad, s.dim_k), np.uint32)
-        keys[:s.seq, :s.dim] = k[g]
-        values = np.zeros((s.seq_pad, s.dim_pad), np.uint32)
-        values[:s.seq, :s.dim] = v[g]
-        if s.masked:
-            qt[s.dim] = _ONE
-            keys[s.seq:, s.dim] = NEG_BIG
+    passes = s.passes()
+    out = np.zeros((len(passes) * lanes, s.dim_pad), np.uint32)
+    for index, (g, copy, _) in enumerate(passes):
+        qt = np.asarray(qm[index * lanes:(index + 1) * lanes], np.uint32).T   # (dim_k, W)
+        base = (g * s.key_copies + copy) * s.seq_pad
+        keys = np.asarray(km[base:base + s.seq_pad], np.uint32)
+        values = np.asarray(vm[g * s.seq_pad:(g + 1) * s.seq_pad], np.uint32)
         # 1. scores, block by block of lanes keys: beat = key, lane = query
         blocks = keys.reshape(-1, lanes, s.dim_k).transpose(0, 2, 1)   # (blocks, d, key)
         scores = pcu_model.systolic_accumulate(blocks, np.broadcast_to(
@@ -194,25 +287,23 @@ def chain_outputs(shape, q, k, v):
             alpha = fpmodel.exp(fpmodel.mul(fpmodel.sub(running, new), scale))
             # 4. probabilities (the accumulator stage's maximum: the same `new`)
             p = fpmodel.to_bf16(fpmodel.exp(fpmodel.mul(fpmodel.sub(sc, new), scale)))
-            # 5. per-position accumulators of l
-            # (MADD(REG, IN1, PREV), REG = 0 on the first chunk)
+            # 5. per-position accumulators of l (MADD(REG, IN1, PREV), REG = 0 on the
+            # first chunk)
             acc_l = fpmodel.add(fpmodel.mul(acc_l if c else np.zeros_like(p), alpha), p)
             # 6. O_c^T per block of lanes dimensions: beat = dimension, lane = query
             vc = values[c * chunk:(c + 1) * chunk]
             o_c = np.concatenate([pcu_model.systolic_accumulate(
                 vc[:, b * lanes:(b + 1) * lanes], p) for b in range(s.dim_pad // lanes)])
             # 7. merge
-            base = np.zeros_like(o_c) if c == 0 else acc_o
-            acc_o = fpmodel.add(fpmodel.mul(base, alpha), o_c)
+            base_o = np.zeros_like(o_c) if c == 0 else acc_o
+            acc_o = fpmodel.add(fpmodel.mul(base_o, alpha), o_c)
             running = new
         total = np.zeros(lanes, np.uint32)
         for row in acc_l:
             total = fpmodel.add(row, total)
         inverse = fpmodel.reciprocal(total)
         # 8. normalise
-        result = fpmodel.mul(acc_o, inverse)
-        for lane, (h, r) in enumerate(queries):
-            out[h, r] = result[:s.dim, lane]
+        out[index * lanes:(index + 1) * lanes] = fpmodel.mul(acc_o, inverse).T
     return out
 
 

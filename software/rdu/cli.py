@@ -676,8 +676,12 @@ def _parser():
                                         else ""))
         for kernel in KERNELS.values():
             for name, (values, default, text) in kernel.choices.items():
-                shapes.add_argument(f"--{name}", choices=values, default=None,
-                                    help=f"{text} (default {default})")
+                if values == (False, True):         # a flag
+                    shapes.add_argument(f"--{name}", action="store_const", const=True,
+                                        default=None, help=text)
+                else:
+                    shapes.add_argument(f"--{name}", choices=values, default=None,
+                                        help=f"{text} (default {default})")
         if run:
             data = cmd.add_argument_group(
                 "data", "the kernel's inputs as float .npy arrays (rounded to BF16); "

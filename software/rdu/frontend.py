@@ -252,12 +252,13 @@ def reciprocal(x):
     return x.graph._add("unary", (x.node,), x.shape, "fp32", _user_line(), fn="reciprocal")
 
 
-def attention(q, k, v, scale=None):
+def attention(q, k, v, scale=None, causal=False):
     """``softmax(q k^T * scale) v`` for each head: ``q`` (heads, rows, dim), ``k`` and
     ``v`` (kv_heads, seq, dim), heads a multiple of kv_heads (query head ``h`` reads
     key/value head ``h // (heads / kv_heads)``: grouped-query attention); FP32 result
-    (heads, rows, dim). ``scale`` defaults to ``1 / sqrt(dim)``. One operator, fused by
-    the compiler into one streaming configuration (``docs/attention.md``)."""
+    (heads, rows, dim). ``scale`` defaults to ``1 / sqrt(dim)``; ``causal``: row ``r``
+    sees keys ``0 .. r`` only (rows = seq). One operator, fused by the compiler into one
+    streaming configuration (``docs/attention.md``)."""
     where = _user_line()
     q, k, v = (_tensor(x, "attention") for x in (q, k, v))
     if len(q.shape) != 3 or len(k.shape) != 3 or len(v.shape) != 3:
@@ -273,8 +274,11 @@ def attention(q, k, v, scale=None):
     if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
         raise FrontendError(f"{where}: attention: scale must be a positive number, not "
                             f"{scale!r}")
+    if causal and q.shape[1] != k.shape[1]:
+        raise FrontendError(f"{where}: causal attention takes one query row per key "
+                            f"({q.shape[1]} rows, {k.shape[1]} keys)")
     return q.graph._add("attention", (q.node, k.node, v.node), q.shape, "fp32", where,
-                        scale=scale)
+                        scale=scale, causal=bool(causal))
 
 
 class Graph:

@@ -71,9 +71,13 @@ def softmax_graph(m, n):
     return graph
 
 
-def attention_graph(seq, dim, heads, kv_heads, mode="decode"):
+def attention_graph(seq, dim, heads, kv_heads, mode="decode", causal=False):
     """``O = softmax(Q K^T / sqrt(D)) V`` per head, grouped-query: Q (heads, rows, dim)
-    with one row per head (decode) or ``seq`` (prefill), K and V (kv_heads, seq, dim)."""
+    with one row per head (decode) or ``seq`` (prefill), K and V (kv_heads, seq, dim);
+    ``causal`` (prefill): row ``r`` sees keys ``0 .. r``."""
+    if causal and mode != "prefill":
+        raise KernelInputError("--causal is for --mode prefill (a decode query sees every "
+                               "key)")
     if heads % kv_heads:
         raise KernelInputError(f"HEADS {heads} is not a multiple of KV_HEADS {kv_heads} "
                                f"(each key/value head serves HEADS / KV_HEADS query heads)")
@@ -82,7 +86,7 @@ def attention_graph(seq, dim, heads, kv_heads, mode="decode"):
     q = graph.input("q", (heads, rows, dim))
     k = graph.input("k", (kv_heads, seq, dim))
     v = graph.input("v", (kv_heads, seq, dim))
-    graph.output("o", attention(q, k, v))
+    graph.output("o", attention(q, k, v, causal=causal))
     return graph
 
 
@@ -141,6 +145,8 @@ class Kernel:
     def compile(self, machine, state=None, **params):
         """The program for ``machine``; ``state``: a list that receives the compilation
         (:class:`rdu.compiler.core.Compilation`: dumps and times of each pass)."""
+        params = {**{name: default for name, (_, default, _) in self.choices.items()},
+                  **params}
         return compile_graph(self.graph(params), machine, kernel=self.name, params=params,
                              state=state)
 
@@ -222,7 +228,9 @@ KERNELS = {
         "for prefill), K, V (KV_HEADS x SEQ x DIM) in BF16, O in FP32",
         attention_graph,
         choices={"mode": (("decode", "prefill"), "decode",
-                          "attention: one query per head (decode) or SEQ (prefill)")},
+                          "attention: one query per head (decode) or SEQ (prefill)"),
+                 "causal": ((False, True), False,
+                            "attention, prefill: row r sees keys 0 .. r only")},
         defaults={"kv_heads": (lambda params: params["heads"], "HEADS")},
         derived=lambda params: {"rows": 1 if params.get("mode", "decode") == "decode"
                                 else params["seq"]},

@@ -67,20 +67,21 @@ def attention_shape(program):
 
 
 def exact_attention(program):
-    """``{output: uint32 (heads, rows, dim)}``: :func:`rdu.attention.chain_outputs` on
-    the BF16 words of the program's packed Q, K and V images."""
-    from .attention import chain_outputs
-    arrays = {}
+    """``{output: uint32 (heads, rows, dim)}``: the chain's arithmetic
+    (:func:`rdu.attention.chain_matrices`) on the program's packed Q, K and V images, as
+    the hardware sees them (masks and padding included)."""
+    from .attention import chain_matrices, unpack_outputs
+    matrices = []
     for name in program.meta["operands"]:
         spec = program.tensors[name]
         image = Image.from_json(program.meta["images"][spec["image"]])
         words = program.inputs[spec["image"]][1]
         if words is None:
             raise ValueError(f"{program.name}: input image {name} is not packed")
-        arrays[name] = image.unpack(words, name).reshape(spec["shape"])
+        matrices.append(image.unpack_matrix(words))
     (out_name, _), = ((n, s) for n, s in program.tensors.items() if s["role"] == "output")
-    return {out_name: chain_outputs(attention_shape(program), *(
-        arrays[name] for name in program.meta["operands"]))}
+    shape = attention_shape(program)
+    return {out_name: unpack_outputs(shape, chain_matrices(shape, *matrices))}
 
 
 def _lane_tree(words, reduce_max):
@@ -225,6 +226,8 @@ def _attention64(node, args):
     for h in range(heads):
         g = h // group
         scores = q[h] @ k[g].T * scale
+        if node.attrs.get("causal"):
+            scores = np.where(np.tri(rows, k.shape[1], dtype=bool), scores, -np.inf)
         weights = np.exp(scores - scores.max(axis=1, keepdims=True))
         out[h] = weights @ v[g] / weights.sum(axis=1, keepdims=True)
         budget[h] = 2.0 ** -8 * np.abs(v[g]).max()

@@ -207,6 +207,7 @@ class AttentionGroup:
     scale: float
     output: str
     node: object
+    causal: bool = False
 
     def describe(self):
         return (f"group {self.output}: attention q{list(self.q.shape)} "
@@ -223,7 +224,8 @@ def _match_attention(graph, name, out):
             raise _unsupported(out, f"output {name!r}: attention operands must be BF16 "
                                f"inputs (got {operand.op} {operand.dtype})")
     q, k, v = out.inputs
-    return AttentionGroup(q, k, v, out.attrs.get("scale"), name, out)
+    return AttentionGroup(q, k, v, out.attrs.get("scale"), name, out,
+                          out.attrs.get("causal", False))
 
 
 @register("fuse", "group the operators between inputs and outputs into configurations")

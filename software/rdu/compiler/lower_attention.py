@@ -23,55 +23,13 @@ The arithmetic is :func:`rdu.attention.chain_outputs`, which the results are che
 against bit for bit.
 """
 
-import numpy as np
-
-from ..attention import NEG_BIG
+from ..attention import images as attention_images
 from ..ir import AccessPattern, Kernel
-from ..layout import Image, Piece
 from .lower import BF16, WORD, place_images
 
 __all__ = ["lower_attention"]
 
 _NEG_INF = 0xFF800000
-_NEG_BIG = float(np.uint32(NEG_BIG).view(np.float32))
-
-
-def _images(group, s):
-    """The images of Q^T (per pass), K (per key block, dimension-major), V (per chunk and
-    dimension block) and O^T (per pass, FP32)."""
-    lanes, passes = s.lanes, s.passes()
-    n = len(passes)
-    q_pieces, o_pieces = [], []
-    for index, (_, queries) in enumerate(passes):
-        head, row = queries[0]
-        first = head * s.rows + row
-        q_pieces.append(Piece(group.q.name, (index * lanes, 0), (len(queries), s.dim),
-                              part=first))
-        o_pieces.append(Piece(group.output, (index * lanes, 0), (len(queries), s.dim),
-                              part=first))
-    if s.masked:
-        q_pieces.append(Piece(None, (0, s.dim), (n * lanes, 1), 1.0))
-    k_pieces, v_pieces = [], []
-    for g in range(s.kv_heads):
-        k_pieces.append(Piece(group.k.name, (g * s.seq_pad, 0), (s.seq, s.dim),
-                              part=g * s.seq))
-        v_pieces.append(Piece(group.v.name, (g * s.seq_pad, 0), (s.seq, s.dim),
-                              part=g * s.seq))
-        if s.masked:
-            k_pieces.append(Piece(None, (g * s.seq_pad + s.seq, s.dim),
-                                  (s.seq_pad - s.seq, 1), _NEG_BIG))
-    blocks = s.seq_pad // lanes
-    return {
-        group.q.name: Image((n * lanes, s.dim_k), tuple(q_pieces), (n, lanes, s.dim_k),
-                            (0, 2, 1), "bf16"),
-        group.k.name: Image((s.kv_heads * s.seq_pad, s.dim_k), tuple(k_pieces),
-                            (s.kv_heads, blocks, lanes, s.dim_k), (0, 1, 3, 2), "bf16"),
-        group.v.name: Image((s.kv_heads * s.seq_pad, s.dim_pad), tuple(v_pieces),
-                            (s.kv_heads, s.chunks, s.chunk, s.dim_pad // lanes, lanes),
-                            (0, 1, 3, 2, 4), "bf16"),
-        group.output: Image((n * lanes, s.dim_pad), tuple(o_pieces),
-                            (n, lanes, s.dim_pad), (0, 2, 1), "fp32"),
-    }
 
 
 def _linear(beats, lanes):
@@ -85,10 +43,12 @@ def lower_attention(name, group, s, hbm_size):
     passes = s.passes()
     n = len(passes)
     per_group = n // s.kv_heads                # passes per key/value head
+    copies = s.kv_heads * s.key_copies         # K copies (causal: one per row tile)
+    per_copy = n // copies
     chunk, chunks, dim_k, dim_pad = s.chunk, s.chunks, s.dim_k, s.dim_pad
     dim_blocks = dim_pad // lanes
     scale = s.scale_word
-    images = _images(group, s)
+    images = attention_images(s, group.q.name, group.k.name, group.v.name, group.output)
     addresses, bitstream_address = place_images(name, images, hbm_size)
     kernel = Kernel(name)
     tensors = {n_: kernel.tensor(n_, image.shape, image.format)
@@ -114,10 +74,10 @@ def lower_attention(name, group, s, hbm_size):
     load_q = kernel.load(tensors[q], AccessPattern(addresses[q], (dim_k // 2, n, 1),
                                                    (beat, q_bytes, 0)),
                          name=f"load_{q}", config={"bf16": True})
-    k_head = s.seq_pad * dim_k * BF16
+    k_copy = s.seq_pad * dim_k * BF16
     load_k = kernel.load(tensors[k], AccessPattern(addresses[k],
-                                                   (k_head // beat, per_group, s.kv_heads),
-                                                   (beat, 0, k_head)),
+                                                   (k_copy // beat, per_copy, copies),
+                                                   (beat, 0, k_copy)),
                          name=f"load_{k}", config={"bf16": True})
     v_head = s.seq_pad * dim_pad * BF16
     load_v = kernel.load(tensors[v], AccessPattern(addresses[v],

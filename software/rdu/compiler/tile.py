@@ -207,8 +207,9 @@ def tile_attention(group, geometry, machine):
     step = 2 * lanes
     chunk = min(max(step, ATTENTION_CHUNK // step * step), _ceil(seq, step) * step)
     try:
-        shape = AttentionShape("decode" if rows == 1 else "prefill", seq, dim, heads,
-                               kv_heads, lanes, chunk, group.scale)
+        shape = AttentionShape("decode" if rows == 1 and not group.causal else "prefill",
+                               seq, dim, heads, kv_heads, lanes, chunk, group.scale,
+                               group.causal)
     except AttentionError as error:
         raise CompileError(f"{group.node.where}: {error}") from None
     where = group.node.where
