@@ -175,11 +175,19 @@ class SimdState:
         needed with ``emit_outer`` or ``acc_stage``."""
         if first_outer is None:
             first_outer = last_outer = np.ones(len(first), dtype=bool)
-        if self.acc_stage is not None:
+        if self.acc_stage is not None and not _acc_slots_distinct(self.config):
             return _step_block(self, counter0, first, last_inner, vecs, others, scalars,
                                first_outer, last_outer)
         return simd_block(self, counter0, first, last_inner, vecs, others, scalars,
-                          last_outer)
+                          last_outer, first_outer)
+
+
+def _acc_slots_distinct(config):
+    """Whether counter 0's values fall in distinct accumulator slots (then an
+    accumulator stage is vectorised over each counter-0 loop)."""
+    counter = config["counters"][0]
+    values = range(counter["min"], counter["max"], counter["stride"])
+    return len({value % ACC_DEPTH for value in values}) == len(values)
 
 
 def _step_block(state, counter0, first, last_inner, vecs, others, scalars, first_outer,
@@ -330,7 +338,7 @@ def _reg_stage(stage, operands, init, layout, lanes):
 
 
 def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=None,
-               last_outer=None):
+               last_outer=None, first_outer=None):
     """:meth:`SimdState.block`: the iterations in chunks of :data:`BLOCK_BEATS`, each
     stage vectorised over (iterations, lanes); a stage that reads REG runs its
     recurrence over the positions of the inner loop, all inner loops of the chunk at
@@ -353,7 +361,8 @@ def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=No
         v, r = _simd_chunk(state, counter0[lo:hi], first[lo:hi], last_inner[lo:hi],
                            vecs[lo:hi], others[lo:hi] if state.uses_in1 else None,
                            taken[lo:hi] if scalar_in else None,
-                           None if last_outer is None else last_outer[lo:hi])
+                           None if last_outer is None else last_outer[lo:hi],
+                           None if first_outer is None else first_outer[lo:hi])
         vectors.append(v)
         reductions.append(r)
     vector = (np.concatenate(vectors) if vectors else np.zeros((0, lanes), np.uint32)) \
@@ -363,7 +372,33 @@ def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=No
     return vector, reduction
 
 
-def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, last_outer=None):
+def _acc_stage(state, stage, operands, first, first_outer, counter0, lanes):
+    """The accumulator stage over a block (``operands`` as :func:`_reg_stage`): one
+    counter-0 loop at a time, vectorised over its iterations (their slots are distinct),
+    ``REG`` the slots' words or the constant on the first iteration of counter 1."""
+    n = len(first)
+    op = stage.get("op", 0)
+    used = _used_sources(stage)
+    slots = (np.asarray(counter0, np.int64) % ACC_DEPTH)
+    starts = np.flatnonzero(first)
+    bounds = sorted({0, *starts.tolist(), n})
+    constant = np.uint32(stage.get("constant", 0))
+    values = {source: np.broadcast_to(value, (n, lanes)) for source, value in
+              operands.items() if source != Source.REG and source in used}
+    out = np.empty((n, lanes), dtype=np.uint32)
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        index = slots[lo:hi]
+        register = np.full((hi - lo, lanes), constant, dtype=np.uint32) if first_outer[lo] \
+            else state.acc[index]
+        args = [register if source == Source.REG else values[source][lo:hi]
+                for source in used]
+        args += [np.zeros((1, 1), dtype=np.uint32)] * (3 - len(args))
+        out[lo:hi] = state.acc[index] = fpmodel.apply(op, *args)
+    return out
+
+
+def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, last_outer=None,
+                first_outer=None):
     config, lanes = state.config, state.lanes
     n = len(vec)
     if taken is not None:
@@ -391,7 +426,11 @@ def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, last_oute
             last[first] = constant
             operands[Source.LAST] = last
         state.lasts[index] = np.array(prev[-1], dtype=np.uint32)
-        if Source.REG in used:
+        if index == state.acc_stage:
+            vec = _acc_stage(state, stage, operands, first,
+                             np.ones(n, bool) if first_outer is None else first_outer,
+                             counter0, lanes)
+        elif Source.REG in used:
             if layout is None:
                 layout = _segments(first)
             vec = _reg_stage(stage, operands, state.registers[index], layout, lanes)
