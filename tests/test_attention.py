@@ -189,13 +189,8 @@ def test_attention_on_verilator(sim_dir, seed):
     cases = [dict(mode="decode", seq=37, dim=16, heads=4, kv_heads=2),
              dict(mode="prefill", seq=20, dim=16, heads=1, kv_heads=1),
              dict(mode="prefill", seq=20, dim=16, heads=2, kv_heads=1, causal=True)]
-    programs, all_inputs = [], []
-    for index, params in enumerate(cases):
-        program = kernel.compile(machine, **params)
-        inputs = kernel.random_inputs(program, seed + index)
-        kernel.pack(program, inputs)
-        programs.append(program)
-        all_inputs.append(inputs)
+    programs, all_inputs = zip(*(kernel.random_program(machine, seed + index, **params)
+                                 for index, params in enumerate(cases)), strict=True)
     rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "attention")
     model = run_programs(programs, "model")
     for params, program, inputs, run, reference in zip(cases, programs, all_inputs, rtl,

@@ -197,14 +197,9 @@ def test_compiled_kernels_on_verilator(sim_dir, seed):
     bit-exact reference, and pass the float64 check."""
     cases = [("linear_relu", {"m": 9, "n": 5, "k": 40}), ("gemm", {"m": 6, "n": 7, "k": 5000}),
              ("gemm", {"m": 5, "n": 3, "k": 1}), ("gemm_bf16", {"m": 11, "n": 9, "k": 20})]
-    programs, all_inputs = [], []
-    for index, (name, params) in enumerate(cases):
-        kernel = KERNELS[name]
-        program = kernel.compile(SMALL_MACHINE, **params)
-        inputs = kernel.random_inputs(program, seed + index)
-        kernel.pack(program, inputs)
-        programs.append(program)
-        all_inputs.append(inputs)
+    programs, all_inputs = zip(*(KERNELS[name].random_program(SMALL_MACHINE, seed + index,
+                                                              **params)
+                                 for index, (name, params) in enumerate(cases)), strict=True)
     rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "compiled")
     model = run_programs(programs, "model")
     for (name, params), program, inputs, run, reference in zip(
@@ -282,14 +277,9 @@ def test_row_kernels_on_verilator(sim_dir, seed):
     """Softmax and the centering kernel, each one configuration, launched in sequence on
     the 4x4 RTL: words equal to the model's and to the exact row reference."""
     cases = [("softmax", (6, 32)), ("centered", (3, 32))]
-    programs, all_inputs = [], []
-    for index, (name, (m, n)) in enumerate(cases):
-        kernel = ROW_KERNELS[name]
-        program = kernel.compile(FUSED_MACHINE, m=m, n=n)
-        inputs = kernel.random_inputs(program, seed + index)
-        kernel.pack(program, inputs)
-        programs.append(program)
-        all_inputs.append(inputs)
+    programs, all_inputs = zip(*(ROW_KERNELS[name].random_program(FUSED_MACHINE, seed + index,
+                                                                  m=m, n=n)
+                                 for index, (name, (m, n)) in enumerate(cases)), strict=True)
     rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "rows")
     model = run_programs(programs, "model")
     for (name, _), program, inputs, run, reference in zip(cases, programs, all_inputs, rtl,

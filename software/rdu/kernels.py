@@ -150,6 +150,14 @@ class Kernel:
         return compile_graph(self.graph(params), machine, kernel=self.name, params=params,
                              state=state)
 
+    def random_program(self, machine, seed, **params):
+        """``(program, inputs)``: compiled for ``machine``, random inputs of ``seed``
+        packed into its images (ready to launch)."""
+        program = self.compile(machine, **params)
+        inputs = self.random_inputs(program, seed)
+        self.pack(program, inputs)
+        return program, inputs
+
     def random_inputs(self, program, seed):
         """Standard normal BF16 inputs, drawn in input order from one seeded generator."""
         rng = np.random.default_rng(seed)

@@ -523,6 +523,23 @@ async def simd_timing(bench, *, lanes, stages, tail, beats):
     return marks
 
 
+async def run_one(bench, layout, config, expected, in0, in1=None, *, stall, cycles_per_beat):
+    """One SIMD run of ``config`` on ``in0`` (and ``in1``) beats, random stalls on every
+    port: ``expected`` on ``vector_out``, then the ``DONE`` token."""
+    await write_config(bench, layout, config)
+    source0 = bench.source("vector_in0", stall)
+    source1 = bench.source("vector_in1", stall) if in1 is not None else None
+    sink = bench.sink("vector_out", stall)
+    ctrl_in, ctrl_out = bench.source("control_in", stall), bench.sink("control_out", stall)
+    source0.send_all(pack_vector(v) for v in in0)
+    if source1 is not None:
+        source1.send_all(pack_vector(v) for v in in1)
+    sink.expect_all(pack_vector(v) for v in expected)
+    ctrl_out.expect(1)
+    ctrl_in.send(0)
+    await bench.streams_done(timeout=cycles_per_beat * len(in0) + 2000)
+
+
 async def causal_mask(bench, *, lanes, keys, base, stall="random"):
     """Scores masked causally with the LANE and COUNTER sources: beat ``j`` (counter 0)
     is key ``j``, lane ``i`` is query ``i``; the key is masked (``-inf``) when
@@ -550,16 +567,8 @@ async def causal_mask(bench, *, lanes, keys, base, stall="random"):
     expected = np.where(key - query > base, np.uint32(neg_inf), scores).astype(np.uint32)
     model = pcu_model.run_simd(config, lanes, np.zeros((keys, lanes), np.uint32), scores)
     assert np.array_equal(model["vector_out"], expected), "model differs from numpy"
-    await write_config(bench, layout, config)
-    in0, in1 = bench.source("vector_in0", stall), bench.source("vector_in1", stall)
-    sink = bench.sink("vector_out", stall)
-    ctrl_in, ctrl_out = bench.source("control_in", stall), bench.sink("control_out", stall)
-    in0.send_all(pack_vector(v) for v in np.zeros((keys, lanes), np.uint32))
-    in1.send_all(pack_vector(v) for v in scores)
-    sink.expect_all(pack_vector(v) for v in expected)
-    ctrl_out.expect(1)
-    ctrl_in.send(0)
-    await bench.streams_done(timeout=100 * keys + 2000)
+    await run_one(bench, layout, config, expected, np.zeros((keys, lanes), np.uint32),
+                  scores, stall=stall, cycles_per_beat=100)
     return int((expected == neg_inf).sum())
 
 
@@ -594,14 +603,7 @@ async def running_max_step(bench, *, lanes, beats, rows, stall="random"):
     words = x.view(np.uint32).reshape(-1, lanes)
     model = pcu_model.run_simd(config, lanes, words)
     assert np.array_equal(model["vector_out"], expected), "model differs from numpy"
-    await write_config(bench, layout, config)
-    in0, sink = bench.source("vector_in0", stall), bench.sink("vector_out", stall)
-    ctrl_in, ctrl_out = bench.source("control_in", stall), bench.sink("control_out", stall)
-    in0.send_all(pack_vector(v) for v in words)
-    sink.expect_all(pack_vector(v) for v in expected)
-    ctrl_out.expect(1)
-    ctrl_in.send(0)
-    await bench.streams_done(timeout=100 * len(words) + 2000)
+    await run_one(bench, layout, config, expected, words, stall=stall, cycles_per_beat=100)
     return int((before < running).sum())
 
 
@@ -643,16 +645,8 @@ async def rescaled_accumulator(bench, *, lanes, dims, chunks, groups, stall="ran
     others = alpha.view(np.uint32).reshape(-1, lanes)
     model = pcu_model.run_simd(config, lanes, words, others)
     assert np.array_equal(model["vector_out"], expected), "model differs from numpy"
-    await write_config(bench, layout, config)
-    in0, in1 = bench.source("vector_in0", stall), bench.source("vector_in1", stall)
-    sink = bench.sink("vector_out", stall)
-    ctrl_in, ctrl_out = bench.source("control_in", stall), bench.sink("control_out", stall)
-    in0.send_all(pack_vector(v) for v in words)
-    in1.send_all(pack_vector(v) for v in others)
-    sink.expect_all(pack_vector(v) for v in expected)
-    ctrl_out.expect(1)
-    ctrl_in.send(0)
-    await bench.streams_done(timeout=100 * len(words) + 2000)
+    await run_one(bench, layout, config, expected, words, others, stall=stall,
+                  cycles_per_beat=100)
     return len(expected)
 
 
@@ -677,12 +671,5 @@ async def exp_to_bf16(bench, *, lanes, beats, stall="random"):
     assert not np.any(expected & 0xFFFF), "tail_bf16 left low bits"
     error = np.abs(expected.view(np.float32) / np.exp(x.astype(np.float64)) - 1)
     assert error.max() <= 2.0 ** -8 + 2.0 ** -21, f"relative error {error.max():.3g}"
-    await write_config(bench, layout, config)
-    in0, sink = bench.source("vector_in0", stall), bench.sink("vector_out", stall)
-    ctrl_in, ctrl_out = bench.source("control_in", stall), bench.sink("control_out", stall)
-    in0.send_all(pack_vector(v) for v in words)
-    sink.expect_all(pack_vector(v) for v in expected)
-    ctrl_out.expect(1)
-    ctrl_in.send(0)
-    await bench.streams_done(timeout=100 * beats + 2000)
+    await run_one(bench, layout, config, expected, words, stall=stall, cycles_per_beat=100)
     return float(error.max())
