@@ -44,7 +44,6 @@ __all__ = ["AttentionShape", "AttentionError", "chain_outputs", "float64_attenti
 MODES = ("decode", "prefill")
 #: The most negative finite BF16 (in the high half): the score of a padded key.
 NEG_BIG = 0xFF7F0000
-_NEG_INF = np.uint32(0xFF800000)
 
 
 class AttentionError(ValueError):
@@ -273,13 +272,13 @@ def chain_matrices(shape, qm, km, vm):
         blocks = keys.reshape(-1, lanes, s.dim_k).transpose(0, 2, 1)   # (blocks, d, key)
         scores = pcu_model.systolic_accumulate(blocks, np.broadcast_to(
             qt, (len(blocks),) + qt.shape)).reshape(s.chunks, chunk, lanes)
-        running = np.full(lanes, _NEG_INF, np.uint32)
+        running = np.full(lanes, fpmodel.NEG_INF, np.uint32)
         acc_l = np.zeros((chunk, lanes), np.uint32)
         acc_o = np.zeros((s.dim_pad, lanes), np.uint32)
         for c in range(s.chunks):
             sc = scores[c]
             # 2. chunk maximum
-            m_c = np.full(lanes, _NEG_INF, np.uint32)
+            m_c = np.full(lanes, fpmodel.NEG_INF, np.uint32)
             for row in sc:
                 m_c = fpmodel.fmax(row, m_c)
             # 3. running maximum, alpha

@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 CANONICAL_NAN = np.uint32(0x7FC00000)
+#: -inf (the start of a running maximum).
+NEG_INF = np.uint32(0xFF800000)
 _SIGN = np.uint32(0x80000000)
 _TINY = 2.0 ** -126
 

@@ -122,7 +122,7 @@ def exact_rows(graph, inputs, lanes):
             rows, length = x.shape
             beats = x.reshape(rows, length // lanes, lanes)
             is_max = node.attrs["fn"] == "max"
-            acc = np.full((rows, lanes), 0xFF800000 if is_max else 0, np.uint32)
+            acc = np.full((rows, lanes), fpmodel.NEG_INF if is_max else 0, np.uint32)
             combine = fpmodel.fmax if is_max else fpmodel.add
             for j in range(beats.shape[1]):
                 acc = combine(beats[:, j], acc)

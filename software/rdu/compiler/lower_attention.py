@@ -24,12 +24,13 @@ against bit for bit.
 """
 
 from ..attention import images as attention_images
+from ..fpmodel import NEG_INF
 from ..ir import AccessPattern, Kernel
 from .lower import BF16, WORD, place_images
 
 __all__ = ["lower_attention"]
 
-_NEG_INF = 0xFF800000
+_NEG_INF = int(NEG_INF)
 
 
 def _linear(beats, lanes):

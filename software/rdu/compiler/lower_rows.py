@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..fpmodel import NEG_INF
 from ..frontend import ELEMENTWISE
 from ..ir import AccessPattern, Kernel
 from ..layout import Image, Piece
@@ -38,7 +39,7 @@ from .lower import WORD, place_images
 
 __all__ = ["lower_rows", "RowPCU"]
 
-_NEG_INF = 0xFF800000
+_NEG_INF = int(NEG_INF)
 
 
 def _f32_word(value):
