@@ -3,20 +3,21 @@
 ``O = softmax(Q K^T * scale) V`` per head, grouped-query (``G`` key/value heads shared
 by ``H / G`` query heads each), computed by the streaming chain of ``docs/attention.md``
 with online softmax over chunks of ``C`` keys. This module holds what does not depend on
-placement: :class:`AttentionShape` (the parameters and the derived tiling of a run) and
-:func:`chain_outputs`, the hardware's arithmetic bit for bit (every operation is an
-:mod:`rdu.fpmodel` or :func:`rdu.pcu_model.systolic_accumulate` call in the order the
-units execute it), which compiled kernels are checked against; :func:`float64_attention`
-is the independent reference of the error budget.
+placement: :class:`AttentionShape` (the parameters and the derived tiling of a run),
+:func:`images` (how Q, K, V and O are laid out, masks included), and
+:func:`chain_matrices` / :func:`chain_outputs`, the hardware's arithmetic bit for bit
+(every operation is an :mod:`rdu.fpmodel` or :func:`rdu.pcu_model.systolic_accumulate`
+call in the order the units execute it), which compiled kernels are checked against;
+:func:`float64_attention` is the independent reference of the error budget.
 
 The chain, per *pass* (one key/value head ``g`` and up to ``lanes`` queries, one per
 lane; a beat is one key, or one head dimension):
 
 1. scores ``S^T = K_blk Q^T`` on a systolic PCU (a block of ``lanes`` keys against the
-   pass's queries; ``K`` and ``Q`` in BF16, FP32 accumulation in dimension order). When
-   the keys do not fill the last chunk, one more dimension masks the padding: ``K`` holds
-   ``0`` there for real keys and ``-BIG`` (the most negative BF16) for padded ones, ``Q``
-   holds ``1``, so a padded key scores ``-BIG`` and its probability is ``0``;
+   pass's queries; ``K`` and ``Q`` in BF16, FP32 accumulation in dimension order). Masks
+   are more dimensions of this product: ``K`` holds ``-BIG`` (the most negative BF16)
+   where a key is masked, ``Q`` holds ``1``, so a masked key scores ``-BIG`` and its
+   probability is ``0`` (padded keys; causal prefill: :func:`images`);
 2. chunk maximum ``m_c = max_k s_k`` (``MAX(PREV, REG)`` from ``-inf``);
 3. running maximum ``m = max(m_old, m_c)`` and ``alpha = exp((m_old - m) * scale)``
    (``-inf`` before the first chunk, so ``alpha = 0`` there);
@@ -38,8 +39,8 @@ import numpy as np
 
 from . import fpmodel, pcu_model
 
-__all__ = ["AttentionShape", "AttentionError", "chain_outputs", "float64_attention",
-           "MODES", "NEG_BIG"]
+__all__ = ["AttentionShape", "AttentionError", "images", "chain_outputs", "chain_matrices",
+           "unpack_outputs", "float64_attention", "MODES", "NEG_BIG"]
 
 MODES = ("decode", "prefill")
 #: The most negative finite BF16 (in the high half): the score of a padded key.
