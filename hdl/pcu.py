@@ -292,28 +292,26 @@ class PCU(wiring.Component):
         chain = _CounterChain(m, config)
 
         # -- configuration check -----------------------------------------------------
-        def beyond(value, codes):
-            # A code past the enum's last member; none exists when the members fill the
+        def beyond(value, largest):
+            # A field value past ``largest``; none exists when ``largest`` fills the
             # field (a constant comparison there is a lint error).
-            if max(codes) == 2 ** codes.as_shape().width - 1:
+            value = Value.cast(value)
+            if largest == 2 ** len(value) - 1:
                 return Const(0)
-            return Value.cast(value) > max(codes)
+            return value > largest
 
         uses_in1 = Signal()
         bad_op = Const(0)
         in1_terms = Const(0)
         for stage in range(stages):
             cfg = config.stages[stage]
-            bad_op = bad_op | beyond(cfg.op, Op)
+            bad_op = bad_op | beyond(cfg.op, max(Op))
             for src in (cfg.src_a, cfg.src_b, cfg.src_c):
                 in1_terms = in1_terms | (src == Source.IN1)
-        if stages == 2 ** acc_stage_bits(stages) - 1:
-            bad_acc_stage = Const(0)
-        else:
-            bad_acc_stage = config.acc_stage > stages
+        bad_acc_stage = beyond(config.acc_stage, stages)
         m.d.comb += uses_in1.eq(in1_terms)
         check = Signal(3)
-        with m.If(beyond(config.mode, Mode)):
+        with m.If(beyond(config.mode, max(Mode))):
             m.d.comb += check.eq(PCUError.BAD_MODE)
         with m.Elif(chain.bad):
             m.d.comb += check.eq(PCUError.BAD_COUNTER)
@@ -322,9 +320,9 @@ class PCU(wiring.Component):
                 m.d.comb += check.eq(PCUError.BAD_OP)
             with m.Elif(bad_acc_stage):
                 m.d.comb += check.eq(PCUError.BAD_ACC_STAGE)
-            with m.Elif(beyond(config.reduce, Reduce)):
+            with m.Elif(beyond(config.reduce, max(Reduce))):
                 m.d.comb += check.eq(PCUError.BAD_REDUCE)
-            with m.Elif(beyond(config.tail, Tail)):
+            with m.Elif(beyond(config.tail, max(Tail))):
                 m.d.comb += check.eq(PCUError.BAD_TAIL)
 
         with m.If(self.cfg.write):

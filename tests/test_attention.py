@@ -55,9 +55,10 @@ def test_online_softmax_rescales():
 
 
 def test_padded_keys_do_not_count():
-    """L = 37 in chunks of 16: the 11 padded keys score -BIG through the mask dimension.
-    Appending 11 more keys with huge scores to the real ones changes the result; padding
-    does not (the result equals float64 attention over the 37 keys)."""
+    """L = 37 in chunks of 16 (48 keys): the 11 padded keys (zero K and V) score -BIG
+    through the mask dimension, so they add nothing to the normalising sum: the result
+    is within budget of float64 attention over the 37 keys (a padded key scoring 0
+    would add about 11 exp(-m) to it)."""
     shape = AttentionShape("decode", 37, 16, 2, 1, lanes=8, chunk=16)
     assert shape.masked and shape.dim_k == 18 and shape.seq_pad == 48
     q, k, v = _inputs(shape, 7)

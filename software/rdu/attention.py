@@ -39,8 +39,9 @@ import numpy as np
 
 from . import fpmodel, pcu_model
 
-__all__ = ["AttentionShape", "AttentionError", "images", "chain_outputs", "chain_matrices",
-           "unpack_outputs", "float64_attention", "MODES", "NEG_BIG"]
+__all__ = ["AttentionShape", "AttentionError", "query_rows", "scale_value", "attention64",
+           "images", "chain_outputs", "chain_matrices", "unpack_outputs",
+           "float64_attention", "MODES", "NEG_BIG"]
 
 MODES = ("decode", "prefill")
 #: The most negative finite BF16 (in the high half): the score of a padded key.
@@ -49,6 +50,38 @@ NEG_BIG = 0xFF7F0000
 
 class AttentionError(ValueError):
     """Attention parameters that do not describe a run (one line)."""
+
+
+def query_rows(mode, seq):
+    """Queries per head: one (decode) or one per key (prefill)."""
+    return 1 if mode == "decode" else seq
+
+
+def scale_value(dim, scale=None):
+    """The score scale as the hardware holds it (FP32): ``1 / sqrt(dim)`` unless given."""
+    return np.float32(1.0 / math.sqrt(dim) if scale is None else scale)
+
+
+def attention64(q, k, v, scale, causal=False):
+    """Float64 attention of float arrays ``q`` (heads, rows, dim), ``k`` and ``v``
+    (kv_heads, seq, dim) with ``scale``; ``causal``: row ``r`` sees keys ``0 .. r``.
+    Returns ``(O, budget)``: the budget of the chain against it is ``2^-8 max|V|`` of
+    each head's values (each probability is rounded to BF16, relative 2^-9, before
+    ``P V`` and is in the sum that normalises it), far above the FP32 accumulation."""
+    heads, rows, _ = q.shape
+    kv_heads, seq, _ = k.shape
+    group = heads // kv_heads
+    out = np.zeros(q.shape)
+    budget = np.zeros(q.shape)
+    for h in range(heads):
+        g = h // group
+        scores = q[h] @ k[g].T * float(scale)
+        if causal:
+            scores = np.where(np.tri(rows, seq, dtype=bool), scores, -np.inf)
+        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+        out[h] = weights @ v[g] / weights.sum(axis=1, keepdims=True)
+        budget[h] = 2.0 ** -8 * np.abs(v[g]).max()
+    return out, budget
 
 
 def _ceil(a, b):
@@ -87,14 +120,13 @@ class AttentionShape:
         if self.causal and self.mode == "decode":
             raise AttentionError("causal masking is for prefill (a decode query sees every "
                                  "key)")
-
         if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
             raise AttentionError(f"scale must be a positive finite number, not {self.scale}")
 
     @property
     def rows(self):
         """Queries per head."""
-        return 1 if self.mode == "decode" else self.seq
+        return query_rows(self.mode, self.seq)
 
     @property
     def group(self):
@@ -104,8 +136,7 @@ class AttentionShape:
     @property
     def scale_word(self):
         """The FP32 word of the score scale (``1 / sqrt(dim)`` unless given)."""
-        scale = 1.0 / math.sqrt(self.dim) if self.scale is None else self.scale
-        return int(np.float32(scale).view(np.uint32))
+        return int(scale_value(self.dim, self.scale).view(np.uint32))
 
     @property
     def chunks(self):
@@ -250,9 +281,8 @@ def chain_outputs(shape, q, k, v):
 
 def unpack_outputs(shape, matrix):
     """``O`` (heads, rows, dim) from the logical ``O^T``-by-pass matrix of the chain."""
-    o_image = images(shape)["o"]
-    words = o_image._arrange(np.asarray(matrix, np.uint32))
-    return o_image.unpack(words, "o").reshape(shape.heads, shape.rows, shape.dim)
+    return images(shape)["o"].tensor_of(np.asarray(matrix, np.uint32), "o").reshape(
+        shape.heads, shape.rows, shape.dim)
 
 
 def chain_matrices(shape, qm, km, vm):
@@ -309,18 +339,7 @@ def chain_matrices(shape, qm, km, vm):
 
 def float64_attention(shape, q, k, v):
     """``O`` (heads, rows, dim) in float64 from the same BF16 words (the budget's
-    reference: no online softmax, no rounding)."""
-    s = shape
-    scale = np.float32(np.uint32(s.scale_word).view(np.float32)).astype(np.float64)
+    reference: no online softmax, no rounding; :func:`attention64`)."""
     q, k, v = (np.asarray(x, np.uint32).view(np.float32).astype(np.float64)
                for x in (q, k, v))
-    out = np.zeros((s.heads, s.rows, s.dim))
-    for h in range(s.heads):
-        g = h // s.group
-        scores = q[h] @ k[g].T * scale                  # (rows, seq)
-        if s.causal:
-            scores = np.where(np.tri(s.rows, s.seq, dtype=bool), scores, -np.inf)
-        scores -= scores.max(axis=1, keepdims=True)
-        weights = np.exp(scores)
-        out[h] = weights @ v[g] / weights.sum(axis=1, keepdims=True)
-    return out
+    return attention64(q, k, v, scale_value(shape.dim, shape.scale), shape.causal)[0]

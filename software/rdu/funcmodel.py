@@ -167,7 +167,7 @@ class _SimdRun:
     beats and emits :class:`LazyVector` / :class:`LazyWord` placeholders at item level;
     the arithmetic of the open batch runs when one of its values is needed."""
     __slots__ = ("state", "lanes", "inner", "outer", "counter_min", "counter_stride",
-                 "outer_min", "outer_stride", "batch")
+                 "batch")
 
     def __init__(self, cfg, lanes):
         self.state = pcu_model.SimdState(cfg, lanes)
@@ -175,9 +175,7 @@ class _SimdRun:
         counter = cfg["counters"][0]
         self.inner = pcu_model.trip_count(counter)
         self.counter_min, self.counter_stride = counter["min"], counter["stride"]
-        outer = cfg["counters"][1]
-        self.outer = pcu_model.trip_count(outer)
-        self.outer_min, self.outer_stride = outer["min"], outer["stride"]
+        self.outer = pcu_model.trip_count(cfg["counters"][1])
         self.batch = None
 
     def flags(self, iteration):

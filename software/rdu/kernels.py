@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import pcu_model, reference
+from .attention import query_rows
 from .compiler import compile_graph
 from .frontend import Graph, attention, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
@@ -82,8 +83,7 @@ def attention_graph(seq, dim, heads, kv_heads, mode="decode", causal=False):
         raise KernelInputError(f"HEADS {heads} is not a multiple of KV_HEADS {kv_heads} "
                                f"(each key/value head serves HEADS / KV_HEADS query heads)")
     graph = Graph("attention")
-    rows = 1 if mode == "decode" else seq
-    q = graph.input("q", (heads, rows, dim))
+    q = graph.input("q", (heads, query_rows(mode, seq), dim))
     k = graph.input("k", (kv_heads, seq, dim))
     v = graph.input("v", (kv_heads, seq, dim))
     graph.output("o", attention(q, k, v, causal=causal))
@@ -202,10 +202,6 @@ class Kernel:
         p = program.params
         return f"{self.name} " + " ".join(f"{k.upper()}={v}" for k, v in p.items())
 
-    def saved(self, tensor, words):
-        """What ``--save`` writes for ``tensor``: its float32 values in its shape."""
-        return np.asarray(words, np.uint32).view(np.float32)
-
     def work(self, program):
         """MACs of one run and the machine's peak MACs per cycle."""
         return program.meta["macs"], program.meta["peak_macs_per_cycle"]
@@ -240,8 +236,7 @@ KERNELS = {
                  "causal": ((False, True), False,
                             "attention, prefill: row r sees keys 0 .. r only")},
         defaults={"kv_heads": (lambda params: params["heads"], "HEADS")},
-        derived=lambda params: {"rows": 1 if params.get("mode", "decode") == "decode"
-                                else params["seq"]},
+        derived=lambda params: {"rows": query_rows(params["mode"], params["seq"])},
         machine={"agcus": 4}),
 }
 

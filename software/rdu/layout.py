@@ -163,7 +163,11 @@ class Image:
     def unpack(self, words, tensor):
         """The uint32 words of ``tensor`` (its piece, or its parts stacked as rows of a
         matrix) from the image's ``words``."""
-        matrix = self.unpack_matrix(words)
+        return self.tensor_of(self.unpack_matrix(words), tensor)
+
+    def tensor_of(self, matrix, tensor):
+        """The uint32 words of ``tensor`` (as :meth:`unpack`) from the image's logical
+        ``shape`` matrix."""
         pieces = [piece for piece in self.pieces if piece.tensor == tensor]
         if not pieces:
             raise LayoutError(f"image holds no tensor {tensor!r}")

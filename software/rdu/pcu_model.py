@@ -179,7 +179,7 @@ class SimdState:
             return _step_block(self, counter0, first, last_inner, vecs, others, scalars,
                                first_outer, last_outer)
         return simd_block(self, counter0, first, last_inner, vecs, others, scalars,
-                          last_outer, first_outer)
+                          first_outer, last_outer)
 
 
 def _acc_slots_distinct(config):
@@ -338,7 +338,7 @@ def _reg_stage(stage, operands, init, layout, lanes):
 
 
 def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=None,
-               last_outer=None, first_outer=None):
+               first_outer=None, last_outer=None):
     """:meth:`SimdState.block`: the iterations in chunks of :data:`BLOCK_BEATS`, each
     stage vectorised over (iterations, lanes); a stage that reads REG runs its
     recurrence over the positions of the inner loop, all inner loops of the chunk at
@@ -361,8 +361,8 @@ def simd_block(state, counter0, first, last_inner, vecs, others=None, scalars=No
         v, r = _simd_chunk(state, counter0[lo:hi], first[lo:hi], last_inner[lo:hi],
                            vecs[lo:hi], others[lo:hi] if state.uses_in1 else None,
                            taken[lo:hi] if scalar_in else None,
-                           None if last_outer is None else last_outer[lo:hi],
-                           None if first_outer is None else first_outer[lo:hi])
+                           None if first_outer is None else first_outer[lo:hi],
+                           None if last_outer is None else last_outer[lo:hi])
         vectors.append(v)
         reductions.append(r)
     vector = (np.concatenate(vectors) if vectors else np.zeros((0, lanes), np.uint32)) \
@@ -397,8 +397,8 @@ def _acc_stage(state, stage, operands, first, first_outer, counter0, lanes):
     return out
 
 
-def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, last_outer=None,
-                first_outer=None):
+def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, first_outer=None,
+                last_outer=None):
     config, lanes = state.config, state.lanes
     n = len(vec)
     if taken is not None:

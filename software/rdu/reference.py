@@ -203,35 +203,16 @@ def float64_outputs(graph, inputs):
             (x, ex), = args
             result = (np.broadcast_to(x, node.shape), np.broadcast_to(ex, node.shape))
         elif node.op == "attention":
-            result = _attention64(node, [a for a, _ in args])
+            from .attention import attention64, scale_value
+            (q, _), (k, _), (v, _) = args
+            result = attention64(q, k, v, scale_value(q.shape[2], node.attrs.get("scale")),
+                                 node.attrs.get("causal", False))
         else:
             raise ValueError(f"{node.where}: no float64 reference for {node.op}")
         v, budget = result
         cache[id(node)] = (v, budget + _TINY)
         return cache[id(node)]
     return {name: value(node) for name, node in graph.outputs.items()}
-
-
-def _attention64(node, args):
-    """Float64 attention and its budget: ``2^-8 max|V|`` of the head's values (each
-    probability is rounded to BF16, relative 2^-9, before ``P V`` and is in the sum
-    that normalises it), far above the FP32 accumulation."""
-    q, k, v = args
-    heads, rows, dim = q.shape
-    group = heads // k.shape[0]
-    scale = node.attrs.get("scale")
-    scale = float(np.float32(1.0 / np.sqrt(dim) if scale is None else scale))
-    out = np.zeros(q.shape)
-    budget = np.zeros(q.shape)
-    for h in range(heads):
-        g = h // group
-        scores = q[h] @ k[g].T * scale
-        if node.attrs.get("causal"):
-            scores = np.where(np.tri(rows, k.shape[1], dtype=bool), scores, -np.inf)
-        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
-        out[h] = weights @ v[g] / weights.sum(axis=1, keepdims=True)
-        budget[h] = 2.0 ** -8 * np.abs(v[g]).max()
-    return out, budget
 
 
 def check(graph, inputs, results):

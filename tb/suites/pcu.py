@@ -523,7 +523,7 @@ async def simd_timing(bench, *, lanes, stages, tail, beats):
     return marks
 
 
-async def run_one(bench, layout, config, expected, in0, in1=None, *, stall, cycles_per_beat):
+async def run_one(bench, layout, config, expected, in0, in1=None, *, stall):
     """One SIMD run of ``config`` on ``in0`` (and ``in1``) beats, random stalls on every
     port: ``expected`` on ``vector_out``, then the ``DONE`` token."""
     await write_config(bench, layout, config)
@@ -537,7 +537,7 @@ async def run_one(bench, layout, config, expected, in0, in1=None, *, stall, cycl
     sink.expect_all(pack_vector(v) for v in expected)
     ctrl_out.expect(1)
     ctrl_in.send(0)
-    await bench.streams_done(timeout=cycles_per_beat * len(in0) + 2000)
+    await bench.streams_done(timeout=100 * len(in0) + 2000)
 
 
 async def causal_mask(bench, *, lanes, keys, base, stall="random"):
@@ -568,7 +568,7 @@ async def causal_mask(bench, *, lanes, keys, base, stall="random"):
     model = pcu_model.run_simd(config, lanes, np.zeros((keys, lanes), np.uint32), scores)
     assert np.array_equal(model["vector_out"], expected), "model differs from numpy"
     await run_one(bench, layout, config, expected, np.zeros((keys, lanes), np.uint32),
-                  scores, stall=stall, cycles_per_beat=100)
+                  scores, stall=stall)
     return int((expected == neg_inf).sum())
 
 
@@ -603,7 +603,7 @@ async def running_max_step(bench, *, lanes, beats, rows, stall="random"):
     words = x.view(np.uint32).reshape(-1, lanes)
     model = pcu_model.run_simd(config, lanes, words)
     assert np.array_equal(model["vector_out"], expected), "model differs from numpy"
-    await run_one(bench, layout, config, expected, words, stall=stall, cycles_per_beat=100)
+    await run_one(bench, layout, config, expected, words, stall=stall)
     return int((before < running).sum())
 
 
@@ -645,8 +645,7 @@ async def rescaled_accumulator(bench, *, lanes, dims, chunks, groups, stall="ran
     others = alpha.view(np.uint32).reshape(-1, lanes)
     model = pcu_model.run_simd(config, lanes, words, others)
     assert np.array_equal(model["vector_out"], expected), "model differs from numpy"
-    await run_one(bench, layout, config, expected, words, others, stall=stall,
-                  cycles_per_beat=100)
+    await run_one(bench, layout, config, expected, words, others, stall=stall)
     return len(expected)
 
 
@@ -671,5 +670,5 @@ async def exp_to_bf16(bench, *, lanes, beats, stall="random"):
     assert not np.any(expected & 0xFFFF), "tail_bf16 left low bits"
     error = np.abs(expected.view(np.float32) / np.exp(x.astype(np.float64)) - 1)
     assert error.max() <= 2.0 ** -8 + 2.0 ** -21, f"relative error {error.max():.3g}"
-    await run_one(bench, layout, config, expected, words, stall=stall, cycles_per_beat=100)
+    await run_one(bench, layout, config, expected, words, stall=stall)
     return float(error.max())

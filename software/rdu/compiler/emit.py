@@ -44,7 +44,7 @@ def emit(state):
                    for name, image in images.items()},
         "compile_seconds": {name: round(s, 4) for name, s in state.seconds.items()},
     }
-    if hasattr(group, "scale"):
+    if group.pattern == "attention":
         meta.update({
             "group": "attention", "mode": t.mode, "seq": t.seq, "dim": t.dim,
             "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
@@ -53,7 +53,7 @@ def emit(state):
             "operands": [group.q.name, group.k.name, group.v.name],
             "pcu_programs": {name: node.config for name, node in kernel.nodes.items()
                              if node.unit == "pcu"}})
-    elif hasattr(group, "epilogue"):
+    elif group.pattern == "matmul":
         meta.update({
             "group": "matmul", "m": t.m, "n": t.n, "k": t.k, "pcus": t.pcus,
             "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,

@@ -36,6 +36,7 @@ __all__ = ["MatmulGroup", "RowGroup", "AttentionGroup", "fuse"]
 @dataclass
 class MatmulGroup:
     """``out = epilogue(a @ b [+ bias])``, one configuration."""
+    pattern = "matmul"          # the fusion rule: what the later passes dispatch on
     a: object                       # frontend.Node: input (M, K) BF16
     b: object                       # frontend.Node: input (K, N) BF16
     bias: object = None             # frontend.Node: input (N,) or (1, N) BF16, or None
@@ -146,6 +147,7 @@ def _group(matmul, name):
 class RowGroup:
     """``out = f(x)`` row by row: ``nodes`` in order, each a row ``(R, L)`` or a per-row
     scalar ``(R, 1)`` value."""
+    pattern = "rows"
     x: object
     nodes: list
     output: str
@@ -201,6 +203,7 @@ def _match_rows(graph, name, out):
 class AttentionGroup:
     """``out = attention(q, k, v)``: the whole chain of ``docs/attention.md``, one
     configuration."""
+    pattern = "attention"
     q: object
     k: object
     v: object

@@ -149,11 +149,11 @@ def lower(state):
     group, = state.groups
     t = state.tiling
     hbm = state.machine.region("hbm")
-    if hasattr(group, "scale"):
+    if group.pattern == "attention":
         name = (f"{state.graph.name}_{t.mode}_h{t.heads}g{t.kv_heads}_l{t.seq}"
                 f"d{t.dim}")
         lowered = lower_attention(name, group, t, hbm.size)
-    elif hasattr(group, "epilogue"):
+    elif group.pattern == "matmul":
         name = f"{state.graph.name}_{t.m}x{t.n}x{t.k}"
         lowered = lower_matmul(name, group, t, hbm.size)
     else:

@@ -12,6 +12,7 @@ When no placement routes, :class:`PlacementError` says so; the driver
 (:func:`rdu.compiler.compile_graph`) then tiles again with one systolic PCU fewer.
 """
 
+import math
 import random
 
 from ..ir import Buffer, Compute, Load, Store
@@ -159,8 +160,7 @@ def _annealed_placement(geometry, kernel, paired, rng):
         if other is not None:
             sites[other] = old
         new_cost = _wire_length(links, sites)
-        if new_cost <= cost or rng.random() < pow(2.718281828, (cost - new_cost) /
-                                                   temperature):
+        if new_cost <= cost or rng.random() < math.exp((cost - new_cost) / temperature):
             cost = new_cost
         else:
             sites[name] = old
@@ -203,9 +203,8 @@ def place(state):
              if needed[u] > capacity[u]]
     if short:
         raise PlacementError(f"{kernel.name} needs " + " and ".join(short))
-    group = state.groups[0]
-    family = "attention" if hasattr(group, "scale") else \
-        "gemm" if hasattr(group, "epilogue") else "rows"
+    pattern = state.groups[0].pattern
+    family = "gemm" if pattern == "matmul" else pattern   # seeds the search: kept
     placement = search_placement(kernel, geometry, family)
     if placement is None:
         raise PlacementError(f"{kernel.name}: no routable placement on the "

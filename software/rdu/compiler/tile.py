@@ -216,7 +216,7 @@ def tile_attention(group, geometry, machine):
     if machine.agcus < 3:
         raise CompileError(f"{where}: attention streams Q, K and V from HBM on three AGCUs; "
                            f"the machine has {machine.agcus} (--agcus 3)")
-    if shape.dim_pad > ACC_DEPTH or chunk > ACC_DEPTH:
+    if shape.dim_pad > ACC_DEPTH:          # (a chunk, at most ATTENTION_CHUNK, fits)
         raise CompileError(f"{where}: attention: head dimension {dim} (padded to "
                            f"{shape.dim_pad}) over the PCU accumulator's {ACC_DEPTH} words")
     need = max(2 * shape.dim_k * lanes, 2 * chunk * lanes)
@@ -238,9 +238,9 @@ def tile_attention(group, geometry, machine):
 @register("tile", "choose tiles for the array and the PMU size")
 def tile(state):
     group, = state.groups
-    if hasattr(group, "scale"):
+    if group.pattern == "attention":
         state.tiling = tile_attention(group, state.geometry, state.machine)
-    elif hasattr(group, "epilogue"):
+    elif group.pattern == "matmul":
         state.tiling = tile_matmul(group, state.geometry, state.max_pcus,
                                    state.machine.agcus)
     else:
