@@ -4,18 +4,21 @@
 (``tb/suites/system.py:run_program``) that drives it.
 """
 
-from amaranth import Cat, Module
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .agcu import AGCU, agcu_command_layout, agcu_config_layout
 from .array import HostPort, TileArray
 from .interfaces import NETWORKS, WORD_BITS, AXI4Signature, config_words
+from .orchestrator import MAX_AGCUS, Orchestrator, ScheduleControl
 from .switch import FIFO_DEPTH
 
 __all__ = ["agcu_position", "agcu_edge", "position_edge", "default_agcu_positions", "RDUSystem"]
 
 SIDES = ("west", "east")
+#: The host port's controls the orchestrator drives while it runs a schedule.
+ORCHESTRATED_HOST_CONTROLS = ("start", "config_clear", "watchdog_cycles")
 
 
 def agcu_position(k, rows):
@@ -72,6 +75,12 @@ class RDUSystem(wiring.Component):
     its ``*_in``) and to the array's ``agcu_cfg[k]`` configuration port. AGCU 0's
     ``bitstream_out`` feeds the array's configuration network (``PROGRAM_LOAD``); the
     other AGCUs' ``bitstream_out`` is always ready and discarded.
+    An :class:`hdl.orchestrator.Orchestrator` runs schedules from memory
+    (``docs/orchestrator.md``): while it is busy it owns the AGCUs' commands and the
+    host port's ``start``, ``config_clear`` and ``watchdog_cycles`` (the host's
+    ``cmd`` streams are not ready), and while it fetches a schedule AGCU 0's
+    ``bitstream_out`` goes to it instead of the configuration network. Idle, it changes
+    nothing: the host drives ``cmd`` and ``host`` as without it.
     Edge ports without an AGCU are idle: their inputs have ``valid`` low, their outputs
     ``ready`` low (data routed there stalls and shows in the stall counters).
 
@@ -94,6 +103,10 @@ class RDUSystem(wiring.Component):
         per AGCU, all distinct. Default :func:`default_agcu_positions` (the
         :func:`agcu_edge` assignment). A compiled program must be run on a system whose
         positions are the ones its mapper assumed.
+    schedule_commands : int, optional
+        Depth of the orchestrator's schedule memory in commands (1 to 4096); 0: no
+        orchestrator. Default 64, or 0 for more than
+        :data:`hdl.orchestrator.MAX_AGCUS` AGCUs (its masks have a bit per AGCU).
 
     Attributes
     ----------
@@ -110,11 +123,14 @@ class RDUSystem(wiring.Component):
         The array's host port (start, configuration state, run status, counters).
     readback : Out(stream.Signature(32))
         Configuration readback (``host.readback_start``).
+    orch : In(ScheduleControl())
+        The orchestrator's start, schedule address and length, and status (with no
+        orchestrator: never busy).
     """
 
     def __init__(self, rows=4, cols=4, lanes=8, *, agcus=2, compute_unit="hdl.pcu:PCU",
                  capacity_bytes=65536, fifo_depth=FIFO_DEPTH, idle_timeout=4096,
-                 agcu_positions=None):
+                 agcu_positions=None, schedule_commands=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"System {name} must be an integer, not {value!r}")
@@ -145,6 +161,14 @@ class RDUSystem(wiring.Component):
                                agcus=agcus, agcu_config_words=self.agcu_config_words,
                                idle_timeout=idle_timeout)
         first = self.agcus[0]
+        if schedule_commands is None:
+            schedule_commands = 64 if agcus <= MAX_AGCUS else 0
+        if not isinstance(schedule_commands, int) or isinstance(schedule_commands, bool):
+            raise TypeError(f"Schedule memory depth must be an integer, not "
+                            f"{schedule_commands!r}")
+        self.orchestrator = (Orchestrator(agcus, commands=schedule_commands,
+                                          addr_width=first.addr_width)
+                             if schedule_commands else None)
         super().__init__({
             "axi": Out(AXI4Signature(addr_width=first.addr_width,
                                      data_width=lanes * WORD_BITS,
@@ -157,6 +181,7 @@ class RDUSystem(wiring.Component):
             "agcu_scalar_count": Out(WORD_BITS).array(agcus),
             "host": In(HostPort()),
             "readback": Out(stream.Signature(WORD_BITS)),
+            "orch": In(ScheduleControl()),
         })
 
     def edge_of(self, k):
@@ -175,14 +200,45 @@ class RDUSystem(wiring.Component):
         m = Module()
         array = self.array
         m.submodules.array = array
-        wiring.connect(m, wiring.flipped(self.host), array.host)
+        orch = self.orchestrator
+        owned = Signal()                 # the orchestrator owns commands and host controls
+        capture = Signal()               # AGCU 0's bitstream_out goes to the orchestrator
+        if orch is not None:
+            m.submodules.orchestrator = orch
+            wiring.connect(m, wiring.flipped(self.orch), orch.control)
+            m.d.comb += [owned.eq(orch.control.busy), capture.eq(orch.capture),
+                         orch.watchdog_cycles.eq(self.host.watchdog_cycles)]
+        # the array's host port: the host's, or the orchestrator's controls while it runs
+        for name, member in HostPort().members.items():
+            outer, inner = getattr(self.host, name), getattr(array.host, name)
+            if member.flow == Out:       # driven by the host
+                if orch is not None and name in ORCHESTRATED_HOST_CONTROLS:
+                    m.d.comb += inner.eq(Mux(owned, getattr(orch.host, name), outer))
+                else:
+                    m.d.comb += inner.eq(outer)
+            else:
+                m.d.comb += outer.eq(inner)
+                if orch is not None:
+                    m.d.comb += getattr(orch.host, name).eq(inner)
         wiring.connect(m, array.readback, wiring.flipped(self.readback))
         m.d.comb += array.kernel_busy.eq(Cat(*(agcu.executing for agcu in self.agcus)).any())
         for k, agcu in enumerate(self.agcus):
             m.submodules[f"agcu{k}"] = agcu
             edge = self.edge_of(k)
             wiring.connect(m, agcu.axi, wiring.flipped(self.axi[k]))
-            wiring.connect(m, wiring.flipped(self.cmd[k]), agcu.cmd)
+            if orch is None:
+                wiring.connect(m, wiring.flipped(self.cmd[k]), agcu.cmd)
+            else:
+                host_cmd, orch_cmd = self.cmd[k], orch.cmd[k]
+                m.d.comb += [
+                    agcu.cmd.valid.eq(Mux(owned, orch_cmd.valid, host_cmd.valid)),
+                    agcu.cmd.payload.eq(Mux(owned, orch_cmd.payload, host_cmd.payload)),
+                    orch_cmd.ready.eq(owned & agcu.cmd.ready),
+                    host_cmd.ready.eq(~owned & agcu.cmd.ready),
+                    orch.agcu_busy[k].eq(agcu.busy),
+                    orch.agcu_done[k].eq(agcu.done),
+                    orch.agcu_error[k].eq(agcu.error),
+                ]
             wiring.connect(m, array.agcu_cfg[k], agcu.cfg)
             for network in NETWORKS:
                 wiring.connect(m, getattr(agcu, f"{network}_out"),
@@ -196,7 +252,17 @@ class RDUSystem(wiring.Component):
                 self.agcu_scalar_result[k].eq(agcu.scalar_result),
                 self.agcu_scalar_count[k].eq(agcu.scalar_count),
             ]
-            if k == 0:
+            if k == 0 and orch is not None:
+                # the schedule's fetch captures AGCU 0's words; otherwise they configure
+                source, config = agcu.bitstream_out, array.bitstream
+                m.d.comb += [
+                    config.valid.eq(source.valid & ~capture),
+                    config.payload.eq(source.payload),
+                    orch.bitstream.valid.eq(source.valid & capture),
+                    orch.bitstream.payload.eq(source.payload),
+                    source.ready.eq(Mux(capture, orch.bitstream.ready, config.ready)),
+                ]
+            elif k == 0:
                 wiring.connect(m, agcu.bitstream_out, array.bitstream)
             else:
                 # only AGCU 0 feeds the configuration network: a program load on another

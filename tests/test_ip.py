@@ -38,6 +38,9 @@ def test_register_map_is_consistent():
     sources = regmap.enum("ERROR", "SOURCE")
     assert [s.name for s in sources] == ["NONE", "LOADER", "AGCU", "WATCHDOG", "UNIT",
                                          "REQUEST", "STUCK"]
+    # the gateware's enumeration (hdl.sequencer.ErrorSource) is the register's encoding
+    from hdl.sequencer import ErrorSource
+    assert [(s.name, s.value) for s in sources] == [(s.name, s.value) for s in ErrorSource]
 
 
 def test_unsupported_field_semantics_are_refused(tmp_path):

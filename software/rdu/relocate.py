@@ -20,19 +20,21 @@ from hdl.agcu import agcu_config_layout
 from .bitstream import Record, UnitKind, read_bitstream, write_bitstream
 from .unitconfig import pack_config, unpack_config
 
-__all__ = ["relocate_image", "RelocationError", "image_span"]
+__all__ = ["relocate_image", "relocate_output", "RelocationError", "image_span"]
 
 
 class RelocationError(ValueError):
     """An image that cannot be moved there (one line: which image, why)."""
 
 
-def image_span(program, image):
-    """``(address, bytes)`` of input image ``image`` of ``program``."""
+def image_span(program, image, role="input"):
+    """``(address, bytes)`` of input (``role`` ``"output"``: output) image ``image`` of
+    ``program``."""
     images = program.meta.get("images", {})
-    if image not in images or image not in program.inputs:
-        raise RelocationError(f"program {program.name!r} has no input image {image!r} "
-                              f"(inputs: {', '.join(sorted(program.inputs))})")
+    known = program.inputs if role == "input" else program.outputs
+    if image not in images or image not in known:
+        raise RelocationError(f"program {program.name!r} has no {role} image {image!r} "
+                              f"({role}s: {', '.join(sorted(known))})")
     layout = images[image]
     from .layout import Image
     return layout["address"], Image.from_json(layout).nbytes
@@ -44,7 +46,22 @@ def relocate_image(program, image, address):
     The image's words in the copy's ``inputs`` are ``None`` (the image is expected to
     be in memory already: copied there by an earlier step); pack them again if the
     runtime should write them. Raises :class:`RelocationError`."""
-    old, nbytes = image_span(program, image)
+    return _relocate(program, image, address, "input")
+
+
+def relocate_output(program, image, address):
+    """A copy of ``program`` that stores output image ``image`` at byte ``address``:
+    every AGCU store pattern whose base lies inside the image is shifted (as
+    :func:`relocate_image` does for loads), ``outputs`` and the manifest follow. Lets
+    several launches of one kernel keep their results apart (an orchestrated schedule
+    reads every output after its end). Raises :class:`RelocationError`."""
+    return _relocate(program, image, address, "output")
+
+
+def _relocate(program, image, address, role):
+    old, nbytes = image_span(program, image, role)
+    pattern, enable = ("load", "load_enable") if role == "input" else \
+        ("store", "store_enable")
     machine = program.machine
     beat = machine.beat_bytes
     if address % beat:
@@ -70,18 +87,22 @@ def relocate_image(program, image, address):
     for record in records:
         if record.kind == UnitKind.AGCU:
             fields = unpack_config(layout, record.words)
-            base = fields["load"]["base"] % (1 << 32)
-            if fields["load_enable"] and old <= base < old + nbytes:
-                fields["load"]["base"] = base + delta
+            base = fields[pattern]["base"] % (1 << 32)
+            if fields[enable] and old <= base < old + nbytes:
+                fields[pattern]["base"] = base + delta
                 record = Record(record.kind, record.row, record.col,
                                 pack_config(layout, fields))
                 moved += 1
         patched.append(record)
     if not moved:
-        raise RelocationError(f"program {program.name!r}: no AGCU loads image {image!r}")
+        raise RelocationError(f"program {program.name!r}: no AGCU "
+                              f"{'loads' if role == 'input' else 'stores'} image {image!r}")
     result = copy.deepcopy(program)
     result.bitstream = write_bitstream(header.geometry, patched, flags=header.flags)
-    result.inputs[image] = (address, None)
+    if role == "input":
+        result.inputs[image] = (address, None)
+    else:
+        result.outputs[image] = (address, result.outputs[image][1])
     result.meta["images"][image]["address"] = address
     if image in result.meta.get("addresses", {}):
         result.meta["addresses"][image] = address
