@@ -28,7 +28,8 @@ from .array import WATCHDOG_BITS, HostPort
 from .sequencer import ErrorSource, Sequencer
 
 __all__ = ["ScheduleOp", "ScheduleError", "COMMAND_WORDS", "COMMAND_BYTES", "OP_BITS",
-           "ARGUMENT_BITS", "FETCH_INDEX", "MAX_AGCUS", "ScheduleControl", "Orchestrator"]
+           "ARGUMENT_BITS", "FETCH_INDEX", "MAX_AGCUS", "MAX_COMMANDS", "DEFAULT_COMMANDS",
+           "ScheduleControl", "Orchestrator"]
 
 #: 32-bit words per command.
 COMMAND_WORDS = 4
@@ -44,6 +45,8 @@ FETCH_INDEX = 0xFFFF
 MAX_AGCUS = ARGUMENT_BITS
 #: Largest schedule memory (commands).
 MAX_COMMANDS = 4096
+#: The schedule memory of :class:`hdl.system.RDUSystem`'s orchestrator (commands).
+DEFAULT_COMMANDS = 64
 
 
 class ScheduleOp(enum.IntEnum, shape=OP_BITS):
@@ -152,7 +155,7 @@ class Orchestrator(wiring.Component):
         driven; ``perf_select`` and ``readback_start`` stay 0).
     """
 
-    def __init__(self, agcus, *, commands=64, addr_width=32):
+    def __init__(self, agcus, *, commands=DEFAULT_COMMANDS, addr_width=32):
         _check_int("AGCU count", agcus, 1, MAX_AGCUS)
         _check_int("Schedule memory depth", commands, 1, MAX_COMMANDS)
         _check_int("Address width", addr_width, 16, 32)

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from .agcu import AGCU, agcu_command_layout, agcu_config_layout
 from .array import HostPort, TileArray
 from .interfaces import NETWORKS, WORD_BITS, AXI4Signature, config_words
-from .orchestrator import MAX_AGCUS, Orchestrator, ScheduleControl
+from .orchestrator import DEFAULT_COMMANDS, MAX_AGCUS, Orchestrator, ScheduleControl
 from .switch import FIFO_DEPTH
 
 __all__ = ["agcu_position", "agcu_edge", "position_edge", "default_agcu_positions", "RDUSystem"]
@@ -105,7 +105,7 @@ class RDUSystem(wiring.Component):
         positions are the ones its mapper assumed.
     schedule_commands : int, optional
         Depth of the orchestrator's schedule memory in commands (1 to 4096); 0: no
-        orchestrator. Default 64, or 0 for more than
+        orchestrator. Default :data:`hdl.orchestrator.DEFAULT_COMMANDS` (64), or 0 for more than
         :data:`hdl.orchestrator.MAX_AGCUS` AGCUs (its masks have a bit per AGCU).
 
     Attributes
@@ -162,7 +162,7 @@ class RDUSystem(wiring.Component):
                                idle_timeout=idle_timeout)
         first = self.agcus[0]
         if schedule_commands is None:
-            schedule_commands = 64 if agcus <= MAX_AGCUS else 0
+            schedule_commands = DEFAULT_COMMANDS if agcus <= MAX_AGCUS else 0
         if not isinstance(schedule_commands, int) or isinstance(schedule_commands, bool):
             raise TypeError(f"Schedule memory depth must be an integer, not "
                             f"{schedule_commands!r}")

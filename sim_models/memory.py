@@ -34,7 +34,16 @@ import numpy as np
 from rdu.memory_map import DDR, HBM, HOST
 
 __all__ = ["SparseMemory", "MemoryTiming", "MemoryModel",
-           "hbm_model", "ddr_model", "host_link_model"]
+           "hbm_model", "ddr_model", "host_link_model", "HOST_LINK_LATENCY",
+           "HOST_LAUNCH_LATENCY"]
+
+#: Cycles of one crossing of the host link (PCIe-like), each way.
+HOST_LINK_LATENCY = 1000
+#: Cycles a host needs to issue one launch (or copy) and learn that the previous one
+#: ended: the completion's interrupt or status read crossing the link to the host, the
+#: driver and runtime deciding the next command (about one more link time), the
+#: doorbell's MMIO write crossing the link to the device (``docs/memory.md``).
+HOST_LAUNCH_LATENCY = 3 * HOST_LINK_LATENCY
 
 
 class SparseMemory:
@@ -280,8 +289,8 @@ def ddr_model(*, base=DDR.base, size=DDR.size, channels=1, banks=8, row_bytes=20
         write_latency), beat_bytes)
 
 
-def host_link_model(*, base=HOST.base, size=HOST.size, latency=1000, bytes_per_cycle=0.57,
-                    beat_bytes=32):
+def host_link_model(*, base=HOST.base, size=HOST.size, latency=HOST_LINK_LATENCY,
+                    bytes_per_cycle=0.57, beat_bytes=32):
     """The host link (PCIe-like): one lane group, long fixed latency, low bandwidth."""
     return MemoryModel("host", base, size, MemoryTiming(
         1, 1, 1 << 30, latency, latency, bytes_per_cycle, 1 << 30, latency), beat_bytes)

@@ -25,6 +25,7 @@ import numpy as np
 from hdl.agcu import AGCUError, AGCUOp, agcu_config_layout
 from hdl.config_net import LoaderState
 from hdl.interfaces import config_words
+from hdl.orchestrator import DEFAULT_COMMANDS
 
 from .bitstream import ConfigStatus
 from .config_loader import ConfigLoader
@@ -35,10 +36,11 @@ from .funcmodel import (
     LoaderError,
     ModelError,
     RunResult,
+    UnitError,
 )
 from .memory_map import BURST_BOUNDARY
 
-__all__ = ["FunctionalMachine", "CommandResult", "AGCUOp", "AGCUError"]
+__all__ = ["FunctionalMachine", "CommandResult", "ScheduleRun", "AGCUOp", "AGCUError"]
 
 ADDRESS_SPACE = 1 << 32
 
@@ -81,6 +83,19 @@ class CommandResult:
         if not self.ok:
             raise CommandError(self.agcu, self.error, self.message(), self.op)
         return self
+
+
+@dataclass
+class ScheduleRun:
+    """What :meth:`FunctionalMachine.run_schedule` did: the decoded ``commands``, how many
+    ``completed`` (END included), ``error`` ``(index, ErrorSource, code, unit)`` or
+    ``None``, ``detail`` (the model's own words on an error, e.g. what deadlocked) and
+    ``runs`` ``{command index: RunResult}`` of the executes."""
+    commands: list
+    completed: int = 0
+    error: tuple = None
+    detail: str = ""
+    runs: dict = field(default_factory=dict)
 
 
 class FunctionalMachine:
@@ -266,7 +281,7 @@ class FunctionalMachine:
         write_errors = self._stream_write(dst, raw)
         self._report(result, self._first_error(read_errors, write_errors))
 
-    def _word_load(self, result, src, length):
+    def _word_load(self, result, src, length, capture=False):
         if length == 0 or length % 4:
             result.error = AGCUError.BAD_LENGTH
             result.detail = f"length {length} is not a non-zero multiple of 4 bytes"
@@ -282,8 +297,9 @@ class FunctionalMachine:
         self._report(result, self._first_error(read_errors))
         if result.op == AGCUOp.ARGUMENT_LOAD:
             self.pending_arguments.setdefault(result.agcu, []).extend(words)
-        elif result.agcu == 0:
-            # only AGCU 0's bitstream_out feeds the configuration network
+        elif result.agcu == 0 and not capture:
+            # only AGCU 0's bitstream_out feeds the configuration network (not while the
+            # orchestrator captures it: run_schedule)
             self.loader.feed(words)
             self.loader.end_of_stream()
             self.array.loaded = self.loader.state == LoaderState.LOADED
@@ -401,6 +417,89 @@ class FunctionalMachine:
             except ModelError as error:
                 raise ModelError(f"output {name!r}: {error}") from None
         return outputs, result
+
+    def run_schedule(self, address, length, *, capacity=DEFAULT_COMMANDS):
+        """Run the orchestrator schedule of ``length`` bytes at ``address`` as
+        :class:`hdl.orchestrator.Orchestrator` does (``docs/orchestrator.md``), with no
+        timing: the words fetched through AGCU 0 (not into the loader), decoded with
+        :func:`rdu.schedule.decode`, each command run in order; a ``COPY`` runs at once
+        and its error is reported at the next command boundary, naming the ``COPY``.
+        ``capacity``: the schedule memory in commands. Returns a :class:`ScheduleRun`;
+        a failure is its ``error`` (never raised), as the hardware's status."""
+        from hdl.orchestrator import COMMAND_BYTES, FETCH_INDEX, ScheduleError, ScheduleOp
+        from hdl.sequencer import ErrorSource
+
+        from .schedule import agcus_of, decode
+        run = ScheduleRun([])
+
+        def fail(index, source, code=0, unit=0, detail=""):
+            run.error, run.detail = (index, ErrorSource(source), int(code), int(unit)), detail
+            return run
+
+        request = ErrorSource.REQUEST
+        if length == 0 or length % COMMAND_BYTES:
+            return fail(FETCH_INDEX, request, ScheduleError.BAD_LENGTH)
+        if length > COMMAND_BYTES * capacity:
+            return fail(FETCH_INDEX, request, ScheduleError.TOO_LONG)
+        fetch = CommandResult(0, AGCUOp.PROGRAM_LOAD)
+        self._word_load(fetch, address, length, capture=True)
+        if not fetch.ok:
+            return fail(FETCH_INDEX, ErrorSource.AGCU, fetch.error, 0, fetch.detail)
+        run.commands = commands = decode(fetch.words)
+        arguments, copy_error = None, None
+        n = self.machine.agcus
+        for index, command in enumerate(commands):
+            if copy_error:
+                return fail(*copy_error)
+            op, argument = command.op, command.argument
+            mask_bad = argument == 0 or argument >> n != 0
+            if op == ScheduleOp.END:
+                run.completed += 1
+                return run
+            if op == ScheduleOp.PROGRAM_LOAD:
+                self.config_clear()
+                load = self.command(0, AGCUOp.PROGRAM_LOAD, src=command.src,
+                                    length=command.length)
+                if not load.ok:
+                    return fail(index, ErrorSource.AGCU, load.error, 0, load.detail)
+                if self.loader.state != LoaderState.LOADED:
+                    return fail(index, ErrorSource.LOADER, self.loader.status, 0,
+                                self.loader.detail)
+            elif op == ScheduleOp.ARGUMENT_LOAD:
+                arguments = (command.src, command.length)
+            elif op == ScheduleOp.EXECUTE:
+                if mask_bad:
+                    return fail(index, request, ScheduleError.BAD_MASK)
+                if arguments:
+                    sent = self.command(0, AGCUOp.ARGUMENT_LOAD, src=arguments[0],
+                                        length=arguments[1])
+                    arguments = None
+                    if not sent.ok:
+                        return fail(index, ErrorSource.AGCU, sent.error, 0, sent.detail)
+                try:
+                    run.runs[index] = self.execute(agcus_of(argument))
+                except CommandError as error:
+                    return fail(index, ErrorSource.AGCU, error.error, error.agcu, str(error))
+                except UnitError as error:
+                    return fail(index, ErrorSource.UNIT, 0, 0, str(error))
+                except ModelError as error:      # a deadlock, a start the array ignored
+                    return fail(index, ErrorSource.WATCHDOG, 0, 0, str(error))
+            elif op == ScheduleOp.COPY:
+                if argument >= n:
+                    return fail(index, request, ScheduleError.BAD_AGCU)
+                done = self.command(argument, AGCUOp.COPY, src=command.src, dst=command.dst,
+                                    length=command.length)
+                if not done.ok:
+                    copy_error = (index, ErrorSource.AGCU, done.error, argument, done.detail)
+            elif op == ScheduleOp.WAIT:
+                if mask_bad:
+                    return fail(index, request, ScheduleError.BAD_MASK)
+            else:
+                return fail(index, request, ScheduleError.BAD_OPCODE)
+            run.completed += 1
+        if copy_error:
+            return fail(*copy_error)
+        return fail(len(commands), request, ScheduleError.NO_END)
 
     def run_programs(self, programs):
         """Run ``programs`` in order on this machine: memory (and PMU SRAM) kept between

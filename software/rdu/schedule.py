@@ -15,8 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdl.agcu import AGCUError
-from hdl.orchestrator import (ARGUMENT_BITS, COMMAND_BYTES, COMMAND_WORDS, FETCH_INDEX,
-                              OP_BITS, ScheduleError, ScheduleOp)
+from hdl.orchestrator import (
+    ARGUMENT_BITS,
+    COMMAND_BYTES,
+    COMMAND_WORDS,
+    FETCH_INDEX,
+    OP_BITS,
+    ScheduleError,
+    ScheduleOp,
+)
 from hdl.sequencer import ErrorSource
 
 from .bitstream import ConfigStatus
