@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS",
            "run_kernel", "hbm_peak_bytes_per_cycle",
            "system_params", "check_machine", "Launch", "Copy", "Write", "StepResult",
-           "run_schedule"]
+           "ScheduleResult", "EXECUTIONS", "run_schedule"]
 
 SIMULATORS = ("model", "verilator", "ip")
 
@@ -371,27 +371,74 @@ class Write:
 @dataclass
 class StepResult:
     """One step of a schedule: its kind, cycles (``None`` on the functional model and
-    for writes) and, for a launch, its :class:`RunResult`."""
+    for writes) and, for a launch, its :class:`RunResult`. ``launch_cycles``: the part
+    of ``cycles`` the host spent issuing the step (its launch latency; 0 when the
+    orchestrator issues it)."""
     kind: str
     cycles: int = None
     launch: RunResult = None
     agcu_cycles: dict = field(default_factory=dict)
+    launch_cycles: int = None
+
+
+#: How :func:`run_schedule` issues the steps.
+EXECUTIONS = ("host", "orchestrated")
+
+
+class ScheduleResult(list):
+    """The :class:`StepResult` s of :func:`run_schedule` (a list), with ``cycles``: clock
+    edges of the whole schedule on the RTL (host execution: from the first step's issue
+    to the last step's end; orchestrated: ``orch.cycles``, start to done; ``None`` on
+    the functional model), ``execution`` and ``host_commands`` (orchestrated RTL: the
+    commands and control pulses the host drove while the orchestrator ran, 0)."""
+
+    def __init__(self, steps, *, cycles=None, execution="host", host_commands=None):
+        super().__init__(steps)
+        self.cycles, self.execution, self.host_commands = cycles, execution, host_commands
 
 
 def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, memory=None,
-                 timeout=None, progress=False):
+                 timeout=None, progress=False, execution="host", launch_latency=None):
     """Run a list of :class:`Launch`, :class:`Copy` and :class:`Write` steps in order on
     one machine and one memory; one :class:`StepResult` each.
 
     The general form of :func:`run_programs`: copies move data between HBM, DDR and the
     host window with AGCU ``COPY`` commands between launches (model switching).
     ``memory``: memory-model overrides for the RTL (``{"host": {"bytes_per_cycle": ..}}``,
-    :func:`rdu.sim.host.system_memory`); the functional model has no timing. A launch's
-    cycles are its program load plus its execution (``load_cycles + cycles``); a copy's
-    from the edge that accepted its commands to the last ``done``.
+    :func:`rdu.sim.host.system_memory`); the functional model has no timing.
+
+    ``execution="host"``: the host issues every step. It needs ``launch_latency``
+    cycles (default :data:`sim_models.memory.HOST_LAUNCH_LATENCY`) to issue each launch
+    and each copy, counted in the step's ``cycles`` and reported as its
+    ``launch_cycles``. A launch's cycles are then ``launch_cycles + load_cycles +
+    cycles``; a copy's ``launch_cycles`` plus the edges from the one that accepted its
+    commands to the last ``done``.
+
+    ``execution="orchestrated"``: the steps become one schedule for the hardware
+    orchestrator (``docs/orchestrator.md``; a launch is ``PROGRAM_LOAD`` + ``EXECUTE``,
+    a copy its ``COPY`` commands + ``WAIT``, then ``END``); a
+    :class:`rdu.schedule.Command` among the steps goes into the schedule as it is. Every
+    image, bitstream (placed at the top of HBM with the schedule) and :class:`Write`
+    is written before the one ``start``; writes after the first launch or copy, and
+    images that a later step's images or outputs would overwrite before they are used
+    or read, are refused. The outputs are read after the end. Step cycles come from the
+    orchestrator's command completions (``launch_cycles`` 0).
+
+    Raises
+    ------
+    RunFailure
+        One line: the unit and the cause (for a schedule, the command's index).
     """
     if sim not in SIMULATORS:
         raise ValueError(f"unknown simulator {sim!r}; expected one of {', '.join(SIMULATORS)}")
+    if execution not in EXECUTIONS:
+        raise ValueError(f"unknown execution {execution!r}; expected one of "
+                         f"{', '.join(EXECUTIONS)}")
+    if launch_latency is not None and (not isinstance(launch_latency, int) or
+                                       isinstance(launch_latency, bool) or launch_latency < 0):
+        raise ValueError(f"launch latency must be a non-negative integer number of cycles, "
+                         f"not {launch_latency!r}")
+    from .schedule import Command
     steps = list(steps)
     programs = [step.program for step in steps if isinstance(step, Launch)]
     if not programs:
@@ -400,12 +447,277 @@ def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, mem
     for step in steps:
         if isinstance(step, Copy):
             step.jobs(machine)
-        elif not isinstance(step, (Launch, Write)):
+        elif isinstance(step, Command) and execution == "host":
+            raise ValueError(f"a schedule command ({step.describe()}) is a step of an "
+                             f"orchestrated schedule only")
+        elif not isinstance(step, (Launch, Write, Command)):
             raise ValueError(f"not a schedule step: {step!r}")
+    if execution == "orchestrated":
+        if sim == "ip":
+            raise ValueError("an orchestrated schedule runs on sim 'model' or 'verilator'")
+        plan = _orchestrate(steps, machine)
+        if sim == "model":
+            return _orchestrated_model(steps, plan, machine)
+        return _orchestrated_verilator(steps, plan, machine, seed=seed, work_dir=work_dir,
+                                       memory=memory, timeout=timeout, progress=progress)
     if sim == "model":
         return _schedule_model(steps, machine)
+    if launch_latency is None:
+        from sim_models.memory import HOST_LAUNCH_LATENCY
+        launch_latency = HOST_LAUNCH_LATENCY
     return _schedule_verilator(steps, machine, seed=seed, work_dir=work_dir, memory=memory,
-                               timeout=timeout, progress=progress)
+                               timeout=timeout, progress=progress,
+                               launch_latency=launch_latency)
+
+
+@dataclass
+class _Orchestration:
+    """An orchestrated schedule: its commands and words, where they go, what to write
+    first, and which commands belong to which step."""
+    commands: list
+    words: object
+    address: int
+    writes: list                # [(address, uint32 words)]
+    step_commands: list         # per step: its command indices
+    launches: list              # [(step index, program, EXECUTE command index)]
+
+
+def _spans_overlap(a, b):
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+
+def _orchestrate(steps, machine):
+    """Steps -> :class:`_Orchestration` (commands, placement, checks)."""
+    from hdl.orchestrator import COMMAND_BYTES, ScheduleOp
+
+    from .schedule import Command, encode, mask_of
+    beat = machine.beat_bytes
+    images, writes, spans = [], [], []     # images: (step, what, address, nbytes, words)
+    outputs = []                           # (step, what, address, nbytes)
+    started = False
+    for index, step in enumerate(steps):
+        if isinstance(step, Write):
+            if started:
+                raise RunFailure(f"orchestrated schedule: step {index} (a host write at "
+                                 f"{step.address:#x}) comes after the first launch or copy: "
+                                 f"the host is idle during the run; write before it",
+                                 "schedule")
+            words = np.asarray(step.words, np.uint32).reshape(-1)
+            writes.append((int(step.address), words))
+            spans.append((int(step.address), 4 * words.size))
+        elif isinstance(step, Launch):
+            started = True
+            program = step.program
+            for name, (address, words) in program.inputs.items():
+                if words is not None:
+                    words = np.asarray(words, np.uint32).reshape(-1)
+                    images.append((index, f"input {name!r} of {program.name!r}",
+                                   int(address), 4 * words.size, words))
+            for name, (address, count) in program.outputs.items():
+                outputs.append((index, f"output {name!r} of {program.name!r}", int(address),
+                                4 * int(count)))
+        elif isinstance(step, Copy):
+            started = True
+            spans.append((step.src, step.length))
+            spans.append((step.dst, step.length))
+    # an image is written before the run: no later step may write over it before its
+    # launch reads it, no output may be overwritten before the end reads it
+    for i, (step_i, what_i, address_i, size_i, words_i) in enumerate(images):
+        for step_j, what_j, address_j, size_j, words_j in images[i + 1:]:
+            if step_j != step_i and _spans_overlap((address_i, size_i), (address_j, size_j)) \
+                    and not (address_i == address_j and np.array_equal(words_i, words_j)):
+                raise RunFailure(f"orchestrated schedule: {what_j} (step {step_j}) at "
+                                 f"{address_j:#x} overlaps {what_i} (step {step_i}): every "
+                                 f"image is written before the run; move one "
+                                 f"(rdu.relocate)", "schedule")
+        for step_o, what_o, address_o, size_o in outputs:
+            if step_o < step_i and _spans_overlap((address_i, size_i), (address_o, size_o)):
+                raise RunFailure(f"orchestrated schedule: {what_i} (step {step_i}) at "
+                                 f"{address_i:#x} overlaps {what_o} (step {step_o}), which "
+                                 f"is stored first; move one (rdu.relocate)", "schedule")
+    for i, (step_i, what_i, address_i, size_i) in enumerate(outputs):
+        for step_j, what_j, address_j, size_j in outputs[i + 1:]:
+            if step_j != step_i and _spans_overlap((address_i, size_i), (address_j, size_j)):
+                raise RunFailure(f"orchestrated schedule: {what_j} (step {step_j}) at "
+                                 f"{address_j:#x} overlaps {what_i} (step {step_i}): outputs "
+                                 f"are read after the end; move one "
+                                 f"(rdu.relocate.relocate_output)", "schedule")
+    # bitstreams and the schedule at the top of HBM
+    def align(nbytes):
+        return -(-nbytes // beat) * beat
+    bitstreams = [np.asarray(step.program.bitstream, np.uint32) for step in steps
+                  if isinstance(step, Launch)]
+    count = 1 + sum(2 if isinstance(step, Launch) else
+                    len(step.jobs(machine)) + 1 if isinstance(step, Copy) else
+                    0 if isinstance(step, Write) else 1 for step in steps)
+    hbm = machine.regions()[0]
+    total = sum(align(4 * bits.size) for bits in bitstreams) + align(COMMAND_BYTES * count)
+    base = (hbm.end - total) // beat * beat
+    taken = spans + [(address, size) for _, _, address, size, _ in images] + \
+        [(address, size) for _, _, address, size in outputs]
+    for address, size in taken:
+        if _spans_overlap((base, total), (address, size)):
+            raise RunFailure(f"orchestrated schedule: its bitstreams and commands "
+                             f"({total} bytes at the top of HBM, {base:#x}) overlap data at "
+                             f"{address:#x}", "schedule")
+    commands, step_commands, launches, address = [], [], [], base
+    for index, step in enumerate(steps):
+        first = len(commands)
+        if isinstance(step, Launch):
+            bits = np.asarray(step.program.bitstream, np.uint32)
+            writes.append((address, bits))
+            commands.append(Command(ScheduleOp.PROGRAM_LOAD, 0, address, 0, 4 * bits.size))
+            commands.append(Command(ScheduleOp.EXECUTE, mask_of(step.program.execute)))
+            launches.append((index, step.program, len(commands) - 1))
+            address += align(4 * bits.size)
+        elif isinstance(step, Copy):
+            jobs = step.jobs(machine)
+            for agcu, src, dst, length in jobs:
+                commands.append(Command(ScheduleOp.COPY, agcu, src, dst, length))
+            commands.append(Command(ScheduleOp.WAIT, mask_of(job[0] for job in jobs)))
+        elif not isinstance(step, Write):
+            commands.append(step)                     # a Command, as it is
+        step_commands.append(list(range(first, len(commands))))
+    commands.append(Command(ScheduleOp.END))
+    words = encode(commands)
+    writes.extend((a, w) for _, _, a, _, w in images)
+    writes.append((address, words))
+    return _Orchestration(commands, words, address, writes, step_commands, launches)
+
+
+def _orchestrated_steps(steps, plan, ends, runs, sim, seconds=0.0, build_seconds=0.0,
+                        outputs=None, beats=None, machine=None):
+    """The :class:`StepResult` s of an orchestrated run: each step's cycles from the
+    command ends (``ends[i]``: orch.cycles when command ``i`` ended; ``None`` on the
+    model), each launch's outputs."""
+    launch_of = {step: (program, execute) for step, program, execute in plan.launches}
+    results, previous = [], 0
+    for index, (step, commands) in enumerate(zip(steps, plan.step_commands, strict=True)):
+        if not commands:
+            results.append(StepResult("write"))
+            continue
+        last = commands[-1]
+        cycles = ends[last] - previous if ends else None
+        if isinstance(step, Launch):
+            program, execute = launch_of[index]
+            load_cycles = ends[execute - 1] - previous if ends else None
+            run_cycles = ends[execute] - ends[execute - 1] if ends else None
+            traffic = {}
+            if beats:
+                before, after = beats[execute - 1], beats[execute]
+                traffic = _beat_bytes({region: {kind: count - before[region][kind]
+                                                for kind, count in counts.items()}
+                                       for region, counts in after.items()}, machine)
+            run = RunResult(outputs[index], run_cycles, sim, seconds, build_seconds,
+                            runs.get(execute, {}) if isinstance(runs, dict) else {}, None,
+                            load_cycles, program.name, traffic)
+            results.append(StepResult("launch", cycles, run, launch_cycles=0))
+        else:
+            results.append(StepResult("copy" if isinstance(step, Copy) else "command",
+                                      cycles, launch_cycles=0))
+        if ends:
+            previous = ends[last]
+    return results
+
+
+def _orchestrated_model(steps, plan, machine):
+    from hdl.orchestrator import DEFAULT_COMMANDS
+
+    from .funcmodel import ModelError
+    from .machine_model import FunctionalMachine
+    from .schedule import error_message
+    model = FunctionalMachine(machine)
+    start = time.perf_counter()
+    try:
+        for address, words in plan.writes:
+            model.write(address, words)
+    except ModelError as error:
+        raise RunFailure(f"orchestrated schedule: {error} (functional model)",
+                         "schedule") from None
+    run = model.run_schedule(plan.address, 4 * plan.words.size)
+    if run.error:
+        message = error_message(run.commands, *run.error, agcus=machine.agcus,
+                                capacity=DEFAULT_COMMANDS, length=4 * plan.words.size)
+        detail = f": {run.detail}" if run.detail else ""
+        raise RunFailure(f"{message} (functional model{detail})", "schedule")
+    outputs = {}
+    for step, program, _ in plan.launches:
+        outputs[step] = {name: np.asarray(model.read(address, count), np.uint32)
+                         for name, (address, count) in program.outputs.items()}
+    counters = {index: result.counters for index, result in run.runs.items()}
+    return ScheduleResult(_orchestrated_steps(steps, plan, None, counters, "model",
+                                              time.perf_counter() - start, outputs=outputs),
+                          execution="orchestrated")
+
+
+def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, timeout,
+                            progress):
+    import json
+
+    from hdl.system import RDUSystem
+
+    from .sim.host import run_orchestrated as body
+    from .sim.runner import BodyError, run_verilator
+    from .sim.verilator import VerilatorError, build, project_root
+    start = time.perf_counter()
+    work_dir = Path(work_dir or project_root() / "build" / "run" /
+                    f"orchestrated-{plan.launches[0][1].name}").resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    arrays = {f"m{i}": np.asarray(words, np.uint32) for i, (_, words) in
+              enumerate(plan.writes)}
+    arrays["schedule"] = plan.words
+    np.savez(work_dir / "writes.npz", **arrays)
+    launches = []
+    for step, program, _ in plan.launches:
+        directory = work_dir / f"step{step}"
+        program.save(directory)
+        launches.append({"dir": str(directory),
+                         "outputs": {name: [int(a), int(c)]
+                                     for name, (a, c) in program.outputs.items()}})
+    limit = timeout or sum(estimate_cycles(program) * 4 + 20000
+                           for _, program, _ in plan.launches) + \
+        sum(4 * step.length + 50_000 for step in steps if isinstance(step, Copy))
+    (work_dir / "plan.json").write_text(json.dumps({
+        "writes": str(work_dir / "writes.npz"), "address": plan.address,
+        "memory": [{"address": int(address), "key": f"m{i}"}
+                   for i, (address, _) in enumerate(plan.writes)],
+        "launches": launches, "timeout": limit}))
+    try:
+        params = machine.system_params()
+    except ValueError as error:
+        raise RunFailure(str(error), "machine") from None
+    try:
+        built = build(RDUSystem, progress=progress, **params)
+    except VerilatorError as error:
+        raise RunFailure(str(error).splitlines()[0], "build") from None
+    perf_counters = _perf_counter_names(RDUSystem, params)
+    sim_dir = work_dir / "sim"
+    try:
+        with _LogProgress(sim_dir / "sim.log", enabled=progress):
+            stats = run_verilator(built, body, sim_dir, seed=seed,
+                                  plan_file=str(work_dir / "plan.json"), progress=progress,
+                                  perf_counters=perf_counters, memory=memory,
+                                  timeout=limit + 100_000)
+    except BodyError as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else \
+            error.error_type
+        raise RunFailure(f"{message} (RTL, cycle {error.cycle})", error.error_type) from None
+    except AssertionError as error:
+        first = str(error).strip().splitlines()[0]
+        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
+                         "simulation") from None
+    result = stats.result
+    outputs = {step: _read_outputs(launch, program) for (step, program, _), launch in
+               zip(plan.launches, result["launches"], strict=True)}
+    counters = {"sim_cycles_per_second": stats.cycles_per_second, "perf": result["perf"],
+                "memory": result["memory"]}
+    runs = {execute: counters for _, _, execute in plan.launches}
+    return ScheduleResult(
+        _orchestrated_steps(steps, plan, result["ends"], runs, "verilator",
+                            time.perf_counter() - start, built.seconds, outputs,
+                            result["beats"], machine),
+        cycles=result["cycles"], execution="orchestrated",
+        host_commands=result["host_commands"])
 
 
 def _schedule_model(steps, machine):
@@ -435,10 +747,11 @@ def _schedule_model(steps, machine):
                     program=step.program.name, memory_bytes=model.execute_traffic)))
         except ModelError as error:
             raise RunFailure(f"{error} (functional model)", type(error).__name__) from None
-    return results
+    return ScheduleResult(results, execution="host")
 
 
-def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, progress):
+def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, progress,
+                        launch_latency):
     import json
 
     from hdl.system import RDUSystem
@@ -467,6 +780,7 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
             plan.append({"kind": "launch", "dir": str(directory),
                          "timeout": timeout or estimate_cycles(step.program) * 4 + 20000})
             limit += plan[-1]["timeout"] + 200_000
+        limit += launch_latency
     np.savez(work_dir / "writes.npz", **writes)
     (work_dir / "schedule.json").write_text(json.dumps(
         {"steps": plan, "writes": str(work_dir / "writes.npz")}))
@@ -485,7 +799,8 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
             stats = run_verilator(built, body, sim_dir, seed=seed,
                                   schedule_file=str(work_dir / "schedule.json"),
                                   progress=progress, perf_counters=perf_counters,
-                                  memory=memory, timeout=limit + 100_000)
+                                  memory=memory, launch_latency=launch_latency,
+                                  timeout=limit + 100_000)
     except BodyError as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else \
             error.error_type
@@ -506,12 +821,16 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
                             "verilator", seconds, built.seconds, counters, None,
                             launch["load_cycles"], step.program.name,
                             _beat_bytes(launch["execute_beats"], machine))
-            results.append(StepResult("launch", launch["load_cycles"] + launch["cycles"],
-                                      run))
+            results.append(StepResult("launch", launch["launch_cycles"] +
+                                      launch["load_cycles"] + launch["cycles"], run,
+                                      launch_cycles=launch["launch_cycles"]))
+        elif done["kind"] == "copy":
+            results.append(StepResult("copy", done["launch_cycles"] + done["cycles"],
+                                      agcu_cycles=done.get("agcu_cycles", {}),
+                                      launch_cycles=done["launch_cycles"]))
         else:
-            results.append(StepResult(done["kind"], done.get("cycles"),
-                                      agcu_cycles=done.get("agcu_cycles", {})))
-    return results
+            results.append(StepResult(done["kind"]))
+    return ScheduleResult(results, cycles=stats.result["cycles"], execution="host")
 
 
 def _perf_counter_names(system_class, params):

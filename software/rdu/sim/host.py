@@ -32,7 +32,8 @@ from ..program import Program
 from .memory_system import MemorySystem
 
 __all__ = ["RunError", "HostDriver", "system_memory", "check_program", "run_program",
-           "run_programs", "run_schedule", "load_outputs", "hardware_watchdog_cycles"]
+           "run_programs", "run_schedule", "run_orchestrated", "load_outputs",
+           "hardware_watchdog_cycles"]
 
 WORD_BYTES = 4
 #: Total output words returned inline in the result (more: only in the .npz file).
@@ -128,10 +129,20 @@ class HostDriver:
         cycles (an int) or ten times per watchdog period (``True``).
     faults : dict, optional
         AXI error responses to inject (:class:`rdu.sim.memory_system.FaultInjector`).
+    launch_latency : int
+        Cycles the host needs to issue each launch (:meth:`run`) and each copy
+        (:meth:`copy`): it waits that long before their commands
+        (:data:`sim_models.memory.HOST_LAUNCH_LATENCY` is the runtime's default; 0 here,
+        so that bodies measuring the hardware alone are unchanged).
     """
 
     def __init__(self, bench, machine, *, memory=None, stall="none", perf_counters=None,
-                 progress=False, faults=None):
+                 progress=False, faults=None, launch_latency=0):
+        if not isinstance(launch_latency, int) or isinstance(launch_latency, bool) or \
+                launch_latency < 0:
+            raise RunError(f"launch latency must be a non-negative integer number of "
+                           f"cycles, not {launch_latency!r}")
+        self.launch_latency = launch_latency
         self.bench, self.machine = bench, machine
         self.mem = system_memory(machine.beat_bytes, memory, machine.regions(), faults)
         for k in range(machine.agcus):
@@ -192,6 +203,7 @@ class HostDriver:
         agcus = [job[0] for job in jobs]
         if len(set(agcus)) != len(agcus):
             raise RunError(f"copy jobs name an AGCU twice: {agcus}")
+        await self.issue_latency()
         what = f"copy on AGCU{'s' if len(agcus) > 1 else ''} {', '.join(map(str, agcus))}"
         await self._issue(agcus, 0, timeout, what)
         for agcu, src, dst, length in jobs:
@@ -293,6 +305,11 @@ class HostDriver:
             detail = f"; memory: {record}" if record else ""
             raise RunError(f"{what}: AGCU {agcu} ended {op} with {_error_name(code)} "
                            f"(code {code}){detail}")
+
+    async def issue_latency(self):
+        """The host's time to issue a launch or a copy (``launch_latency`` cycles)."""
+        if self.launch_latency:
+            await self.bench.cycles(self.launch_latency)
 
     # -- programs --------------------------------------------------------------------------
     async def load_program(self, program, timeout=100_000):
@@ -398,6 +415,7 @@ class HostDriver:
         for address, words in program.inputs.values():
             if words is not None:            # None: produced by an earlier program
                 self.write(address, words)
+        await self.issue_latency()
         load_cycles = await self.load_program(program, load_timeout)
         before = self.memory_beats()
         launch = await self.execute(program, timeout, watchdog_cycles)
@@ -416,6 +434,7 @@ class HostDriver:
             "program": program.name,
             **launch,
             "load_cycles": load_cycles,
+            "launch_cycles": self.launch_latency,
             "execute_beats": {region: {kind: count - before[region][kind]
                                        for kind, count in counts.items()}
                               for region, counts in after.items()},
@@ -467,12 +486,15 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
 
 async def run_schedule(bench, schedule_file, *, progress=False, memory=None, stall="none",
                        perf_counters=None, load_timeout=100_000,
-                       inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None):
+                       inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None,
+                       launch_latency=0):
     """Run the steps of ``schedule_file`` (written by :func:`rdu.runtime.run_schedule`)
     in order on one system and memory: ``write`` (backdoor, no cycles), ``copy``
     (AGCU ``COPY`` jobs on one edge: :meth:`HostDriver.copy`), ``launch`` (a saved
-    program: :meth:`HostDriver.run`). Returns ``{"steps": [{"kind", "cycles", ...}],
-    "memory": per-region statistics}``."""
+    program: :meth:`HostDriver.run`); the host needs ``launch_latency`` cycles to issue
+    each launch and each copy. Returns ``{"steps": [{"kind", "cycles", "launch_cycles",
+    ...}], "cycles": clock edges of the whole schedule, "memory": per-region
+    statistics}``."""
     import json
     schedule = json.loads(Path(schedule_file).read_text())
     steps = schedule["steps"]
@@ -481,8 +503,10 @@ async def run_schedule(bench, schedule_file, *, progress=False, memory=None, sta
         raise RunError("a schedule needs at least one launch")
     machine = launches[0].machine
     driver = HostDriver(bench, machine, memory=memory, stall=stall,
-                        perf_counters=perf_counters, progress=progress)
+                        perf_counters=perf_counters, progress=progress,
+                        launch_latency=launch_latency)
     done, programs = [], iter(launches)
+    first = bench.cycle
     with np.load(schedule["writes"]) as writes:
         for step in steps:
             if step["kind"] == "write":
@@ -492,6 +516,7 @@ async def run_schedule(bench, schedule_file, *, progress=False, memory=None, sta
                 cycles, per_agcu = await driver.copy([tuple(job) for job in step["jobs"]],
                                                      step["timeout"])
                 done.append({"kind": "copy", "cycles": cycles,
+                             "launch_cycles": launch_latency,
                              "agcu_cycles": {str(k): v for k, v in per_agcu.items()}})
             else:
                 program = next(programs)
@@ -500,7 +525,7 @@ async def run_schedule(bench, schedule_file, *, progress=False, memory=None, sta
                     outputs_file=Path(step["dir"]) / "outputs.npz",
                     inline_output_words=inline_output_words, watchdog_cycles=watchdog_cycles)
                 done.append({"kind": "launch", "launch": launch})
-    return {"steps": done,
+    return {"steps": done, "cycles": bench.cycle - first,
             "memory": {region.name: dict(region.stats) for region in driver.mem.regions},
             "memory_errors": [str(error) for error in driver.mem.errors]}
 
@@ -521,3 +546,96 @@ def load_outputs(result):
     """The outputs of a :func:`run_program` result as numpy arrays (from its .npz file)."""
     with np.load(result["outputs_file"]) as arrays:
         return {name: arrays[name] for name in arrays.files}
+
+
+async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_counters=None,
+                           inline_output_words=INLINE_OUTPUT_WORDS, progress=False):
+    """Run an orchestrated schedule (``plan_file``, written by
+    :func:`rdu.runtime.run_schedule` with ``execution="orchestrated"``): every image,
+    bitstream and the schedule's words written into memory (backdoor), the array's
+    watchdog set, one pulse on ``orch.start``; then the host only watches ``orch``
+    until it is no longer busy (no command, no write). Each command's end is recorded
+    from ``orch.completed`` and ``orch.cycles``; after the end every launch's outputs
+    are read from memory. An error status raises :class:`RunError` with
+    :func:`rdu.schedule.error_message`.
+
+    Returns ``{"cycles": orch.cycles (start to done), "ends": [orch.cycles at each
+    command's end], "beats": [memory beats at each command's end], "host_commands":
+    commands and control pulses the host issued while the orchestrator was busy (0),
+    "launches": [{"program", "outputs", "outputs_file", "perf"}], "memory",
+    "memory_errors"}``."""
+    import json
+
+    from hdl.orchestrator import DEFAULT_COMMANDS
+
+    from ..schedule import decode, error_message
+    plan = json.loads(Path(plan_file).read_text())
+    launches = [Program.load(launch["dir"]) for launch in plan["launches"]]
+    machine = launches[0].machine
+    driver = HostDriver(bench, machine, memory=memory, stall=stall,
+                        perf_counters=perf_counters, progress=progress)
+    with np.load(plan["writes"]) as arrays:
+        for write in plan["memory"]:
+            driver.write(write["address"], arrays[write["key"]])
+        words = arrays["schedule"]
+    commands = decode(words)
+    await bench.cycles(1)
+    bench.set("host.watchdog_cycles", hardware_watchdog_cycles(plan["timeout"],
+                                                                 plan.get("watchdog_cycles")))
+    bench.set("orch.addr", plan["address"])
+    bench.set("orch.length", 4 * len(words))
+    bench.set("orch.start", 1)
+    await bench.cycles(1)                   # the edge that samples start
+    bench.set("orch.start", 0)
+    ends, beats, completed, host_commands = [], [], 0, 0
+    agcus = range(machine.agcus)
+    for elapsed in range(plan["timeout"] + 1):
+        now = await bench.read("orch.completed")
+        if now != completed:
+            cycles = await bench.read("orch.cycles")
+            ends.extend([cycles] * (now - completed))
+            beats.extend([driver.memory_beats()] * (now - completed))
+            completed = now
+        busy = await bench.read("orch.busy")
+        # what the host drives while the orchestrator runs: nothing (checked, not assumed)
+        for k in agcus:
+            host_commands += await bench.read(f"cmd.{k}.valid")
+        host_commands += await bench.read("host.start") + await bench.read("host.config_clear")
+        if not busy:
+            break
+        if progress and elapsed and elapsed % max(1, plan["timeout"] // 10) == 0:
+            print(f"[run_program schedule] {elapsed} cycles: command "
+                  f"{await bench.read('orch.index')}", flush=True)
+        await bench.cycles(1)
+    else:
+        index = await bench.read("orch.index")
+        raise RunError(f"schedule: orchestrator still busy after {plan['timeout']} cycles "
+                       f"(cycle {bench.cycle}); command {index}"
+                       + (f" ({commands[index].describe()})" if index < len(commands) else ""))
+    if await bench.read("orch.error"):
+        status = [await bench.read(f"orch.error_{name}")
+                  for name in ("index", "source", "code", "unit")]
+        detail = await driver._error_detail()
+        raise RunError(error_message(commands, *status, agcus=machine.agcus,
+                                     capacity=plan.get("capacity", DEFAULT_COMMANDS),
+                                     length=4 * len(words)) + detail)
+    if not await bench.read("orch.done"):
+        raise RunError("schedule: the orchestrator ended with neither done nor error")
+    perf = await driver.read_counters()
+    errors = unit_errors(perf)
+    if errors:
+        raise RunError(f"schedule: {errors[0]}")
+    results = []
+    for launch, program in zip(plan["launches"], launches, strict=True):
+        outputs = {out: driver.read(address, count)
+                   for out, (address, count) in launch["outputs"].items()}
+        outputs_file = Path(launch["dir"]) / "outputs.npz"
+        np.savez(outputs_file, **outputs)
+        total = sum(array.size for array in outputs.values())
+        results.append({"program": program.name, "outputs_file": str(outputs_file),
+                        "outputs": ({out: array.tolist() for out, array in outputs.items()}
+                                    if total <= inline_output_words else None)})
+    return {"cycles": await bench.read("orch.cycles"), "ends": ends, "beats": beats,
+            "host_commands": host_commands, "launches": results, "perf": perf,
+            "memory": {region.name: dict(region.stats) for region in driver.mem.regions},
+            "memory_errors": [str(error) for error in driver.mem.errors]}
