@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS",
            "run_kernel", "hbm_peak_bytes_per_cycle",
            "system_params", "check_machine", "Launch", "Copy", "Write", "StepResult",
-           "ScheduleResult", "EXECUTIONS", "run_schedule"]
+           "ScheduleResult", "EXECUTIONS", "run_schedule", "orchestration_files"]
 
 SIMULATORS = ("model", "verilator", "ip")
 
@@ -650,18 +650,20 @@ def _orchestrated_model(steps, plan, machine):
                           execution="orchestrated")
 
 
-def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, timeout,
-                            progress):
+def orchestration_files(steps, work_dir, *, machine=None, timeout=None):
+    """Write the files of an orchestrated schedule into ``work_dir`` for the bench body
+    :func:`rdu.sim.host.run_orchestrated` (what :func:`run_schedule` does before its
+    Verilator run; for a body run in the Amaranth simulator). Returns ``(plan_file,
+    timeout)``: the body's ``plan_file`` and the cycles it allows the schedule."""
+    steps = list(steps)
+    machine = check_machine([step.program for step in steps if isinstance(step, Launch)],
+                            machine)
+    return _write_orchestration(steps, _orchestrate(steps, machine), Path(work_dir),
+                                timeout)
+
+
+def _write_orchestration(steps, plan, work_dir, timeout):
     import json
-
-    from hdl.system import RDUSystem
-
-    from .sim.host import run_orchestrated as body
-    from .sim.runner import BodyError, run_verilator
-    from .sim.verilator import VerilatorError, build, project_root
-    start = time.perf_counter()
-    work_dir = Path(work_dir or project_root() / "build" / "run" /
-                    f"orchestrated-{plan.launches[0][1].name}").resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     arrays = {f"m{i}": np.asarray(words, np.uint32) for i, (_, words) in
               enumerate(plan.writes)}
@@ -671,17 +673,33 @@ def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, tim
     for step, program, _ in plan.launches:
         directory = work_dir / f"step{step}"
         program.save(directory)
-        launches.append({"dir": str(directory),
+        launches.append({"dir": str(directory.resolve()),
                          "outputs": {name: [int(a), int(c)]
                                      for name, (a, c) in program.outputs.items()}})
     limit = timeout or sum(estimate_cycles(program) * 4 + 20000
                            for _, program, _ in plan.launches) + \
         sum(4 * step.length + 50_000 for step in steps if isinstance(step, Copy))
-    (work_dir / "plan.json").write_text(json.dumps({
-        "writes": str(work_dir / "writes.npz"), "address": plan.address,
+    plan_file = work_dir / "plan.json"
+    plan_file.write_text(json.dumps({
+        "writes": str((work_dir / "writes.npz").resolve()), "address": plan.address,
         "memory": [{"address": int(address), "key": f"m{i}"}
                    for i, (address, _) in enumerate(plan.writes)],
         "launches": launches, "timeout": limit}))
+    return plan_file.resolve(), limit
+
+
+def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, timeout,
+                            progress):
+
+    from hdl.system import RDUSystem
+
+    from .sim.host import run_orchestrated as body
+    from .sim.runner import BodyError, run_verilator
+    from .sim.verilator import VerilatorError, build, project_root
+    start = time.perf_counter()
+    work_dir = Path(work_dir or project_root() / "build" / "run" /
+                    f"orchestrated-{plan.launches[0][1].name}").resolve()
+    plan_file, limit = _write_orchestration(steps, plan, work_dir, timeout)
     try:
         params = machine.system_params()
     except ValueError as error:
@@ -695,7 +713,7 @@ def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, tim
     try:
         with _LogProgress(sim_dir / "sim.log", enabled=progress):
             stats = run_verilator(built, body, sim_dir, seed=seed,
-                                  plan_file=str(work_dir / "plan.json"), progress=progress,
+                                  plan_file=str(plan_file), progress=progress,
                                   perf_counters=perf_counters, memory=memory,
                                   timeout=limit + 100_000)
     except BodyError as error:
