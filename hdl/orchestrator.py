@@ -199,7 +199,10 @@ class Orchestrator(wiring.Component):
         arg_addr, arg_len = Signal(32), Signal(32)
         m.d.comb += [seq.prog_addr.eq(src), seq.prog_len.eq(length),
                      seq.arg_addr.eq(arg_addr), seq.arg_len.eq(arg_len),
-                     seq.exec_mask.eq(argument)]
+                     seq.exec_mask.eq(argument),
+                     # held for the whole sequence (the command stays in current)
+                     seq.skip_execute.eq(op == ScheduleOp.PROGRAM_LOAD),
+                     seq.skip_load.eq(op == ScheduleOp.EXECUTE)]
 
         # own commands (the fetch's PROGRAM_LOAD, COPY), packed whole (see Sequencer)
         layout = agcu_command_layout(self.addr_width)
@@ -314,7 +317,7 @@ class Orchestrator(wiring.Component):
                     with m.Case(ScheduleOp.END):
                         m.next = "FINISH"
                     with m.Case(ScheduleOp.PROGRAM_LOAD):
-                        m.d.comb += [seq.start.eq(1), seq.skip_execute.eq(1)]
+                        m.d.comb += seq.start.eq(1)
                         m.next = "SEQUENCE"
                     with m.Case(ScheduleOp.ARGUMENT_LOAD):
                         m.d.sync += [arg_addr.eq(src), arg_len.eq(length)]
@@ -323,7 +326,7 @@ class Orchestrator(wiring.Component):
                         with m.If(mask_bad):
                             fail(ErrorSource.REQUEST, ScheduleError.BAD_MASK)
                         with m.Else():
-                            m.d.comb += [seq.start.eq(1), seq.skip_load.eq(1)]
+                            m.d.comb += seq.start.eq(1)
                             m.next = "SEQUENCE"
                     with m.Case(ScheduleOp.COPY):
                         with m.If(argument >= n):

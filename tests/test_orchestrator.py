@@ -169,6 +169,7 @@ def test_orchestrated_gemms_and_errors_amaranth(sim_dir, seed):
     # 2 + COPY + WAIT + 2 + END commands, each ending later than the one before
     assert len(result["ends"]) == 7 and result["ends"] == sorted(result["ends"])
     assert result["ends"][-1] == result["cycles"] and result["host_commands"] == 0
+    assert result["starts"] == 2                     # one per EXECUTE, none per load
     for case, (bad, start) in bad_schedules(kernels).items():
         plan_file, limit = orchestration_files(bad, sim_dir / case.replace(" ", "_"))
         with pytest.raises(RunError) as caught:

@@ -562,6 +562,7 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
     Returns ``{"cycles": orch.cycles (start to done), "ends": [orch.cycles at each
     command's end], "beats": [memory beats at each command's end], "host_commands":
     commands and control pulses the host issued while the orchestrator was busy (0),
+    "starts": how many times the array started (``host.running`` rose),
     "launches": [{"program", "outputs", "outputs_file", "perf"}], "memory",
     "memory_errors"}``."""
     import json
@@ -587,7 +588,7 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
     bench.set("orch.start", 1)
     await bench.cycles(1)                   # the edge that samples start
     bench.set("orch.start", 0)
-    ends, beats, completed, host_commands = [], [], 0, 0
+    ends, beats, completed, host_commands, starts, running = [], [], 0, 0, 0, 0
     agcus = range(machine.agcus)
     for elapsed in range(plan["timeout"] + 1):
         now = await bench.read("orch.completed")
@@ -597,6 +598,9 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
             beats.extend([driver.memory_beats()] * (now - completed))
             completed = now
         busy = await bench.read("orch.busy")
+        now_running = await bench.read("host.running")
+        starts += now_running and not running          # the array started (by orch)
+        running = now_running
         # what the host drives while the orchestrator runs: nothing (checked, not assumed)
         for k in agcus:
             host_commands += await bench.read(f"cmd.{k}.valid")
@@ -636,6 +640,7 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
                         "outputs": ({out: array.tolist() for out, array in outputs.items()}
                                     if total <= inline_output_words else None)})
     return {"cycles": await bench.read("orch.cycles"), "ends": ends, "beats": beats,
-            "host_commands": host_commands, "launches": results, "perf": perf,
+            "host_commands": host_commands, "starts": starts, "launches": results,
+            "perf": perf,
             "memory": {region.name: dict(region.stats) for region in driver.mem.regions},
             "memory_errors": [str(error) for error in driver.mem.errors]}
