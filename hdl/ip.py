@@ -16,10 +16,13 @@ from ``PROG_ADDR``/``PROG_LEN``, the loader's verdict, an optional ``ARGUMENT_LO
 ``start`` and ``EXECUTE`` on the AGCUs of ``EXEC_MASK`` on one edge, the wait for them
 (an AGCU's error or the array's watchdog ends it at once), the wait for the mesh to
 drain; then ``STATUS.DONE`` or ``STATUS.ERROR`` with ``ERROR``/``ERROR_UNIT``, and
-``IRQ_STATUS``. ``docs/ip.md`` has the register map and the integration notes.
+``IRQ_STATUS``. Writing ``CONTROL.SCHEDULE_START`` runs the system's orchestrator on
+the schedule at ``SCHEDULE_ADDR``/``SCHEDULE_LEN`` (``docs/orchestrator.md``); ``STATUS``,
+``ERROR``, ``ERROR_UNIT``, ``RUN_CYCLES`` then report it and ``SCHEDULE_INDEX`` its
+progress. ``docs/ip.md`` has the register map and the integration notes.
 """
 
-from amaranth import Module, ResetInserter, Signal
+from amaranth import Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -191,7 +194,24 @@ agcu_positions
         m.d.comb += [host.perf_select.eq(regs.perf_select_index),
                      host.readback_start.eq(0),
                      system.readback.ready.eq(1)]
-        m.d.comb += [seq.start.eq(regs.control_start),
+        # the orchestrator (CONTROL.SCHEDULE_START): the system's orch port; a START and
+        # a SCHEDULE_START are each ignored while the other runs
+        orch = system.orch
+        schedule = Signal()              # the last run was a schedule
+        was_busy = Signal()
+        busy = Signal()
+        m.d.comb += [busy.eq(seq.busy | orch.busy),
+                     orch.start.eq(regs.control_schedule_start & ~busy),
+                     orch.addr.eq(regs.schedule_addr_addr),
+                     orch.length.eq(regs.schedule_len_length)]
+        m.d.sync += was_busy.eq(orch.busy)
+        with m.If(regs.control_schedule_start & ~busy):
+            m.d.sync += schedule.eq(1)
+        with m.Elif(regs.control_start & ~busy):
+            m.d.sync += schedule.eq(0)
+        ended = Signal()
+        m.d.comb += ended.eq(was_busy & ~orch.busy)
+        m.d.comb += [seq.start.eq(regs.control_start & ~orch.busy),
                      seq.prog_addr.eq(regs.prog_addr_addr),
                      seq.prog_len.eq(regs.prog_len_length),
                      seq.arg_addr.eq(regs.arg_addr_addr),
@@ -209,15 +229,20 @@ agcu_positions
             regs.resources_agcus.eq(geometry["agcus"]),
             regs.resources_beat_log2.eq(geometry["beat_log2"]),
             regs.status_config_state.eq(host.config_state),
-            regs.status_busy.eq(seq.busy), regs.status_running.eq(host.running),
-            regs.status_done.eq(seq.done), regs.status_error.eq(seq.error),
-            regs.error_code.eq(seq.error_code), regs.error_source.eq(seq.error_source),
-            regs.error_unit_unit.eq(seq.error_unit),
-            regs.irq_status_done_set.eq(seq.done_event),
-            regs.irq_status_error_set.eq(seq.error_event),
+            regs.status_busy.eq(busy), regs.status_running.eq(host.running),
+            regs.status_done.eq(Mux(schedule, orch.done, seq.done)),
+            regs.status_error.eq(Mux(schedule, orch.error, seq.error)),
+            regs.status_schedule.eq(schedule),
+            regs.error_code.eq(Mux(schedule, orch.error_code, seq.error_code)),
+            regs.error_source.eq(Mux(schedule, orch.error_source, seq.error_source)),
+            regs.error_unit_unit.eq(Mux(schedule, orch.error_unit, seq.error_unit)),
+            regs.schedule_index_index.eq(Mux(orch.error, orch.error_index, orch.index)),
+            regs.schedule_index_completed.eq(orch.completed),
+            regs.irq_status_done_set.eq(seq.done_event | (ended & orch.done)),
+            regs.irq_status_error_set.eq(seq.error_event | (ended & orch.error)),
             regs.clear_sticky.eq(soft_reset),
             regs.cycles_count.eq(host.cycles),
-            regs.run_cycles_count.eq(seq.run_cycles),
+            regs.run_cycles_count.eq(Mux(schedule, orch.cycles, seq.run_cycles)),
             regs.load_cycles_count.eq(seq.load_cycles),
             regs.perf_count_count.eq(len(system.perf_counter_names())),
             regs.perf_value_value.eq(host.perf_value),

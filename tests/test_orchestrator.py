@@ -238,3 +238,36 @@ def test_orchestrated_schedule_verilator(sim_dir, seed):
     assert host.cycles - zero.cycles == host[0].launch_cycles * issued
     for mine, theirs in zip(some, zero, strict=True):
         assert mine.cycles - theirs.cycles == latency
+
+
+@pytest.mark.verilator
+def test_schedule_through_ip_verilator(sim_dir, seed):
+    """The IP top's CONTROL.SCHEDULE_START (cocotbext-axi AXI4-Lite master and AXI4
+    memories, random pauses on every channel): the three-GEMM schedule runs with one
+    interrupt and the model's outputs; a bad opcode ends with STATUS.ERROR and the
+    model's message, the failing command read from SCHEDULE_INDEX."""
+    pytest.importorskip("cocotbext.axi")
+    from rdu.sim.ip_host import run_ip_schedule
+    from rdu.sim.runner import BodyError, run_verilator
+    from rdu.sim.verilator import build
+
+    from hdl.ip import RDUIP
+    kernels, steps = three_kernels(seed)
+    built = build(RDUIP, toplevel="rdu_ip", **system_params(kernels[0][0]))
+    plan_file, limit = orchestration_files(steps, sim_dir / "good")
+    result = run_verilator(built, run_ip_schedule, sim_dir / "run", seed=seed,
+                           plan_file=str(plan_file), pause=True,
+                           timeout=limit + 100_000).result
+    model = run_schedule(steps, "model", execution="orchestrated")
+    launches = [step for step in model if step.kind == "launch"]
+    for launch, step in zip(result["launches"], launches, strict=True):
+        with np.load(launch["outputs_file"]) as out:
+            assert np.array_equal(out["c"], step.launch.outputs["c"])
+    assert result["completed"] == 13 and result["irq_edges"] == 1 and result["cycles"] > 0
+    bad, start = bad_schedules(kernels)["opcode"]
+    plan_file, limit = orchestration_files(bad, sim_dir / "bad")
+    with pytest.raises(BodyError) as caught:
+        run_verilator(built, run_ip_schedule, sim_dir / "bad_run", seed=seed,
+                      plan_file=str(plan_file), timeout=limit + 100_000)
+    message = str(caught.value).strip().splitlines()[0]
+    assert message.startswith(start) and message == _model_message(bad), message

@@ -31,9 +31,9 @@ from hdl.ip import ERROR_CODES
 from hdl.regmap import register_map
 
 from ..program import Program
-from .host import RunError, check_program, code_name, unit_errors
+from .host import RunError, check_program, code_name, hardware_watchdog_cycles, unit_errors
 
-__all__ = ["IPDriver", "run_ip_programs", "ip_params"]
+__all__ = ["IPDriver", "run_ip_programs", "run_ip_schedule", "ip_params"]
 
 WORD_BYTES = 4
 #: Written over every output before a launch (then its inputs, which may overlap).
@@ -347,7 +347,7 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
                  for register in driver.regmap.registers}
     probes = {"id_write_resp": await driver.write_reg("ID", 0),
               "id_after_write": await driver.read_reg("ID"),
-              "unmapped": [await driver.read_offset(offset) for offset in (0x3C, 0x60, 0xFFC)]}
+              "unmapped": [await driver.read_offset(offset) for offset in (0x3C, 0x6C, 0xFFC)]}
 
     async def refuse(starts, name):
         refused = []
@@ -377,3 +377,56 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     return {"launches": launches, "refused": refused, "registers": registers,
             "probes": probes, "after_soft_reset": after_soft_reset,
             "refused_last": await refuse(last_starts, "last start")}
+
+
+async def run_ip_schedule(bench, plan_file, *, pause=False, perf_counters=None):
+    """Run an orchestrated schedule (``plan_file`` of
+    :func:`rdu.runtime.orchestration_files`) on the IP top as a CPU driver would: the
+    images, bitstreams and schedule written into memory, ``SCHEDULE_ADDR``,
+    ``SCHEDULE_LEN`` and ``WATCHDOG`` written, ``CONTROL.SCHEDULE_START`` with the
+    interrupt enabled, then nothing until the interrupt. An error raises
+    :class:`RunError` with :func:`rdu.schedule.error_message` (the failing command from
+    ``SCHEDULE_INDEX``). Returns ``{"cycles": RUN_CYCLES, "completed", "status",
+    "launches": [{"program", "outputs_file"}], "irq_edges"}``."""
+    import json
+
+    from hdl.orchestrator import DEFAULT_COMMANDS
+
+    from ..schedule import decode, error_message
+    plan = json.loads(Path(plan_file).read_text())
+    programs = [Program.load(launch["dir"]) for launch in plan["launches"]]
+    machine = programs[0].machine
+    driver = IPDriver(bench, machine, pause=pause, perf_counters=perf_counters or ())
+    with np.load(plan["writes"]) as arrays:
+        for write in plan["memory"]:
+            await driver.write(write["address"], arrays[write["key"]])
+        words = arrays["schedule"]
+    commands = decode(words)
+    await driver.clear_irq()
+    edges = driver.irq_edges
+    await driver.write_reg("SCHEDULE_ADDR", plan["address"])
+    await driver.write_reg("SCHEDULE_LEN", WORD_BYTES * len(words))
+    await driver.write_reg("WATCHDOG", hardware_watchdog_cycles(plan["timeout"]))
+    await driver.write_reg("CONTROL", driver.bits("CONTROL", SCHEDULE_START=1, IRQ_ENABLE=1))
+    await driver.wait_irq(plan["timeout"] + 10_000, "schedule")
+    status = await driver.read_reg("STATUS")
+    progress = await driver.read_reg("SCHEDULE_INDEX")
+    index = driver.field("SCHEDULE_INDEX", "INDEX", progress)
+    if driver.field("STATUS", "ERROR", status):
+        error = await driver.read_reg("ERROR")
+        raise RunError(error_message(
+            commands, index, driver.field("ERROR", "SOURCE", error),
+            driver.field("ERROR", "CODE", error), await driver.read_reg("ERROR_UNIT"),
+            agcus=machine.agcus, capacity=DEFAULT_COMMANDS, length=WORD_BYTES * len(words)))
+    if not driver.field("STATUS", "DONE", status):
+        raise RunError(f"schedule: interrupt without DONE or ERROR (STATUS = {status:#x})")
+    launches = []
+    for launch, program in zip(plan["launches"], programs, strict=True):
+        outputs = {name: await driver.read(address, count)
+                   for name, (address, count) in launch["outputs"].items()}
+        outputs_file = Path(launch["dir"]) / "outputs.npz"
+        np.savez(outputs_file, **outputs)
+        launches.append({"program": program.name, "outputs_file": str(outputs_file)})
+    return {"cycles": await driver.read_reg("RUN_CYCLES"),
+            "completed": driver.field("SCHEDULE_INDEX", "COMPLETED", progress),
+            "status": status, "launches": launches, "irq_edges": driver.irq_edges - edges}
