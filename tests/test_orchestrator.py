@@ -263,7 +263,7 @@ def test_schedule_through_ip_verilator(sim_dir, seed):
     for launch, step in zip(result["launches"], launches, strict=True):
         with np.load(launch["outputs_file"]) as out:
             assert np.array_equal(out["c"], step.launch.outputs["c"])
-    assert result["completed"] == 13 and result["irq_edges"] == 1 and result["cycles"] > 0
+    assert result["completed"] == 9 and result["irq_edges"] == 1 and result["cycles"] > 0
     bad, start = bad_schedules(kernels)["opcode"]
     plan_file, limit = orchestration_files(bad, sim_dir / "bad")
     with pytest.raises(BodyError) as caught:
