@@ -81,8 +81,25 @@ def test_unfused_refuses_what_it_cannot_lay_out():
     with pytest.raises(CompileError, match="--causal is not built"):
         compile_unfused("attention", machine, seq=64, dim=64, heads=1, kv_heads=1,
                         mode="prefill", causal=True)
-    with pytest.raises(CompileError, match="kernel 'gemm' has no unfused form"):
-        compile_unfused("gemm", machine, m=8, n=8, k=8)
+
+
+@pytest.mark.parametrize("name,params,launches", [
+    ("gemm", dict(m=16, n=24, k=40), 1), ("softmax", dict(m=5, n=64), 1),
+    ("linear_relu", dict(m=20, n=32, k=48), 2), ("gemm_bf16", dict(m=16, n=32, k=40), 2)])
+def test_unfused_kernels_on_the_model(name, params, launches, seed):
+    """Any registered kernel runs unfused: its matmul (bias folded) writes FP32 rows, the
+    operators after it are a row kernel reading them; a matmul or a row kernel alone is
+    one launch. Bit-exact against the stages' arithmetic, within the kernel's float64
+    budget."""
+    from rdu.runtime import run_sequence
+    kernel, machine = get_kernel(name), Machine()
+    sequence = compile_unfused(name, machine, **params)
+    inputs = kernel.random_inputs(kernel.compile(machine, **params), seed)
+    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
+    assert figures["launches"] == launches
+    (out, words), = sequence.exact(inputs)[0].items()
+    assert np.array_equal(results[out].view(np.uint32), words)
+    assert figures["ok"], figures["max_abs_err"]
 
 
 def test_plan_layout_is_honoured_or_refused():

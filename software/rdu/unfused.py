@@ -36,7 +36,7 @@ from .frontend import Graph, exp, reciprocal
 from .gemm import pack_images, unpack_images
 from .layout import Image
 
-__all__ = ["Stage", "Sequence", "compile_unfused", "UNFUSED_KERNELS"]
+__all__ = ["Stage", "Sequence", "compile_unfused", "unfused_attention", "unfused_graph"]
 
 
 @dataclass
@@ -214,13 +214,93 @@ def unfused_attention(machine, seq, dim, heads, kv_heads, mode="decode", causal=
                     stages, assemble)
 
 
-#: Kernels with an unfused form: ``{name: function(machine, **params) -> Sequence}``.
-UNFUSED_KERNELS = {"attention": unfused_attention}
+def _copy(graph, nodes, mapped):
+    """Add ``nodes`` (in order) to ``graph``, reading ``mapped`` (``{id(node): Tensor}``)
+    for their inputs; returns ``mapped`` with them."""
+    for node in nodes:
+        if id(node) in mapped:
+            continue
+        inputs = [mapped[id(i)].node for i in node.inputs]
+        mapped[id(node)] = graph._add(node.op, inputs, node.shape, node.dtype, node.where,
+                                      **node.attrs)
+    return mapped
+
+
+def _bias_of(graph, matmul):
+    """The add that folds a bias into ``matmul`` (the compiler's ``bias`` rule), or None."""
+    for user in graph.users(matmul):
+        if user.op == "binary" and user.attrs["fn"] == "add":
+            other, = [i for i in user.inputs if i is not matmul] or [None]
+            if other is not None and other.op == "input" and other.dtype == "bf16" and \
+                    other.shape in ((matmul.shape[1],), (1, matmul.shape[1])):
+                return user
+    return None
+
+
+def unfused_graph(kernel, machine, params):
+    """A front-end kernel as at most two programs: its matmul (with a folded bias: the
+    matmul kernel's own K extension) writing its FP32 result row-major, then the
+    operators after it as one row kernel reading that. A kernel of row operators only,
+    or a matmul alone, is one program (its fused form)."""
+    graph = kernel.graph(params)
+    (out_name, out), = graph.outputs.items()
+    live = graph.live_nodes()
+    matmuls = [node for node in live if node.op == "matmul"]
+    if len(matmuls) > 1:
+        raise CompileError(f"{graph.name}: the unfused form of {len(matmuls)} matmuls is not "
+                           f"built (one matmul and the row operators after it are)")
+    if not matmuls or out is matmuls[0] or out is _bias_of(graph, matmuls[0]):
+        program = compile_graph(graph, machine)
+        stage = Stage(graph.name, graph, program,
+                      {name: (lambda inputs, name=name: inputs[name])
+                       for name in graph.inputs})
+        return Sequence(kernel.name, dict(params), [stage],
+                        lambda produced: {out_name: produced[0][out_name]})
+    matmul = matmuls[0]
+    core = _bias_of(graph, matmul) or matmul
+    first = Graph(f"{graph.name}_matmul")
+    mapped = {id(node): first.input(node.name, node.shape, node.dtype)
+              for node in live if node.op == "input" and node in _ancestors(core)}
+    _copy(first, [node for node in live if node in _ancestors(core) and
+                  node.op != "input"], mapped)
+    first.output("h", mapped[id(core)])
+    first_program = compile_graph(first, machine, plan=ImagePlan(
+        layouts={"h": Image(core.shape, (), None, None, "fp32")}))
+    second = Graph(f"{graph.name}_rows")
+    mapped = {id(core): second.input("h", core.shape, "fp32")}
+    _copy(second, [node for node in live if node not in _ancestors(core)], mapped)
+    second.output(out_name, mapped[id(out)])
+    second_program = compile_graph(second, machine, plan=ImagePlan(
+        start=_end(first_program),
+        addresses={"h": first_program.meta["images"]["h"]["address"]},
+        layouts={"h": _image(first_program, "h")}))
+    stages = [Stage(first.name, first, first_program,
+                    {name: (lambda inputs, name=name: inputs[name]) for name in first.inputs}),
+              Stage(second.name, second, second_program, produced={"h": (0, "h")})]
+    return Sequence(kernel.name, dict(params), stages,
+                    lambda produced: {out_name: produced[1][out_name]})
+
+
+def _ancestors(node):
+    """``node`` and every node it depends on (a list, identity compared)."""
+    seen, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        if not any(current is other for other in seen):
+            seen.append(current)
+            stack.extend(current.inputs)
+    return _Nodes(seen)
+
+
+class _Nodes(list):
+    def __contains__(self, node):
+        return any(node is other for other in self)
 
 
 def compile_unfused(kernel, machine, **params):
-    """The :class:`Sequence` of registered kernel ``kernel`` (:mod:`rdu.kernels`)."""
-    if kernel not in UNFUSED_KERNELS:
-        raise CompileError(f"kernel {kernel!r} has no unfused form (kernels with one: "
-                           f"{', '.join(sorted(UNFUSED_KERNELS))})")
-    return UNFUSED_KERNELS[kernel](machine, **params)
+    """The :class:`Sequence` of registered kernel ``kernel`` (:mod:`rdu.kernels`):
+    attention as ``3 G`` stages, any other kernel by :func:`unfused_graph`."""
+    from .kernels import get_kernel
+    if kernel == "attention":
+        return unfused_attention(machine, **params)
+    return unfused_graph(get_kernel(kernel), machine, params)
