@@ -23,7 +23,7 @@ address outside the address space is its ``ADDRESS_WRAP`` error). The hardware i
 
 import numpy as np
 
-__all__ = ["beats", "indices", "addresses", "iter_addresses"]
+__all__ = ["beats", "indices", "addresses", "iter_addresses", "fit"]
 
 
 def beats(counts):
@@ -57,3 +57,45 @@ def iter_addresses(start, counts, strides, *, mask=None, block=4096):
     for first in range(0, total, block):
         yield from addresses(start, counts, strides, first, min(block, total - first),
                              mask=mask).tolist()
+
+
+def fit(sequence, most=None):
+    """``(start, counts, strides)`` of a three-level loop that walks ``sequence`` (the
+    addresses a stream's beats must go to, in stream order), or ``None`` when no such
+    loop does. Levels are found innermost first: each is the longest run of equal steps
+    that repeats through the sequence (at most ``most`` iterations: the counters'
+    width).
+
+    >>> fit([0, 1, 2, 10, 11, 12])
+    (0, (3, 2, 1), (1, 10, 0))
+    >>> fit([0, 5, 1]) is None
+    True
+    """
+    sequence = np.asarray(sequence, np.int64).reshape(-1)
+    if sequence.size == 0:
+        return None
+    counts, strides, rest = [], [], sequence
+    while len(counts) < 3:
+        if rest.size == 1:
+            counts.append(1)
+            strides.append(0)
+            continue
+        step = int(rest[1] - rest[0])
+        run = 1
+        while run < rest.size and rest[run] - rest[run - 1] == step and \
+                (most is None or run < most):
+            run += 1
+        # the longest run of ``step`` that divides the sequence and holds all through it
+        ramp = step * np.arange(rest.size, dtype=np.int64)
+        while run > 1 and (rest.size % run or not np.array_equal(
+                rest.reshape(-1, run) - rest.reshape(-1, run)[:, :1],
+                ramp[:run] + np.zeros((rest.size // run, 1), np.int64))):
+            run -= 1
+        counts.append(run)
+        strides.append(step if run > 1 else 0)
+        rest = rest[::run]
+    start = int(sequence[0])
+    if int(np.prod(counts)) != sequence.size or not np.array_equal(
+            addresses(start, tuple(counts), tuple(strides)), sequence):
+        return None
+    return start, tuple(counts), tuple(strides)

@@ -22,6 +22,10 @@ from pathlib import Path
 __all__ = ["main"]
 
 
+#: ``--execution`` -> how :func:`rdu.runtime.run_sequence` launches the programs.
+EXECUTIONS = {"fused": None, "unfused": "orchestrated", "unfused-host": "host"}
+
+
 class CommandError(Exception):
     """An error reported to the user as one line, exit status 2."""
 
@@ -170,6 +174,31 @@ def _size_option(args, name):
     return value
 
 
+def _kernel_params(args, kernel, arrays):
+    """The kernel's shape parameters and choices from its options and the user's arrays."""
+    implied = kernel.params_from_inputs(arrays)
+    params = {}
+    for name, (_, default, _) in kernel.choices.items():
+        given = getattr(args, name, None)
+        params[name] = default if given is None else given
+    for name in kernel.params:
+        option = "--" + name.replace("_", "-")
+        given, found = _size_option(args, name), implied.get(name)
+        if given is not None and found is not None and given != found:
+            raise CommandError(f"{option} {given} contradicts the input arrays "
+                               f"({name.upper()} = {found})")
+        value = given if given is not None else found
+        if value is None and name in kernel.defaults:
+            value = kernel.defaults[name][0](params)
+        if value is None:
+            raise CommandError(f"{kernel.name} needs {option} (or input arrays that "
+                               f"fix it)")
+        if value < 1:
+            raise CommandError(f"{option} must be at least 1, not {value}")
+        params[name] = value
+    return params
+
+
 def _program_for(args):
     """The program of ``rdu run``/``compile``: compiled from the kernel's options or
     read from a program file; the user's arrays (``--a``...) with it."""
@@ -184,26 +213,12 @@ def _program_for(args):
             if path:
                 arrays[tensor] = _load_array(path, f"--{tensor}")
                 sources[tensor] = f"--{tensor} {path}"
-        implied = kernel.params_from_inputs(arrays)
-        params = {}
-        for name, (_, default, _) in kernel.choices.items():
-            given = getattr(args, name, None)
-            params[name] = default if given is None else given
-        for name in kernel.params:
-            option = "--" + name.replace("_", "-")
-            given, found = _size_option(args, name), implied.get(name)
-            if given is not None and found is not None and given != found:
-                raise CommandError(f"{option} {given} contradicts the input arrays "
-                                   f"({name.upper()} = {found})")
-            value = given if given is not None else found
-            if value is None and name in kernel.defaults:
-                value = kernel.defaults[name][0](params)
-            if value is None:
-                raise CommandError(f"{kernel.name} needs {option} (or input arrays that "
-                                   f"fix it)")
-            if value < 1:
-                raise CommandError(f"{option} must be at least 1, not {value}")
-            params[name] = value
+        params = _kernel_params(args, kernel, arrays)
+        if getattr(args, "execution", "fused") != "fused":
+            from rdu.unfused import compile_unfused
+            kernel.graph(params)            # the kernel's own checks of its shape
+            return kernel, compile_unfused(kernel.name, _machine(args, kernel.machine),
+                                           **params), arrays, sources
         state = []
         program = kernel.compile(_machine(args, kernel.machine), state=state, **params)
         dump = getattr(args, "dump_after", None)
@@ -214,6 +229,9 @@ def _program_for(args):
                     print(f"== after {name} ({compilation.seconds[name] * 1000:.1f} ms)\n"
                           f"{text}", file=sys.stderr)
         return kernel, program, arrays, sources
+    if getattr(args, "execution", "fused") != "fused":
+        raise CommandError(f"{target}: a program file is one configuration; --execution "
+                           f"{args.execution} compiles a kernel by name")
     if args.target.endswith(".bin"):
         raise CommandError(f"{target}: a bare bitstream carries no shapes or tensors; "
                            f"compile a program file with 'rdu compile ... -o FILE.rdu'")
@@ -423,6 +441,12 @@ def cmd_run(args):
         if args.sim == "model":
             raise CommandError("--waves needs --sim verilator or --sim ip")
         _check_output(args.waves)
+    unfused = args.execution != "fused"
+    if unfused and args.sim == "ip":
+        raise CommandError(f"--execution {args.execution} runs on --sim model or verilator "
+                           f"(the IP block runs one program per start)")
+    if unfused and args.waves:
+        raise CommandError(f"--waves is for --execution fused (one program)")
     kernel, program, arrays, sources = _program_for(args)
     if arrays and set(arrays) != set(kernel.inputs):
         missing = sorted(set(kernel.inputs) - set(arrays))
@@ -430,14 +454,22 @@ def cmd_run(args):
                            f"{', '.join('--' + m for m in missing)}")
     inputs = (kernel.user_inputs(program, arrays, sources) if arrays
               else kernel.random_inputs(program, args.seed))
-    figures, results, result = run_kernel(kernel, program, inputs, args.sim, seed=args.seed,
-                                          waves=bool(args.waves), progress=not args.json,
-                                          timeout=args.timeout)
+    if unfused:
+        from rdu.runtime import run_sequence
+        figures, results, _ = run_sequence(
+            kernel, program, inputs, args.sim, seed=args.seed, progress=not args.json,
+            timeout=args.timeout, execution=EXECUTIONS[args.execution])
+        result = None
+    else:
+        figures, results, result = run_kernel(kernel, program, inputs, args.sim,
+                                              seed=args.seed, waves=bool(args.waves),
+                                              progress=not args.json, timeout=args.timeout)
     ok, max_abs_err = figures["ok"], figures["max_abs_err"]
     report = {
         "ok": ok,
         "kernel": kernel.describe(program),
         "sim": args.sim,
+        "execution": args.execution,
         "seed": args.seed,
         "inputs": ", ".join(sources.values()) if sources else f"random (seed {args.seed})",
         "machine": program.machine.describe(),
@@ -698,6 +730,12 @@ def _parser():
         cmd.add_argument("--seed", type=int, default=1,
                          help="seed of the random inputs and of the simulation")
         if sim_choice:
+            cmd.add_argument("--execution", choices=list(EXECUTIONS), default="fused",
+                             help="fused: the kernel as one configuration; unfused: one "
+                                  "configuration per operator, intermediates through HBM, "
+                                  "the launches run by the on-chip orchestrator; "
+                                  "unfused-host: the same launched one by one by the host "
+                                  "(docs/fusion.md)")
             cmd.add_argument("--sim", choices=["model", "verilator", "ip"], default="model",
                              help="model: the functional model (seconds, no cycles); "
                                   "verilator: the RTL (cycle-accurate); ip: the RTL as an "

@@ -96,6 +96,18 @@ class Image:
         except (KeyError, TypeError, ValueError) as error:
             raise LayoutError(f"malformed tensor layout in the manifest: {error}") from None
 
+    # -- addresses ----------------------------------------------------------------------
+    def byte_offsets(self):
+        """The byte offset in the image of every element of the logical ``shape`` matrix
+        (an int64 matrix of ``shape``): where a producer must write element ``(r, c)``
+        for a consumer that reads this image."""
+        size = 2 if self.format == "bf16" else 4
+        position = self._arrange(np.arange(self.elements, dtype=np.int64).reshape(
+            self.shape))
+        offsets = np.empty(self.elements, np.int64)
+        offsets[position] = np.arange(self.elements, dtype=np.int64) * size
+        return offsets.reshape(self.shape)
+
     # -- packing -------------------------------------------------------------------------
     def _arrange(self, matrix):
         if self.split is not None:

@@ -34,7 +34,8 @@ import numpy as np
 __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS",
            "run_kernel", "hbm_peak_bytes_per_cycle",
            "system_params", "check_machine", "Launch", "Copy", "Write", "StepResult",
-           "ScheduleResult", "EXECUTIONS", "run_schedule", "orchestration_files"]
+           "ScheduleResult", "EXECUTIONS", "run_schedule", "orchestration_files",
+           "run_sequence"]
 
 SIMULATORS = ("model", "verilator", "ip")
 
@@ -314,6 +315,55 @@ def run_kernel(kernel, program, inputs, sim="model", *, seed=1, **options):
             "sim_cycles_per_second", 0))
         figures["verilator_build_seconds"] = round(result.build_seconds, 1)
     return figures, results, result
+
+
+def run_sequence(kernel, sequence, inputs, sim="model", *, seed=1, timeout=None,
+                 progress=False, work_dir=None, **schedule_options):
+    """Run the unfused form of ``kernel`` (a :class:`rdu.unfused.Sequence`) on
+    ``inputs`` and check it: the :func:`run_kernel` of kernel-by-kernel execution.
+
+    Every stage is a :class:`Launch` of :func:`run_schedule` (``schedule_options`` go
+    there). Returns ``(figures, results, steps)``: ``figures`` as :func:`run_kernel`'s
+    (``ok``: bit-exact against the stages' arithmetic chained and within the kernel's
+    float64 budget; ``cycles``: every program load and execution; ``load_cycles``,
+    ``execute_cycles``, ``launches``, ``stages`` (per stage: name, load and execute
+    cycles))."""
+    sequence.pack(inputs)
+    machine = sequence.programs[0].machine
+    steps = run_schedule([Launch(program) for program in sequence.programs], sim,
+                         machine=machine, seed=seed, timeout=timeout, progress=progress,
+                         work_dir=work_dir, **schedule_options)
+    words = sequence.outputs([step.launch.outputs for step in steps])
+    exact, _ = sequence.exact(inputs)
+    results = {name: np.asarray(value, np.uint32).view(np.float32)
+               for name, value in words.items()}
+    from . import reference
+    ok, max_abs_err = reference.check(kernel.graph(sequence.params), inputs, results)
+    ok = ok and all(np.array_equal(np.asarray(words[name], np.uint32), value)
+                    for name, value in exact.items())
+    timed = sim != "model"
+    loads = [step.launch.load_cycles for step in steps]
+    executes = [step.launch.cycles for step in steps]
+    hbm = [step.launch.memory_bytes.get("hbm") for step in steps]
+    hbm_bytes = (sum(h["read_bytes"] + h["write_bytes"] for h in hbm)
+                 if all(h is not None for h in hbm) else None)
+    cycles = sum(step.cycles for step in steps) if timed else None
+    figures = {
+        "ok": ok,
+        "cycles": cycles,
+        "max_abs_err": max_abs_err,
+        "launches": len(steps),
+        "load_cycles": sum(loads) if timed else None,
+        "execute_cycles": sum(executes) if timed else None,
+        "hbm_bytes": hbm_bytes,
+        "hbm_peak_share": (round(hbm_bytes / (cycles * hbm_peak_bytes_per_cycle(machine)), 4)
+                           if cycles and hbm_bytes is not None else None),
+        "stages": [{"name": stage.name, "program": stage.program.name,
+                    "load_cycles": load, "execute_cycles": execute, "cycles": step.cycles}
+                   for stage, step, load, execute in zip(sequence.stages, steps, loads,
+                                                          executes, strict=True)],
+    }
+    return figures, results, steps
 
 
 # -- schedules: program launches, AGCU copy jobs, host writes --------------------------------

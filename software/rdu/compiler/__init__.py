@@ -46,18 +46,19 @@ def machine_geometry(machine=None, geometry=None, *, stages=4, agcus=2):
 
 
 def compile_graph(graph, machine=None, *, geometry=None, kernel="", params=None,
-                  state=None):
+                  state=None, plan=None):
     """Compile ``graph`` for ``machine``; return the :class:`~rdu.program.Program`.
 
     ``kernel`` and ``params`` name the registered kernel and its shape (recorded in the
     program so ``rdu run FILE`` can rebuild its reference). Pass a ``state`` list to get
-    the :class:`Compilation` (its ``dumps`` and ``seconds`` per pass).
+    the :class:`Compilation` (its ``dumps`` and ``seconds`` per pass); ``plan``: an
+    :class:`~rdu.compiler.core.ImagePlan` (addresses and layouts fixed by the caller).
     """
     machine, geometry = machine_geometry(machine, geometry)
     if not machine.compute:
         raise CompileError(f"kernel {graph.name!r} needs PCUs: this machine has PMUs only")
     compilation = Compilation(graph, machine, geometry, kernel_name=kernel or graph.name,
-                              params=dict(params or {}))
+                              params=dict(params or {}), plan=plan)
     if state is not None:
         state.append(compilation)
     try:

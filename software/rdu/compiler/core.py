@@ -9,7 +9,7 @@ a text dump of what it produced (``rdu compile --dump-after PASS``). Passes run 
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["CompileError", "Pass", "PASSES", "register", "Compilation"]
+__all__ = ["CompileError", "Pass", "PASSES", "register", "Compilation", "ImagePlan"]
 
 
 class CompileError(ValueError):
@@ -36,6 +36,24 @@ def register(name, description):
     return wrap
 
 
+@dataclass(frozen=True)
+class ImagePlan:
+    """What a caller fixes about a program's memory images (a kernel of a sequence whose
+    intermediates pass through HBM, :mod:`rdu.unfused`).
+
+    ``start``: the first byte the program's own images and bitstream may use (default
+    the HBM base); ``addresses``: ``{image: byte address}`` of images another program
+    of the sequence writes or reads; ``layouts``: ``{image: rdu.layout.Image}`` whose
+    geometry (shape, tiling, format) the image must have, so that the program reads
+    what its producer wrote, or writes what its consumer reads."""
+    start: int = None
+    addresses: dict = field(default_factory=dict)
+    layouts: dict = field(default_factory=dict)
+
+    def layout(self, image):
+        return self.layouts.get(image)
+
+
 @dataclass
 class Compilation:
     """What the passes know about one kernel being compiled."""
@@ -45,6 +63,7 @@ class Compilation:
     kernel_name: str = ""           # the registered kernel (rdu.kernels) it came from
     params: dict = field(default_factory=dict)      # its shape parameters
     max_pcus: int = None            # the tile pass uses at most this many matmul PCUs
+    plan: object = None             # ImagePlan: where images go and the layouts asked for
     groups: list = None             # fuse
     tiling: object = None           # tile
     kernel: object = None           # lower: rdu.ir.Kernel

@@ -23,7 +23,8 @@ from ..layout import Image, Piece
 from ..memory_map import HBM
 from .core import CompileError, register
 
-__all__ = ["lower_matmul", "place_images", "PAGE", "WORD", "BF16"]
+__all__ = ["lower_matmul", "place_images", "check_layout", "same_geometry", "PAGE", "WORD",
+           "BF16"]
 
 PAGE = 4096
 WORD = 4
@@ -56,13 +57,25 @@ def _images(group, t):
     }
 
 
-def place_images(name, images, hbm_size):
+def place_images(name, images, hbm_size, plan=None):
     """``(addresses, bitstream_address)``: each image on its own 4 KiB pages from the HBM
-    base, then the bitstream; a one-line error when HBM is too small."""
-    addresses, address = {}, HBM.base
+    base (or ``plan.start``), then the bitstream; images ``plan.addresses`` names stay
+    where the plan puts them. A one-line error when HBM is too small."""
+    fixed = dict(plan.addresses) if plan else {}
+    start = plan.start if plan and plan.start is not None else HBM.base
+    if start % PAGE:
+        raise CompileError(f"{name}: images start at 0x{start:x}, not on a {PAGE}-byte page")
+    addresses, address = {}, start
     for image_name, image in images.items():
+        if image_name in fixed:
+            addresses[image_name] = fixed[image_name]
+            continue
         addresses[image_name] = address
         address += _ceil(image.nbytes, PAGE) * PAGE
+    spans = sorted((addresses[n], addresses[n] + images[n].nbytes, n) for n in images)
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+        if begin < end:
+            raise CompileError(f"{name}: images {first!r} and {second!r} overlap in HBM")
     needed = address + 4 * PAGE - HBM.base
     if needed > hbm_size:
         raise CompileError(f"{name}: the tensors and the bitstream need {needed} bytes of "
@@ -71,12 +84,41 @@ def place_images(name, images, hbm_size):
     return addresses, address
 
 
-def lower_matmul(name, group, t, hbm_size):
-    """``(kernel, images, addresses, bitstream_address)`` of tiling ``t``."""
+def check_layout(name, plan, image_name, image):
+    """Refuse (one line) an image whose geometry is not the one ``plan`` asks for."""
+    wanted = plan.layout(image_name) if plan else None
+    if wanted is not None and not same_geometry(wanted, image):
+        raise CompileError(f"{name}: {image_name!r} is {image.describe()} here, its other "
+                           f"kernel has it as {wanted.describe()}")
+
+
+def same_geometry(a, b):
+    """Images of the same bytes per element (shape, tiling, format; any pieces)."""
+    return (tuple(a.shape), a.split and tuple(a.split), a.perm and tuple(a.perm),
+            a.format) == (tuple(b.shape), b.split and tuple(b.split),
+                          b.perm and tuple(b.perm), b.format)
+
+
+def lower_matmul(name, group, t, hbm_size, plan=None):
+    """``(kernel, images, addresses, bitstream_address)`` of tiling ``t``; ``plan``
+    (:class:`ImagePlan`) may ask for the output row-major (FP32: a consumer that reads
+    rows), else every image must be the one this lowering chooses."""
     lanes, pcus = t.lanes, t.pcus
     beat = lanes * WORD                       # bytes of one vector beat (one AXI beat)
     images = _images(group, t)
-    addresses, bitstream_address = place_images(name, images, hbm_size)
+    c_image = images[group.output]
+    wanted = plan.layout(group.output) if plan else None
+    row_major = wanted is not None and wanted.split is None
+    if row_major:
+        if group.out_dtype == "bf16":
+            raise CompileError(f"{name}: a BF16 matmul result is written by column tiles "
+                               f"(two rows per beat), not row-major")
+        images[group.output] = c_image = Image(c_image.shape, c_image.pieces, None, None,
+                                               c_image.format)
+    for image_name, image in images.items():
+        if not (row_major and image_name == group.output):
+            check_layout(name, plan, image_name, image)
+    addresses, bitstream_address = place_images(name, images, hbm_size, plan)
     a_name, b_name, c_name = group.a.name, group.b.name, group.output
     kernel = Kernel(name)
     tensors = {image_name: kernel.tensor(image_name, image.shape, image.format)
@@ -132,9 +174,16 @@ def lower_matmul(name, group, t, hbm_size):
         # C by column tile: a row of a tile is a vector beat (FP32) or half a beat (BF16,
         # the AGCU packs two rows into one AXI beat)
         row = lanes * (BF16 if bf16_out else WORD)
-        store = AccessPattern(BlockOffset(addresses[c_name], lanes * row),
-                              (len(members) * lanes * row // beat, t.col_tiles, t.passes),
-                              (beat, t.m_pad * row, rows * row))
+        if row_major:
+            # a tile's row is one beat of C's row: rows t.n_pad * 4 bytes apart
+            pitch = t.n_pad * WORD
+            store = AccessPattern(BlockOffset(addresses[c_name], lanes * pitch),
+                                  (len(members) * lanes, t.col_tiles, t.passes),
+                                  (pitch, beat, rows * pitch))
+        else:
+            store = AccessPattern(BlockOffset(addresses[c_name], lanes * row),
+                                  (len(members) * lanes * row // beat, t.col_tiles,
+                                   t.passes), (beat, t.m_pad * row, rows * row))
         kernel.store(stream, tensors[c_name], store, name=f"store_c{g}",
                      block_of=f"c_rows{g}" if len(members) > 1 else members[0].source.node,
                      config={"bf16": bf16_out})
@@ -153,12 +202,14 @@ def lower(state):
         name = (f"{state.graph.name}_{t.mode}_h{t.heads}g{t.kv_heads}_l{t.seq}"
                 f"d{t.dim}")
         lowered = lower_attention(name, group, t, hbm.size)
+        for image_name, image in lowered[1].items():
+            check_layout(name, state.plan, image_name, image)
     elif group.pattern == "matmul":
         name = f"{state.graph.name}_{t.m}x{t.n}x{t.k}"
-        lowered = lower_matmul(name, group, t, hbm.size)
+        lowered = lower_matmul(name, group, t, hbm.size, state.plan)
     else:
         name = f"{state.graph.name}_{t.rows}x{t.length}"
-        lowered = lower_rows(name, group, t, hbm.size, state.machine.stages)
+        lowered = lower_rows(name, group, t, hbm.size, state.machine.stages, state.plan)
     state.kernel, state.layouts, state.addresses, state.bitstream_address = lowered
     return dump_kernel(state.kernel)
 

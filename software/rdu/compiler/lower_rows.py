@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import affine
 from ..fpmodel import NEG_INF
 from ..frontend import ELEMENTWISE
 from ..ir import AccessPattern, Kernel
 from ..layout import Image, Piece
 from .core import CompileError
 from .lower import WORD, place_images
+from .tile import COUNT_LIMIT
 
 __all__ = ["lower_rows", "RowPCU"]
 
@@ -204,27 +206,55 @@ class _Builder:
         return self.pcus
 
 
-def lower_rows(name, group, tiling, hbm_size, stages):
-    """``(kernel, images, addresses, bitstream_address)`` of a row group."""
+def _walk(name, image_name, image, address, rows, length, beat):
+    size = 2 if image.format == "bf16" else 4
+    per_beat = beat // size
+    offsets = image.byte_offsets()
+    if rows > offsets.shape[0] or length > offsets.shape[1] or length % per_beat:
+        raise CompileError(f"{name}: {image_name!r} ({image.describe()}) cannot be walked as "
+                           f"{rows} rows of {length} in beats of {per_beat}")
+    offsets = offsets[:rows, :length]
+    starts = offsets[:, ::per_beat]
+    whole = np.all(offsets.reshape(rows, -1, per_beat) - starts[:, :, None] ==
+                   size * np.arange(per_beat))
+    found = affine.fit(starts.reshape(-1) + address, COUNT_LIMIT) if whole else None
+    if found is None:
+        raise CompileError(f"{name}: no three-level AGCU pattern walks {image_name!r} "
+                           f"({image.describe()}) row by row")
+    start, counts, strides = found
+    return AccessPattern(start, counts, strides)
+
+
+def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
+    """``(kernel, images, addresses, bitstream_address)`` of a row group; ``plan``
+    (:class:`ImagePlan`) may give the input and output images another geometry (the
+    producer's or the consumer's in a sequence of kernels): the AGCUs walk it row by
+    row."""
     builder = _Builder(group, stages)
     pcus = builder.build()
     lanes, beats, rows = tiling.lanes, tiling.beats, tiling.rows
     beat = lanes * WORD
     x, out = group.x, group.output
     fmt = "bf16" if x.dtype == "bf16" else "fp32"
+    out_fmt = "bf16" if group.out_node.dtype == "bf16" else "fp32"
     images = {x.name: Image((rows, group.length), (Piece(x.name, (0, 0), (rows,
                                                                           group.length)),),
                             None, None, fmt),
               out: Image((rows, group.length), (Piece(out, (0, 0), (rows, group.length)),),
-                         None, None, "bf16" if group.out_node.dtype == "bf16" else "fp32")}
-    addresses, bitstream_address = place_images(name, images, hbm_size)
+                         None, None, out_fmt)}
+    for image_name, image in list(images.items()):
+        wanted = plan.layout(image_name) if plan else None
+        if wanted is not None:
+            if wanted.format != image.format:
+                raise CompileError(f"{name}: {image_name!r} is {image.format} here, its "
+                                   f"other kernel has it as {wanted.format}")
+            images[image_name] = Image(wanted.shape, image.pieces, wanted.split,
+                                       wanted.perm, wanted.format)
+    addresses, bitstream_address = place_images(name, images, hbm_size, plan)
     kernel = Kernel(name)
     tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
-    row_bytes = group.length * (2 if fmt == "bf16" else 4)
-    if fmt == "bf16":
-        pattern = AccessPattern(addresses[x.name], (beats // 2, rows, 1), (beat, row_bytes, 0))
-    else:
-        pattern = AccessPattern(addresses[x.name], (beats, rows, 1), (beat, row_bytes, 0))
+    pattern = _walk(name, x.name, images[x.name], addresses[x.name], rows, group.length,
+                    beat)
     streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
                                   config={"bf16": fmt == "bf16"})}
     launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
@@ -274,11 +304,7 @@ def lower_rows(name, group, tiling, hbm_size, stages):
     final = streams.get(id(group.out_node))
     if final is None:
         raise CompileError(f"{group.out_node.where}: output {out!r} is not a row stream")
-    if group.out_node.dtype == "bf16":         # the AGCU packs two beats into one
-        store = AccessPattern(addresses[out], (beats // 2, rows, 1),
-                              (beat, group.length * 2, 0))
-    else:
-        store = AccessPattern(addresses[out], (beats, rows, 1), (beat, group.length * 4, 0))
+    store = _walk(name, out, images[out], addresses[out], rows, group.length, beat)
     kernel.store(final, tensors[out], store, name=f"store_{out}",
                  config={"bf16": group.out_node.dtype == "bf16"})
     # a PCU's vector_out nobody reads (a reduction's, when no scalar operator is clocked

@@ -1,0 +1,185 @@
+"""Fused against kernel-by-kernel, in cycles: the paper's first claim on our array.
+
+    .venv/bin/python -m benchmarks.fusion [--decode 256,1024,4096] [--prefill 64,128]
+        [--dim 64] [--heads 8] [--kv-heads 1] [--seed 1] [--sim verilator|model]
+        [--plot build/fusion/fusion.png] [--json]
+
+Each point runs attention three ways on the default 4x4 array with 4 AGCUs
+(``rdu run attention --execution ...``, ``docs/fusion.md``):
+
+* ``fused``: one configuration (``docs/attention.md``);
+* ``unfused``: one configuration per operator (``rdu.unfused``: scores, softmax, P V per
+  key/value head), S and P through HBM, the launches run by the on-chip orchestrator
+  with the host idle;
+* ``unfused-host``: the same programs launched one by one by the host, each paying the
+  host's launch latency.
+
+Cycles include every program load (configuration) and execution. For each unfused run
+the table splits the cycles: configuration (program loads), execution, and launch
+overhead (the rest: the host's latency, or the orchestrator's own commands); the HBM
+bytes of the intermediates' round trip (S and P each written once and read once) and
+the cycles they cost at the HBM peak; and the execution cycles beyond fused ones that
+the round trip does not explain (lost overlap: each kernel fills and drains its
+pipeline alone, and no kernel streams while another runs). Every run is checked (fused:
+bit-exact against the chain and within budget; unfused: bit-exact against its stages'
+arithmetic chained and within the same float64 budget). A stacked bar plot is written
+when matplotlib is installed (the ``plots`` extra).
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rdu.kernels import get_kernel
+from rdu.layout import Image
+from rdu.machine import Machine
+from rdu.runtime import hbm_peak_bytes_per_cycle, run_kernel, run_sequence
+from rdu.unfused import compile_unfused
+
+EXECUTIONS = (("unfused", "orchestrated"), ("unfused-host", "host"))
+
+
+def _round_trip_bytes(sequence):
+    """Bytes of the intermediates' images, each written once and read once."""
+    total = 0
+    for stage in sequence.stages:
+        for name in stage.produced:
+            total += 2 * Image.from_json(stage.program.meta["images"][name]).nbytes
+    return total
+
+
+def measure(mode, seq, args):
+    kernel = get_kernel("attention")
+    machine = Machine(**kernel.machine)
+    params = {"seq": seq, "dim": args.dim, "heads": args.heads, "kv_heads": args.kv_heads,
+              "mode": mode, "causal": False}
+    program = kernel.compile(machine, **params)
+    inputs = kernel.random_inputs(program, args.seed)
+    fused, _, result = run_kernel(kernel, program, inputs, args.sim, seed=args.seed)
+    timed = args.sim != "model"
+    row = {"mode": mode, "seq": seq, "dim": args.dim, "heads": args.heads,
+           "kv_heads": args.kv_heads, "ok": fused["ok"],
+           "fused": (fused["cycles"] + result.load_cycles) if timed else None,
+           "fused_load": result.load_cycles, "fused_execute": fused["cycles"]}
+    peak = hbm_peak_bytes_per_cycle(machine)
+    for label, execution in EXECUTIONS:
+        sequence = compile_unfused("attention", machine, **params)
+        figures, _, _ = run_sequence(kernel, sequence, inputs, args.sim, seed=args.seed,
+                                     execution=execution)
+        row["ok"] = row["ok"] and figures["ok"]
+        row["launches"] = figures["launches"]
+        round_trip = _round_trip_bytes(sequence)
+        row["round_trip_bytes"] = round_trip
+        if not timed:
+            continue
+        cycles = figures["cycles"]
+        overhead = cycles - figures["load_cycles"] - figures["execute_cycles"]
+        extra = figures["execute_cycles"] - fused["cycles"]
+        row[label] = cycles
+        row[f"{label}_ratio"] = round(cycles / row["fused"], 2)
+        row[f"{label}_load"] = figures["load_cycles"]
+        row[f"{label}_execute"] = figures["execute_cycles"]
+        row[f"{label}_launch"] = overhead
+        row["round_trip_cycles"] = round(round_trip / peak)
+        row[f"{label}_lost_overlap"] = extra - round(round_trip / peak)
+    return row
+
+
+def _sizes(text):
+    return [int(s) for s in text.split(",") if s]
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = [f"{r['mode']}\nL={r['seq']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(rows), 4.2))
+    width = 0.27
+    for i, r in enumerate(rows):
+        ax.bar(i - width, r["fused_load"], width, color="#9ecae1")
+        ax.bar(i - width, r["fused_execute"], width, bottom=r["fused_load"], color="#3182bd")
+        for offset, label in ((0, "unfused"), (width, "unfused-host")):
+            bottom = 0
+            for part, color in (("load", "#fdae6b"), ("execute", "#e6550d"),
+                                ("launch", "#756bb1")):
+                value = r[f"{label}_{part}"]
+                ax.bar(i + offset, value, width, bottom=bottom, color=color)
+                bottom += value
+            ax.text(i + offset, bottom, f"{r[f'{label}_ratio']}x", ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)), labels)
+    ax.set_ylabel("cycles (program loads included)")
+    ax.set_title("attention on the 4x4 array: fused | unfused (orchestrated) | "
+                 "unfused (host)", fontsize=9)
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=c, label=t) for c, t in (
+        ("#9ecae1", "fused: configuration"), ("#3182bd", "fused: execution"),
+        ("#fdae6b", "unfused: configurations"), ("#e6550d", "unfused: executions"),
+        ("#756bb1", "unfused: launch overhead"))], fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--decode", default="256,1024,4096",
+                        help="decode sequence lengths (empty: none)")
+    parser.add_argument("--prefill", default="64,128",
+                        help="prefill sequence lengths (empty: none)")
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=1)
+    parser.add_argument("--prefill-heads", type=int, default=1,
+                        help="query and key/value heads of the prefill points")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sim", choices=["verilator", "model"], default="verilator")
+    parser.add_argument("--plot", default="build/fusion/fusion.png", metavar="FILE.png")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    rows = []
+    points = [("decode", s) for s in _sizes(args.decode)] + \
+        [("prefill", s) for s in _sizes(args.prefill)]
+    for mode, seq in points:
+        point_args = argparse.Namespace(**vars(args))
+        if mode == "prefill":
+            point_args.heads = point_args.kv_heads = args.prefill_heads
+        row = measure(mode, seq, point_args)
+        rows.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+        else:
+            print(f"{mode:8s} L={seq:5d} ok={row['ok']} fused={row['fused']} "
+                  f"unfused={row.get('unfused')} host={row.get('unfused-host')}",
+                  flush=True)
+    if not args.json and args.sim != "model":
+        print("\n| mode | L | heads (K/V) | ok | fused | unfused (orchestrated) | ratio | "
+              "unfused (host) | ratio | configurations | executions (fused) | launch "
+              "overhead (orch. / host) | S, P round trip | lost overlap |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['mode']} | {r['seq']} | {r['heads']} ({r['kv_heads']}) | {r['ok']} "
+                  f"| {r['fused']} | {r['unfused']} | {r['unfused_ratio']}x "
+                  f"| {r['unfused-host']} | {r['unfused-host_ratio']}x "
+                  f"| {r['unfused_load']} ({r['fused_load']}) "
+                  f"| {r['unfused_execute']} ({r['fused_execute']}) "
+                  f"| {r['unfused_launch']} / {r['unfused-host_launch']} "
+                  f"| {r['round_trip_bytes']} B, {r['round_trip_cycles']} cyc "
+                  f"| {r['unfused_lost_overlap']} |")
+        path = plot(rows, args.plot)
+        print(f"\nplot: {path}" if path else "\nno plot: matplotlib is not installed "
+              "(pip install -e '.[plots]')")
+        print(f"{time.perf_counter() - start:.0f} s in all")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""Kernel by kernel (``rdu.unfused``): attention as one configuration per operator, its
+intermediates through HBM, against float64 attention and its stages' own arithmetic;
+the image plans that let one program read what another wrote."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from rdu.affine import addresses, fit
+from rdu.attention import attention64
+from rdu.kernels import get_kernel
+from rdu.machine import Machine
+from rdu.unfused import compile_unfused
+
+
+def test_fit_finds_the_loop_of_an_address_sequence():
+    """A chunk-major walk (2 rows x 3 chunks x 2 beats) is found, and the loop it returns
+    walks exactly the sequence; a sequence no three-level loop walks is refused."""
+    sequence = [c * 128 + r * 64 + b * 32 for r in range(2) for c in range(3) for b in range(2)]
+    start, counts, strides = fit(sequence)
+    assert np.array_equal(addresses(start, counts, strides), sequence)
+    assert counts == (2, 3, 2)
+    assert fit([0, 32, 8]) is None
+    assert fit(list(range(0, 4 * 32, 32)) * 2 + [5]) is None
+    start, counts, strides = fit(np.arange(100) * 32, most=40)
+    assert max(counts) <= 40 and np.array_equal(addresses(start, counts, strides),
+                                                np.arange(100) * 32)
+
+
+def _run(params, seed, sim="model", **options):
+    from rdu.runtime import run_sequence
+    kernel = get_kernel("attention")
+    params = {"mode": "decode", "causal": False, **params}
+    sequence = compile_unfused("attention", Machine(**kernel.machine), **params)
+    program = kernel.compile(Machine(**kernel.machine), **params)
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, steps = run_sequence(kernel, sequence, inputs, sim, **options)
+    return kernel, sequence, inputs, figures, results, steps
+
+
+#: decode with GQA and MHA, D 32 to 128, P V's keys in chunks (L = 4096), prefill
+SHAPES = [dict(seq=64, dim=64, heads=8, kv_heads=1), dict(seq=48, dim=32, heads=4, kv_heads=2),
+          dict(seq=256, dim=128, heads=2, kv_heads=2), dict(seq=4096, dim=64, heads=8,
+                                                            kv_heads=1),
+          dict(seq=64, dim=64, heads=1, kv_heads=1, mode="prefill")]
+
+
+@pytest.mark.parametrize("params", SHAPES, ids=lambda p: "-".join(map(str, p.values())))
+def test_unfused_attention_on_the_model(params, seed):
+    """Every stage's output is bit-exact against its arithmetic fed the previous stage's
+    words, O is within budget of float64 attention (2^-8 max|V| per head: P is rounded
+    to BF16 as in the fused chain), and S and P never pass through the host: each is
+    read where its producer wrote it, and no input image of a consumer is packed."""
+    kernel, sequence, inputs, figures, results, steps = _run(params, seed)
+    assert figures["launches"] == 3 * params["kv_heads"] == len(steps)
+    exact, _ = sequence.exact(inputs)
+    assert np.array_equal(results["o"].view(np.uint32), exact["o"])
+    q, k, v = (np.asarray(inputs[n], np.uint32).view(np.float32).astype(np.float64)
+               for n in "qkv")
+    reference, budget = attention64(q, k, v, 1 / np.sqrt(params["dim"]))
+    error = np.abs(results["o"] - reference)
+    assert np.all(error <= budget), f"max abs error {error.max():.3g}"
+    for stage in sequence.stages:
+        for name, (index, output) in stage.produced.items():
+            producer = sequence.stages[index].program
+            assert stage.program.inputs[name][1] is None
+            assert stage.program.meta["images"][name]["address"] == \
+                producer.meta["images"][output]["address"]
+    assert figures["ok"]
+
+
+def test_unfused_refuses_what_it_cannot_lay_out():
+    """A SEQ the softmax cannot write whole beats of, and causal masks (the row kernels
+    take one input): one line each."""
+    from rdu.compiler.core import CompileError
+    machine = Machine(**get_kernel("attention").machine)
+    with pytest.raises(CompileError, match="SEQ 40 is not a multiple of 16"):
+        compile_unfused("attention", machine, seq=40, dim=64, heads=2, kv_heads=1)
+    with pytest.raises(CompileError, match="--causal is not built"):
+        compile_unfused("attention", machine, seq=64, dim=64, heads=1, kv_heads=1,
+                        mode="prefill", causal=True)
+
+
+@pytest.mark.parametrize("name,params,launches", [
+    ("gemm", dict(m=16, n=24, k=40), 1), ("softmax", dict(m=5, n=64), 1),
+    ("linear_relu", dict(m=20, n=32, k=48), 2), ("gemm_bf16", dict(m=16, n=32, k=40), 2)])
+def test_unfused_kernels_on_the_model(name, params, launches, seed):
+    """Any registered kernel runs unfused: its matmul (bias folded) writes FP32 rows, the
+    operators after it are a row kernel reading them; a matmul or a row kernel alone is
+    one launch. Bit-exact against the stages' arithmetic, within the kernel's float64
+    budget."""
+    from rdu.runtime import run_sequence
+    kernel, machine = get_kernel(name), Machine()
+    sequence = compile_unfused(name, machine, **params)
+    inputs = kernel.random_inputs(kernel.compile(machine, **params), seed)
+    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
+    assert figures["launches"] == launches
+    (out, words), = sequence.exact(inputs)[0].items()
+    assert np.array_equal(results[out].view(np.uint32), words)
+    assert figures["ok"], figures["max_abs_err"]
+
+
+def test_plan_layout_is_honoured_or_refused():
+    """A matmul asked to read A in another tiling than its own is refused in one line;
+    asked to write its result row-major, it stores rows n_pad * 4 bytes apart."""
+    from rdu.compiler import compile_graph
+    from rdu.compiler.core import CompileError, ImagePlan
+    from rdu.frontend import Graph
+    from rdu.layout import Image
+    graph = Graph("g")
+    graph.output("c", graph.input("a", (8, 32)) @ graph.input("b", (32, 24)))
+    tiled = Image((8, 32), (), (8, 2, 16), (1, 0, 2), "bf16")
+    with pytest.raises(CompileError, match="'a' is bf16 \\[8, 32\\] here, its other kernel "
+                                           "has it as bf16 \\[8, 32\\] as \\[8, 2, 16\\]"):
+        compile_graph(graph, plan=ImagePlan(layouts={"a": tiled}))
+    program = compile_graph(graph, plan=ImagePlan(
+        start=0x10000, layouts={"c": Image((8, 24), (), None, None, "fp32")}))
+    images = program.meta["images"]
+    assert images["c"]["address"] >= 0x10000
+    assert Image.from_json(images["c"]).split is None
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "rdu.cli", "run", "attention", *args],
+                          capture_output=True, text=True)
+
+
+def test_cli_execution_choices():
+    """``rdu run attention --execution unfused|unfused-host`` report the launches and
+    are right; what cannot run is one line and exit 2."""
+    for execution in ("unfused", "unfused-host"):
+        done = _cli("--seq", "32", "--dim", "16", "--heads", "2", "--execution", execution,
+                    "--json")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["ok"] and report["launches"] == 6 and report["execution"] == execution
+    for args, message in ((("--seq", "20", "--dim", "16", "--execution", "unfused"),
+                           "SEQ 20 is not a multiple of 16"),
+                          (("--seq", "32", "--dim", "16", "--execution", "unfused", "--sim",
+                            "ip"), "runs on --sim model or verilator")):
+        bad = _cli(*args)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+        assert message in bad.stderr
