@@ -14,9 +14,12 @@ Each point runs attention three ways on the default 4x4 array with 4 AGCUs
 * ``unfused-host``: the same programs launched one by one by the host, each paying the
   host's launch latency.
 
-Cycles include every program load (configuration) and execution. For each unfused run
-the table splits the cycles: configuration (program loads), execution, and launch
-overhead (the rest: the host's latency, or the orchestrator's own commands); the HBM
+Cycles include every program load (configuration) and execution, and the host's launch
+latency (``sim_models.memory.HOST_LAUNCH_LATENCY``, ``docs/memory.md``) once per host
+launch: once for the fused kernel, once for the start of the orchestrator, once per
+program when the host launches them. For each run the table splits the cycles:
+configuration (program loads), execution, and launch overhead (the rest: the host's
+latencies, the orchestrator's schedule fetch and commands); the HBM
 bytes of the intermediates' round trip (S and P each written once and read once) and
 the cycles they cost at the HBM peak; and the execution cycles beyond fused ones that
 the round trip does not explain (lost overlap: each kernel fills and drains its
@@ -36,6 +39,7 @@ from rdu.layout import Image
 from rdu.machine import Machine
 from rdu.runtime import hbm_peak_bytes_per_cycle, run_kernel, run_sequence
 from rdu.unfused import compile_unfused
+from sim_models.memory import HOST_LAUNCH_LATENCY
 
 EXECUTIONS = (("unfused", "orchestrated"), ("unfused-host", "host"))
 
@@ -60,8 +64,10 @@ def measure(mode, seq, args):
     timed = args.sim != "model"
     row = {"mode": mode, "seq": seq, "dim": args.dim, "heads": args.heads,
            "kv_heads": args.kv_heads, "ok": fused["ok"],
-           "fused": (fused["cycles"] + result.load_cycles) if timed else None,
-           "fused_load": result.load_cycles, "fused_execute": fused["cycles"]}
+           "fused": (HOST_LAUNCH_LATENCY + result.load_cycles + fused["cycles"]) if timed
+           else None,
+           "fused_load": result.load_cycles, "fused_execute": fused["cycles"],
+           "fused_launch": HOST_LAUNCH_LATENCY}
     peak = hbm_peak_bytes_per_cycle(machine)
     for label, execution in EXECUTIONS:
         sequence = compile_unfused("attention", machine, **params)
@@ -73,7 +79,9 @@ def measure(mode, seq, args):
         row["round_trip_bytes"] = round_trip
         if not timed:
             continue
-        cycles = figures["cycles"]
+        # the orchestrator is started by one host launch
+        cycles = figures["cycles"] + (HOST_LAUNCH_LATENCY if execution == "orchestrated"
+                                      else 0)
         overhead = cycles - figures["load_cycles"] - figures["execute_cycles"]
         extra = figures["execute_cycles"] - fused["cycles"]
         row[label] = cycles
@@ -103,6 +111,8 @@ def plot(rows, path):
     for i, r in enumerate(rows):
         ax.bar(i - width, r["fused_load"], width, color="#9ecae1")
         ax.bar(i - width, r["fused_execute"], width, bottom=r["fused_load"], color="#3182bd")
+        ax.bar(i - width, r["fused_launch"], width,
+               bottom=r["fused_load"] + r["fused_execute"], color="#756bb1")
         for offset, label in ((0, "unfused"), (width, "unfused-host")):
             bottom = 0
             for part, color in (("load", "#fdae6b"), ("execute", "#e6550d"),
@@ -120,7 +130,7 @@ def plot(rows, path):
     ax.legend(handles=[Patch(color=c, label=t) for c, t in (
         ("#9ecae1", "fused: configuration"), ("#3182bd", "fused: execution"),
         ("#fdae6b", "unfused: configurations"), ("#e6550d", "unfused: executions"),
-        ("#756bb1", "unfused: launch overhead"))], fontsize=7)
+        ("#756bb1", "launch overhead (host latency, orchestrator)"))], fontsize=7)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +173,7 @@ def main():
     if not args.json and args.sim != "model":
         print("\n| mode | L | heads (K/V) | ok | fused | unfused (orchestrated) | ratio | "
               "unfused (host) | ratio | configurations | executions (fused) | launch "
-              "overhead (orch. / host) | S, P round trip | lost overlap |\n"
+              "overhead (fused / orch. / host) | S, P round trip | lost overlap |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['mode']} | {r['seq']} | {r['heads']} ({r['kv_heads']}) | {r['ok']} "
@@ -171,7 +181,7 @@ def main():
                   f"| {r['unfused-host']} | {r['unfused-host_ratio']}x "
                   f"| {r['unfused_load']} ({r['fused_load']}) "
                   f"| {r['unfused_execute']} ({r['fused_execute']}) "
-                  f"| {r['unfused_launch']} / {r['unfused-host_launch']} "
+                  f"| {r['fused_launch']} / {r['unfused_launch']} / {r['unfused-host_launch']} "
                   f"| {r['round_trip_bytes']} B, {r['round_trip_cycles']} cyc "
                   f"| {r['unfused_lost_overlap']} |")
         path = plot(rows, args.plot)

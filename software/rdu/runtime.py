@@ -325,9 +325,10 @@ def run_sequence(kernel, sequence, inputs, sim="model", *, seed=1, timeout=None,
     Every stage is a :class:`Launch` of :func:`run_schedule` (``schedule_options`` go
     there). Returns ``(figures, results, steps)``: ``figures`` as :func:`run_kernel`'s
     (``ok``: bit-exact against the stages' arithmetic chained and within the kernel's
-    float64 budget; ``cycles``: every program load and execution; ``load_cycles``,
-    ``execute_cycles``, ``launches``, ``stages`` (per stage: name, load and execute
-    cycles))."""
+    float64 budget; ``cycles``: the whole schedule (:class:`ScheduleResult`: every
+    program load and execution, the host's launch latencies or the orchestrator's
+    fetch and commands); ``load_cycles``, ``execute_cycles``, ``host_launch_cycles``,
+    ``launches``, ``stages`` (per stage: name, load and execute cycles))."""
     sequence.pack(inputs)
     machine = sequence.programs[0].machine
     steps = run_schedule([Launch(program) for program in sequence.programs], sim,
@@ -347,7 +348,7 @@ def run_sequence(kernel, sequence, inputs, sim="model", *, seed=1, timeout=None,
     hbm = [step.launch.memory_bytes.get("hbm") for step in steps]
     hbm_bytes = (sum(h["read_bytes"] + h["write_bytes"] for h in hbm)
                  if all(h is not None for h in hbm) else None)
-    cycles = sum(step.cycles for step in steps) if timed else None
+    cycles = steps.cycles if timed else None
     figures = {
         "ok": ok,
         "cycles": cycles,
@@ -355,6 +356,8 @@ def run_sequence(kernel, sequence, inputs, sim="model", *, seed=1, timeout=None,
         "launches": len(steps),
         "load_cycles": sum(loads) if timed else None,
         "execute_cycles": sum(executes) if timed else None,
+        "host_launch_cycles": sum(step.launch_cycles or 0 for step in steps) if timed
+        else None,
         "hbm_bytes": hbm_bytes,
         "hbm_peak_share": (round(hbm_bytes / (cycles * hbm_peak_bytes_per_cycle(machine)), 4)
                            if cycles and hbm_bytes is not None else None),
