@@ -1,16 +1,19 @@
 """Fused against kernel-by-kernel, in cycles: the paper's first claim on our array.
 
     .venv/bin/python -m benchmarks.fusion [--decode 256,1024,4096] [--prefill 64,128]
-        [--dim 64] [--heads 8] [--kv-heads 1] [--seed 1] [--sim verilator|model]
+        [--mlp 8:64:256,8:128:512] [--dim 64] [--heads 8] [--kv-heads 1] [--seed 1]
+        [--sim verilator|model]
         [--plot build/fusion/fusion.png] [--json]
 
-Each point runs attention three ways on the default 4x4 array with 4 AGCUs
-(``rdu run attention --execution ...``, ``docs/fusion.md``):
+Each point runs attention (decode, prefill) or an MLP block (``Y = SiLU(X W1) W2``)
+three ways on the default 4x4 array with 4 AGCUs (``rdu run attention|mlp --execution
+...``, ``docs/fusion.md``):
 
-* ``fused``: one configuration (``docs/attention.md``);
+* ``fused``: one configuration (``docs/attention.md``; the MLP's hidden rows wait in a
+  PMU);
 * ``unfused``: one configuration per operator (``rdu.unfused``: scores, softmax, P V per
-  key/value head), S and P through HBM, the launches run by the on-chip orchestrator
-  with the host idle;
+  key/value head; matmul, activation, matmul), the intermediates through HBM, the
+  launches run by the on-chip orchestrator with the host idle;
 * ``unfused-host``: the same programs launched one by one by the host, each paying the
   host's launch latency.
 
@@ -55,24 +58,22 @@ def _round_trip_bytes(sequence):
     return total
 
 
-def measure(mode, seq, args):
-    kernel = get_kernel("attention")
+def measure(name, params, args):
+    """One point: ``name`` (a registered kernel) with ``params``, three ways."""
+    kernel = get_kernel(name)
     machine = Machine(**kernel.machine)
-    params = {"seq": seq, "dim": args.dim, "heads": args.heads, "kv_heads": args.kv_heads,
-              "mode": mode, "causal": False}
     program = kernel.compile(machine, **params)
     inputs = kernel.random_inputs(program, args.seed)
     fused, _, result = run_kernel(kernel, program, inputs, args.sim, seed=args.seed)
     timed = args.sim != "model"
-    row = {"mode": mode, "seq": seq, "dim": args.dim, "heads": args.heads,
-           "kv_heads": args.kv_heads, "ok": fused["ok"],
+    row = {"kernel": name, "point": _describe(name, params), "ok": fused["ok"],
            "fused": (HOST_LAUNCH_LATENCY + result.load_cycles + fused["cycles"]) if timed
            else None,
            "fused_load": result.load_cycles, "fused_execute": fused["cycles"],
            "fused_launch": HOST_LAUNCH_LATENCY}
     peak = hbm_peak_bytes_per_cycle(machine)
     for label, execution in EXECUTIONS:
-        sequence = compile_unfused("attention", machine, **params)
+        sequence = compile_unfused(name, machine, **params)
         figures, _, _ = run_sequence(kernel, sequence, inputs, args.sim, seed=args.seed,
                                      execution=execution)
         row["ok"] = row["ok"] and figures["ok"]
@@ -103,6 +104,13 @@ def _sizes(text):
     return [int(s) for s in text.split(",") if s]
 
 
+def _describe(name, params):
+    if name == "attention":
+        return (f"{params['mode']} L={params['seq']} H={params['heads']}/"
+                f"{params['kv_heads']}")
+    return "MLP " + "x".join(str(params[k]) for k in ("m", "d", "f"))
+
+
 def plot(rows, path):
     try:
         import matplotlib
@@ -110,7 +118,7 @@ def plot(rows, path):
         return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    labels = [f"{r['mode']}\nL={r['seq']}" for r in rows]
+    labels = [r["point"].replace(" ", "\n", 1) for r in rows]
     fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(rows), 4.2))
     width = 0.27
     for i, r in enumerate(rows):
@@ -129,8 +137,8 @@ def plot(rows, path):
                     va="bottom", fontsize=8)
     ax.set_xticks(range(len(rows)), labels)
     ax.set_ylabel("cycles (program loads included)")
-    ax.set_title("attention on the 4x4 array: fused | unfused (orchestrated) | "
-                 "unfused (host)", fontsize=9)
+    ax.set_title("4x4 array, 4 AGCUs: fused | unfused (orchestrated) | unfused (host)",
+                 fontsize=9)
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=c, label=t) for c, t in (
         ("#9ecae1", "fused: configuration"), ("#3182bd", "fused: execution"),
@@ -154,6 +162,8 @@ def main():
     parser.add_argument("--kv-heads", type=int, default=1)
     parser.add_argument("--prefill-heads", type=int, default=1,
                         help="query and key/value heads of the prefill points")
+    parser.add_argument("--mlp", default="8:64:256,8:128:512",
+                        help="MLP blocks M:D:F (Y = SiLU(X W1) W2), comma separated")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sim", choices=["verilator", "model"], default="verilator")
     parser.add_argument("--plot", default="build/fusion/fusion.png", metavar="FILE.png")
@@ -161,28 +171,31 @@ def main():
     args = parser.parse_args()
     start = time.perf_counter()
     rows = []
-    points = [("decode", s) for s in _sizes(args.decode)] + \
-        [("prefill", s) for s in _sizes(args.prefill)]
-    for mode, seq in points:
-        point_args = argparse.Namespace(**vars(args))
-        if mode == "prefill":
-            point_args.heads = point_args.kv_heads = args.prefill_heads
-        row = measure(mode, seq, point_args)
+    points = [("attention", {"seq": s, "dim": args.dim, "heads": args.heads,
+                             "kv_heads": args.kv_heads, "mode": "decode", "causal": False})
+              for s in _sizes(args.decode)]
+    points += [("attention", {"seq": s, "dim": args.dim, "heads": args.prefill_heads,
+                              "kv_heads": args.prefill_heads, "mode": "prefill",
+                              "causal": False}) for s in _sizes(args.prefill)]
+    points += [("mlp", dict(zip(("m", "d", "f"), map(int, shape.split(":")), strict=True)))
+               for shape in args.mlp.split(",") if shape]
+    for name, params in points:
+        row = measure(name, params, args)
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
         else:
-            print(f"{mode:8s} L={seq:5d} ok={row['ok']} fused={row['fused']} "
+            print(f"{row['point']:28s} ok={row['ok']} fused={row['fused']} "
                   f"unfused={row.get('unfused')} host={row.get('unfused-host')}",
                   flush=True)
     if not args.json and args.sim != "model":
-        print("\n| mode | L | heads (K/V) | ok | fused | unfused (orchestrated) | ratio "
+        print("\n| point | ok | fused | unfused (orchestrated) | ratio "
               "(device) | unfused (host) | ratio (device) | configurations | executions "
               "(fused) | launch "
-              "overhead (fused / orch. / host) | S, P round trip | lost overlap |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "overhead (fused / orch. / host) | intermediates round trip | lost overlap |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['mode']} | {r['seq']} | {r['heads']} ({r['kv_heads']}) | {r['ok']} "
+            print(f"| {r['point']} | {r['ok']} "
                   f"| {r['fused']} | {r['unfused']} | {r['unfused_ratio']}x "
                   f"({r['unfused_device_ratio']}x) "
                   f"| {r['unfused-host']} | {r['unfused-host_ratio']}x "

@@ -85,14 +85,16 @@ def test_unfused_refuses_what_it_cannot_lay_out():
 
 @pytest.mark.parametrize("name,params,launches", [
     ("gemm", dict(m=16, n=24, k=40), 1), ("softmax", dict(m=5, n=64), 1),
-    ("linear_relu", dict(m=20, n=32, k=48), 2), ("gemm_bf16", dict(m=16, n=32, k=40), 2)])
+    ("linear_relu", dict(m=20, n=32, k=48), 2), ("gemm_bf16", dict(m=16, n=32, k=40), 2),
+    ("mlp", dict(m=5, d=40, f=96), 3)])
 def test_unfused_kernels_on_the_model(name, params, launches, seed):
     """Any registered kernel runs unfused: its matmul (bias folded) writes FP32 rows, the
     operators after it are a row kernel reading them; a matmul or a row kernel alone is
     one launch. Bit-exact against the stages' arithmetic, within the kernel's float64
     budget."""
     from rdu.runtime import run_sequence
-    kernel, machine = get_kernel(name), Machine()
+    kernel = get_kernel(name)
+    machine = Machine(**kernel.machine)
     sequence = compile_unfused(name, machine, **params)
     inputs = kernel.random_inputs(kernel.compile(machine, **params), seed)
     figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
@@ -100,6 +102,50 @@ def test_unfused_kernels_on_the_model(name, params, launches, seed):
     (out, words), = sequence.exact(inputs)[0].items()
     assert np.array_equal(results[out].view(np.uint32), words)
     assert figures["ok"], figures["max_abs_err"]
+
+
+@pytest.mark.parametrize("m,d,f", [(8, 64, 256), (5, 40, 96), (1, 16, 32)])
+def test_fused_mlp_on_the_model(m, d, f, seed):
+    """``Y = SiLU(X W1) W2`` as one configuration (the hidden rows wait in a PMU as the
+    second matmul's A panel): bit-exact against the two matmuls' and the activation's
+    arithmetic, within the float64 budget; only Y is written."""
+    from rdu.runtime import run_kernel
+    kernel = get_kernel("mlp")
+    program = kernel.compile(Machine(**kernel.machine), m=m, d=d, f=f)
+    assert program.meta["group"] == "mlp" and program.meta["pcus"] == 5
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, run = run_kernel(kernel, program, inputs, "model")
+    assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
+    assert figures["ok"], figures["max_abs_err"]
+    assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]
+
+
+def test_fused_mlp_refusals():
+    """What the fused MLP cannot hold is one line each: more rows than one block, too few
+    AGCUs, a hidden size that does not fill whole beats, operators after the second
+    matmul, a second matmul on unrounded FP32 rows."""
+    from rdu.compiler import compile_graph
+    from rdu.compiler.core import CompileError
+    from rdu.frontend import Graph, exp, relu
+    kernel = get_kernel("mlp")
+    machine = Machine(**kernel.machine)
+    for params, agcus, message in ((dict(m=16, d=64, f=256), 4, "at most 8 rows"),
+                                   (dict(m=8, d=64, f=256), 2, "it needs 3 AGCUs"),
+                                   (dict(m=8, d=64, f=40), 4, "must be a multiple of 16")):
+        with pytest.raises(CompileError, match=message):
+            kernel.compile(machine.replace(agcus=agcus), **params)
+    graph = Graph("two")
+    x, w1, w2 = (graph.input(n, s) for n, s in (("x", (8, 16)), ("w1", (16, 32)),
+                                                 ("w2", (32, 16))))
+    graph.output("y", relu(relu(x @ w1).astype("bf16") @ w2))
+    with pytest.raises(CompileError, match="must end in the second"):
+        compile_graph(graph, machine)
+    graph = Graph("unrounded")
+    x, w1, w2 = (graph.input(n, s) for n, s in (("x", (8, 16)), ("w1", (16, 32)),
+                                                 ("w2", (32, 16))))
+    graph.output("y", exp(x @ w1) @ w2)
+    with pytest.raises(CompileError, match="round the first matmul's activated rows"):
+        compile_graph(graph, machine)
 
 
 def test_plan_layout_is_honoured_or_refused():
@@ -148,8 +194,8 @@ def test_cli_execution_choices():
 
 @pytest.mark.verilator
 def test_unfused_on_verilator(sim_dir, seed):
-    """Attention decode (2 key/value heads: 6 launches) and linear_relu (2 launches),
-    unfused on the 4x4 RTL with four AGCUs, launched by the orchestrator and by the
+    """Attention decode (2 key/value heads: 6 launches), linear_relu (2 launches) and the
+    MLP (3 launches), unfused on the 4x4 RTL with four AGCUs, launched by the orchestrator and by the
     host: both give the functional model's words, bit-exact against the stages'
     arithmetic and within budget of float64; the host's launches cost more cycles than
     the orchestrator's, by at least its launch latency each."""
@@ -157,7 +203,8 @@ def test_unfused_on_verilator(sim_dir, seed):
     machine = Machine(**get_kernel("attention").machine)  # test_attention's 4x4 build
     for name, params in (("attention", dict(seq=32, dim=16, heads=4, kv_heads=2,
                                             mode="decode", causal=False)),
-                         ("linear_relu", dict(m=12, n=16, k=24))):
+                         ("linear_relu", dict(m=12, n=16, k=24)),
+                         ("mlp", dict(m=5, d=16, f=32))):
         kernel = get_kernel(name)
         inputs = kernel.random_inputs(kernel.compile(machine, **params), seed)
         runs = {}
@@ -176,3 +223,19 @@ def test_unfused_on_verilator(sim_dir, seed):
                                       runs["model"][1][out].view(np.uint32)), (name, execution)
         orchestrated, host = runs["orchestrated"][0], runs["host"][0]
         assert host["cycles"] > orchestrated["cycles"]
+
+
+@pytest.mark.verilator
+def test_fused_mlp_on_verilator(sim_dir, seed):
+    """The fused MLP on the 4x4 RTL with four AGCUs: the functional model's words,
+    bit-exact against the arithmetic, within budget of float64; only Y is written."""
+    from rdu.runtime import run_kernel
+    kernel = get_kernel("mlp")
+    program = kernel.compile(Machine(**kernel.machine), m=6, d=32, f=64)
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, run = run_kernel(kernel, program, inputs, "verilator", seed=seed,
+                                       work_dir=sim_dir / "mlp")
+    model = run_kernel(kernel, program, inputs, "model")[1]
+    assert np.array_equal(results["y"].view(np.uint32), model["y"].view(np.uint32))
+    assert figures["ok"], figures["max_abs_err"]
+    assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]

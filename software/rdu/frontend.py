@@ -351,6 +351,34 @@ class Graph:
         if name in self.inputs or name in self.outputs:
             raise FrontendError(f"{where}: tensor {name!r} is defined twice")
 
+    def extract(self, name, sources, outputs):
+        """A new graph ``name`` of the operators between ``sources`` and ``outputs``:
+        ``sources`` ``{node: input name}`` become inputs (their shape and dtype),
+        ``outputs`` ``{output name: node}`` its outputs (a kernel cut into stages, a
+        reference of part of a fused group)."""
+        graph = Graph(name)
+        mapped = {}
+        for node, input_name in sources.items():
+            mapped[id(node)] = graph.input(input_name, node.shape, node.dtype)
+        wanted, stack = set(), list(outputs.values())
+        while stack:
+            node = stack.pop()
+            if id(node) not in wanted and id(node) not in mapped:
+                wanted.add(id(node))
+                stack.extend(node.inputs)
+        for node in self.nodes:
+            if id(node) not in wanted:
+                continue
+            if node.op == "input":
+                mapped[id(node)] = graph.input(node.name, node.shape, node.dtype)
+                continue
+            inputs = [mapped[id(i)].node for i in node.inputs]
+            mapped[id(node)] = graph._add(node.op, inputs, node.shape, node.dtype,
+                                          node.where, **node.attrs)
+        for output_name, node in outputs.items():
+            graph.output(output_name, mapped[id(node)])
+        return graph
+
     def users(self, node):
         """The nodes that read ``node``."""
         return [other for other in self.nodes if node in other.inputs]

@@ -22,7 +22,7 @@ from .frontend import Graph, attention, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
 
 __all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph",
-           "softmax_graph", "gemm_bf16_graph", "attention_graph"]
+           "softmax_graph", "gemm_bf16_graph", "attention_graph", "mlp_graph"]
 
 
 class KernelInputError(ValueError):
@@ -69,6 +69,19 @@ def softmax_graph(m, n):
     x = graph.input("x", (m, n))
     e = exp(x - x.max())
     graph.output("y", e * reciprocal(e.sum()))
+    return graph
+
+
+def mlp_graph(m, d, f):
+    """``Y = SiLU(X W1) W2``: the MLP block of a decoder (X: M tokens of D, W1: D x F,
+    W2: F x D), SiLU written with the front end: ``h * reciprocal(1 + exp(-h))``."""
+    graph = Graph("mlp")
+    x = graph.input("x", (m, d))
+    w1 = graph.input("w1", (d, f))
+    w2 = graph.input("w2", (f, d))
+    h = x @ w1
+    silu = h * reciprocal(exp(h * -1.0) + 1.0)
+    graph.output("y", silu.astype("bf16") @ w2)
     return graph
 
 
@@ -222,6 +235,12 @@ KERNELS = {
     "softmax": Kernel("softmax", ("m", "n"), {"x": ("m", "n")}, {"y": ("m", "n")},
                       "Y = softmax of each row of X (M rows of N), X in BF16, Y in FP32",
                       softmax_graph),
+    "mlp": Kernel("mlp", ("m", "d", "f"), {"x": ("m", "d"), "w1": ("d", "f"),
+                                            "w2": ("f", "d")},
+                  {"y": ("m", "d")},
+                  "Y = SiLU(X W1) W2, one fused configuration (the hidden rows stay on "
+                  "chip); X, W1, W2 in BF16, the hidden rows rounded to BF16, Y in FP32",
+                  mlp_graph, machine={"agcus": 4}),
     "attention": Kernel(
         "attention", ("seq", "dim", "heads", "kv_heads"),
         {"q": ("heads", "rows", "dim"), "k": ("kv_heads", "seq", "dim"),

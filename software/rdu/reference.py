@@ -17,7 +17,7 @@ import numpy as np
 from . import fpmodel, pcu_model
 from .layout import Image
 
-__all__ = ["exact_outputs", "exact_rows", "float64_outputs", "check"]
+__all__ = ["exact_outputs", "exact_rows", "exact_mlp", "float64_outputs", "check"]
 
 _ULP = 2.0 ** -23
 _TINY = 2.0 ** -126
@@ -29,6 +29,8 @@ def exact_outputs(program, graph=None):
     meta = program.meta
     if meta.get("group") == "attention":
         return exact_attention(program)
+    if meta.get("group") == "mlp":
+        return exact_mlp(program, graph)
     if meta.get("group") == "rows":
         (x_name, spec), = ((n, s) for n, s in program.tensors.items()
                            if s["role"] == "input")
@@ -55,6 +57,35 @@ def exact_outputs(program, graph=None):
         value = fpmodel.apply(_op_code(op), operands[src_a], operands[src_b],
                               operands[src_c])
     m, n = out_spec["shape"]
+    return {out_name: np.asarray(value, np.uint32)[:m, :n]}
+
+
+def exact_mlp(program, graph):
+    """``{output: words}`` of an MLP group: the first matmul's sums, the activation's
+    operators on them as a row kernel's (:func:`exact_rows`), the second matmul on the
+    BF16 rows."""
+    meta = program.meta
+    x_name, w1_name, w2_name = meta["operands"]
+    logical = {}
+    for name in (x_name, w1_name, w2_name):
+        words = program.inputs[name][1]
+        if words is None:
+            raise ValueError(f"{program.name}: input image {name} is not packed")
+        logical[name] = Image.from_json(meta["images"][name]).unpack_matrix(words)
+    k1, k2 = meta["k_pad"]
+    hidden = pcu_model.systolic_accumulate(logical[x_name][:, :k1].T.copy(),
+                                           logical[w1_name][:k1])
+    (out_name, out), = graph.outputs.items()
+    cast, _ = out.inputs
+    first = next(node for node in graph.live_nodes() if node.op == "matmul" and
+                 node is not out)
+    chain = graph.extract(f"{graph.name}_activation", {first: "h"}, {"s": cast})
+    m, f = cast.shape
+    activated = exact_rows(chain, {"h": np.asarray(hidden, np.uint32)[:m, :f]},
+                           meta["lanes"])["s"]
+    value = pcu_model.systolic_accumulate(np.asarray(activated, np.uint32)[:, :k2].T.copy(),
+                                          logical[w2_name][:k2])
+    m, n = program.tensors[out_name]["shape"]
     return {out_name: np.asarray(value, np.uint32)[:m, :n]}
 
 

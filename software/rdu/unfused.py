@@ -214,18 +214,6 @@ def unfused_attention(machine, seq, dim, heads, kv_heads, mode="decode", causal=
                     stages, assemble)
 
 
-def _copy(graph, nodes, mapped):
-    """Add ``nodes`` (in order) to ``graph``, reading ``mapped`` (``{id(node): Tensor}``)
-    for their inputs; returns ``mapped`` with them."""
-    for node in nodes:
-        if id(node) in mapped:
-            continue
-        inputs = [mapped[id(i)].node for i in node.inputs]
-        mapped[id(node)] = graph._add(node.op, inputs, node.shape, node.dtype, node.where,
-                                      **node.attrs)
-    return mapped
-
-
 def _bias_of(graph, matmul):
     """The add that folds a bias into ``matmul`` (the compiler's ``bias`` rule), or None."""
     for user in graph.users(matmul):
@@ -237,64 +225,70 @@ def _bias_of(graph, matmul):
     return None
 
 
+def _user_inputs(graph):
+    return {name: (lambda inputs, name=name: inputs[name]) for name in graph.inputs}
+
+
 def unfused_graph(kernel, machine, params):
-    """A front-end kernel as at most two programs: its matmul (with a folded bias: the
-    matmul kernel's own K extension) writing its FP32 result row-major, then the
-    operators after it as one row kernel reading that. A kernel of row operators only,
-    or a matmul alone, is one program (its fused form)."""
+    """A front-end kernel as one program per operator group:
+
+    * a matmul (with a folded bias: the matmul kernel's own K extension) writes its FP32
+      result row-major;
+    * the operators after it are one row kernel reading that;
+    * a second matmul (an MLP: ``act(x W1).astype(bf16) W2``) reads the row kernel's
+      BF16 rows, which the row kernel writes in that matmul's A tiling.
+
+    A kernel of row operators only, or a matmul alone, is one program (its fused
+    form)."""
     graph = kernel.graph(params)
     (out_name, out), = graph.outputs.items()
-    live = graph.live_nodes()
-    matmuls = [node for node in live if node.op == "matmul"]
-    if len(matmuls) > 1:
+    matmuls = [node for node in graph.live_nodes() if node.op == "matmul"]
+    if len(matmuls) > 2:
         raise CompileError(f"{graph.name}: the unfused form of {len(matmuls)} matmuls is not "
-                           f"built (one matmul and the row operators after it are)")
+                           f"built (at most two: matmul, row operators, matmul)")
     if not matmuls or out is matmuls[0] or out is _bias_of(graph, matmuls[0]):
         program = compile_graph(graph, machine)
-        stage = Stage(graph.name, graph, program,
-                      {name: (lambda inputs, name=name: inputs[name])
-                       for name in graph.inputs})
+        stage = Stage(graph.name, graph, program, _user_inputs(graph))
         return Sequence(kernel.name, dict(params), [stage],
                         lambda produced: {out_name: produced[0][out_name]})
-    matmul = matmuls[0]
-    core = _bias_of(graph, matmul) or matmul
-    first = Graph(f"{graph.name}_matmul")
-    mapped = {id(node): first.input(node.name, node.shape, node.dtype)
-              for node in live if node.op == "input" and node in _ancestors(core)}
-    _copy(first, [node for node in live if node in _ancestors(core) and
-                  node.op != "input"], mapped)
-    first.output("h", mapped[id(core)])
+    core = _bias_of(graph, matmuls[0]) or matmuls[0]
+    rows_out, last = out, None
+    if len(matmuls) == 2:
+        if out is not matmuls[1]:
+            raise CompileError(f"{graph.name}: operators after the second matmul are not "
+                               f"built in the unfused form")
+        rows_out = out.inputs[0]
+        # the consumer first: its A tiling is the image the row kernel writes
+        last_graph = graph.extract(f"{graph.name}_matmul2", {rows_out: "a"},
+                                   {out_name: out})
+        last_program = compile_graph(last_graph, machine)
+        a_image = _image(last_program, "a")
+        if a_image.shape[1] != rows_out.shape[1]:
+            raise CompileError(f"{graph.name}: the second matmul pads its K "
+                               f"{rows_out.shape[1]} to {a_image.shape[1]}; the row kernel "
+                               f"between would have to write the zeros")
+        last = Stage(last_graph.name, last_graph, last_program,
+                     {name: make for name, make in _user_inputs(last_graph).items()
+                      if name != "a"}, {"a": (1, "a")})
+    first = graph.extract(f"{graph.name}_matmul", {}, {"h": core})
     first_program = compile_graph(first, machine, plan=ImagePlan(
+        start=_end(last.program) if last else None,
         layouts={"h": Image(core.shape, (), None, None, "fp32")}))
-    second = Graph(f"{graph.name}_rows")
-    mapped = {id(core): second.input("h", core.shape, "fp32")}
-    _copy(second, [node for node in live if node not in _ancestors(core)], mapped)
-    second.output(out_name, mapped[id(out)])
+    rows_name = "a" if last else out_name
+    second = graph.extract(f"{graph.name}_rows", {core: "h"}, {rows_name: rows_out})
+    addresses = {"h": first_program.meta["images"]["h"]["address"]}
+    layouts = {"h": _image(first_program, "h")}
+    if last:
+        addresses["a"] = last.program.meta["images"]["a"]["address"]
+        layouts["a"] = _image(last.program, "a")
     second_program = compile_graph(second, machine, plan=ImagePlan(
-        start=_end(first_program),
-        addresses={"h": first_program.meta["images"]["h"]["address"]},
-        layouts={"h": _image(first_program, "h")}))
-    stages = [Stage(first.name, first, first_program,
-                    {name: (lambda inputs, name=name: inputs[name]) for name in first.inputs}),
+        start=_end(first_program), addresses=addresses, layouts=layouts))
+    stages = [Stage(first.name, first, first_program, _user_inputs(first)),
               Stage(second.name, second, second_program, produced={"h": (0, "h")})]
+    if last:
+        stages.append(last)
     return Sequence(kernel.name, dict(params), stages,
-                    lambda produced: {out_name: produced[1][out_name]})
-
-
-def _ancestors(node):
-    """``node`` and every node it depends on (a list, identity compared)."""
-    seen, stack = [], [node]
-    while stack:
-        current = stack.pop()
-        if not any(current is other for other in seen):
-            seen.append(current)
-            stack.extend(current.inputs)
-    return _Nodes(seen)
-
-
-class _Nodes(list):
-    def __contains__(self, node):
-        return any(node is other for other in self)
+                    lambda produced: {out_name: produced[-1][out_name]})
 
 
 def compile_unfused(kernel, machine, **params):

@@ -62,6 +62,15 @@ def emit(state):
             "operands": [group.a.name, group.b.name],
             "bias": group.bias.name if group.bias is not None else None,
             "epilogue": [list(step) for step in group.epilogue], "macs": t.macs})
+    elif group.pattern == "mlp":
+        t1, t2 = t.first, t.second
+        meta.update({
+            "group": "mlp", "m": t1.m, "d": t1.k, "f": t1.n, "pcus":
+            kernel.units_needed()["pcu"], "k_pad": [t1.k_pad, t2.k_pad], "macs": t.macs,
+            "operands": [group.first.a.name, group.first.b.name, group.second.b.name],
+            "chain": [node.describe() for node in group.chain.nodes],
+            "pcu_programs": {name: node.config for name, node in kernel.nodes.items()
+                             if node.unit == "pcu"}})
     else:
         meta.update({"group": "rows", "rows": t.rows, "length": t.length,
                      "pcus": kernel.units_needed()["pcu"], "buffers": t.buffers, "macs": 0,

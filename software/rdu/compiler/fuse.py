@@ -30,7 +30,7 @@ import numpy as np
 from ..frontend import ELEMENTWISE
 from .core import CompileError, register
 
-__all__ = ["MatmulGroup", "RowGroup", "AttentionGroup", "fuse"]
+__all__ = ["MatmulGroup", "RowGroup", "AttentionGroup", "MlpGroup", "fuse"]
 
 
 @dataclass
@@ -231,6 +231,62 @@ def _match_attention(graph, name, out):
                           out.attrs.get("causal", False))
 
 
+@dataclass
+class MlpGroup:
+    """``out = act(a @ w1).astype(bf16) @ w2``: two matmuls and the element-wise
+    operators between them (an activation: SiLU, GELU, ...) in one configuration; the
+    activated rows wait in a PMU as the second matmul's A panel."""
+    pattern = "mlp"
+    first: MatmulGroup          # a @ w1 (output: the hidden rows)
+    chain: RowGroup             # the element-wise operators on them, ending in the cast
+    second: MatmulGroup         # (the cast rows) @ w2
+    output: str
+
+    def describe(self):
+        ops = ", ".join(node.attrs.get("fn", node.op) for node in self.chain.nodes)
+        return (f"group {self.output}: matmul {self.first.a.name}{list(self.first.a.shape)} "
+                f"@ {self.first.b.name}{list(self.first.b.shape)} -> {ops} -> matmul @ "
+                f"{self.second.b.name}{list(self.second.b.shape)}")
+
+
+def _match_mlp(graph, name, out):
+    """Two matmuls: ``out = cast_bf16(f(a @ w1)) @ w2`` with ``f`` element-wise."""
+    if out.op != "matmul":
+        raise _unsupported(out, f"output {name!r}: a kernel of two matmuls must end in the "
+                           f"second (operators after it are not fused yet)")
+    cast, w2 = out.inputs
+    if not _is_bf16_input(w2):
+        raise _unsupported(out, f"output {name!r}: the second matmul's B must be a BF16 "
+                           f"input (got {w2.op} {w2.dtype})")
+    if not (cast.op == "unary" and cast.attrs["fn"] == "cast" and cast.dtype == "bf16"):
+        raise _unsupported(cast, f"output {name!r}: round the first matmul's activated "
+                           f"rows to BF16 (.astype('bf16')) before the second matmul")
+    chain, stack, first = [], [cast], None
+    while stack:
+        node = stack.pop()
+        if node.op == "matmul":
+            if first is not None and node is not first:
+                raise _unsupported(node, f"output {name!r}: more than two matmuls")
+            first = node
+            continue
+        if node.op == "const" or any(node is c for c in chain):
+            continue
+        if node.op not in ("binary", "unary") or node.shape != cast.shape:
+            raise _unsupported(node, f"output {name!r}: between two matmuls only "
+                               f"element-wise operators of the rows are fused (got "
+                               f"{node.op} {node.attrs.get('fn', '')} of shape {node.shape})")
+        chain.append(node)
+        stack.extend(node.inputs)
+    if first is None:
+        raise _unsupported(out, f"output {name!r}: the second matmul's A does not come from "
+                           f"a matmul")
+    order = {id(node): index for index, node in enumerate(graph.nodes)}
+    chain.sort(key=lambda node: order[id(node)])
+    group1 = _group(first, "%hidden")
+    second = MatmulGroup(cast, w2, output=name, nodes=[out])
+    return MlpGroup(group1, RowGroup(first, chain, "%activated", cast), second, name)
+
+
 @register("fuse", "group the operators between inputs and outputs into configurations")
 def fuse(state):
     graph = state.graph
@@ -242,6 +298,8 @@ def fuse(state):
     (name, out), = graph.outputs.items()
     if any(node.op == "attention" for node in graph.live_nodes()):
         group = _match_attention(graph, name, out)
+    elif sum(node.op == "matmul" for node in graph.live_nodes()) == 2:
+        group = _match_mlp(graph, name, out)
     elif any(node.op == "matmul" for node in graph.live_nodes()):
         group = _match_matmul(graph, name, out)
         group.out_dtype = out.dtype

@@ -207,6 +207,10 @@ def lower(state):
     elif group.pattern == "matmul":
         name = f"{state.graph.name}_{t.m}x{t.n}x{t.k}"
         lowered = lower_matmul(name, group, t, hbm.size, state.plan)
+    elif group.pattern == "mlp":
+        from .lower_mlp import lower_mlp
+        name = f"{state.graph.name}_{t.first.m}x{t.first.k}x{t.first.n}"
+        lowered = lower_mlp(name, group, t, hbm.size, state.machine.stages, state.plan)
     else:
         name = f"{state.graph.name}_{t.rows}x{t.length}"
         lowered = lower_rows(name, group, t, hbm.size, state.machine.stages, state.plan)

@@ -179,8 +179,9 @@ def search_placement(kernel, geometry, family):
         paired = pairs(kernel)
         rng = random.Random(f"{family}-{geometry.rows}x{geometry.cols}-{len(paired)}")
         found = None
-        make = _annealed_placement if family == "attention" else _random_placement
-        for _ in range(PLACEMENT_TRIES if family != "attention" else ATTENTION_TRIES):
+        chain = family in ("attention", "mlp")          # long chains: anneal first
+        make = _annealed_placement if chain else _random_placement
+        for _ in range(ATTENTION_TRIES if chain else PLACEMENT_TRIES):
             placement = make(geometry, kernel, paired, rng)
             if placement is None:
                 continue

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .core import CompileError, register
 
 __all__ = ["MatmulTiling", "tile_matmul", "RowTiling", "tile_rows", "tile_attention",
-           "ATTENTION_CHUNK"]
+           "MlpTiling", "tile_mlp", "ATTENTION_CHUNK"]
 
 #: Keys per online-softmax chunk of attention (at most; fewer for short sequences).
 ATTENTION_CHUNK = 64
@@ -235,6 +235,46 @@ def tile_attention(group, geometry, machine):
     return shape
 
 
+@dataclass(frozen=True)
+class MlpTiling:
+    """Two matmuls on one systolic PCU each (one row block of ``lanes`` rows), the
+    activation chain between them."""
+    first: MatmulTiling
+    second: MatmulTiling
+
+    @property
+    def macs(self):
+        return self.first.macs + self.second.macs
+
+    def describe(self):
+        return f"mlp: {self.first.describe()}; then {self.second.describe()}"
+
+
+def tile_mlp(group, geometry, machine):
+    """The :class:`MlpTiling` of a :class:`~rdu.compiler.fuse.MlpGroup`: both matmuls
+    keep their whole K in a PMU panel, the hidden rows are one row block."""
+    lanes = geometry.lanes
+    where = f"output {group.output!r}"
+    if machine.agcus < 3:
+        raise CompileError(f"{where}: a fused MLP loads A, W1 and W2 at once: it needs 3 "
+                           f"AGCUs, the machine has {machine.agcus} (--agcus)")
+    m, f = group.first.m, group.first.n
+    if m > lanes:
+        raise CompileError(f"{where}: a fused MLP keeps its {m} rows in one block of "
+                           f"{lanes} (one systolic PCU per matmul): at most {lanes} rows")
+    if f % (2 * lanes):
+        raise CompileError(f"{where}: the hidden size {f} must be a multiple of "
+                           f"{2 * lanes} (the hidden rows fill the second matmul's panel "
+                           f"in whole BF16 beats)")
+    first = tile_matmul(group.first, geometry, 1, machine.agcus)
+    second = tile_matmul(group.second, geometry, 1, machine.agcus)
+    for name, t in (("first", first), ("second", second)):
+        if t.chunks > 1:
+            raise CompileError(f"{where}: the {name} matmul's K ({t.k}) does not fit one "
+                               f"PMU panel ({geometry.pmu_words} words for {lanes} rows)")
+    return MlpTiling(first, second)
+
+
 @register("tile", "choose tiles for the array and the PMU size")
 def tile(state):
     group, = state.groups
@@ -243,6 +283,8 @@ def tile(state):
     elif group.pattern == "matmul":
         state.tiling = tile_matmul(group, state.geometry, state.max_pcus,
                                    state.machine.agcus)
+    elif group.pattern == "mlp":
+        state.tiling = tile_mlp(group, state.geometry, state.machine)
     else:
         state.tiling = tile_rows(group, state.geometry)
     return state.tiling.describe()
