@@ -44,6 +44,7 @@ from rdu.layout import Image
 from rdu.machine import Machine
 from rdu.runtime import hbm_peak_bytes_per_cycle, run_kernel, run_sequence
 from rdu.unfused import compile_unfused
+
 from sim_models.memory import HOST_LAUNCH_LATENCY
 
 EXECUTIONS = (("unfused", "orchestrated"), ("unfused-host", "host"))

@@ -195,10 +195,10 @@ def test_cli_execution_choices():
 @pytest.mark.verilator
 def test_unfused_on_verilator(sim_dir, seed):
     """Attention decode (2 key/value heads: 6 launches), linear_relu (2 launches) and the
-    MLP (3 launches), unfused on the 4x4 RTL with four AGCUs, launched by the orchestrator and by the
-    host: both give the functional model's words, bit-exact against the stages'
-    arithmetic and within budget of float64; the host's launches cost more cycles than
-    the orchestrator's, by at least its launch latency each."""
+    MLP (3 launches), unfused on the 4x4 RTL with four AGCUs, launched by the
+    orchestrator and by the host: both give the functional model's words, bit-exact
+    against the stages' arithmetic and within budget of float64; the host's launches
+    take more cycles than the orchestrator's."""
     from rdu.runtime import run_sequence
     machine = Machine(**get_kernel("attention").machine)  # test_attention's 4x4 build
     for name, params in (("attention", dict(seq=32, dim=16, heads=4, kv_heads=2,

@@ -441,12 +441,13 @@ def cmd_run(args):
         if args.sim == "model":
             raise CommandError("--waves needs --sim verilator or --sim ip")
         _check_output(args.waves)
-    unfused = args.execution != "fused"
+    execution = getattr(args, "execution", "fused")    # rdu sim: always fused
+    unfused = execution != "fused"
     if unfused and args.sim == "ip":
-        raise CommandError(f"--execution {args.execution} runs on --sim model or verilator "
+        raise CommandError(f"--execution {execution} runs on --sim model or verilator "
                            f"(the IP block runs one program per start)")
     if unfused and args.waves:
-        raise CommandError(f"--waves is for --execution fused (one program)")
+        raise CommandError("--waves is for --execution fused (one program)")
     kernel, program, arrays, sources = _program_for(args)
     if arrays and set(arrays) != set(kernel.inputs):
         missing = sorted(set(kernel.inputs) - set(arrays))
@@ -458,7 +459,7 @@ def cmd_run(args):
         from rdu.runtime import run_sequence
         figures, results, _ = run_sequence(
             kernel, program, inputs, args.sim, seed=args.seed, progress=not args.json,
-            timeout=args.timeout, execution=EXECUTIONS[args.execution])
+            timeout=args.timeout, execution=EXECUTIONS[execution])
         result = None
     else:
         figures, results, result = run_kernel(kernel, program, inputs, args.sim,
@@ -469,7 +470,7 @@ def cmd_run(args):
         "ok": ok,
         "kernel": kernel.describe(program),
         "sim": args.sim,
-        "execution": args.execution,
+        "execution": execution,
         "seed": args.seed,
         "inputs": ", ".join(sources.values()) if sources else f"random (seed {args.seed})",
         "machine": program.machine.describe(),

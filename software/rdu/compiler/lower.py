@@ -73,7 +73,7 @@ def place_images(name, images, hbm_size, plan=None):
         addresses[image_name] = address
         address += _ceil(image.nbytes, PAGE) * PAGE
     spans = sorted((addresses[n], addresses[n] + images[n].nbytes, n) for n in images)
-    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:], strict=False):
         if begin < end:
             raise CompileError(f"{name}: images {first!r} and {second!r} overlap in HBM")
     needed = address + 4 * PAGE - HBM.base
