@@ -254,8 +254,48 @@ def test_generation_converts_each_unit_kind_once():
     assert sorted(name for _, name in instances) == sorted(
         [f"unit_{r}_{c}" for r in range(2) for c in range(2)] +
         [f"switch_{r}_{c}" for r in range(2) for c in range(2)])
+    assert _combinational_reset_reads(text) == []
     ok, report = _lint_text(text, "tile_array")
     assert ok, report
+
+
+def _combinational_reset_reads(text):
+    """Lines of generated Verilog that read ``rst`` other than as an asynchronous reset
+    (``always @(posedge clk, posedge rst)`` and its ``if (rst)``), a port or a port's
+    alias."""
+    import re
+    allowed = re.compile(r"^\s*(always @\(posedge clk, posedge rst\)|if \(rst\) \S+\s*<=|"
+                         r"\.rst\(rst\),?$|input rst;|wire rst;|"
+                         r"assign \\rst\$\d+\s*= rst;)")
+    text = re.sub(r"^module [^;]*;", "", text, flags=re.M)     # port lists
+    return [line for line in text.splitlines()
+            if re.search(r"(?<![\\$\w])rst\b", line) and not allowed.match(line)]
+
+
+def test_verilog_top_resets_asynchronously():
+    """Every generated module is a VerilogTop: each flip-flop with a reset value is reset
+    by ``posedge rst``, and no logic reads ``rst`` combinationally (which Verilator
+    would evaluate on every eval(), docs/simulation-speed.md)."""
+    import re
+
+    from hdl.stream_fifo import StreamFIFO
+    from hdl.top import VerilogTop
+    text = generate_verilog(StreamFIFO(8, 4, flush=True), "fifo")
+    assert re.search(r"^module fifo \(", text, re.M)
+    assert len(re.findall(r"always @\(posedge clk, posedge rst\)", text)) >= 3
+    assert _combinational_reset_reads(text) == []
+    with pytest.raises(TypeError, match="VerilogTop wraps a wiring.Component"):
+        VerilogTop(object())
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In
+
+    class Clocked(wiring.Component):
+        clk: In(1)
+
+        def elaborate(self, platform):
+            raise AssertionError("not elaborated")
+    with pytest.raises(ValueError, match="already has a port named 'clk'"):
+        VerilogTop(Clocked())
 
 
 def test_every_option_has_help_with_its_default():

@@ -1,14 +1,14 @@
 """A bare C++ clock loop around a Verilated design: simulation speed with no Python.
 
 :func:`build_loop` links the model of a cached :func:`rdu.sim.verilator.build` (its
-``Vtop__ALL.a`` and Verilator runtime objects: the very model cocotb runs, no second
-Verilator build; seconds) with a generated ``main()`` instead of cocotb's VPI entry:
-reset for four
-cycles, then ``N`` cycles with every top-level ``*ready`` input held at 1 and every
-other input at 0 (AXI ready tied high, no commands). :func:`run_loop` runs it and
-returns wall-clock and CPU cycles per second. This is the ceiling for any runner of
-the same model (``docs/simulation-speed.md``): what the Verilated datapath costs per
-cycle when nothing else runs.
+``Vtop__ALL.a``, the libraries of its hierarchical blocks and Verilator's runtime
+objects: the very model cocotb runs, no second Verilator build; seconds) with a
+generated ``main()`` instead of cocotb's VPI entry: reset for four cycles, then ``N``
+cycles with every top-level ``*ready`` input held at 1 and every other input at 0 (AXI
+ready tied high, no commands). :func:`run_loop` runs it and returns wall-clock and CPU
+cycles per second. This is the ceiling for any runner of the same model
+(``docs/simulation-speed.md``): what the Verilated datapath costs per cycle when
+nothing else runs.
 """
 
 import os
@@ -80,7 +80,10 @@ def build_loop(built, *, tag="loop"):
     binary = out / "loop"
     if binary.exists():
         return binary, 0.0, True
-    objects = [build_dir / "Vtop__ALL.a", *sorted(build_dir.glob("verilated*.o"))]
+    # the model, the libraries of its hierarchical blocks (rdu.sim.verilator.HIER_BLOCK),
+    # Verilator's runtime
+    objects = [build_dir / "Vtop__ALL.a", *sorted(build_dir.glob("V*/lib*.a")),
+               *sorted(build_dir.glob("verilated*.o"))]
     missing = [str(path) for path in objects if not path.exists()]
     if missing or len(objects) < 2:
         raise RuntimeError(f"the build of {built.toplevel} has no compiled model "
