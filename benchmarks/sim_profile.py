@@ -20,15 +20,26 @@ from pathlib import Path
 
 _SYMBOL = re.compile(r"^\s*([\d.]+)%\s+\[\.\]\s+(\S+)")
 _CLASS = re.compile(r"^(Vtop_.*?|Vtop___024root)___(?!0)")
+# a hierarchical block's classes (rdu.sim.verilator.HIER_BLOCK): V<block>_<module>,
+# where <module> is the block or one of its submodules, and V<block>___024root
+_BLOCK_CLASS = re.compile(r"^V(\w+?)_(\1(?:__02e\w*?)?)___(?!0)")
+_BLOCK_ROOT = re.compile(r"^V(\w+?)___024root___")
 
 
 def module_of(symbol):
     """The module (C++ class) of a Verilator function symbol, readable: ``Vtop_``
-    dropped, ``__02e`` (".") decoded; other symbols (Verilator's runtime) as they are."""
+    dropped, ``__02e`` (".") decoded; a hierarchical block's root as ``<block>.$root``;
+    other symbols (Verilator's runtime) as they are."""
     match = _CLASS.match(symbol)
-    if not match:
+    if match:
+        name = match.group(1).removeprefix("Vtop_")
+    elif match := _BLOCK_CLASS.match(symbol):
+        name = match.group(2)
+    elif match := _BLOCK_ROOT.match(symbol):
+        name = f"{match.group(1)}.$root"
+    else:
         return symbol
-    return match.group(1).removeprefix("Vtop_").replace("__02e", ".").replace("__024", "$")
+    return name.replace("__02e", ".").replace("__024", "$")
 
 
 def main(argv=None):
