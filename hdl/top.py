@@ -1,8 +1,9 @@
 """The Verilog top level of a component: its ports, a clock and an asynchronous reset.
 
-Every Verilog module the project writes (``rdu.sim.verilator.generate_verilog``: the
-systems, the IP block, and each shared unit module) is a :class:`VerilogTop` around the
-component. The ``sync`` domain's reset is asynchronous: ``rst`` resets every flip-flop
+Every Verilog module that ``rdu.sim.verilator.generate_verilog`` writes (the systems,
+the IP block and each shared unit module: what Verilator builds and ``rdu verilog``
+ships; the FPGA flow's pin harness, ``rdu.fpga``, is converted on its own) is a
+:class:`VerilogTop` around the component. The ``sync`` domain's reset is asynchronous: ``rst`` resets every flip-flop
 as soon as it rises and must be released synchronously with ``clk`` (by the integrator's
 reset synchroniser; the testbenches change it between clock edges). At every clock
 edge a design held in reset for one edge or more behaves exactly as with Amaranth's
