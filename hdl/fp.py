@@ -16,6 +16,8 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .clock_gate import gated_domain
+
 __all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "fp32_add", "fp32_mul",
            "fp32_max", "fp32_min", "fp32_compare", "fp32_to_bf16", "bf16_to_fp32",
            "BF16MultiplyAccumulate", "FPALU", "FPLanes", "fp_lanes_payload",
@@ -506,8 +508,16 @@ class SpecialFunctionPipeline(wiring.Component):
     entered ``SPECIAL_STEPS + 1`` advances earlier (``func`` must stay constant while values
     are in flight; ``NONE`` gives 0: the PCU bypasses the unit then).
 
+    The stages run in a clock domain of their own (:func:`hdl.clock_gate.gated_domain`):
+    with the :class:`hdl.clock_gate.GatedClocks` platform of simulation builds it only
+    ticks while ``active`` is high, and ``func`` reaches the stages through a register of
+    that domain, so an unused unit costs no evaluation. ``func`` is therefore read one
+    edge after it is set, by the stages; a beat entering on an edge already sees it.
+
     Attributes
     ----------
+    active : In(1)
+        The unit is in use (a configuration bit): the enable of its gated clock.
     enable : In(1)
     func : In(2)
         :class:`SpecialFunction`.
@@ -521,7 +531,8 @@ class SpecialFunctionPipeline(wiring.Component):
             raise ValueError(f"Lane count must be at least 1, not {lanes}")
         self._lanes = lanes
         vec = data.ArrayLayout(unsigned(32), lanes)
-        super().__init__({"enable": In(1), "func": In(2), "x": In(vec), "result": Out(vec)})
+        super().__init__({"active": In(1), "enable": In(1), "func": In(2), "x": In(vec),
+                          "result": Out(vec)})
 
     @property
     def latency(self):
@@ -530,11 +541,14 @@ class SpecialFunctionPipeline(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        domain = gated_domain(m, platform, "special", self.active)
+        stage_func = Signal(SpecialFunction, name="sfu_func")
+        m.d[domain] += stage_func.eq(self.func)
         for lane in range(self._lanes):
-            self._lane(m, lane)
+            self._lane(m, lane, domain, stage_func)
         return m
 
-    def _lane(self, m, lane):
+    def _lane(self, m, lane, domain, stage_func):
         name = f"sfu{lane}"
         func = self.func
         x_in = self.x[lane]
@@ -545,7 +559,7 @@ class SpecialFunctionPipeline(wiring.Component):
                                    "nan": 1, "sign": 1, "field": 8})
         regs = Signal(state, name=f"{name}_s0")
         with m.If(self.enable):
-            m.d.sync += [
+            m.d[domain] += [
                 regs.nan.eq(inp.is_nan), regs.sign.eq(inp.sign), regs.field.eq(inp.exp),
                 regs.x.eq(Mux(func == SpecialFunction.EXP, clamped,
                               Cat(inp.frac, Const(126, 8), Const(0, 1)))),
@@ -562,7 +576,7 @@ class SpecialFunctionPipeline(wiring.Component):
             nxt = Signal(state, name=f"{name}_s{index + 1}")
             a, b, c = (Signal(32, name=f"{name}_s{index}_{n}") for n in "abc")
             dst = Signal(2, name=f"{name}_s{index}_dst")
-            with m.Switch(func):
+            with m.Switch(stage_func):
                 for which, program in PROGRAMS.items():
                     if index < len(program):
                         target, sa, sb, sc = program[index]
@@ -573,10 +587,10 @@ class SpecialFunctionPipeline(wiring.Component):
             total = fp32_add(m, fp32_mul(m, a, b, f"{name}_s{index}_mul"), c,
                              f"{name}_s{index}_add")
             with m.If(self.enable):
-                m.d.sync += nxt.eq(regs)
+                m.d[domain] += nxt.eq(regs)
                 for number, key in enumerate(("r1", "r2", "r3")):
                     with m.If(dst == number + 1):
-                        m.d.sync += getattr(nxt, key).eq(total)
+                        m.d[domain] += getattr(nxt, key).eq(total)
             regs = nxt
 
         n_exp = Signal(signed(12), name=f"{name}_n_exp")
@@ -585,7 +599,7 @@ class SpecialFunctionPipeline(wiring.Component):
         exp_result = _scale_exponent(m, regs.r1, n_exp, f"{name}_exp")
         rcp_scaled = _scale_exponent(m, regs.r1, n_rcp, f"{name}_rcp")
         result = self.result[lane]
-        with m.Switch(func):
+        with m.Switch(stage_func):
             with m.Case(SpecialFunction.EXP):
                 m.d.comb += result.eq(Mux(regs.nan, CANONICAL_NAN, exp_result))
             with m.Case(SpecialFunction.RECIPROCAL):

@@ -10,6 +10,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .clock_gate import gated_domain
 from .fp import (
     FPALU,
     BF16MultiplyAccumulate,
@@ -328,9 +329,6 @@ class PCU(wiring.Component):
         with m.If(self.cfg.write):
             m.d.sync += self.error.eq(Mux(self.busy, PCUError.WRITE_WHILE_BUSY, PCUError.NONE))
 
-        simd = Signal()
-        m.d.comb += simd.eq(config.mode == Mode.SIMD)
-
         # -- run control: IDLE -> RUN (counter chain) -> FINISH (drain, DONE) -> IDLE -
         state = Signal(2)
         idle, running, finishing = state == 0, state == 1, state == 2
@@ -356,12 +354,15 @@ class PCU(wiring.Component):
 
         simd = Signal()
         m.d.comb += simd.eq(config.mode == Mode.SIMD)
+        # the systolic array's registers only change in systolic mode: in simulation
+        # builds they are clocked only then (hdl.clock_gate)
+        systolic_domain = gated_domain(m, platform, "systolic", ~simd)
         with m.If(simd):
             self._simd(m, config, chain, running, issue, done_push, uses_in1,
                        in0, in1, scalar_in, vec_out, scalar_out, control_out)
         with m.Else():
-            self._systolic(m, chain, running, finishing, issue, done_push,
-                           in0, in1, vec_out, control_out)
+            self._systolic(m, systolic_domain, ~simd, chain, running, finishing, issue,
+                           done_push, in0, in1, vec_out, control_out)
         return m
 
     def _simd(self, m, config, chain, running, issue, done_push, uses_in1,
@@ -481,7 +482,8 @@ class PCU(wiring.Component):
         with_func = Signal(name="simd_with_func")
         m.d.comb += with_func.eq(config.tail != Tail.NONE)
         m.submodules.special = special = SpecialFunctionPipeline(lanes)
-        m.d.comb += [special.enable.eq(advance), special.func.eq(config.tail),
+        m.d.comb += [special.active.eq(with_func), special.enable.eq(advance),
+                     special.func.eq(config.tail),
                      special.x.eq(previous.vec)]
         flags = data.StructLayout({"valid": 1, "emit": 1, "done": 1})
         bypass = Signal(record, name="simd_bypass")
@@ -545,11 +547,18 @@ class PCU(wiring.Component):
             done_push.eq(push & tail.done),
         ]
 
-    def _systolic(self, m, chain, running, finishing, issue, done_push,
+    def _systolic(self, m, domain, active, chain, running, finishing, issue, done_push,
                   in0, in1, vec_out, control_out):
         """Output-stationary lanes x lanes array, BF16 x BF16 -> FP32, skewed inputs,
-        double-buffered accumulators (drain of tile n overlaps tile n + 1)."""
+        double-buffered accumulators (drain of tile n overlaps tile n + 1).
+
+        The data path (injection, skew, PE registers, accumulators, shadows) is a
+        submodule of its own, out of the caller's mode condition (its registers take
+        ``active``, the systolic mode, as their enable), in clock domain ``domain``, so
+        that with a gated clock nothing of it is evaluated in SIMD mode; the drain
+        control is in ``sync``."""
         lanes = self._lanes
+        m.submodules.systolic_array = array = Module()
         pending = Signal(name="sys_pending")      # a tile's results await draining
         m.d.comb += issue.eq(running & in0.valid & in1.valid & (~chain.last[0] | ~pending))
         m.d.comb += [in0.ready.eq(issue), in1.ready.eq(issue)]
@@ -558,20 +567,22 @@ class PCU(wiring.Component):
         inject_tag = Signal(tag, name="sys_inject_tag")
         inject_a = Signal(data.ArrayLayout(unsigned(16), lanes), name="sys_inject_a")
         inject_b = Signal(data.ArrayLayout(unsigned(16), lanes), name="sys_inject_b")
-        m.d.sync += [
-            inject_tag.valid.eq(issue),
-            inject_tag.first.eq(chain.first_inner),
-            inject_tag.last.eq(chain.last[0]),
-        ]
+        with array.If(active):
+            array.d[domain] += [
+                inject_tag.valid.eq(issue),
+                inject_tag.first.eq(chain.first_inner),
+                inject_tag.last.eq(chain.last[0]),
+            ]
         for lane in range(lanes):
-            with m.If(issue):
-                m.d.sync += [inject_a[lane].eq(in0.payload[lane][16:]),
-                             inject_b[lane].eq(in1.payload[lane][16:])]
+            with array.If(active & issue):
+                array.d[domain] += [inject_a[lane].eq(in0.payload[lane][16:]),
+                                    inject_b[lane].eq(in1.payload[lane][16:])]
 
         def delayed(value, cycles, name):
             for n in range(cycles):
                 stage = Signal.like(value, name=f"{name}_d{n + 1}")
-                m.d.sync += stage.eq(value)
+                with array.If(active):
+                    array.d[domain] += stage.eq(value)
                 value = stage
             return value
 
@@ -594,20 +605,22 @@ class PCU(wiring.Component):
                 tag_reg[row][col] = Signal(tag, name=f"{name}_tag")
                 a_reg[row][col] = Signal(16, name=f"{name}_a")
                 b_reg[row][col] = Signal(16, name=f"{name}_b")
-                m.d.sync += [tag_reg[row][col].eq(tag_in), a_reg[row][col].eq(a_in),
-                             b_reg[row][col].eq(b_in)]
+                with array.If(active):
+                    array.d[domain] += [tag_reg[row][col].eq(tag_in),
+                                        a_reg[row][col].eq(a_in), b_reg[row][col].eq(b_in)]
                 acc = Signal(32, name=f"{name}_acc")
                 # one submodule per PE: Verilog generation then shares one module
-                mac = m.submodules[name] = BF16MultiplyAccumulate()
-                m.d.comb += [mac.a.eq(a_in), mac.b.eq(b_in), mac.acc.eq(acc),
-                             mac.first.eq(tag_in.first)]
+                mac = array.submodules[name] = BF16MultiplyAccumulate()
+                array.d.comb += [mac.a.eq(a_in), mac.b.eq(b_in), mac.acc.eq(acc),
+                                 mac.first.eq(tag_in.first)]
                 new = mac.result
-                with m.If(tag_in.valid):
-                    m.d.sync += acc.eq(new)
-                    with m.If(tag_in.last):
-                        m.d.sync += shadow[row][col].eq(new)
-                        if col == lanes - 1:
-                            m.d.sync += row_full[row].eq(1)
+                with array.If(active & tag_in.valid):
+                    array.d[domain] += acc.eq(new)
+                    with array.If(tag_in.last):
+                        array.d[domain] += shadow[row][col].eq(new)
+                if col == lanes - 1:
+                    with m.If(tag_in.valid & tag_in.last):
+                        m.d.sync += row_full[row].eq(1)
 
         drain_row = Signal(range(lanes), name="sys_drain_row")
         m.d.comb += vec_out.valid.eq(row_full.bit_select(drain_row, 1))

@@ -212,7 +212,7 @@ def hier_block_unit(unit):
     return isinstance(unit, PCU)
 
 
-def generate_verilog(component, name, *, hier_blocks=None):
+def generate_verilog(component, name, *, hier_blocks=None, gate_clocks=False):
     """Verilog text of ``component`` with top module ``name``: each module a
     :class:`hdl.top.VerilogTop` (asynchronous ``rst``), the array's units converted
     once per distinct kind (:mod:`hdl.shared`), identical submodules merged into one
@@ -221,18 +221,27 @@ def generate_verilog(component, name, *, hier_blocks=None):
 
     ``hier_blocks``, a predicate on a shared unit, marks the modules of the units it
     accepts with :data:`HIER_BLOCK` (for ``verilator --hierarchical``; other tools read
-    a comment)."""
+    a comment).
+
+    ``gate_clocks`` elaborates with :class:`hdl.clock_gate.GatedClocks`: units clock
+    their rarely used logic from gated clocks, which Verilator skips while they are off
+    (the simulation builds); the default is the plain single-clock design (the Verilog
+    ``rdu verilog`` ships, for FPGA and ASIC tools)."""
     from amaranth.back import verilog
 
+    from hdl.clock_gate import GatedClocks
     from hdl.shared import shared_units
     from hdl.top import VerilogTop
 
     from .verilog_dedupe import dedupe_modules
+    platform = GatedClocks() if gate_clocks else None
     with shared_units() as shared:
-        parts = [verilog.convert(VerilogTop(component), name=name, emit_src=False)]
+        parts = [verilog.convert(VerilogTop(component), name=name, emit_src=False,
+                                 platform=platform)]
     # each distinct shared unit once, under the module name its instances use
     for module, unit in shared.items():
-        text = verilog.convert(VerilogTop(unit), name=module, emit_src=False)
+        text = verilog.convert(VerilogTop(unit), name=module, emit_src=False,
+                               platform=platform)
         if hier_blocks is not None and hier_blocks(unit):
             header = re.compile(rf"^module {re.escape(module)}\s*\([^;]*\);", re.M)
             text, count = header.subn(lambda found: f"{found.group(0)}\n  {HIER_BLOCK}",
@@ -397,7 +406,7 @@ def build(cls, *, toplevel=None, waves=None, progress=False, **params):
         what = f"{cls.__name__}({', '.join(f'{k}={v}' for k, v in params.items())})"
         with _BuildProgress(what, build_dir, progress) as shown:
             # a hierarchical block is not traced inside: waves builds stay flat
-            text = generate_verilog(cls(**params), toplevel,
+            text = generate_verilog(cls(**params), toplevel, gate_clocks=True,
                                     hier_blocks=None if waves else hier_block_unit)
             verilog_path.write_text(text)
             shown.step = "compiling C++"
