@@ -550,20 +550,22 @@ class SpecialFunctionPipeline(wiring.Component):
 
     def _lane(self, m, lane, domain, stage_func):
         name = f"sfu{lane}"
-        func = self.func
-        x_in = self.x[lane]
+        # the input register holds the word as it came; what the programs start from
+        # is prepared after it, from registers of the unit's own domain only
+        x_in = Signal(32, name=f"{name}_s0")
+        with m.If(self.enable):
+            m.d[domain] += x_in.eq(self.x[lane])
         inp = unpack(m, x_in, f"{name}_in")
         clamped = fp32_min(m, fp32_max(m, x_in, Const(_EXP_LOW, 32), f"{name}_lo"),
                            Const(_EXP_HIGH, 32), f"{name}_hi")
         state = data.StructLayout({"x": 32, "r1": 32, "r2": 32, "r3": 32,
                                    "nan": 1, "sign": 1, "field": 8})
-        regs = Signal(state, name=f"{name}_s0")
-        with m.If(self.enable):
-            m.d[domain] += [
-                regs.nan.eq(inp.is_nan), regs.sign.eq(inp.sign), regs.field.eq(inp.exp),
-                regs.x.eq(Mux(func == SpecialFunction.EXP, clamped,
-                              Cat(inp.frac, Const(126, 8), Const(0, 1)))),
-            ]
+        regs = Signal(state, name=f"{name}_prepared")
+        m.d.comb += [
+            regs.nan.eq(inp.is_nan), regs.sign.eq(inp.sign), regs.field.eq(inp.exp),
+            regs.x.eq(Mux(stage_func == SpecialFunction.EXP, clamped,
+                          Cat(inp.frac, Const(126, 8), Const(0, 1)))),
+        ]
 
         def operand(spec, regs):
             if isinstance(spec, int):

@@ -10,7 +10,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .clock_gate import gated_domain
+from .clock_gate import gated_domain, gates_clocks
 from .fp import (
     FPALU,
     BF16MultiplyAccumulate,
@@ -357,17 +357,29 @@ class PCU(wiring.Component):
         # the systolic array's registers only change in systolic mode: in simulation
         # builds they are clocked only then (hdl.clock_gate)
         systolic_domain = gated_domain(m, platform, "systolic", ~simd)
+        # the SIMD stage registers change only during a SIMD run or while a beat is in
+        # them; their copies of the configuration on the edge after each write
+        pipeline_busy = Signal(name="simd_pipeline_busy")
+        config_written = Signal(name="config_written")
+        m.d.sync += config_written.eq(self.cfg.write)
+        simd_domain = gated_domain(m, platform, "simd",
+                                   (simd & (~idle | pipeline_busy)) | config_written)
         with m.If(simd):
-            self._simd(m, config, chain, running, issue, done_push, uses_in1,
-                       in0, in1, scalar_in, vec_out, scalar_out, control_out)
+            self._simd(m, platform, simd_domain, simd, pipeline_busy, config, chain,
+                       running, issue, done_push, uses_in1, in0, in1, scalar_in, vec_out,
+                       scalar_out, control_out)
         with m.Else():
             self._systolic(m, systolic_domain, ~simd, chain, running, finishing, issue,
                            done_push, in0, in1, vec_out, control_out)
         return m
 
-    def _simd(self, m, config, chain, running, issue, done_push, uses_in1,
-              in0, in1, scalar_in, vec_out, scalar_out, control_out):
-        """Lanes x stages pipeline, then the cross-lane reduction tree, into the tail."""
+    def _simd(self, m, platform, domain, simd, pipeline_busy, config, chain, running,
+              issue, done_push, uses_in1, in0, in1, scalar_in, vec_out, scalar_out,
+              control_out):
+        """Lanes x stages pipeline, then the cross-lane reduction tree, into the tail.
+
+        The stage registers are in clock domain ``domain`` and take ``simd`` (the mode)
+        as their enable; ``pipeline_busy`` is driven high while a beat is in them."""
         lanes, stages = self._lanes, self._stages
         record = data.StructLayout({
             "valid": 1, "first": 1, "first_outer": 1, "emit": 1, "done": 1,
@@ -408,30 +420,51 @@ class PCU(wiring.Component):
                                Mux(need_scalar, scalar_in.payload, held_scalar), 0)),
             head.counter.eq(chain.values[0]),
         ]
+        # The stages after the first read the stage configuration from copies in the
+        # ``simd`` domain (taken on every edge of it: the first beat reaches stage 1
+        # two edges after a run starts) and their combinational logic is a submodule
+        # out of the caller's mode condition, so that in simulation builds nothing of
+        # them is evaluated while no SIMD run is on (``hdl.clock_gate``); stage 0 reads
+        # the head, and the configuration itself.
+        m.submodules.simd_stages = body = Module()
+        stage_config = Signal(config.stages.shape(), name="simd_stage_config")
+        acc_stage = Signal.like(config.acc_stage, name="simd_acc_stage")
+        body.d[domain] += [stage_config.eq(config.stages), acc_stage.eq(config.acc_stage)]
         # the accumulator memory: one word of lanes FP32 per index, read (combinational)
-        # and written by the stage ``acc_stage`` names, addressed by counter 0
+        # and written by the stage ``acc_stage`` names, addressed by counter 0; with
+        # gated clocks stage 0 has a read port of its own (its address comes from the
+        # head, which would make every stage's REG operand read logic of ``sync``)
         m.submodules.acc = acc = Memory(shape=unsigned(32 * lanes), depth=ACC_DEPTH, init=[])
-        acc_write = acc.write_port()
-        acc_read = acc.read_port(domain="comb")
-        acc_data = Signal(data.ArrayLayout(unsigned(32), lanes), name="simd_acc_data")
-        m.d.comb += acc_data.eq(acc_read.data)
+        acc_write = acc.write_port(domain=domain)
+        acc_read_first = acc.read_port(domain="comb")
+        acc_read_later = acc.read_port(domain="comb") if gates_clocks(platform) \
+            else acc_read_first
         acc_index_bits = (ACC_DEPTH - 1).bit_length()
+        busy_terms = []
 
         previous = head
         for stage in range(stages):
-            cfg = config.stages[stage]
+            # stage 0 on the configuration and the head; later stages on the copies
+            cfg = config.stages[stage] if stage == 0 else stage_config[stage]
+            here = config.acc_stage if stage == 0 else acc_stage
+            acc_read = acc_read_first if stage == 0 else acc_read_later
+            acc_data = Signal(data.ArrayLayout(unsigned(32), lanes),
+                              name=f"stage{stage}_acc_data")
+            body.d.comb += acc_data.eq(acc_read.data)
             out = Signal(record, name=f"simd_stage{stage}")
+            busy_terms.append(out.valid)
             acc_here = Signal(name=f"stage{stage}_acc")
             first = Signal(name=f"stage{stage}_first")
-            m.d.comb += [acc_here.eq(config.acc_stage == stage + 1),
-                         first.eq(Mux(acc_here, previous.first_outer, previous.first))]
-            with m.If(acc_here):
-                m.d.comb += [acc_read.addr.eq(previous.counter[:acc_index_bits]),
-                             acc_write.addr.eq(previous.counter[:acc_index_bits]),
-                             acc_write.en.eq(advance & previous.valid)]
+            body.d.comb += [acc_here.eq(here == stage + 1),
+                            first.eq(Mux(acc_here, previous.first_outer, previous.first))]
+            with body.If(acc_here):
+                body.d.comb += acc_read.addr.eq(previous.counter[:acc_index_bits])
+            with body.If(simd & acc_here):
+                body.d.comb += [acc_write.addr.eq(previous.counter[:acc_index_bits]),
+                                acc_write.en.eq(advance & previous.valid)]
             results = []
-            with m.If(advance):
-                m.d.sync += [
+            with body.If(simd & advance):
+                body.d[domain] += [
                     out.valid.eq(previous.valid), out.first.eq(previous.first),
                     out.first_outer.eq(previous.first_outer),
                     out.emit.eq(previous.emit), out.done.eq(previous.done),
@@ -439,41 +472,44 @@ class PCU(wiring.Component):
                     out.counter.eq(previous.counter),
                 ]
             for lane in range(lanes):
-                alu = m.submodules[f"stage{stage}_alu{lane}"] = FPALU()
+                alu = body.submodules[f"stage{stage}_alu{lane}"] = FPALU()
                 register = Signal(32, name=f"stage{stage}_reg{lane}")
                 last = Signal(32, name=f"stage{stage}_last{lane}")
                 operands = []
                 for src in (cfg.src_a, cfg.src_b, cfg.src_c):
                     operand = Signal(32, name=f"stage{stage}_lane{lane}_operand")
-                    with m.Switch(src):
-                        with m.Case(Source.PREV):
-                            m.d.comb += operand.eq(previous.vec[lane])
-                        with m.Case(Source.REG):
-                            m.d.comb += operand.eq(Mux(
+                    with body.Switch(src):
+                        with body.Case(Source.PREV):
+                            body.d.comb += operand.eq(previous.vec[lane])
+                        with body.Case(Source.REG):
+                            body.d.comb += operand.eq(Mux(
                                 first, cfg.constant,
                                 Mux(acc_here, acc_data[lane], register)))
-                        with m.Case(Source.SCALAR):
-                            m.d.comb += operand.eq(previous.scalar)
-                        with m.Case(Source.CONST):
-                            m.d.comb += operand.eq(cfg.constant)
-                        with m.Case(Source.IN1):
-                            m.d.comb += operand.eq(previous.in1[lane])
-                        with m.Case(Source.COUNTER):
-                            m.d.comb += operand.eq(previous.counter)
-                        with m.Case(Source.LANE):
-                            m.d.comb += operand.eq(lane)
-                        with m.Case(Source.LAST):
-                            m.d.comb += operand.eq(Mux(previous.first, cfg.constant, last))
+                        with body.Case(Source.SCALAR):
+                            body.d.comb += operand.eq(previous.scalar)
+                        with body.Case(Source.CONST):
+                            body.d.comb += operand.eq(cfg.constant)
+                        with body.Case(Source.IN1):
+                            body.d.comb += operand.eq(previous.in1[lane])
+                        with body.Case(Source.COUNTER):
+                            body.d.comb += operand.eq(previous.counter)
+                        with body.Case(Source.LANE):
+                            body.d.comb += operand.eq(lane)
+                        with body.Case(Source.LAST):
+                            body.d.comb += operand.eq(
+                                Mux(previous.first, cfg.constant, last))
                     operands.append(operand)
-                m.d.comb += [alu.op.eq(cfg.op), alu.a.eq(operands[0]), alu.b.eq(operands[1]),
-                             alu.c.eq(operands[2])]
+                body.d.comb += [alu.op.eq(cfg.op), alu.a.eq(operands[0]),
+                                alu.b.eq(operands[1]), alu.c.eq(operands[2])]
                 results.append(alu.result)
-                with m.If(advance & previous.valid):
-                    m.d.sync += [out.vec[lane].eq(alu.result), register.eq(alu.result),
-                                 last.eq(previous.vec[lane])]
-            with m.If(acc_here):
-                m.d.comb += acc_write.data.eq(Cat(*results))
+                with body.If(simd & advance & previous.valid):
+                    body.d[domain] += [out.vec[lane].eq(alu.result),
+                                       register.eq(alu.result),
+                                       last.eq(previous.vec[lane])]
+            with body.If(simd & acc_here):
+                body.d.comb += acc_write.data.eq(Cat(*results))
             previous = out
+        m.d.comb += pipeline_busy.eq(Cat(*busy_terms).any())
 
         # tail special function: with ``tail = NONE`` a beat passes one register; else it
         # enters the special-function pipeline (SPECIAL_STEPS + 1 registers, one beat per

@@ -300,8 +300,8 @@ def test_verilog_top_resets_asynchronously():
 
 def test_simulation_builds_gate_idle_units():
     """What Verilator builds (``gate_clocks=True``) clocks the PCU's special-function
-    stages and systolic data path from gated clocks, ``clk`` AND a gate taken on the
-    falling edge from the configuration, so that Verilator skips them when unused
+    stages, systolic data path and SIMD stage registers from gated clocks, ``clk`` AND a
+    gate taken on the falling edge, so that Verilator skips them when unused
     (docs/simulation-speed.md); the default, the Verilog ``rdu verilog`` ships for FPGA
     and ASIC tools, has one clock and no falling edge."""
     import collections
@@ -313,7 +313,7 @@ def test_simulation_builds_gate_idle_units():
     gated = generate_verilog(PCU(lanes=lanes, stages=1), "pcu", gate_clocks=True)
     plain = generate_verilog(PCU(lanes=lanes, stages=1), "pcu")
     clocks = collections.Counter(re.findall(r"always @\((?:pos|neg)edge (\w+)", gated))
-    for domain in ("special", "systolic"):
+    for domain in ("special", "systolic", "simd"):
         assert re.search(rf"assign {domain}_clk = clk & {domain}_enable;", gated)
         assert re.search(rf"always @\(negedge clk, posedge rst\)\s+if \(rst\) "
                          rf"{domain}_enable <= 1'h0;", gated)
@@ -321,11 +321,13 @@ def test_simulation_builds_gate_idle_units():
     assert clocks["special_clk"] == 1 + (SPECIAL_STEPS + 1) * lanes
     # at least one accumulator per systolic PE
     assert clocks["systolic_clk"] >= lanes * lanes
+    # each SIMD stage's result, REG and LAST per lane
+    assert clocks["simd_clk"] >= 3 * lanes
     plain_clocks = collections.Counter(re.findall(r"always @\((?:pos|neg)edge (\w+)",
                                                   plain))
     assert set(plain_clocks) == {"clk"} and "negedge" not in plain
-    # the same flip-flops, less the two gates
-    assert plain_clocks["clk"] == sum(clocks.values()) - 2
+    # the same flip-flops, less the three gates
+    assert plain_clocks["clk"] == sum(clocks.values()) - 3
 
 
 def test_every_option_has_help_with_its_default():
