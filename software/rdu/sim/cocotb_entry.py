@@ -11,6 +11,8 @@ in the environment:
 ``TB_STATS``   file to write ``{"cycles", "seconds", "result"}`` to
 ``TB_TIMEOUT`` hard limit in cycles for the whole test (a last-resort watchdog)
 ``TB_WATCHDOG`` cycles without any stream transfer before the stream watchdog fires
+``TB_PROFILE`` optional: write a ``cProfile`` of the Python side of the run (test body,
+               agents, memory models) to this file (``python -m pstats FILE``)
 """
 
 import importlib
@@ -42,6 +44,12 @@ async def run_body(dut):
     await bench.start()
     cocotb.start_soon(_hard_timeout(dut, int(os.environ.get("TB_TIMEOUT", "10000000"))))
     stats_path = os.environ.get("TB_STATS")
+    profile_path = os.environ.get("TB_PROFILE")
+    profiler = None
+    if profile_path:
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
     try:
         result = await body(bench, **params)
     except Exception as error:
@@ -52,6 +60,10 @@ async def run_body(dut):
                            "error": str(error), "error_type": type(error).__name__},
                           stats, default=repr)
         raise
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile_path)
     seconds = bench.elapsed
     if stats_path:
         with open(stats_path, "w") as stats:
