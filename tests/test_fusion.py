@@ -186,7 +186,7 @@ def test_cli_execution_choices():
                             "unfused"),
                            "SEQ 20 is not a multiple of 16"),
                           (("--seq", "32", "--dim", "16", "--execution", "unfused", "--sim",
-                            "ip"), "runs on --sim model or verilator")):
+                            "ip"), "runs on --sim model, verilator or native")):
         bad = _cli(*args)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
         assert message in bad.stderr

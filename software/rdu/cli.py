@@ -438,13 +438,14 @@ def cmd_run(args):
     if args.save:
         _check_output(args.save, directory=True)
     if args.waves:
-        if args.sim == "model":
-            raise CommandError("--waves needs --sim verilator or --sim ip")
+        if args.sim in ("model", "native"):
+            raise CommandError(f"--waves needs --sim verilator or --sim ip (--sim "
+                               f"{args.sim} writes none)")
         _check_output(args.waves)
     execution = getattr(args, "execution", "fused")    # rdu sim: always fused
     unfused = execution != "fused"
     if unfused and args.sim == "ip":
-        raise CommandError(f"--execution {execution} runs on --sim model or verilator "
+        raise CommandError(f"--execution {execution} runs on --sim model, verilator or native "
                            f"(the IP block runs one program per start)")
     if unfused and args.waves:
         raise CommandError("--waves is for --execution fused (one program)")
@@ -737,9 +738,13 @@ def _parser():
                                   "the launches run by the on-chip orchestrator; "
                                   "unfused-host: the same launched one by one by the host "
                                   "(docs/fusion.md)")
-            cmd.add_argument("--sim", choices=["model", "verilator", "ip"], default="model",
+            cmd.add_argument("--sim", choices=["model", "verilator", "native", "ip"],
+                             default="model",
                              help="model: the functional model (seconds, no cycles); "
-                                  "verilator: the RTL (cycle-accurate); ip: the RTL as an "
+                                  "verilator: the RTL (cycle-accurate) under cocotb; "
+                                  "native: the same RTL and cycles with the memory models "
+                                  "in C++, several times faster, no waves "
+                                  "(docs/simulation-speed.md); ip: the RTL as an "
                                   "IP block, driven over AXI4-Lite on cocotbext-axi models "
                                   "(docs/ip.md)")
         cmd.add_argument("--timeout", type=int, metavar="CYCLES",

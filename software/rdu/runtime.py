@@ -7,6 +7,10 @@ Two back ends, one result:
 * ``verilator``: the generated Verilog of :class:`hdl.system.RDUSystem` (tile array +
   AGCUs) under cocotb + Verilator, with the HBM/DDR models behind the AGCUs, driven by
   the host driver :mod:`rdu.sim.host`. Cycle-accurate.
+* ``native``: the same Verilated system with the memory models and AXI ports in C++
+  (:mod:`rdu.sim.native`): the host driver runs in this process and Python acts once
+  per host action, not per cycle. The same cycles as ``verilator``, several times
+  faster; no waves, no stall patterns or injected faults.
 * ``ip``: the IP top :class:`hdl.ip.RDUIP` (the same system behind AXI4 manager ports
   and AXI4-Lite registers) under cocotb + Verilator, driven as a CPU driver drives it
   (:mod:`rdu.sim.ip_host`): registers over cocotbext-axi's ``AxiLiteMaster``, memory in
@@ -37,7 +41,7 @@ __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS
            "ScheduleResult", "EXECUTIONS", "run_schedule", "orchestration_files",
            "run_sequence"]
 
-SIMULATORS = ("model", "verilator", "ip")
+SIMULATORS = ("model", "verilator", "native", "ip")
 
 
 class RunFailure(RuntimeError):
@@ -96,7 +100,7 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
     programs : list of Program
         Each with its input images packed (an image of ``None`` is produced by an
         earlier program).
-    sim : {"model", "verilator"}
+    sim : {"model", "verilator", "native", "ip"}
     machine : Machine, optional
         The machine to run on (default: the first program's); every program must have
         been compiled for it.
@@ -127,7 +131,7 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
         return _run_ip(programs, machine, seed=seed, work_dir=work_dir, waves=waves,
                        timeout=timeout, progress=progress)
     return _run_verilator(programs, machine, seed=seed, work_dir=work_dir, waves=waves,
-                          timeout=timeout, progress=progress)
+                          timeout=timeout, progress=progress, native=sim == "native")
 
 
 def _run_ip(programs, machine, *, seed, work_dir, waves, timeout, progress):
@@ -205,12 +209,18 @@ def _run_model(programs, machine):
     return results
 
 
-def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progress):
+def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progress,
+                   native=False):
+    """The ``verilator`` back end, or with ``native`` the ``native`` one (the same build,
+    the memory side in C++: :mod:`rdu.sim.native`)."""
     from hdl.system import RDUSystem
 
     from .sim.host import run_programs as body
-    from .sim.runner import BodyError, run_verilator
     from .sim.verilator import VerilatorError, build, project_root
+    if native and waves:
+        raise RunFailure("the native simulator writes no waves: use --sim verilator for "
+                         "waves", "usage")
+    tier = "native" if native else "verilator"
     start = time.perf_counter()
     name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
     work_dir = Path(work_dir or project_root() / "build" / "run" / name).resolve()
@@ -227,20 +237,10 @@ def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progres
     perf_counters = _perf_counter_names(RDUSystem, params)
     timeouts = [timeout or estimate_cycles(program) * 4 + 20000 for program in programs]
     sim_dir = work_dir / "sim"
-    try:
-        with _LogProgress(sim_dir / "sim.log", enabled=progress):
-            stats = run_verilator(built, body, sim_dir, seed=seed, program_dirs=program_dirs,
-                                  timeouts=timeouts, progress=progress,
-                                  perf_counters=perf_counters,
-                                  timeout=sum(timeouts) + 200_000 * len(programs))
-    except BodyError as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else \
-            error.error_type
-        raise RunFailure(f"{message} (RTL, cycle {error.cycle})", error.error_type) from None
-    except AssertionError as error:
-        first = str(error).strip().splitlines()[0]
-        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
-                         "simulation") from None
+    stats = _run_body(built, body, sim_dir, native=native, progress=progress, seed=seed,
+                      program_dirs=program_dirs, timeouts=timeouts,
+                      perf_counters=perf_counters,
+                      timeout=sum(timeouts) + 200_000 * len(programs))
     wave_files = sorted(sim_dir.glob("dump.*")) if waves else []
     seconds = time.perf_counter() - start
     results = []
@@ -250,12 +250,33 @@ def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progres
                     if key not in ("outputs", "outputs_file")}
         counters["memory"] = stats.result["memory"]
         counters["sim_cycles_per_second"] = stats.cycles_per_second
-        results.append(RunResult(outputs, launch["cycles"], "verilator", seconds,
+        results.append(RunResult(outputs, launch["cycles"], tier, seconds,
                                  built.seconds, counters,
                                  str(wave_files[0]) if wave_files else None,
                                  launch["load_cycles"], program.name,
                                  _beat_bytes(launch["execute_beats"], machine)))
     return results
+
+
+def _run_body(built, body, sim_dir, *, native, progress, seed, **params):
+    """Run the host body ``body`` on ``built`` under cocotb, or with ``native`` on the
+    native runner (:mod:`rdu.sim.native`); every failure becomes one :class:`RunFailure`."""
+    from .sim.native import NativeError, run_native
+    from .sim.runner import BodyError, run_verilator
+    try:
+        with _LogProgress(sim_dir / "sim.log", enabled=progress and not native):
+            return (run_native if native else run_verilator)(
+                built, body, sim_dir, seed=seed, progress=progress, **params)
+    except NativeError as error:
+        raise RunFailure(str(error), "build") from None
+    except BodyError as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else \
+            error.error_type
+        raise RunFailure(f"{message} (RTL, cycle {error.cycle})", error.error_type) from None
+    except AssertionError as error:
+        first = str(error).strip().splitlines()[0]
+        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
+                         "simulation") from None
 
 
 def _beat_bytes(beats, machine):
@@ -301,7 +322,7 @@ def run_kernel(kernel, program, inputs, sim="model", *, seed=1, **options):
             program.machine)), 4) if cycles and hbm_bytes is not None else None),
         "sim_seconds": round(result.seconds, 3),
     }
-    if sim in ("verilator", "ip"):
+    if sim in ("verilator", "native", "ip"):
         figures["config_cycles"] = result.load_cycles
         perf = result.counters.get("perf", {})
         from hdl.interfaces import NETWORKS
@@ -507,12 +528,14 @@ def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, mem
             raise ValueError(f"not a schedule step: {step!r}")
     if execution == "orchestrated":
         if sim == "ip":
-            raise ValueError("an orchestrated schedule runs on sim 'model' or 'verilator'")
+            raise ValueError("an orchestrated schedule runs on sim 'model', 'verilator' or "
+                             "'native'")
         plan = _orchestrate(steps, machine)
         if sim == "model":
             return _orchestrated_model(steps, plan, machine)
         return _orchestrated_verilator(steps, plan, machine, seed=seed, work_dir=work_dir,
-                                       memory=memory, timeout=timeout, progress=progress)
+                                       memory=memory, timeout=timeout, progress=progress,
+                                       native=sim == "native")
     if sim == "model":
         return _schedule_model(steps, machine)
     if launch_latency is None:
@@ -520,7 +543,7 @@ def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, mem
         launch_latency = HOST_LAUNCH_LATENCY
     return _schedule_verilator(steps, machine, seed=seed, work_dir=work_dir, memory=memory,
                                timeout=timeout, progress=progress,
-                               launch_latency=launch_latency)
+                               launch_latency=launch_latency, native=sim == "native")
 
 
 @dataclass
@@ -742,12 +765,11 @@ def _write_orchestration(steps, plan, work_dir, timeout):
 
 
 def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, timeout,
-                            progress):
+                            progress, native=False):
 
     from hdl.system import RDUSystem
 
     from .sim.host import run_orchestrated as body
-    from .sim.runner import BodyError, run_verilator
     from .sim.verilator import VerilatorError, build, project_root
     start = time.perf_counter()
     work_dir = Path(work_dir or project_root() / "build" / "run" /
@@ -763,20 +785,9 @@ def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, tim
         raise RunFailure(str(error).splitlines()[0], "build") from None
     perf_counters = _perf_counter_names(RDUSystem, params)
     sim_dir = work_dir / "sim"
-    try:
-        with _LogProgress(sim_dir / "sim.log", enabled=progress):
-            stats = run_verilator(built, body, sim_dir, seed=seed,
-                                  plan_file=str(plan_file), progress=progress,
-                                  perf_counters=perf_counters, memory=memory,
-                                  timeout=limit + 100_000)
-    except BodyError as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else \
-            error.error_type
-        raise RunFailure(f"{message} (RTL, cycle {error.cycle})", error.error_type) from None
-    except AssertionError as error:
-        first = str(error).strip().splitlines()[0]
-        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
-                         "simulation") from None
+    stats = _run_body(built, body, sim_dir, native=native, progress=progress, seed=seed,
+                      plan_file=str(plan_file), perf_counters=perf_counters, memory=memory,
+                      timeout=limit + 100_000)
     result = stats.result
     outputs = {step: _read_outputs(launch, program) for (step, program, _), launch in
                zip(plan.launches, result["launches"], strict=True)}
@@ -784,7 +795,8 @@ def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, tim
                 "memory": result["memory"]}
     runs = {execute: counters for _, _, execute in plan.launches}
     return ScheduleResult(
-        _orchestrated_steps(steps, plan, result["ends"], runs, "verilator",
+        _orchestrated_steps(steps, plan, result["ends"], runs,
+                            "native" if native else "verilator",
                             time.perf_counter() - start, built.seconds, outputs,
                             result["beats"], machine),
         cycles=result["cycles"], execution="orchestrated",
@@ -822,13 +834,12 @@ def _schedule_model(steps, machine):
 
 
 def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, progress,
-                        launch_latency):
+                        launch_latency, native=False):
     import json
 
     from hdl.system import RDUSystem
 
     from .sim.host import run_schedule as body
-    from .sim.runner import BodyError, run_verilator
     from .sim.verilator import VerilatorError, build, project_root
     start = time.perf_counter()
     launches = [step for step in steps if isinstance(step, Launch)]
@@ -865,21 +876,10 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
         raise RunFailure(str(error).splitlines()[0], "build") from None
     perf_counters = _perf_counter_names(RDUSystem, params)
     sim_dir = work_dir / "sim"
-    try:
-        with _LogProgress(sim_dir / "sim.log", enabled=progress):
-            stats = run_verilator(built, body, sim_dir, seed=seed,
-                                  schedule_file=str(work_dir / "schedule.json"),
-                                  progress=progress, perf_counters=perf_counters,
-                                  memory=memory, launch_latency=launch_latency,
-                                  timeout=limit + 100_000)
-    except BodyError as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else \
-            error.error_type
-        raise RunFailure(f"{message} (RTL, cycle {error.cycle})", error.error_type) from None
-    except AssertionError as error:
-        first = str(error).strip().splitlines()[0]
-        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
-                         "simulation") from None
+    stats = _run_body(built, body, sim_dir, native=native, progress=progress, seed=seed,
+                      schedule_file=str(work_dir / "schedule.json"),
+                      perf_counters=perf_counters, memory=memory,
+                      launch_latency=launch_latency, timeout=limit + 100_000)
     seconds = time.perf_counter() - start
     results = []
     for step, done in zip(steps, stats.result["steps"], strict=True):
@@ -889,7 +889,8 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
                         if key not in ("outputs", "outputs_file")}
             counters["sim_cycles_per_second"] = stats.cycles_per_second
             run = RunResult(_read_outputs(launch, step.program), launch["cycles"],
-                            "verilator", seconds, built.seconds, counters, None,
+                            "native" if native else "verilator", seconds, built.seconds,
+                            counters, None,
                             launch["load_cycles"], step.program.name,
                             _beat_bytes(launch["execute_beats"], machine))
             results.append(StepResult("launch", launch["launch_cycles"] +

@@ -60,6 +60,12 @@ class Bench:
         """Attach a :class:`StreamSink` to the stream at ``path`` (the design's output)."""
         return self.agents.add_sink(StreamSink(path, self._stall(stall, path, "sink")))
 
+    def memory_system(self, system):
+        """The memory system that serves this bench's AXI ports: ``system`` itself (a
+        :class:`rdu.sim.memory_system.MemorySystem` on Python stream agents); a bench
+        with its own memory models returns its copy of it (:mod:`rdu.sim.native`)."""
+        return system
+
     @property
     def cycle(self):
         """Clock edges seen since the end of reset."""

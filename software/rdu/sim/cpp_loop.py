@@ -19,19 +19,26 @@ from pathlib import Path
 
 from .verilator import ensure_verilator
 
-__all__ = ["top_inputs", "loop_source", "build_loop", "run_loop"]
+__all__ = ["top_ports", "top_inputs", "loop_source", "build_loop", "run_loop"]
 
-_PORT = re.compile(r"^\s*input\s+(?:\[(\d+):0\]\s+)?(\S+);", re.M)
+_PORT = re.compile(r"^\s*(input|output)\s+(?:\[(\d+):0\]\s+)?(\S+);", re.M)
 
 
-def top_inputs(verilog_text, toplevel):
-    """``[(name, width)]`` of the inputs of module ``toplevel``."""
+def top_ports(verilog_text, toplevel):
+    """``[(name, width, is_input)]`` of the ports of module ``toplevel``."""
     start = re.search(rf"^module {re.escape(toplevel)}\s*\(", verilog_text, re.M)
     if not start:
         raise ValueError(f"module {toplevel} not found")
     end = verilog_text.index("\nendmodule", start.end())
     body = verilog_text[start.end():end]
-    return [(name, int(msb) + 1 if msb else 1) for msb, name in _PORT.findall(body)]
+    return [(name, int(msb) + 1 if msb else 1, direction == "input")
+            for direction, msb, name in _PORT.findall(body)]
+
+
+def top_inputs(verilog_text, toplevel):
+    """``[(name, width)]`` of the inputs of module ``toplevel``."""
+    return [(name, width) for name, width, is_input in top_ports(verilog_text, toplevel)
+            if is_input]
 
 
 def _cxx_name(name):

@@ -144,7 +144,8 @@ class HostDriver:
                            f"cycles, not {launch_latency!r}")
         self.launch_latency = launch_latency
         self.bench, self.machine = bench, machine
-        self.mem = system_memory(machine.beat_bytes, memory, machine.regions(), faults)
+        self.mem = bench.memory_system(
+            system_memory(machine.beat_bytes, memory, machine.regions(), faults))
         for k in range(machine.agcus):
             self.mem.attach(bench, f"axi.{k}", stall=stall)
         self.perf_counters = list(perf_counters or [])

@@ -45,9 +45,11 @@ LINT_WAIVERS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE")
 #: manual recommends for speed. -fno-inline keeps each distinct module (after
 #: dedupe_modules) one C++ class: with Verilator's module inlining the 2x2 system runs
 #: 1.5x faster, but the 4x4's C++ grows from 95 to 156 MB and its build by more than
-#: that (docs/simulation-speed.md); builds dominate CI.
+#: that (docs/simulation-speed.md); builds dominate CI. -fPIC: the same objects link
+#: into the native runner's shared library (rdu.sim.native) as into cocotb's binary.
 VERILATOR_BUILD_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
-                        "-fno-inline", "--x-assign", "fast", "--x-initial", "fast")
+                        "-fno-inline", "--x-assign", "fast", "--x-initial", "fast",
+                        "-CFLAGS", "-fPIC")
 
 #: make variables of the C++ build. The per-cycle code is built with -O1 instead of
 #: Verilator's -Os: measured on the 2x2 system (docs/simulation-speed.md) it builds in
