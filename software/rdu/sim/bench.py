@@ -90,6 +90,22 @@ class Bench:
 
     # -- composite helpers -------------------------------------------------------------
 
+    async def advance_until(self, paths, limit):
+        """Advance at least one cycle and at most ``limit``, stopping at the first cycle
+        in which one of the signals ``paths`` reads non-zero; return the cycles advanced.
+
+        A wait loop that reads its signals every cycle can skip the cycles in which
+        none of them is set: a bench that runs cycles natively (:mod:`rdu.sim.native`)
+        does that without Python per cycle; here it is the same loop."""
+        for advanced in range(1, limit + 1):
+            await self.cycles(1)
+            if advanced == limit:
+                break
+            for path in paths:
+                if await self.read(path):
+                    return advanced
+        return max(1, limit)
+
     async def streams_done(self, timeout=100_000):
         """Wait until every source is drained and every sink has its expected items.
 

@@ -247,8 +247,14 @@ class HostDriver:
                 rate = elapsed / max(time.perf_counter() - start, 1e-9)
                 print(f"[run_program {name or what}] {elapsed} cycles, {rate:,.0f} cycles/s: "
                       f"busy AGCUs {sorted(pending)}, done {sorted(finished)}", flush=True)
-            await bench.cycles(1)
-            elapsed += 1
+            # on to the next cycle in which a signal checked above is set, the timeout or
+            # the next progress line: nothing in between would be done differently
+            limit = timeout - elapsed
+            if every:
+                limit = min(limit, every - elapsed % every)
+            elapsed += await bench.advance_until(
+                [f"agcu_done.{k}" for k in sorted(pending)] +
+                (["host.watchdog"] if hardware else []), limit)
 
     async def _error_detail(self):
         """``"; PMU(0,1) error ... ; memory: ..."``: the units whose error counter is set
@@ -337,8 +343,7 @@ class HostDriver:
             if cycles >= timeout:
                 raise RunError(f"{what} not finished after {timeout} cycles (AGCU 0 "
                                f"done={done}, configuration state {state})")
-            await bench.cycles(1)
-            cycles += 1
+            cycles += await bench.advance_until(["agcu_done.0"], timeout - cycles)
         code = await bench.read("agcu_error.0")
         if code != AGCUError.NONE:
             record = self._memory_error(0)

@@ -148,6 +148,7 @@ def _library(path):
         "rdu_limits": (None, [handle, i64, i64]),
         "rdu_cycles": (ctypes.c_int, [handle, i64]),
         "rdu_cycle": (i64, [handle]),
+        "rdu_advance_until": (i64, [handle, int_p, ctypes.c_int, i64]),
         "rdu_region": (ctypes.c_int, [handle, ctypes.c_char_p, u64, u64, ctypes.c_int,
                                       ctypes.c_int, u64, ctypes.c_int, ctypes.c_int,
                                       ctypes.c_double, u64, ctypes.c_int, ctypes.c_int]),
@@ -228,7 +229,19 @@ class NativeBench(Bench):
         return self.lib.rdu_cycle(self.handle)
 
     async def cycles(self, count=1):
-        status = self.lib.rdu_cycles(self.handle, count)
+        self._status(self.lib.rdu_cycles(self.handle, count))
+
+    async def advance_until(self, paths, limit):
+        """:meth:`rdu.sim.bench.Bench.advance_until` in C++: no Python per cycle."""
+        if limit <= 1:
+            await self.cycles(1)
+            return 1
+        watched = (ctypes.c_int * len(paths))(*(self._port(path)[0] for path in paths))
+        advanced = self.lib.rdu_advance_until(self.handle, watched, len(paths), limit)
+        self._status(-advanced if advanced < 0 else 0)
+        return advanced
+
+    def _status(self, status):
         if status == 1:
             raise WatchdogTimeout(self._stall_report())
         if status == 2:

@@ -531,10 +531,20 @@ struct System {
         }
     }
 
-    // one clock cycle: settle and sample, rising edge, the agents' edge and drive
-    int step() {
+    bool low_done = false;       // evaluated with clk low since the last change
+
+    // the first half of a cycle: clk low, the inputs settled (what a read sees)
+    void low() {
         port_write64(ports[clk], 0);
         top->eval();
+        dirty = false;
+        low_done = true;
+    }
+
+    // one clock cycle: settle and sample, rising edge, the agents' edge and drive
+    int step() {
+        if (!low_done || dirty) low();
+        low_done = false;
         if (started) sample_ports();
         port_write64(ports[clk], 1);
         top->eval();
@@ -630,6 +640,20 @@ int rdu_cycles(System* system, int64_t count) {
         if (status) return status;
     }
     return 0;
+}
+
+// run at least one and at most `limit` cycles, stopping at the first cycle in which
+// one of `watched` reads non-zero; the cycles run, or -1/-2 as rdu_cycles' 1/2
+int64_t rdu_advance_until(System* system, const int* watched, int count, int64_t limit) {
+    for (int64_t n = 1; n <= limit; n++) {
+        int status = system->step();
+        if (status) return -status;
+        if (n == limit) return n;
+        system->low();
+        for (int i = 0; i < count; i++)
+            if (port_read64(system->ports[watched[i]])) return n;
+    }
+    return limit;
 }
 
 int64_t rdu_cycle(System* system) { return system->cycle; }
