@@ -1,7 +1,7 @@
 """Simulation speed of the whole system, side by side (docs/simulation-speed.md).
 
     .venv/bin/python -m benchmarks.sim_speed [--configs 2x2,4x4] [--loop-cycles 5000]
-        [--gemm 64] [--amaranth-cycles 200] [--no-cocotb] [--json]
+        [--gemm 64] [--amaranth-cycles 200] [--no-cocotb] [--no-native] [--json]
 
 For each configuration (``2x2``: the minimal machine, 4 lanes, 16 KiB PMUs; ``4x4``:
 the default, 8 lanes) it measures, in one run:
@@ -11,6 +11,9 @@ the default, 8 lanes) it measures, in one run:
   second and per CPU second (the CPU figure is the one to compare on a shared machine);
 * **cocotb**: a ``--gemm`` cubed GEMM through ``rdu.runtime`` (Python host driver and
   memory models, VPI), cycles per second of the simulation as the runner counts them;
+* **native**: the same GEMM on the native runner (``rdu.sim.native``: the same Verilated
+  system, memory models and AXI ports in C++, the host's wait loops in C++ too); the
+  run's cycles and outputs are checked equal to the cocotb run's;
 * **Amaranth simulator** (``--amaranth-cycles``, 0 to skip): the same idle system in
   ``amaranth.sim`` (elaboration not counted).
 
@@ -51,12 +54,24 @@ def measure_loop(config, cycles, program):
     return result
 
 
-def measure_cocotb(program):
+def measure_gemm(program, sim):
+    """The GEMM through ``rdu.runtime`` on ``sim`` (``verilator``: cocotb, or ``native``)."""
     from rdu.runtime import run_program
-    result = run_program(program, "verilator", seed=1)
+    result = run_program(program, sim, seed=1)
     return {"gemm_cycles": result.cycles, "load_cycles": result.load_cycles,
             "seconds": round(result.seconds, 2),
-            "cycles_per_second": result.counters["sim_cycles_per_second"]}
+            "cycles_per_second": result.counters["sim_cycles_per_second"],
+            "outputs": result.outputs}
+
+
+def _same(first, second):
+    """Whether two GEMM runs agree in cycles and output words."""
+    import numpy as np
+    return (first["gemm_cycles"] == second["gemm_cycles"]
+            and first["load_cycles"] == second["load_cycles"]
+            and first["outputs"].keys() == second["outputs"].keys()
+            and all(np.array_equal(first["outputs"][k], second["outputs"][k])
+                    for k in first["outputs"]))
 
 
 def measure_amaranth(program, cycles):
@@ -85,7 +100,8 @@ def main(argv=None):
     parser.add_argument("--loop-cycles", type=int, default=5000)
     parser.add_argument("--gemm", type=int, default=64, help="GEMM size of the cocotb run")
     parser.add_argument("--amaranth-cycles", type=int, default=200)
-    parser.add_argument("--no-cocotb", action="store_true")
+    parser.add_argument("--no-cocotb", action="store_true", help="skip the cocotb run")
+    parser.add_argument("--no-native", action="store_true", help="skip the native run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rows = []
@@ -95,7 +111,13 @@ def main(argv=None):
         program = _program(config, args.gemm)
         row = {"config": config, "loop": measure_loop(config, args.loop_cycles, program)}
         if not args.no_cocotb:
-            row["cocotb"] = measure_cocotb(program)
+            row["cocotb"] = measure_gemm(program, "verilator")
+        if not args.no_native:
+            row["native"] = measure_gemm(program, "native")
+        if "cocotb" in row and "native" in row:
+            row["native"]["same_as_cocotb"] = _same(row["cocotb"], row["native"])
+        for tier in ("cocotb", "native"):
+            row.get(tier, {}).pop("outputs", None)
         if args.amaranth_cycles:
             row["amaranth"] = measure_amaranth(program, args.amaranth_cycles)
         rows.append(row)
@@ -104,14 +126,17 @@ def main(argv=None):
     if args.json:
         return
     print(f"{'config':<7}{'C++ loop c/s':>14}{'(per CPU s)':>13}{'cocotb GEMM c/s':>17}"
-          f"{'Amaranth c/s':>14}{'loop build s':>14}")
+          f"{'native GEMM c/s':>17}{'same':>6}{'Amaranth c/s':>14}{'loop build s':>14}")
     for row in rows:
         loop = row["loop"]
-        cocotb = f"{row['cocotb']['cycles_per_second']:.0f}" if "cocotb" in row else "-"
-        amaranth = f"{row['amaranth']['cycles_per_second']:.0f}" if "amaranth" in row else "-"
+
+        def rate(tier, row=row):
+            return f"{row[tier]['cycles_per_second']:.0f}" if tier in row else "-"
+        same = row.get("native", {}).get("same_as_cocotb")
+        same = "-" if same is None else ("yes" if same else "NO")
         print(f"{row['config']:<7}{loop['cycles_per_second']:>14.0f}"
-              f"{loop['cycles_per_cpu_second']:>13.0f}{cocotb:>17}{amaranth:>14}"
-              f"{loop['build_seconds']:>14}")
+              f"{loop['cycles_per_cpu_second']:>13.0f}{rate('cocotb'):>17}{rate('native'):>17}"
+              f"{same:>6}{rate('amaranth'):>14}{loop['build_seconds']:>14}")
 
 
 if __name__ == "__main__":
