@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.attention [--decode 128,256,512,1024,2048,4096]
         [--prefill 64,128,256,512] [--dim 64] [--heads 8] [--kv-heads 1] [--causal]
         [--seed 1]
-        [--sim verilator|model] [--json]
+        [--sim native|verilator|model] [--json]
 
 Each point compiles ``rdu run attention`` (one configuration, ``docs/attention.md``) on
 the default 4x4 array with 4 AGCUs, runs it under Verilator (``rdu.runtime.run_kernel``),
@@ -57,7 +57,9 @@ def main():
                         help="key/value heads (decode: one pass of HEADS queries each)")
     parser.add_argument("--causal", action="store_true", help="causal prefill")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--sim", choices=["verilator", "model"], default="verilator")
+    parser.add_argument("--sim", choices=["native", "verilator", "model"], default="native",
+                        help="native: the RTL, no Python per cycle; verilator: the RTL "
+                             "under cocotb; model: the functional model (no cycles)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     start = time.perf_counter()

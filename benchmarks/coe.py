@@ -2,10 +2,12 @@
 against host -> HBM over the host link, in cycles, on the RTL; total trace time against
 the HBM cache size; the footprint table.
 
-Run: ``PYTHONPATH=software:. .venv/bin/python -m benchmarks.coe [--quick]`` (Verilator
-tier for the measurements; the long traces on the functional model with the measured
-primitive costs). Writes ``build/coe/coe.md`` (tables), ``build/coe/coe.json`` and, when
-matplotlib is installed (the ``plots`` extra), ``build/coe/coe.png``.
+Run: ``PYTHONPATH=software:. .venv/bin/python -m benchmarks.coe [--quick] [--sim
+native|verilator]`` (the RTL for the measurements: by default on the native runner, the
+same cycles as cocotb without Python per cycle; the long traces on the functional model
+with the measured primitive costs). Writes ``build/coe/coe.md`` (tables),
+``build/coe/coe.json`` and, when matplotlib is installed (the ``plots`` extra),
+``build/coe/coe.png``.
 
 1. Switching time against expert size: one RTL run per host link (PCIe Gen4 x16 of a
    DGX A100, Gen5 x16 of a DGX H100, scaled to the model's HBM bandwidth); in each,
@@ -39,7 +41,7 @@ DGX = {"A100": {"hbm": 8 * 80 * GB, "link": 32 * GB, "pcie": "Gen4 x16"},
 SAMBA_COE = {"experts": 150, "params": 7e9, "bytes_per_param": 2}
 
 
-def switching(sizes, link, agcus_ddr=(1, 2), progress=False):
+def switching(sizes, link, agcus_ddr=(1, 2), progress=False, sim="native"):
     """``[(bytes, source, agcus, cycles)]`` measured on the RTL in one run."""
     scenario = build(CoEConfig(experts=1, requests=1, cache=1, link=link))
     machine = scenario.machine
@@ -55,7 +57,7 @@ def switching(sizes, link, agcus_ddr=(1, 2), progress=False):
                 steps.append(Copy(src, dst, nbytes, agcus))
                 plan.append((nbytes, source, agcus))
     steps.append(Launch(scenario.launch_program(0, 0, scenario.requests[0]["x_image"])))
-    results = run_schedule(steps, "verilator", work_dir=OUT / f"switching-{link}",
+    results = run_schedule(steps, sim, work_dir=OUT / f"switching-{link}",
                            memory={"host": {"bytes_per_cycle": LINKS[link]}},
                            progress=progress)
     cycles = [r.cycles for r in results if r.kind == "copy"]
@@ -79,6 +81,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and requests")
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--sim", choices=["native", "verilator"], default="native",
+                        help="native: the RTL, no Python per cycle; verilator: under cocotb")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -91,7 +95,7 @@ def main(argv=None):
               "| link | expert bytes | DDR->HBM 1 AGCU | DDR->HBM 2 AGCUs | host->HBM | "
               "host / DDR |", "|---|---|---|---|---|---|"]
     for link in ("gen4", "gen5"):
-        rows = switching(sizes, link, progress=args.progress)
+        rows = switching(sizes, link, progress=args.progress, sim=args.sim)
         report["switching"][link] = rows
         by = {(b, s, a): c for b, s, a, c in rows}
         for nbytes in sizes:
@@ -112,7 +116,7 @@ def main(argv=None):
               "|---|---|---|---|---|---|"]
     for source in ("ddr", "host"):
         config = CoEConfig(experts=2, requests=3, cache=1, source=source, seed=1)
-        measured = run_coe(config, "verilator", work_dir=OUT / f"short-{source}",
+        measured = run_coe(config, args.sim, work_dir=OUT / f"short-{source}",
                            progress=args.progress)
         composed = run_coe(config, "model", costs=costs)
         assert measured["ok"] and composed["ok"]

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.fusion [--decode 256,1024,4096] [--prefill 64,128]
         [--mlp 8:64:256,8:128:512] [--dim 64] [--heads 8] [--kv-heads 1] [--seed 1]
-        [--sim verilator|model]
+        [--sim native|verilator|model]
         [--plot build/fusion/fusion.png] [--json]
 
 Each point runs attention (decode, prefill) or an MLP block (``Y = SiLU(X W1) W2``)
@@ -166,7 +166,9 @@ def main():
     parser.add_argument("--mlp", default="8:64:256,8:128:512",
                         help="MLP blocks M:D:F (Y = SiLU(X W1) W2), comma separated")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--sim", choices=["verilator", "model"], default="verilator")
+    parser.add_argument("--sim", choices=["native", "verilator", "model"], default="native",
+                        help="native: the RTL, no Python per cycle; verilator: the RTL "
+                             "under cocotb; model: the functional model (no cycles)")
     parser.add_argument("--plot", default="build/fusion/fusion.png", metavar="FILE.png")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

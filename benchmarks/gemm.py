@@ -1,11 +1,12 @@
 """GEMM utilisation on the RTL: square GEMMs on the default array under Verilator.
 
     .venv/bin/python -m benchmarks.gemm [--sizes 16,32,64,128,256] [--rows 4 --cols 4
-        --lanes 8] [--seed 1] [--json]
+        --lanes 8] [--seed 1] [--sim native|verilator] [--json]
 
 For each size it compiles ``C = A B`` (``rdu.gemm``), runs it on ``RDUSystem`` under
-Verilator with the HBM model behind the AGCUs (``rdu.runtime``), checks C against the
-bit-exact model, and prints in one table:
+Verilator with the HBM model behind the AGCUs (``rdu.runtime``; ``--sim native``, the
+default, runs the memory side in C++, ``verilator`` under cocotb: the same cycles),
+checks C against the bit-exact model, and prints in one table:
 
 * cycles from ``start`` to the last AGCU ``done`` and the configuration (program load)
   cycles before it;
@@ -30,11 +31,11 @@ from rdu.runtime import run_program
 HBM_PEAK = 32.0
 
 
-def measure(size, geometry, seed):
+def measure(size, geometry, seed, sim="native"):
     program = gemm.compile_gemm(size, size, size, geometry)
     a, b = gemm.random_inputs(size, size, size, seed)
     gemm.pack_inputs(program, a, b)
-    result = run_program(program, "verilator", seed=seed)
+    result = run_program(program, sim, seed=seed)
     meta = program.meta
     c = gemm.unpack_output(program, result.outputs["c"])
     exact = np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, meta["k_pad"]))
@@ -68,13 +69,15 @@ def main():
     parser.add_argument("--cols", type=int, default=4)
     parser.add_argument("--lanes", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sim", choices=["native", "verilator"], default="native",
+                        help="native: no Python per cycle; verilator: under cocotb")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     geometry = ArrayGeometry(args.rows, args.cols, args.lanes)
     rows = []
     start = time.perf_counter()
     for size in (int(s) for s in args.sizes.split(",")):
-        row = measure(size, geometry, args.seed)
+        row = measure(size, geometry, args.seed, args.sim)
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)

@@ -122,7 +122,8 @@ def test_bad_config():
 @pytest.mark.verilator
 def test_short_trace_on_the_rtl(sim_dir):
     """2 experts, 3 requests, 1 slot (seed 1: expert 1 miss, 0 miss, 0 hit), from DDR
-    and over the host link: outputs checked against numpy, cycles measured."""
+    and over the host link: outputs checked against numpy, cycles measured; the same
+    schedule on the native runner takes the same cycles."""
     reports = {}
     for source in ("ddr", "host"):
         config = CoEConfig(experts=2, requests=3, cache=1, source=source, seed=1)
@@ -131,5 +132,10 @@ def test_short_trace_on_the_rtl(sim_dir):
         assert report["ok"], report["trace"]
         assert [r["hit"] for r in report["trace"]] == [False, False, True]
         assert report["cycle_method"] == "rtl" and report["switch_cycles"] > 0
+        native = run_coe(config, "native", work_dir=sim_dir / f"{source}-native")
+        assert native["ok"], native["trace"]
+        assert native["cycle_method"] == "rtl"
+        assert (native["cycles"], native["switch_cycles"]) == (report["cycles"],
+                                                               report["switch_cycles"])
     print({source: {k: r[k] for k in ("cycles", "switch_cycles", "kernel_cycles")}
            for source, r in reports.items()})

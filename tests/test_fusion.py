@@ -198,7 +198,8 @@ def test_unfused_on_verilator(sim_dir, seed):
     MLP (3 launches), unfused on the 4x4 RTL with four AGCUs, launched by the
     orchestrator and by the host: both give the functional model's words, bit-exact
     against the stages' arithmetic and within budget of float64; the host's launches
-    take more cycles than the orchestrator's."""
+    take more cycles than the orchestrator's. The orchestrated attention also runs on the
+    native runner: the same words in the same cycles."""
     from rdu.runtime import run_sequence
     machine = Machine(**get_kernel("attention").machine)  # test_attention's 4x4 build
     for name, params in (("attention", dict(seq=32, dim=16, heads=4, kv_heads=2,
@@ -223,6 +224,14 @@ def test_unfused_on_verilator(sim_dir, seed):
                                       runs["model"][1][out].view(np.uint32)), (name, execution)
         orchestrated, host = runs["orchestrated"][0], runs["host"][0]
         assert host["cycles"] > orchestrated["cycles"]
+        if name == "attention":
+            figures, results, _ = run_sequence(
+                kernel, compile_unfused(name, machine, **params), inputs, "native",
+                seed=seed, execution="orchestrated", work_dir=sim_dir / f"{name}-native")
+            assert figures["cycles"] == orchestrated["cycles"]
+            for out, values in results.items():
+                assert np.array_equal(values.view(np.uint32),
+                                      runs["orchestrated"][1][out].view(np.uint32))
 
 
 @pytest.mark.verilator

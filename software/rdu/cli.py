@@ -905,9 +905,11 @@ def _coe_parser():
                                 ("k", 64, "expert input features")):
         parser.add_argument(f"--{name}", type=int, default=default, metavar=name.upper(),
                             help=text)
-    parser.add_argument("--sim", choices=["model", "verilator"], default="model",
+    parser.add_argument("--sim", choices=["model", "verilator", "native"], default="model",
                         help="model: functional model, cycles composed from primitive "
-                             "costs; verilator: the RTL, every cycle measured")
+                             "costs; verilator: the RTL under cocotb, every cycle "
+                             "measured; native: the same RTL and cycles, no Python per "
+                             "cycle")
     parser.add_argument("--costs", choices=["analytic", "rtl"], default="analytic",
                         help="model: primitive costs from the memory parameters, or "
                              "measured once on the RTL (cached in build/coe)")

@@ -332,7 +332,7 @@ def run_coe(config, sim="model", *, machine=None, costs=None, progress=False,
         record["ok"] = bool(good)
         ok, worst = ok and good, max(worst, error)
     misses = sum(not r["hit"] for r in records)
-    if sim == "verilator":
+    if sim in ("verilator", "native"):
         switch = sum(r.cycles for r in copies)
         kernel_cycles = sum(r.cycles for r in launches)
         method = "rtl"

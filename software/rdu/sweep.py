@@ -65,6 +65,11 @@ def _machine_options():
     return MACHINE_OPTIONS
 
 
+#: The tiers whose points wait for the Verilator build of their machine (one build task
+#: per machine; it also links the native runner when a point of that machine needs it).
+RTL_TIERS = ("verilator", "native")
+
+
 def _tiers():
     from .runtime import SIMULATORS
     return SIMULATORS
@@ -525,18 +530,23 @@ def _ray_point(point_json, out_dir, timeout, build=None):
     return run_point(Point.from_json(point_json), out_dir, timeout=timeout, node=node)
 
 
-def _ray_build(point_json):
+def _ray_build(point_json, native=False):
     """The Ray task that builds (or finds in the cache) the Verilator model of a point's
     machine before the RTL points of that machine are started, so that they do not hold
-    CPUs while one of them builds. Never raises: a machine the RTL cannot have is each
-    point's own ``run_error``. Returns ``(node, seconds, error)``."""
+    CPUs while one of them builds; with ``native`` it also links the native runner
+    (:func:`rdu.sim.native.build_native`). Never raises: a machine the RTL cannot have
+    is each point's own ``run_error``. Returns ``(node, seconds, error)``."""
     import ray
     node = ray.get_runtime_context().get_node_id()[:8]
     try:
         from hdl.system import RDUSystem
 
         from .sim.verilator import build
-        built = build(RDUSystem, **Point.from_json(point_json).build_machine().system_params())
+        point = Point.from_json(point_json)
+        built = build(RDUSystem, **point.build_machine().system_params())
+        if native:
+            from .sim.native import build_native
+            build_native(built)
         return node, built.seconds, None
     except Exception as error:          # noqa: BLE001 - the points report it
         return node, 0.0, _one_line(error)
@@ -652,14 +662,16 @@ def _run_ray(todo, table, *, address, workers, cpus, resources, timeout, progres
                        retry_exceptions=False)
         builds = {}                      # machine -> the ref of its build task
         for point in todo:
-            if point.tier == "verilator" and point.machine not in builds:
+            if point.tier in RTL_TIERS and point.machine not in builds:
+                native = any(p.machine == point.machine and p.tier == "native" for p in todo)
                 builds[point.machine] = build_task.options(
-                    **options, name=f"rdu-build {point.label()}").remote(point.to_json())
+                    **options, name=f"rdu-build {point.label()}").remote(point.to_json(),
+                                                                          native)
         pending = {}
         for point in todo:
             ref = task.options(**options, name=f"rdu-point {point.label()}").remote(
-                point.to_json(), out_dir, timeout, builds.get(point.machine)
-                if point.tier == "verilator" else None)
+                point.to_json(), out_dir, timeout,
+                builds.get(point.machine) if point.tier in RTL_TIERS else None)
             pending[ref] = point
         bar = Progress(len(todo), progress)
         bar.update()

@@ -90,19 +90,21 @@ class Bench:
 
     # -- composite helpers -------------------------------------------------------------
 
-    async def advance_until(self, paths, limit):
+    async def advance_until_change(self, paths, limit):
         """Advance at least one cycle and at most ``limit``, stopping at the first cycle
-        in which one of the signals ``paths`` reads non-zero; return the cycles advanced.
+        in which one of the signals ``paths`` reads other than it reads now; return the
+        cycles advanced.
 
         A wait loop that reads its signals every cycle can skip the cycles in which
-        none of them is set: a bench that runs cycles natively (:mod:`rdu.sim.native`)
+        none of them changes: a bench that runs cycles natively (:mod:`rdu.sim.native`)
         does that without Python per cycle; here it is the same loop."""
+        start = [await self.read(path) for path in paths]
         for advanced in range(1, limit + 1):
             await self.cycles(1)
             if advanced == limit:
                 break
-            for path in paths:
-                if await self.read(path):
+            for path, value in zip(paths, start, strict=True):
+                if await self.read(path) != value:
                     return advanced
         return max(1, limit)
 

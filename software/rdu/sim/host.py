@@ -247,12 +247,12 @@ class HostDriver:
                 rate = elapsed / max(time.perf_counter() - start, 1e-9)
                 print(f"[run_program {name or what}] {elapsed} cycles, {rate:,.0f} cycles/s: "
                       f"busy AGCUs {sorted(pending)}, done {sorted(finished)}", flush=True)
-            # on to the next cycle in which a signal checked above is set, the timeout or
+            # on to the next cycle in which a signal checked above changes, the timeout or
             # the next progress line: nothing in between would be done differently
             limit = timeout - elapsed
             if every:
                 limit = min(limit, every - elapsed % every)
-            elapsed += await bench.advance_until(
+            elapsed += await bench.advance_until_change(
                 [f"agcu_done.{k}" for k in sorted(pending)] +
                 (["host.watchdog"] if hardware else []), limit)
 
@@ -275,12 +275,14 @@ class HostDriver:
         item left there for good (e.g. a token routed to a unit that never takes it) or
         a unit that never finishes makes the array's watchdog fire: that is the error."""
         bench = self.bench
-        for _ in range(timeout):
+        watched = ["host.holding", "host.units_busy", "host.watchdog"]
+        elapsed = 0
+        while elapsed < timeout:
             if not (await bench.read("host.holding") or await bench.read("host.units_busy")):
                 return
             if await bench.read("host.watchdog"):
                 raise RunError(await self._hardware_watchdog(what, [], finished))
-            await bench.cycles(1)
+            elapsed += await bench.advance_until_change(watched, timeout - elapsed)
 
     async def _hardware_watchdog(self, what, busy, finished):
         """The message of a stop by the array's watchdog (``host.watchdog``)."""
@@ -343,7 +345,7 @@ class HostDriver:
             if cycles >= timeout:
                 raise RunError(f"{what} not finished after {timeout} cycles (AGCU 0 "
                                f"done={done}, configuration state {state})")
-            cycles += await bench.advance_until(["agcu_done.0"], timeout - cycles)
+            cycles += await bench.advance_until_change(["agcu_done.0"], timeout - cycles)
         code = await bench.read("agcu_error.0")
         if code != AGCUError.NONE:
             record = self._memory_error(0)
@@ -596,7 +598,12 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
     bench.set("orch.start", 0)
     ends, beats, completed, host_commands, starts, running = [], [], 0, 0, 0, 0
     agcus = range(machine.agcus)
-    for elapsed in range(plan["timeout"] + 1):
+    # every signal the loop reads: it skips, in one call, the cycles in which none changes
+    watched = ["orch.completed", "orch.busy", "host.running", "host.start",
+               "host.config_clear", *(f"cmd.{k}.valid" for k in agcus)]
+    timeout, every = plan["timeout"], max(1, plan["timeout"] // 10)
+    elapsed = 0
+    while True:
         now = await bench.read("orch.completed")
         if now != completed:
             cycles = await bench.read("orch.cycles")
@@ -613,11 +620,15 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
         host_commands += await bench.read("host.start") + await bench.read("host.config_clear")
         if not busy:
             break
-        if progress and elapsed and elapsed % max(1, plan["timeout"] // 10) == 0:
+        if progress and elapsed and elapsed % every == 0:
             print(f"[run_program schedule] {elapsed} cycles: command "
                   f"{await bench.read('orch.index')}", flush=True)
+        if elapsed < timeout:
+            limit = timeout - elapsed
+            elapsed += await bench.advance_until_change(
+                watched, min(limit, every - elapsed % every) if progress else limit)
+            continue
         await bench.cycles(1)
-    else:
         index = await bench.read("orch.index")
         raise RunError(f"schedule: orchestrator still busy after {plan['timeout']} cycles "
                        f"(cycle {bench.cycle}); command {index}"

@@ -6,7 +6,10 @@ that is three quarters of the time (``docs/simulation-speed.md``). Here the memo
 side (:mod:`sim_models.memory` and :mod:`rdu.sim.memory_system`, ported line by line
 to ``native_runner.cpp``) runs in C++ inside the clock loop, and the model is a shared
 library in the Python process (``ctypes``): Python acts once per host action (set a
-signal, read one, run some cycles), as a host driver does.
+signal, read one, run some cycles), as a host driver does. The host's wait loops
+(:meth:`rdu.sim.bench.Bench.advance_until_change`: run until a done or watchdog bit
+changes)
+run in C++ too, so a kernel's run is a handful of calls whatever its length.
 
 * :func:`build_native` links the shared library from a cached
   :func:`rdu.sim.verilator.build` (the very objects cocotb runs; seconds);
@@ -23,6 +26,7 @@ waves: a run that needs them goes through cocotb (``rdu run --sim verilator --wa
 """
 
 import ctypes
+import fcntl
 import os
 import subprocess
 import time
@@ -74,6 +78,14 @@ def build_native(built, *, tag="native"):
     ensure_verilator()
     build_dir = Path(built.build_dir)
     out = build_dir / tag
+    out.mkdir(parents=True, exist_ok=True)
+    # one linker per build directory at a time (pytest-xdist workers, Ray workers)
+    with open(out / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _link_native(built, build_dir, out)
+
+
+def _link_native(built, build_dir, out):
     library = out / "librdu_native.so"
     stamp = out / "source.stamp"
     source = _SOURCE.read_text()
@@ -87,7 +99,6 @@ def build_native(built, *, tag="native"):
     if built.waves:
         raise NativeError("the native runner does not write waves: use a build without "
                           "waves (and cocotb for waves)")
-    out.mkdir(parents=True, exist_ok=True)
     ports = top_ports(Path(built.verilog).read_text(), built.toplevel)
     (out / "ports.inc").write_text("".join(
         f'PORT("{name}", {_cxx_name(name)}, {width}, {int(is_input)})\n'
@@ -103,9 +114,13 @@ def build_native(built, *, tag="native"):
         _compile(["g++", "-O2", "-std=c++20", "-fPIC", "-c", *include,
                   str(root / "include" / f"{name}.cpp"), "-o", str(runtime[-1])], out,
                  built.toplevel)
+    # linked under another name and renamed: a process that has the old library loaded
+    # keeps its file
+    partial = out / "librdu_native.so.partial"
     _compile(["g++", "-O2", "-std=c++20", "-shared", "-fPIC", *include, str(_SOURCE),
               *map(str, runtime), *map(str, objects), "-Wl,-Bsymbolic", "-pthread",
-              "-latomic", "-o", str(library)], out, built.toplevel)
+              "-latomic", "-o", str(partial)], out, built.toplevel)
+    partial.replace(library)
     stamp.write_text(str(hash_text(source)))
     return library
 
@@ -148,7 +163,7 @@ def _library(path):
         "rdu_limits": (None, [handle, i64, i64]),
         "rdu_cycles": (ctypes.c_int, [handle, i64]),
         "rdu_cycle": (i64, [handle]),
-        "rdu_advance_until": (i64, [handle, int_p, ctypes.c_int, i64]),
+        "rdu_advance_until_change": (i64, [handle, int_p, ctypes.c_int, i64]),
         "rdu_region": (ctypes.c_int, [handle, ctypes.c_char_p, u64, u64, ctypes.c_int,
                                       ctypes.c_int, u64, ctypes.c_int, ctypes.c_int,
                                       ctypes.c_double, u64, ctypes.c_int, ctypes.c_int]),
@@ -231,13 +246,18 @@ class NativeBench(Bench):
     async def cycles(self, count=1):
         self._status(self.lib.rdu_cycles(self.handle, count))
 
-    async def advance_until(self, paths, limit):
-        """:meth:`rdu.sim.bench.Bench.advance_until` in C++: no Python per cycle."""
+    async def advance_until_change(self, paths, limit):
+        """:meth:`rdu.sim.bench.Bench.advance_until_change` in C++: no Python per cycle."""
         if limit <= 1:
             await self.cycles(1)
             return 1
-        watched = (ctypes.c_int * len(paths))(*(self._port(path)[0] for path in paths))
-        advanced = self.lib.rdu_advance_until(self.handle, watched, len(paths), limit)
+        ports = [self._port(path) for path in paths]
+        for path, port in zip(paths, ports, strict=True):
+            if port[1] > 64:
+                raise NativeError(f"advance_until_change watches signals of up to 64 bits, "
+                                  f"not {path!r} ({port[1]} bits)")
+        watched = (ctypes.c_int * len(paths))(*(port[0] for port in ports))
+        advanced = self.lib.rdu_advance_until_change(self.handle, watched, len(paths), limit)
         self._status(-advanced if advanced < 0 else 0)
         return advanced
 

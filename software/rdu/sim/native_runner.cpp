@@ -643,15 +643,20 @@ int rdu_cycles(System* system, int64_t count) {
 }
 
 // run at least one and at most `limit` cycles, stopping at the first cycle in which
-// one of `watched` reads non-zero; the cycles run, or -1/-2 as rdu_cycles' 1/2
-int64_t rdu_advance_until(System* system, const int* watched, int count, int64_t limit) {
+// one of `watched` (ports of up to 64 bits) reads other than before the first; the
+// cycles run, or -1/-2 as rdu_cycles' 1/2
+int64_t rdu_advance_until_change(System* system, const int* watched, int count,
+                                 int64_t limit) {
+    system->low();
+    std::vector<uint64_t> start(count);
+    for (int i = 0; i < count; i++) start[i] = port_read64(system->ports[watched[i]]);
     for (int64_t n = 1; n <= limit; n++) {
         int status = system->step();
         if (status) return -status;
         if (n == limit) return n;
         system->low();
         for (int i = 0; i < count; i++)
-            if (port_read64(system->ports[watched[i]])) return n;
+            if (port_read64(system->ports[watched[i]]) != start[i]) return n;
     }
     return limit;
 }
