@@ -127,68 +127,8 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
     machine = check_machine(programs, machine)
     if sim == "model":
         return _run_model(programs, machine)
-    if sim == "ip":
-        return _run_ip(programs, machine, seed=seed, work_dir=work_dir, waves=waves,
-                       timeout=timeout, progress=progress)
-    return _run_verilator(programs, machine, seed=seed, work_dir=work_dir, waves=waves,
-                          timeout=timeout, progress=progress, native=sim == "native")
-
-
-def _run_ip(programs, machine, *, seed, work_dir, waves, timeout, progress):
-    """The ``ip`` back end: :class:`hdl.ip.RDUIP` under Verilator, driven over AXI4-Lite
-    by :func:`rdu.sim.ip_host.run_ip_programs` on cocotbext-axi's models."""
-    try:
-        import cocotbext.axi  # noqa: F401
-        import systemrdl  # noqa: F401
-    except ImportError:
-        raise RunFailure("--sim ip needs the 'ip' extra (systemrdl-compiler, cocotbext-axi): "
-                         "pip install -e '.[ip]'", "setup") from None
-    from hdl.ip import RDUIP
-
-    from .sim.ip_host import run_ip_programs
-    from .sim.runner import BodyError, run_verilator
-    from .sim.verilator import VerilatorError, build, project_root
-    start = time.perf_counter()
-    name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
-    work_dir = Path(work_dir or project_root() / "build" / "run" / f"{name}-ip").resolve()
-    program_dirs = [str(program.save(work_dir / f"program{index}"))
-                    for index, program in enumerate(programs)]
-    try:
-        params = machine.system_params()
-    except ValueError as error:
-        raise RunFailure(str(error), "machine") from None
-    try:
-        built = build(RDUIP, toplevel="rdu_ip", waves=waves, progress=progress, **params)
-    except VerilatorError as error:
-        raise RunFailure(str(error).splitlines()[0], "build") from None
-    perf_counters = _perf_counter_names(RDUIP, params)
-    timeouts = [timeout or estimate_cycles(program) * 4 + 20000 for program in programs]
-    sim_dir = work_dir / "sim"
-    try:
-        with _LogProgress(sim_dir / "sim.log", enabled=progress):
-            stats = run_verilator(built, run_ip_programs, sim_dir, seed=seed,
-                                  program_dirs=program_dirs, timeouts=timeouts, pause=True,
-                                  perf_counters=perf_counters,
-                                  timeout=sum(timeouts) + 200_000 * len(programs))
-    except BodyError as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else \
-            error.error_type
-        raise RunFailure(f"{message} (IP top, cycle {error.cycle})", error.error_type) from None
-    except AssertionError as error:
-        first = str(error).strip().splitlines()[0]
-        raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
-                         "simulation") from None
-    wave_files = sorted(sim_dir.glob("dump.*")) if waves else []
-    seconds = time.perf_counter() - start
-    results = []
-    for program, launch in zip(programs, stats.result["launches"], strict=True):
-        outputs = _read_outputs(launch, program)
-        counters = {key: value for key, value in launch.items() if key != "outputs_file"}
-        counters["sim_cycles_per_second"] = stats.cycles_per_second
-        results.append(RunResult(outputs, launch["cycles"], "ip", seconds, built.seconds,
-                                 counters, str(wave_files[0]) if wave_files else None,
-                                 launch["load_cycles"], program.name))
-    return results
+    return _run_rtl(programs, machine, tier=sim, seed=seed, work_dir=work_dir, waves=waves,
+                    timeout=timeout, progress=progress)
 
 
 def _run_model(programs, machine):
@@ -209,38 +149,46 @@ def _run_model(programs, machine):
     return results
 
 
-def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progress,
-                   native=False):
-    """The ``verilator`` back end, or with ``native`` the ``native`` one (the same build,
-    the memory side in C++: :mod:`rdu.sim.native`)."""
-    from hdl.system import RDUSystem
+def _run_rtl(programs, machine, *, tier, seed, work_dir, waves, timeout, progress):
+    """The RTL back ends: ``verilator`` (:class:`hdl.system.RDUSystem` under cocotb, the
+    host driver :func:`rdu.sim.host.run_programs`), ``native`` (the same build, the
+    memory side in C++: :mod:`rdu.sim.native`) and ``ip`` (:class:`hdl.ip.RDUIP` under
+    cocotb, driven over AXI4-Lite by :func:`rdu.sim.ip_host.run_ip_programs` on
+    cocotbext-axi's models)."""
+    from .sim.verilator import project_root
+    if tier == "ip":
+        try:
+            import cocotbext.axi  # noqa: F401
+            import systemrdl  # noqa: F401
+        except ImportError:
+            raise RunFailure("--sim ip needs the 'ip' extra (systemrdl-compiler, "
+                             "cocotbext-axi): pip install -e '.[ip]'", "setup") from None
+        from hdl.ip import RDUIP as design
 
-    from .sim.host import run_programs as body
-    from .sim.verilator import VerilatorError, build, project_root
+        from .sim.ip_host import run_ip_programs as body
+        toplevel, suffix, where, extra = "rdu_ip", "-ip", "IP top", {"pause": True}
+    else:
+        from hdl.system import RDUSystem as design
+
+        from .sim.host import run_programs as body
+        toplevel, suffix, where, extra = None, "", "RTL", {"progress": progress}
+    native = tier == "native"
     if native and waves:
         raise RunFailure("the native simulator writes no waves: use --sim verilator for "
                          "waves", "usage")
-    tier = "native" if native else "verilator"
     start = time.perf_counter()
     name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
-    work_dir = Path(work_dir or project_root() / "build" / "run" / name).resolve()
+    work_dir = Path(work_dir or project_root() / "build" / "run" / f"{name}{suffix}").resolve()
     program_dirs = [str(program.save(work_dir / f"program{index}"))
                     for index, program in enumerate(programs)]
-    try:
-        params = machine.system_params()
-    except ValueError as error:
-        raise RunFailure(str(error), "machine") from None
-    try:
-        built = build(RDUSystem, waves=waves, progress=progress, **params)
-    except VerilatorError as error:
-        raise RunFailure(str(error).splitlines()[0], "build") from None
-    perf_counters = _perf_counter_names(RDUSystem, params)
+    built, perf_counters = _build_rtl(design, machine, toplevel=toplevel, waves=waves,
+                                      progress=progress)
     timeouts = [timeout or estimate_cycles(program) * 4 + 20000 for program in programs]
     sim_dir = work_dir / "sim"
-    stats = _run_body(built, body, sim_dir, native=native, progress=progress, seed=seed,
-                      program_dirs=program_dirs, timeouts=timeouts,
+    stats = _run_body(built, body, sim_dir, native=native, log_progress=progress,
+                      seed=seed, where=where, program_dirs=program_dirs, timeouts=timeouts,
                       perf_counters=perf_counters,
-                      timeout=sum(timeouts) + 200_000 * len(programs))
+                      timeout=sum(timeouts) + 200_000 * len(programs), **extra)
     wave_files = sorted(sim_dir.glob("dump.*")) if waves else []
     seconds = time.perf_counter() - start
     results = []
@@ -248,31 +196,52 @@ def _run_verilator(programs, machine, *, seed, work_dir, waves, timeout, progres
         outputs = _read_outputs(launch, program)
         counters = {key: value for key, value in launch.items()
                     if key not in ("outputs", "outputs_file")}
-        counters["memory"] = stats.result["memory"]
+        if "memory" in stats.result:
+            counters["memory"] = stats.result["memory"]
         counters["sim_cycles_per_second"] = stats.cycles_per_second
+        beats = launch.get("execute_beats")
         results.append(RunResult(outputs, launch["cycles"], tier, seconds,
                                  built.seconds, counters,
                                  str(wave_files[0]) if wave_files else None,
                                  launch["load_cycles"], program.name,
-                                 _beat_bytes(launch["execute_beats"], machine)))
+                                 _beat_bytes(beats, machine) if beats is not None else {}))
     return results
 
 
-def _run_body(built, body, sim_dir, *, native, progress, seed, **params):
-    """Run the host body ``body`` on ``built`` under cocotb, or with ``native`` on the
-    native runner (:mod:`rdu.sim.native`); every failure becomes one :class:`RunFailure`."""
+def _build_rtl(design, machine, *, toplevel=None, waves=False, progress=False):
+    """``(built, perf_counters)``: the cached Verilator build of ``design`` for
+    ``machine`` and the names of its performance counters; a machine the RTL cannot have
+    or a failed build is one :class:`RunFailure`."""
+    from .sim.verilator import VerilatorError, build
+    try:
+        params = machine.system_params()
+    except ValueError as error:
+        raise RunFailure(str(error), "machine") from None
+    try:
+        built = build(design, toplevel=toplevel, waves=waves, progress=progress, **params)
+    except VerilatorError as error:
+        raise RunFailure(str(error).splitlines()[0], "build") from None
+    return built, _perf_counter_names(design, params)
+
+
+def _run_body(built, body, sim_dir, *, native, log_progress, seed, where="RTL", **params):
+    """Run the host body ``body`` on ``built`` with ``params`` under cocotb (its log
+    echoed with ``log_progress``), or with ``native`` on the native runner
+    (:mod:`rdu.sim.native`); every failure becomes one :class:`RunFailure` (a failure of
+    the body says ``(WHERE, cycle N)``)."""
     from .sim.native import NativeError, run_native
     from .sim.runner import BodyError, run_verilator
     try:
-        with _LogProgress(sim_dir / "sim.log", enabled=progress and not native):
+        with _LogProgress(sim_dir / "sim.log", enabled=log_progress and not native):
             return (run_native if native else run_verilator)(
-                built, body, sim_dir, seed=seed, progress=progress, **params)
+                built, body, sim_dir, seed=seed, **params)
     except NativeError as error:
         raise RunFailure(str(error), "build") from None
     except BodyError as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else \
             error.error_type
-        raise RunFailure(f"{message} (RTL, cycle {error.cycle})", error.error_type) from None
+        raise RunFailure(f"{message} ({where}, cycle {error.cycle})", error.error_type) \
+            from None
     except AssertionError as error:
         first = str(error).strip().splitlines()[0]
         raise RunFailure(f"the RTL simulation failed: {first} (log: {sim_dir / 'sim.log'})",
@@ -766,26 +735,19 @@ def _write_orchestration(steps, plan, work_dir, timeout):
 
 def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, timeout,
                             progress, native=False):
-
+    """The ``verilator`` (or ``native``) back end of an orchestrated schedule."""
     from hdl.system import RDUSystem
 
     from .sim.host import run_orchestrated as body
-    from .sim.verilator import VerilatorError, build, project_root
+    from .sim.verilator import project_root
     start = time.perf_counter()
     work_dir = Path(work_dir or project_root() / "build" / "run" /
                     f"orchestrated-{plan.launches[0][1].name}").resolve()
     plan_file, limit = _write_orchestration(steps, plan, work_dir, timeout)
-    try:
-        params = machine.system_params()
-    except ValueError as error:
-        raise RunFailure(str(error), "machine") from None
-    try:
-        built = build(RDUSystem, progress=progress, **params)
-    except VerilatorError as error:
-        raise RunFailure(str(error).splitlines()[0], "build") from None
-    perf_counters = _perf_counter_names(RDUSystem, params)
+    built, perf_counters = _build_rtl(RDUSystem, machine, progress=progress)
     sim_dir = work_dir / "sim"
-    stats = _run_body(built, body, sim_dir, native=native, progress=progress, seed=seed,
+    stats = _run_body(built, body, sim_dir, native=native, log_progress=progress,
+                      seed=seed, progress=progress,
                       plan_file=str(plan_file), perf_counters=perf_counters, memory=memory,
                       timeout=limit + 100_000)
     result = stats.result
@@ -840,7 +802,7 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
     from hdl.system import RDUSystem
 
     from .sim.host import run_schedule as body
-    from .sim.verilator import VerilatorError, build, project_root
+    from .sim.verilator import project_root
     start = time.perf_counter()
     launches = [step for step in steps if isinstance(step, Launch)]
     work_dir = Path(work_dir or project_root() / "build" / "run" /
@@ -866,17 +828,10 @@ def _schedule_verilator(steps, machine, *, seed, work_dir, memory, timeout, prog
     np.savez(work_dir / "writes.npz", **writes)
     (work_dir / "schedule.json").write_text(json.dumps(
         {"steps": plan, "writes": str(work_dir / "writes.npz")}))
-    try:
-        params = machine.system_params()
-    except ValueError as error:
-        raise RunFailure(str(error), "machine") from None
-    try:
-        built = build(RDUSystem, progress=progress, **params)
-    except VerilatorError as error:
-        raise RunFailure(str(error).splitlines()[0], "build") from None
-    perf_counters = _perf_counter_names(RDUSystem, params)
+    built, perf_counters = _build_rtl(RDUSystem, machine, progress=progress)
     sim_dir = work_dir / "sim"
-    stats = _run_body(built, body, sim_dir, native=native, progress=progress, seed=seed,
+    stats = _run_body(built, body, sim_dir, native=native, log_progress=progress,
+                      seed=seed, progress=progress,
                       schedule_file=str(work_dir / "schedule.json"),
                       perf_counters=perf_counters, memory=memory,
                       launch_latency=launch_latency, timeout=limit + 100_000)
