@@ -7,6 +7,7 @@ machine with z3; ``docs/formal.md`` lists them with the measured times.
 from formal.agcu import AGCUHarness, BurstGeneratorHarness
 from formal.driver import Proof
 from formal.fifo import FIFOHarness
+from formal.fp import BF16ProductHarness, FP32ProductHarness
 from formal.mutants import (
     BufferGatedReadAGCU,
     DroppingFIFO,
@@ -143,6 +144,19 @@ PROOFS = [
           lambda: AGCUHarness(**AGCU_SMALL, generator=PageCrossingGenerator),
           depth=8, quick=True, expect="fail", fails_with="ar: burst crosses a 4 KiB boundary",
           summary="mutant: an AGCU whose generators merge runs across a 4 KiB boundary"),
+    Proof("fp32_product", lambda: FP32ProductHarness(), mode="bmc", depth=1, quick=True,
+          summary="hdl.fp.fp32_mul (one-bit normalisation of the product) equals the "
+                  "product through the general round_pack, for every input"),
+    Proof("fp32_product_broken", lambda: FP32ProductHarness(broken=True), mode="bmc",
+          depth=1, quick=True, expect="fail",
+          fails_with="fp32_mul differs from the general normalisation",
+          summary="mutant: an FP32 product whose ties round up instead of to even"),
+    Proof("bf16_product", lambda: BF16ProductHarness(), mode="bmc", depth=1, quick=True,
+          summary="hdl.fp.bf16_mul (the systolic MAC's 8 x 8 significand product) equals "
+                  "fp32_mul of the same BF16 values widened to FP32, for every input"),
+    Proof("bf16_product_broken", lambda: BF16ProductHarness(broken=True), mode="bmc",
+          depth=1, quick=True, expect="fail", fails_with="bf16_mul differs from fp32_mul",
+          summary="mutant: a BF16 product that does not flush results below 2**-126"),
 ]
 
 

@@ -18,8 +18,8 @@ from amaranth.lib.wiring import In, Out
 
 from .clock_gate import gated_domain
 
-__all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "fp32_add", "fp32_mul",
-           "fp32_max", "fp32_min", "fp32_compare", "fp32_to_bf16", "bf16_to_fp32",
+__all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "pack_product", "fp32_add", "fp32_mul",
+           "fp32_max", "fp32_min", "fp32_compare", "fp32_to_bf16", "bf16_to_fp32", "bf16_mul",
            "BF16MultiplyAccumulate", "FPALU", "FPLanes", "fp_lanes_payload",
            "SpecialFunction", "PROGRAMS", "SPECIAL_STEPS", "SpecialFunctionPipeline"]
 
@@ -145,6 +145,37 @@ def round_pack(m, sign, exponent, mant, width, precision=24, name="rp"):
     return result
 
 
+def pack_product(m, sign, exponent, product, name="pp"):
+    """:func:`round_pack` of a 48-bit ``product`` that is 0 or has its MSB at bit 47 or
+    46 (the product of two DAZ-ed FP32 significands), with ``exponent`` as there."""
+    high = product[47]
+    kept = Signal(24, name=f"{name}_kept")
+    guard = Signal(name=f"{name}_guard")
+    sticky = Signal(name=f"{name}_sticky")
+    m.d.comb += [
+        kept.eq(Mux(high, product[24:], product[23:47])),
+        guard.eq(Mux(high, product[23], product[22])),
+        sticky.eq(Mux(high, product[:23] != 0, product[:22] != 0)),
+    ]
+    rounded = Signal(25, name=f"{name}_rounded")
+    exp_final = Signal(signed(12), name=f"{name}_exp_final")
+    m.d.comb += [
+        rounded.eq(kept + (guard & (sticky | kept[0]))),
+        exp_final.eq(exponent - ~high + rounded[24]),
+    ]
+    result = Signal(32, name=f"{name}_result")
+    with m.If(product == 0):
+        m.d.comb += result.eq(Cat(Const(0, 31), sign))
+    with m.Elif(exp_final >= 255):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
+    with m.Elif(exp_final <= 0):
+        m.d.comb += result.eq(Cat(Const(0, 31), sign))
+    with m.Else():
+        # with a carry out the significand is 1.000..., its fraction is zero
+        m.d.comb += result.eq(Cat(Mux(rounded[24], 0, rounded[:23]), exp_final[:8], sign))
+    return result
+
+
 def fp32_add(m, a, b, name="add"):
     """FP32 ``a + b`` (use ``b ^ 0x80000000`` for a subtraction)."""
     x, y = unpack(m, a, f"{name}_a"), unpack(m, b, f"{name}_b")
@@ -189,17 +220,18 @@ def fp32_add(m, a, b, name="add"):
 
 
 def fp32_mul(m, a, b, name="mul"):
-    """FP32 ``a * b``."""
+    """FP32 ``a * b``.
+
+    After denormals-are-zero both significands are 0 or in ``[2**23, 2**24)``, so the
+    product is 0 or in ``[2**46, 2**48)``: normalising it is a one-bit shift, not the
+    leading-zero count and shifter of :func:`round_pack` (whose result this is, bit for
+    bit: ``formal/fp.py`` proves it).
+    """
     x, y = unpack(m, a, f"{name}_a"), unpack(m, b, f"{name}_b")
     sign = Signal(name=f"{name}_sign")
     product = Signal(48, name=f"{name}_product")
-    exponent = Signal(signed(12), name=f"{name}_exponent")
-    m.d.comb += [
-        sign.eq(x.sign ^ y.sign),
-        product.eq(x.mant * y.mant),
-        exponent.eq(x.exp + y.exp - 126),
-    ]
-    packed = round_pack(m, sign, exponent, product, 48, name=f"{name}_rp")
+    m.d.comb += [sign.eq(x.sign ^ y.sign), product.eq(x.mant * y.mant)]
+    packed = pack_product(m, sign, x.exp + y.exp - 126, product, name=f"{name}_rp")
     result = Signal(32, name=f"{name}_result")
     with m.If(x.is_nan | y.is_nan | (x.is_inf & y.is_zero) | (x.is_zero & y.is_inf)):
         m.d.comb += result.eq(CANONICAL_NAN)
@@ -292,6 +324,44 @@ def bf16_to_fp32(m, a, name="from_bf16"):
     return result
 
 
+def bf16_mul(m, a, b, name="bf16_mul"):
+    """Exact FP32 product of the BF16 words ``a`` and ``b`` (16 bits each).
+
+    Bit for bit :func:`fp32_mul` of the two values widened to FP32 (``a << 16``), with
+    an 8 x 8 significand product instead of 24 x 24: two 8-bit significands give at
+    most 16 bits, so the product needs no rounding, only a one-bit normalisation
+    (flush to zero below 2**-126, infinity from 2**128, as :func:`round_pack`).
+    """
+    def fields(word, which):
+        exp = word[7:15]
+        mant = Signal(8, name=f"{name}_{which}_mant")       # 1.frac, 0 for zero (DAZ)
+        m.d.comb += mant.eq(Mux(exp == 0, 0, Cat(word[:7], Const(1, 1))))
+        return word[15], exp, mant, exp == 0, (exp == 0xFF) & (word[:7] == 0), \
+            (exp == 0xFF) & (word[:7] != 0)
+    a_sign, a_exp, a_mant, a_zero, a_inf, a_nan = fields(a, "a")
+    b_sign, b_exp, b_mant, b_zero, b_inf, b_nan = fields(b, "b")
+    sign = a_sign ^ b_sign
+    product = Signal(16, name=f"{name}_product")      # value product * 2**-14
+    exponent = Signal(signed(12), name=f"{name}_exponent")
+    frac = Signal(23, name=f"{name}_frac")
+    m.d.comb += [
+        product.eq(a_mant * b_mant),
+        # a product in [2, 4) has its MSB at bit 15, one in [1, 2) at bit 14
+        exponent.eq(a_exp + b_exp - 127 + product[15]),
+        frac.eq(Mux(product[15], product[:15] << 8, product[:14] << 9)),
+    ]
+    result = Signal(32, name=f"{name}_result")
+    with m.If(a_nan | b_nan | (a_inf & b_zero) | (a_zero & b_inf)):
+        m.d.comb += result.eq(CANONICAL_NAN)
+    with m.Elif(a_inf | b_inf | (~a_zero & ~b_zero & (exponent >= 255))):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
+    with m.Elif(a_zero | b_zero | (exponent <= 0)):
+        m.d.comb += result.eq(Cat(Const(0, 31), sign))
+    with m.Else():
+        m.d.comb += result.eq(Cat(frac, exponent[:8], sign))
+    return result
+
+
 class BF16MultiplyAccumulate(wiring.Component):
     """Combinational processing element of the systolic array.
 
@@ -314,7 +384,7 @@ class BF16MultiplyAccumulate(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        product = fp32_mul(m, Cat(Const(0, 16), self.a), Cat(Const(0, 16), self.b))
+        product = bf16_mul(m, self.a, self.b)
         total = fp32_add(m, self.acc, product)
         m.d.comb += self.result.eq(Mux(self.first, product, total))
         return m

@@ -44,6 +44,9 @@ FPGA_UNITS = {
     "pmu": ("hdl.pmu", "PMU", {"lanes": 4, "capacity_bytes": 16384}),
     "agcu": ("hdl.agcu", "AGCU", {"lanes": 4}),
     "fp_lanes": ("hdl.fp", "FPLanes", {"lanes": 1}),
+    # the PCU's other datapath parts: one systolic MAC, the exp / reciprocal pipeline
+    "systolic_mac": ("hdl.fp", "BF16MultiplyAccumulate", {}),
+    "special": ("hdl.fp", "SpecialFunctionPipeline", {"lanes": 4}),
     "pcu": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4}),
     "system_2x2": ("hdl.system", "RDUSystem",
                    {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384}),
