@@ -14,14 +14,26 @@ a product that forgets to flush results below 2**-126.
 bit (:func:`hdl.fp.pack_product`), gives the same 32 bits as the general
 normalisation of :func:`hdl.fp.round_pack` (leading-zero count and shift) that every
 FP32 multiplier used before; ``broken=True``: rounding that ignores the sticky bit.
+
+``BF16RoundHarness``: :func:`hdl.fp.fp32_to_bf16`, which rounds at bit 16 without
+normalising, gives the same 32 bits as :func:`hdl.fp.round_pack` at precision 8;
+``broken=True``: truncation instead of rounding.
 """
 
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, signed
 
 from formal.common import AnySeq, Assert, no_reset
-from hdl.fp import CANONICAL_NAN, POS_INF, bf16_mul, fp32_mul, round_pack, unpack
+from hdl.fp import (
+    CANONICAL_NAN,
+    POS_INF,
+    bf16_mul,
+    fp32_mul,
+    fp32_to_bf16,
+    round_pack,
+    unpack,
+)
 
-__all__ = ["BF16ProductHarness", "FP32ProductHarness"]
+__all__ = ["BF16ProductHarness", "BF16RoundHarness", "FP32ProductHarness"]
 
 
 def general_fp32_mul(m, a, b):
@@ -86,4 +98,41 @@ class FP32ProductHarness(Elaboratable):
             result = fp32_mul(m, a, b)
         m.d.comb += Assert(result == general_fp32_mul(m, a, b),
                            "fp32_mul differs from the general normalisation")
+        return m
+
+
+def general_fp32_to_bf16(m, a):
+    """FP32 -> BF16 as it was: the significand through :func:`round_pack`."""
+    x = unpack(m, a, "ref_a")
+    exponent = Signal(signed(12), name="ref_exponent")
+    m.d.comb += exponent.eq(x.exp)
+    packed = round_pack(m, x.sign, exponent, Cat(Const(0, 2), x.mant), 26, precision=8,
+                        name="ref_rp")
+    result = Signal(32, name="ref_result")
+    with m.If(x.is_nan):
+        m.d.comb += result.eq(CANONICAL_NAN)
+    with m.Elif(x.is_inf):
+        m.d.comb += result.eq(Cat(Const(POS_INF, 31), x.sign))
+    with m.Else():
+        m.d.comb += result.eq(packed)
+    return result
+
+
+class BF16RoundHarness(Elaboratable):
+    def __init__(self, broken=False):
+        self.broken = broken
+
+    def elaborate(self, platform):
+        m = Module()
+        no_reset(m)
+        a = Signal(32)
+        m.d.comb += a.eq(AnySeq(32))
+        if self.broken:
+            # mutant: truncation (the low 16 bits dropped, no rounding)
+            result = Mux(a[23:31] == 0, a & 0x80000000, a & 0xFFFF0000)
+            result = Mux((a[23:31] == 0xFF) & (a[:23] != 0), CANONICAL_NAN, result)
+        else:
+            result = fp32_to_bf16(m, a)
+        m.d.comb += Assert(result == general_fp32_to_bf16(m, a),
+                           "fp32_to_bf16 differs from round_pack")
         return m

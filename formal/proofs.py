@@ -7,7 +7,7 @@ machine with z3; ``docs/formal.md`` lists them with the measured times.
 from formal.agcu import AGCUHarness, BurstGeneratorHarness
 from formal.driver import Proof
 from formal.fifo import FIFOHarness
-from formal.fp import BF16ProductHarness, FP32ProductHarness
+from formal.fp import BF16ProductHarness, BF16RoundHarness, FP32ProductHarness
 from formal.mutants import (
     BufferGatedReadAGCU,
     DroppingFIFO,
@@ -151,6 +151,12 @@ PROOFS = [
           depth=1, quick=True, expect="fail",
           fails_with="fp32_mul differs from the general normalisation",
           summary="mutant: an FP32 product whose ties round up instead of to even"),
+    Proof("bf16_round", lambda: BF16RoundHarness(), mode="bmc", depth=1, quick=True,
+          summary="hdl.fp.fp32_to_bf16 (rounding at bit 16, no normalisation) equals "
+                  "round_pack at precision 8, for every input"),
+    Proof("bf16_round_broken", lambda: BF16RoundHarness(broken=True), mode="bmc",
+          depth=1, quick=True, expect="fail", fails_with="fp32_to_bf16 differs from round_pack",
+          summary="mutant: FP32 -> BF16 by truncation"),
     Proof("bf16_product", lambda: BF16ProductHarness(), mode="bmc", depth=1, quick=True,
           summary="hdl.fp.bf16_mul (the systolic MAC's 8 x 8 significand product) equals "
                   "fp32_mul of the same BF16 values widened to FP32, for every input"),

@@ -302,10 +302,20 @@ def fp32_compare(m, a, b, name="cmp"):
 def fp32_to_bf16(m, a, name="to_bf16"):
     """FP32 -> BF16 (round to nearest even), the BF16 in the high 16 bits."""
     x = unpack(m, a, f"{name}_a")
-    exponent = Signal(signed(12), name=f"{name}_exponent")
-    m.d.comb += exponent.eq(x.exp)
-    packed = round_pack(m, x.sign, exponent, Cat(Const(0, 2), x.mant), 26, precision=8,
-                        name=f"{name}_rp")
+    # a DAZ-ed significand is 0 or normal: rounding at bit 16 needs no normalisation
+    # (the result of round_pack at precision 8, bit for bit: formal/fp.py)
+    rounded = Signal(9, name=f"{name}_rounded")
+    m.d.comb += rounded.eq(x.mant[16:] + (x.mant[15] & ((x.mant[:15] != 0) | x.mant[16])))
+    exponent = Signal(9, name=f"{name}_exponent")       # 255 on overflow
+    m.d.comb += exponent.eq(x.exp + rounded[8])
+    packed = Signal(32, name=f"{name}_packed")
+    with m.If(x.is_zero):
+        m.d.comb += packed.eq(Cat(Const(0, 31), x.sign))
+    with m.Elif(exponent >= 255):
+        m.d.comb += packed.eq(Cat(Const(POS_INF, 31), x.sign))
+    with m.Else():
+        m.d.comb += packed.eq(Cat(Const(0, 16), Mux(rounded[8], 0, rounded[:7]),
+                                  exponent[:8], x.sign))
     result = Signal(32, name=f"{name}_result")
     with m.If(x.is_nan):
         m.d.comb += result.eq(CANONICAL_NAN)
