@@ -82,6 +82,16 @@ def pmu_config_layout():
     })
 
 
+def _times_constant(value, factor):
+    """``value * factor`` for a constant ``factor``, as shifted copies added (synthesis
+    maps a ``*`` to a DSP multiplier even when one operand is a small constant)."""
+    terms = [value << bit for bit in range(factor.bit_length()) if factor >> bit & 1]
+    total = terms[0] if terms else 0
+    for term in terms[1:]:
+        total = total + term
+    return total
+
+
 class AffineAddressGenerator(wiring.Component):
     """Three-level affine loop: ``start + i0*stride[0] + i1*stride[1] + i2*stride[2]``.
 
@@ -306,7 +316,7 @@ class PMU(wiring.Component):
                 row = Signal(range(bank_words), name=f"{prefix}_row{lane}")
                 stride = cfg.write.lane_stride if prefix == "write" else cfg.read.lane_stride
                 m.d.comb += [
-                    lane_offset.eq(offset + stride * lane),
+                    lane_offset.eq(offset + _times_constant(stride, lane)),
                     physical.eq(buffer_base + lane_offset),
                     bank.eq(physical + Mux(cfg.skew_shift == 0, 0,
                                            physical >> cfg.skew_shift)),

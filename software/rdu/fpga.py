@@ -227,11 +227,13 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
     return result
 
 
-def run_flow(names=None, *, freq_mhz=100, out_dir=None, log=print):
-    """Synthesise every design of ``names`` (default: all of :data:`FPGA_UNITS`)."""
+def run_flow(names=None, *, freq_mhz=100, out_dir=None, pnr=True, log=print):
+    """Synthesise every design of ``names`` (default: all of :data:`FPGA_UNITS`);
+    ``pnr=False``: synthesis only (cell counts, no utilisation or Fmax)."""
     results = []
     for name in names or list(FPGA_UNITS):
-        results.append(synthesize(name, freq_mhz=freq_mhz, out_dir=out_dir, log=log))
+        results.append(synthesize(name, freq_mhz=freq_mhz, out_dir=out_dir, pnr=pnr,
+                                  log=log))
         log(f"[fpga] {_row(results[-1])}")
     return results
 
@@ -269,11 +271,15 @@ def main(argv=None):
     parser.add_argument("--freq", type=float, default=100, help="target clock in MHz")
     parser.add_argument("-o", "--output", default=None, help="work directory "
                         "(default build/fpga)")
+    parser.add_argument("--no-pnr", dest="pnr", action="store_false",
+                        help="synthesis only: cell counts, no placement, utilisation or "
+                             "Fmax (for a design too big for the device or to route)")
     args = parser.parse_args(argv)
     from rdu.sim.verilator import project_root
     out_dir = Path(args.output) if args.output else project_root() / "build" / "fpga"
     try:
-        results = run_flow(args.designs or None, freq_mhz=args.freq, out_dir=out_dir)
+        results = run_flow(args.designs or None, freq_mhz=args.freq, out_dir=out_dir,
+                           pnr=args.pnr)
     except FpgaError as error:
         print(f"rdu.fpga: {error}", file=sys.stderr)
         return 2
