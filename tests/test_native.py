@@ -116,3 +116,61 @@ def test_runtime_native_gemm(seed):
         assert np.array_equal(native.outputs[name], words)
     assert (native.cycles, native.load_cycles) == (verilator.cycles, verilator.load_cycles)
     assert native.memory_bytes == verilator.memory_bytes
+
+
+def _vcd_changes(text, name):
+    """Value changes ``[(time, value)]`` of the first VCD variable called ``name``."""
+    code = None
+    for line in text.splitlines():
+        parts = line.split()
+        if code is None and parts[:1] == ["$var"] and parts[4] == name:
+            code = parts[3]
+    assert code is not None, f"no variable {name} in the waves"
+    changes, time = [], 0
+    for line in text.split("$enddefinitions", 1)[1].splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            time = int(line[1:])
+        elif line.startswith("b") and line.split()[-1] == code:
+            changes.append((time, int(line.split()[0][1:], 2)))
+        elif line[1:] == code and line[:1] in "01":
+            changes.append((time, int(line[0])))
+    return changes
+
+
+def test_native_waves(sim_dir, seed, monkeypatch):
+    """From a build with waves the native runner writes them, as cocotb does
+    (``dump.<format>`` in the run's directory): VCD here, read back: one rising clock
+    edge per cycle run, and the FIFO's output the values the body read, in order."""
+    from rdu.sim import verilator
+
+    from hdl.stream_fifo import StreamFIFO
+    monkeypatch.setattr(verilator, "_fst_ok", False)      # VCD: text to read back
+    built = verilator.build(StreamFIFO, shape=32, depth=4, waves=True)
+    words = [0x1234_5678 + 0x1111 * k for k in range(3)]
+
+    async def body(bench):
+        bench.set("o.ready", 0)
+        for word in words:
+            bench.set("i.valid", 1)
+            bench.set("i.payload", word)
+            await bench.cycles(1)
+        bench.set("i.valid", 0)
+        bench.set("o.ready", 1)
+        seen = []
+        for _ in range(5):
+            if await bench.read("o.valid"):
+                seen.append(await bench.read("o.payload"))
+            await bench.cycles(1)
+        return seen
+
+    stats = run_native(built, body, sim_dir / "waves", seed=seed)
+    assert stats.result == words
+    text = (sim_dir / "waves" / "dump.vcd").read_text()
+    rising = [time for time, value in _vcd_changes(text, "clk") if value == 1]
+    assert len(rising) == stats.cycles + 2            # and the two edges of reset
+    payloads = [value for _, value in _vcd_changes(text, "o__payload")]
+    assert [value for value in payloads if value in words] == words
+    with pytest.raises(NativeError, match="linked from a build without waves"):
+        NativeBench(build_native(verilator.build(StreamFIFO, shape=32, depth=4)),
+                    waves=sim_dir / "none.vcd")

@@ -438,9 +438,9 @@ def cmd_run(args):
     if args.save:
         _check_output(args.save, directory=True)
     if args.waves:
-        if args.sim in ("model", "native"):
-            raise CommandError(f"--waves needs --sim verilator or --sim ip (--sim "
-                               f"{args.sim} writes none)")
+        if args.sim == "model":
+            raise CommandError("--waves needs the RTL: --sim verilator, native or ip (the "
+                               "functional model has no signals)")
         _check_output(args.waves)
     execution = getattr(args, "execution", "fused")    # rdu sim: always fused
     unfused = execution != "fused"
@@ -743,7 +743,7 @@ def _parser():
                              help="model: the functional model (seconds, no cycles); "
                                   "verilator: the RTL (cycle-accurate) under cocotb; "
                                   "native: the same RTL and cycles with the memory models "
-                                  "in C++, several times faster, no waves "
+                                  "in C++, several times faster "
                                   "(docs/simulation-speed.md); ip: the RTL as an "
                                   "IP block, driven over AXI4-Lite on cocotbext-axi models "
                                   "(docs/ip.md)")
@@ -753,7 +753,8 @@ def _parser():
         cmd.add_argument("--save", metavar="DIR",
                          help="write the inputs, outputs (.npy) and the report to DIR")
         cmd.add_argument("--waves", metavar="FILE",
-                         help="write the waveform (verilator; .fst or .vcd)")
+                         help="write the waveform (verilator, native or ip; .fst, or "
+                              ".vcd without the FST libraries)")
         cmd.add_argument("--json", action="store_true", help="print the report as JSON")
 
     run = command("run", "run a kernel or a program file and check its result",

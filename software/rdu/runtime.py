@@ -10,7 +10,7 @@ Two back ends, one result:
 * ``native``: the same Verilated system with the memory models and AXI ports in C++
   (:mod:`rdu.sim.native`): the host driver runs in this process and Python acts once
   per host action, not per cycle. The same cycles as ``verilator``, several times
-  faster; no waves, no stall patterns or injected faults.
+  faster; waves as there (``--waves``); no stall patterns or injected faults.
 * ``ip``: the IP top :class:`hdl.ip.RDUIP` (the same system behind AXI4 manager ports
   and AXI4-Lite registers) under cocotb + Verilator, driven as a CPU driver drives it
   (:mod:`rdu.sim.ip_host`): registers over cocotbext-axi's ``AxiLiteMaster``, memory in
@@ -173,9 +173,6 @@ def _run_rtl(programs, machine, *, tier, seed, work_dir, waves, timeout, progres
         from .sim.host import run_programs as body
         toplevel, suffix, where, extra = None, "", "RTL", {"progress": progress}
     native = tier == "native"
-    if native and waves:
-        raise RunFailure("the native simulator writes no waves: use --sim verilator for "
-                         "waves", "usage")
     start = time.perf_counter()
     name = programs[0].name if len(programs) == 1 else f"{programs[0].name}+{len(programs) - 1}"
     work_dir = Path(work_dir or project_root() / "build" / "run" / f"{name}{suffix}").resolve()

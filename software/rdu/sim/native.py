@@ -21,8 +21,9 @@ run in C++ too, so a kernel's run is a handful of calls whatever its length.
 
 Supported: what the runtime's host driver uses: AXI ports with the default protocol
 (``stall="none"``, ``write_order="aw_first"``, no injected faults) and no Python
-stream agents; anything else is refused with a message naming the cocotb tier. No
-waves: a run that needs them goes through cocotb (``rdu run --sim verilator --waves``).
+stream agents; anything else is refused with a message naming the cocotb tier. Waves:
+from a build with waves (:func:`rdu.sim.verilator.build` ``waves=True``), ``dump.fst``
+(``dump.vcd`` without the FST libraries) in the run's directory, as under cocotb.
 """
 
 import ctypes
@@ -39,7 +40,7 @@ from .bench import Bench
 from .cpp_loop import _cxx_name, top_ports
 from .memory_system import AXIErrorRecord
 from .runner import BodyError, BodyStats
-from .verilator import ensure_verilator
+from .verilator import ensure_verilator, fst_supported
 
 __all__ = ["NativeError", "build_native", "NativeBench", "NativeMemorySystem", "run_native"]
 
@@ -96,9 +97,6 @@ def _link_native(built, build_dir, out):
     if not objects[0].exists():
         raise NativeError(f"the build of {built.toplevel} has no compiled model "
                           f"({objects[0]}); rebuild it")
-    if built.waves:
-        raise NativeError("the native runner does not write waves: use a build without "
-                          "waves (and cocotb for waves)")
     ports = top_ports(Path(built.verilog).read_text(), built.toplevel)
     (out / "ports.inc").write_text("".join(
         f'PORT("{name}", {_cxx_name(name)}, {width}, {int(is_input)})\n'
@@ -108,8 +106,14 @@ def _link_native(built, build_dir, out):
                f"-I{out}"]
     # Verilator's runtime again, position-independent (the build's verilated.o uses
     # thread-local storage a shared library cannot): a few seconds
-    runtime = []
-    for name in ("verilated", "verilated_threads"):
+    runtime, defines, libraries = [], [], []
+    names = ["verilated", "verilated_threads"]
+    if built.waves:                     # the writer the build was traced for
+        fst = fst_supported()
+        names.append("verilated_fst_c" if fst else "verilated_vcd_c")
+        defines.append("-DRDU_TRACE_FST" if fst else "-DRDU_TRACE_VCD")
+        libraries += ["-lz", "-llz4"] if fst else []
+    for name in names:
         runtime.append(out / f"{name}.o")
         _compile(["g++", "-O2", "-std=c++20", "-fPIC", "-c", *include,
                   str(root / "include" / f"{name}.cpp"), "-o", str(runtime[-1])], out,
@@ -117,9 +121,9 @@ def _link_native(built, build_dir, out):
     # linked under another name and renamed: a process that has the old library loaded
     # keeps its file
     partial = out / "librdu_native.so.partial"
-    _compile(["g++", "-O2", "-std=c++20", "-shared", "-fPIC", *include, str(_SOURCE),
-              *map(str, runtime), *map(str, objects), "-Wl,-Bsymbolic", "-pthread",
-              "-latomic", "-o", str(partial)], out, built.toplevel)
+    _compile(["g++", "-O2", "-std=c++20", "-shared", "-fPIC", *defines, *include,
+              str(_SOURCE), *map(str, runtime), *map(str, objects), "-Wl,-Bsymbolic",
+              "-pthread", "-latomic", *libraries, "-o", str(partial)], out, built.toplevel)
     partial.replace(library)
     stamp.write_text(str(hash_text(source)))
     return library
@@ -177,6 +181,7 @@ def _library(path):
         "rdu_error_count": (ctypes.c_int, [handle]),
         "rdu_error": (None, [handle, ctypes.c_int, ctypes.POINTER(i64)]),
         "rdu_port_queues": (None, [handle, ctypes.c_int, ctypes.POINTER(i64)]),
+        "rdu_trace_open": (ctypes.c_int, [handle, ctypes.c_char_p]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
@@ -196,15 +201,27 @@ class NativeBench(Bench):
         AXI transfer while a response waits, as the Python agents' watchdog).
     timeout : int
         Hard limit of the run in cycles (the cocotb tier's ``TB_TIMEOUT``).
+    waves : path, optional
+        Write waves there (FST or VCD, as the build was traced; one clock = 10 time
+        units), from reset on. The library must come from a build with waves.
     """
 
     tier = "native"
 
-    def __init__(self, library, *, seed=None, watchdog=2000, timeout=10_000_000):
+    def __init__(self, library, *, seed=None, watchdog=2000, timeout=10_000_000,
+                 waves=None):
         super().__init__(seed=seed, watchdog=watchdog)
         self.lib = _library(library)
         self.handle = self.lib.rdu_open()
         self.lib.rdu_limits(self.handle, watchdog, timeout)
+        if waves is not None:
+            status = self.lib.rdu_trace_open(self.handle, os.fsencode(waves))
+            if status:
+                self.close()
+                raise NativeError(
+                    f"cannot write waves to {waves}: " +
+                    ("the native runner was linked from a build without waves"
+                     if status == -1 else "the file could not be opened"))
         self.watchdog = watchdog
         self._ports = {}
         width, is_input = ctypes.c_int(), ctypes.c_int()
@@ -486,7 +503,12 @@ def run_native(built, body, test_dir=None, *, seed=None, watchdog=2000, timeout=
     from .seed import get_seed
     library = build_native(built)
     seed = get_seed() if seed is None else seed
-    bench = NativeBench(library, seed=seed, watchdog=watchdog, timeout=timeout)
+    waves = None
+    if built.waves:                     # as cocotb: dump.<format> in the run's directory
+        directory = Path(test_dir) if test_dir else Path.cwd()
+        directory.mkdir(parents=True, exist_ok=True)
+        waves = directory / f"dump.{'fst' if fst_supported() else 'vcd'}"
+    bench = NativeBench(library, seed=seed, watchdog=watchdog, timeout=timeout, waves=waves)
     try:
         coroutine = _run(bench, body, params)
         try:

@@ -13,9 +13,20 @@
 //
 // Built per Verilator build by rdu.sim.native.build_native, with "ports.inc" generated
 // from the top module's port list: PORT("name", C++ member, width, is_input) per port.
+// A build with waves (Verilator --trace-fst or --trace) is linked with RDU_TRACE_FST or
+// RDU_TRACE_VCD: rdu_trace_open then writes every half cycle (one clock = 10 time units).
 
 #include "Vtop.h"
 #include "verilated.h"
+#if defined(RDU_TRACE_FST)
+#include "verilated_fst_c.h"
+#define RDU_TRACE 1
+using TraceFile = VerilatedFstC;
+#elif defined(RDU_TRACE_VCD)
+#include "verilated_vcd_c.h"
+#define RDU_TRACE 1
+using TraceFile = VerilatedVcdC;
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -295,6 +306,18 @@ struct System {
     bool dirty = true;           // inputs changed since the last eval
     int64_t watchdog = 2000, last_progress = 0, hard_limit = INT64_MAX;
     int clk = -1;
+#ifdef RDU_TRACE
+    std::unique_ptr<TraceFile> trace;
+#endif
+    uint64_t trace_time = 0;     // 5 time units per half cycle
+
+    // the waves (if open) after an evaluation that ends a half cycle
+    void dump() {
+#ifdef RDU_TRACE
+        if (trace) trace->dump(trace_time);
+#endif
+        trace_time += 5;
+    }
 
     int port_index(const std::string& name) const {
         for (size_t i = 0; i < ports.size(); i++)
@@ -546,9 +569,11 @@ struct System {
         if (!low_done || dirty) low();
         low_done = false;
         if (started) sample_ports();
+        dump();                                // the low half as sampled
         port_write64(ports[clk], 1);
         top->eval();
         dirty = false;
+        dump();
         if (!started) {                        // AgentGroup.skip_edge
             started = true;
             cycle++;
@@ -570,6 +595,9 @@ extern "C" {
 System* rdu_open() {
     auto* system = new System;
     system->context = std::make_unique<VerilatedContext>();
+#ifdef RDU_TRACE
+    system->context->traceEverOn(true);
+#endif
     system->top = std::make_unique<Vtop>(system->context.get());
     Vtop* top = system->top.get();
 #define PORT(NAME, MEMBER, WIDTH, INPUT) \
@@ -582,7 +610,23 @@ System* rdu_open() {
 
 void rdu_close(System* system) {
     system->top->final();
+#ifdef RDU_TRACE
+    if (system->trace) system->trace->close();
+#endif
     delete system;
+}
+
+// start writing waves to `path` (0), or -1: the library was linked without waves
+int rdu_trace_open(System* system, const char* path) {
+#ifdef RDU_TRACE
+    system->trace = std::make_unique<TraceFile>();
+    system->top->trace(system->trace.get(), 99);
+    system->trace->open(path);
+    return system->trace->isOpen() ? 0 : -2;
+#else
+    (void)system, (void)path;
+    return -1;
+#endif
 }
 
 int rdu_port_count(System* system) { return int(system->ports.size()); }
@@ -621,8 +665,10 @@ void rdu_start(System* system, int cycles) {
     for (int i = 0; i < cycles; i++) {
         port_write64(system->ports[system->clk], 0);
         system->top->eval();
+        system->dump();
         port_write64(system->ports[system->clk], 1);
         system->top->eval();
+        system->dump();
     }
     port_write64(system->ports[rst], 0);
     system->dirty = true;
