@@ -275,9 +275,15 @@ class PMU(wiring.Component):
         # ---- configuration checks ------------------------------------------------------
         error = self.error
         buffers_ok = (cfg.buffers >= 1) & (cfg.buffers <= MAX_BUFFERS)
-        total_words = Signal(ADDRESS_BITS + 3)
-        m.d.comb += total_words.eq(cfg.buffer_words * cfg.buffers)
-        common_ok = (buffers_ok & (total_words <= self._capacity_words) &
+        # buffers * buffer_words <= capacity, as one comparison per buffer count (no
+        # multiplier on the path from the configuration to the handshakes)
+        buffers_fit = Signal()
+        with m.Switch(cfg.buffers):
+            for count in range(1, MAX_BUFFERS + 1):
+                with m.Case(count):
+                    m.d.comb += buffers_fit.eq(
+                        cfg.buffer_words <= self._capacity_words // count)
+        common_ok = (buffers_ok & buffers_fit &
                      (cfg.buffer_words != 0) &
                      ((cfg.skew_shift == 0) |
                       ((cfg.skew_shift >= lane_bits) & (cfg.skew_shift < ADDRESS_BITS))))

@@ -81,7 +81,7 @@ def test_pmu_read_gate_amaranth(seed):
 @pytest.mark.parametrize("case", sorted(ERROR_CASES))
 def test_pmu_errors_amaranth(case, seed):
     run_amaranth(PMU(lanes=LANES, capacity_bytes=CAPACITY), pmu_error, seed=seed,
-                 lanes=LANES, case=case)
+                 lanes=LANES, case=case, capacity_words=CAPACITY // 4)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")

@@ -264,6 +264,7 @@ ERROR_CASES = {
     # name: (config changes, expected error, send a scalar lookup instead of vectors)
     "zero_bound": "BAD_CONFIG",
     "too_many_buffers": "BAD_CONFIG",
+    "over_capacity": "BAD_CONFIG",
     "read_conflict": "READ_CONFLICT",
     "write_conflict": "WRITE_CONFLICT",
     "write_range": "WRITE_RANGE",
@@ -272,9 +273,10 @@ ERROR_CASES = {
 }
 
 
-async def pmu_error(bench, *, lanes, case):
+async def pmu_error(bench, *, lanes, case, capacity_words=None):
     """A bad configuration or access raises the documented sticky error, and nothing
-    comes out of the PMU."""
+    comes out of the PMU. ``over_capacity`` (three buffers, each within the PMU's
+    ``capacity_words`` but not together) needs ``capacity_words``."""
     rows, cols = 2 * lanes, 4 * lanes
     write = pattern("row_major", lanes, rows, cols)
     read = pattern("row_major", lanes, rows, cols)
@@ -283,6 +285,9 @@ async def pmu_error(bench, *, lanes, case):
         write["bound"][1] = 0
     elif case == "too_many_buffers":
         kwargs["buffers"] = 5
+    elif case == "over_capacity":
+        kwargs["buffers"] = 3
+        kwargs["buffer_words"] = max(rows * cols, capacity_words // 3 + lanes)
     elif case == "read_conflict":
         read = pattern("column_major", lanes, rows, cols)     # transpose without the skew
     elif case == "write_conflict":
@@ -311,7 +316,8 @@ async def pmu_error(bench, *, lanes, case):
         await bench.cycles(1)
     error = await bench.read("error")
     assert error == expected, f"error is {error}, expected {expected} ({case})"
-    if case in ("zero_bound", "too_many_buffers", "write_conflict", "write_range"):
+    if case in ("zero_bound", "too_many_buffers", "over_capacity", "write_conflict",
+                "write_range"):
         assert not seen_output, "the PMU produced data despite a write-side error"
     await bench.cycles(50)
     assert await bench.read("error") == expected, "error is not sticky"
