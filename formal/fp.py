@@ -15,6 +15,11 @@ bit (:func:`hdl.fp.pack_product`), gives the same 32 bits as the general
 normalisation of :func:`hdl.fp.round_pack` (leading-zero count and shift) that every
 FP32 multiplier used before; ``broken=True``: rounding that ignores the sticky bit.
 
+``AlignHarness``: :func:`hdl.fp.align_sticky`, the adder's alignment (a 27-bit shifter
+and a mask for the sticky bit), equals the 54-bit shift that keeps the bits shifted out,
+for every significand an unpacked operand can have (0 or normal) and every shift;
+``broken=True``: the sticky bit from one bit too few.
+
 ``BF16RoundHarness``: :func:`hdl.fp.fp32_to_bf16`, which rounds at bit 16 without
 normalising, gives the same 32 bits as :func:`hdl.fp.round_pack` at precision 8;
 ``broken=True``: truncation instead of rounding.
@@ -22,10 +27,11 @@ normalising, gives the same 32 bits as :func:`hdl.fp.round_pack` at precision 8;
 
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, signed
 
-from formal.common import AnySeq, Assert, no_reset
+from formal.common import AnySeq, Assert, Assume, no_reset
 from hdl.fp import (
     CANONICAL_NAN,
     POS_INF,
+    align_sticky,
     bf16_mul,
     fp32_mul,
     fp32_to_bf16,
@@ -33,7 +39,7 @@ from hdl.fp import (
     unpack,
 )
 
-__all__ = ["BF16ProductHarness", "BF16RoundHarness", "FP32ProductHarness"]
+__all__ = ["AlignHarness", "BF16ProductHarness", "BF16RoundHarness", "FP32ProductHarness"]
 
 
 def general_fp32_mul(m, a, b):
@@ -135,4 +141,30 @@ class BF16RoundHarness(Elaboratable):
             result = fp32_to_bf16(m, a)
         m.d.comb += Assert(result == general_fp32_to_bf16(m, a),
                            "fp32_to_bf16 differs from round_pack")
+        return m
+
+
+class AlignHarness(Elaboratable):
+    def __init__(self, broken=False):
+        self.broken = broken
+
+    def elaborate(self, platform):
+        m = Module()
+        no_reset(m)
+        mant, shift = Signal(24), Signal(5)
+        m.d.comb += [mant.eq(AnySeq(24)), shift.eq(AnySeq(5)),
+                     # what unpack gives: 0 or a normal significand (the 54-bit shift
+                     # drops the lowest bit at shift 31, so for other values they differ)
+                     Assume((mant == 0) | mant[23])]
+        if self.broken:
+            # mutant: the sticky bit misses the last bit shifted out
+            missed = Cat(*(shift > bit + 1 for bit in range(3, 27)))
+            aligned = (Cat(Const(0, 3), mant) >> shift) | ((mant & missed) != 0)
+        else:
+            aligned = align_sticky(m, mant, shift)
+        # as the adder did it: shift 54 bits, keep the low 27 as the bits shifted out
+        wide = Signal(54)
+        m.d.comb += wide.eq(Cat(Const(0, 27), Const(0, 3), mant) >> shift)
+        m.d.comb += Assert(aligned == (wide[27:] | (wide[:27] != 0)),
+                           "align_sticky differs from the 54-bit shift")
         return m

@@ -7,7 +7,7 @@ machine with z3; ``docs/formal.md`` lists them with the measured times.
 from formal.agcu import AGCUHarness, BurstGeneratorHarness
 from formal.driver import Proof
 from formal.fifo import FIFOHarness
-from formal.fp import BF16ProductHarness, BF16RoundHarness, FP32ProductHarness
+from formal.fp import AlignHarness, BF16ProductHarness, BF16RoundHarness, FP32ProductHarness
 from formal.mutants import (
     BufferGatedReadAGCU,
     DroppingFIFO,
@@ -151,6 +151,12 @@ PROOFS = [
           depth=1, quick=True, expect="fail",
           fails_with="fp32_mul differs from the general normalisation",
           summary="mutant: an FP32 product whose ties round up instead of to even"),
+    Proof("fp32_align", lambda: AlignHarness(), mode="bmc", depth=1, quick=True,
+          summary="hdl.fp.align_sticky (the adder's alignment: 27-bit shifter, sticky "
+                  "mask) equals the 54-bit shift, for every significand and shift"),
+    Proof("fp32_align_broken", lambda: AlignHarness(broken=True), mode="bmc", depth=1,
+          quick=True, expect="fail", fails_with="align_sticky differs from the 54-bit shift",
+          summary="mutant: a sticky bit that misses the last bit shifted out"),
     Proof("bf16_round", lambda: BF16RoundHarness(), mode="bmc", depth=1, quick=True,
           summary="hdl.fp.fp32_to_bf16 (rounding at bit 16, no normalisation) equals "
                   "round_pack at precision 8, for every input"),

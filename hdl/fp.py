@@ -18,7 +18,8 @@ from amaranth.lib.wiring import In, Out
 
 from .clock_gate import gated_domain
 
-__all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "pack_product", "fp32_add", "fp32_mul",
+__all__ = ["Op", "CANONICAL_NAN", "unpack", "round_pack", "pack_product", "align_sticky",
+           "fp32_add", "fp32_mul",
            "fp32_max", "fp32_min", "fp32_compare", "fp32_to_bf16", "bf16_to_fp32", "bf16_mul",
            "BF16MultiplyAccumulate", "FPALU", "FPLanes", "fp_lanes_payload",
            "SpecialFunction", "PROGRAMS", "SPECIAL_STEPS", "SpecialFunctionPipeline"]
@@ -176,6 +177,21 @@ def pack_product(m, sign, exponent, product, name="pp"):
     return result
 
 
+def align_sticky(m, mant, shift, name="aligned"):
+    """The 24-bit ``mant`` (0 or normal: bit 23 set) with three extra low bits (27
+    bits), shifted right by ``shift`` (5 bits), its lowest bit ORed with every bit
+    shifted out (the sticky bit).
+
+    A 27-bit shifter and a mask of the positions below ``shift``, not a 54-bit shifter
+    that keeps the bits shifted out (``formal/fp.py`` proves them equal).
+    """
+    shifted_out = Signal(24, name=f"{name}_shifted_out")     # mant bit i: i + 3 < shift
+    m.d.comb += shifted_out.eq(Cat(*(shift > bit for bit in range(3, 27))))
+    aligned = Signal(27, name=name)
+    m.d.comb += aligned.eq((Cat(Const(0, 3), mant) >> shift) | ((mant & shifted_out) != 0))
+    return aligned
+
+
 def fp32_add(m, a, b, name="add"):
     """FP32 ``a + b`` (use ``b ^ 0x80000000`` for a subtraction)."""
     x, y = unpack(m, a, f"{name}_a"), unpack(m, b, f"{name}_b")
@@ -190,11 +206,7 @@ def fp32_add(m, a, b, name="add"):
     shift = Signal(8, name=f"{name}_shift")
     m.d.comb += shift.eq(big_exp - small_exp)
     clamped = Mux(shift > 31, 31, shift)[:5]
-    # small significand with 3 extra low bits, shifted right with a sticky bit
-    wide = Signal(54, name=f"{name}_wide")
-    m.d.comb += wide.eq(Cat(Const(0, 27), Const(0, 3), small_mant) >> clamped)
-    aligned = Signal(27, name=f"{name}_aligned")
-    m.d.comb += aligned.eq(wide[27:] | (wide[:27] != 0))
+    aligned = align_sticky(m, small_mant, clamped, name=f"{name}_aligned")
     big_ext = Cat(Const(0, 3), big_mant)
     total = Signal(28, name=f"{name}_total")
     with m.If(big_sign == small_sign):

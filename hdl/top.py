@@ -3,11 +3,12 @@
 Every Verilog module that ``rdu.sim.verilator.generate_verilog`` writes (the systems,
 the IP block and each shared unit module: what Verilator builds and ``rdu verilog``
 ships; the FPGA flow's pin harness, ``rdu.fpga``, is converted on its own) is a
-:class:`VerilogTop` around the component. The ``sync`` domain's reset is asynchronous: ``rst`` resets every flip-flop
-as soon as it rises and must be released synchronously with ``clk`` (by the integrator's
-reset synchroniser; the testbenches change it between clock edges). At every clock
-edge a design held in reset for one edge or more behaves exactly as with Amaranth's
-default synchronous reset, which the Amaranth simulator tier keeps.
+:class:`VerilogTop` around the component. The ``sync`` domain's reset is asynchronous:
+``rst`` resets every flip-flop as soon as it rises and must be released synchronously
+with ``clk`` (by the integrator's reset synchroniser; the testbenches change it between
+clock edges). At every clock edge a design held in reset for one edge or more behaves
+exactly as with Amaranth's default synchronous reset, which the Amaranth simulator tier
+keeps.
 
 Why: with a synchronous reset every flip-flop's next-state logic reads the top-level
 ``rst`` input combinationally, and Verilator evaluates all logic that depends on a
