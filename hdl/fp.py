@@ -134,8 +134,14 @@ def round_pack(m, sign, exponent, mant, width, precision=24, name="rp"):
         # with a carry out the significand is 1.000..., its fraction is zero
         frac.eq(Mux(rounded[precision], 0, rounded[:precision - 1] << (24 - precision))),
     ]
+    return _pack_rounded(m, sign, mant == 0, exp_final, frac, name)
+
+
+def _pack_rounded(m, sign, zero, exp_final, frac, name):
+    """The FP32 word of a rounded result: a signed zero for a ``zero`` significand or an
+    exponent ``exp_final`` of 0 or below (FTZ), infinity from 255 on."""
     result = Signal(32, name=f"{name}_result")
-    with m.If(mant == 0):
+    with m.If(zero):
         m.d.comb += result.eq(Cat(Const(0, 31), sign))
     with m.Elif(exp_final >= 255):
         m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
@@ -164,17 +170,9 @@ def pack_product(m, sign, exponent, product, name="pp"):
         rounded.eq(kept + (guard & (sticky | kept[0]))),
         exp_final.eq(exponent - ~high + rounded[24]),
     ]
-    result = Signal(32, name=f"{name}_result")
-    with m.If(product == 0):
-        m.d.comb += result.eq(Cat(Const(0, 31), sign))
-    with m.Elif(exp_final >= 255):
-        m.d.comb += result.eq(Cat(Const(POS_INF, 31), sign))
-    with m.Elif(exp_final <= 0):
-        m.d.comb += result.eq(Cat(Const(0, 31), sign))
-    with m.Else():
-        # with a carry out the significand is 1.000..., its fraction is zero
-        m.d.comb += result.eq(Cat(Mux(rounded[24], 0, rounded[:23]), exp_final[:8], sign))
-    return result
+    # with a carry out the significand is 1.000..., its fraction is zero
+    return _pack_rounded(m, sign, product == 0, exp_final,
+                         Mux(rounded[24], 0, rounded[:23]), name)
 
 
 def align_sticky(m, mant, shift, name="aligned"):
