@@ -5,6 +5,8 @@ systolic-mode streaming protocol and the error codes. :mod:`rdu.pcu_model` is th
 bit-exact reference model.
 """
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.memory import Memory
@@ -13,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 from .clock_gate import gated_domain, gates_clocks
 from .fp import (
     FPALU,
+    OP_BITS,
     SPECIAL_UNITS,
     BF16MultiplyAccumulate,
     Op,
@@ -33,7 +36,7 @@ from .stream_fifo import StreamFIFO
 __all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS", "FIFO_DEPTH",
            "ACC_DEPTH", "acc_stage_bits",
            "counter_layout", "stage_layout", "pcu_config_layout", "PCU",
-           "pcu_iterative_special"]
+           "fpga_pcu"]
 
 #: Number of nested counters in the counter chain.
 COUNTERS = 3
@@ -203,6 +206,11 @@ class PCU(wiring.Component):
         or ``"iterative"`` (the FPGA area option: one multiply-add per lane, a vector every
         13 cycles for exp and 8 for reciprocal, :class:`hdl.fp.SpecialFunctionIterative`);
         the same results bit for bit.
+    shared_units : bool
+        The systolic array is built of the SIMD stages' ALUs (processing element
+        ``(row, col)`` on stage ``row``'s ALU of lane ``col``, as in the paper's PCU)
+        instead of a ``lanes x lanes`` array of MACs of its own: the FPGA area option
+        (needs ``stages >= lanes``); the same results and cycles bit for bit.
 
     Attributes
     ----------
@@ -226,9 +234,17 @@ class PCU(wiring.Component):
         (0: none); cleared by a configuration write while idle.
     """
 
-    def __init__(self, lanes=8, stages=4, fifo_depth=FIFO_DEPTH, *, special="pipelined"):
+    def __init__(self, lanes=8, stages=4, fifo_depth=FIFO_DEPTH, *, special="pipelined",
+                 shared_units=False):
         _check_lanes(lanes)
         _check_stages(stages)
+        if not isinstance(shared_units, bool):
+            raise TypeError(f"Shared units must be a bool, not {shared_units!r}")
+        if shared_units and stages < lanes:
+            raise ValueError(f"Shared units need at least as many stages as lanes (the "
+                             f"{lanes} x {lanes} systolic array on the stages' ALUs), not "
+                             f"{stages} stages for {lanes} lanes")
+        self._shared_units = shared_units
         if not isinstance(special, str):
             raise TypeError(f"Special-function unit must be a string, not {special!r}")
         if special not in SPECIAL_UNITS:
@@ -269,6 +285,11 @@ class PCU(wiring.Component):
     @property
     def stages(self):
         return self._stages
+
+    @property
+    def shared_units(self):
+        """The systolic array uses the SIMD ALUs (no MACs of its own)."""
+        return self._shared_units
 
     @property
     def config_layout(self):
@@ -382,22 +403,29 @@ class PCU(wiring.Component):
         m.d.sync += config_written.eq(self.cfg.write)
         simd_domain = gated_domain(m, platform, "simd",
                                    (simd & (~idle | pipeline_busy)) | config_written)
+        # with ``shared_units`` one set of ALUs serves both modes (stage x lane)
+        units = None
+        if self._shared_units:
+            units = [[_SharedALU(m, f"fu{stage}_{lane}", simd) for lane in range(lanes)]
+                     for stage in range(stages)]
         with m.If(simd):
             self._simd(m, platform, simd_domain, simd, pipeline_busy, config, chain,
                        running, issue, done_push, uses_in1, in0, in1, scalar_in, vec_out,
-                       scalar_out, control_out)
+                       scalar_out, control_out, units)
         with m.Else():
             self._systolic(m, systolic_domain, ~simd, chain, running, finishing, issue,
-                           done_push, in0, in1, vec_out, control_out)
+                           done_push, in0, in1, vec_out, control_out, units)
         return m
 
     def _simd(self, m, platform, domain, simd, pipeline_busy, config, chain, running,
               issue, done_push, uses_in1, in0, in1, scalar_in, vec_out, scalar_out,
-              control_out):
+              control_out, units):
         """Lanes x stages pipeline, then the cross-lane reduction tree, into the tail.
 
         The stage registers are in clock domain ``domain`` and take ``simd`` (the mode)
-        as their enable; ``pipeline_busy`` is driven high while a beat is in them."""
+        as their enable; ``pipeline_busy`` is driven high while a beat is in them.
+        ``units``: the shared ALUs (:class:`_SharedALU`, ``[stage][lane]``), or ``None``
+        for ALUs of the pipeline's own."""
         lanes, stages = self._lanes, self._stages
         record = data.StructLayout({
             "valid": 1, "first": 1, "first_outer": 1, "emit": 1, "done": 1,
@@ -492,7 +520,10 @@ class PCU(wiring.Component):
                     out.counter.eq(previous.counter),
                 ]
             for lane in range(lanes):
-                alu = body.submodules[f"stage{stage}_alu{lane}"] = FPALU()
+                if units is None:
+                    alu = body.submodules[f"stage{stage}_alu{lane}"] = FPALU()
+                else:
+                    alu = units[stage][lane]
                 register = Signal(32, name=f"stage{stage}_reg{lane}")
                 last = Signal(32, name=f"stage{stage}_last{lane}")
                 operands = []
@@ -605,7 +636,7 @@ class PCU(wiring.Component):
         ]
 
     def _systolic(self, m, domain, active, chain, running, finishing, issue, done_push,
-                  in0, in1, vec_out, control_out):
+                  in0, in1, vec_out, control_out, units):
         """Output-stationary lanes x lanes array, BF16 x BF16 -> FP32, skewed inputs,
         double-buffered accumulators (drain of tile n overlaps tile n + 1).
 
@@ -613,7 +644,8 @@ class PCU(wiring.Component):
         submodule of its own, out of the caller's mode condition (its registers take
         ``active``, the systolic mode, as their enable), in clock domain ``domain``, so
         that with a gated clock nothing of it is evaluated in SIMD mode; the drain
-        control is in ``sync``."""
+        control is in ``sync``. ``units``: the shared ALUs the PEs compute on
+        (:class:`_SharedALU`, ``[row][col]``), or ``None`` for MACs of the array's own."""
         lanes = self._lanes
         m.submodules.systolic_array = array = Module()
         pending = Signal(name="sys_pending")      # a tile's results await draining
@@ -666,8 +698,11 @@ class PCU(wiring.Component):
                     array.d[domain] += [tag_reg[row][col].eq(tag_in),
                                         a_reg[row][col].eq(a_in), b_reg[row][col].eq(b_in)]
                 acc = Signal(32, name=f"{name}_acc")
-                # one submodule per PE: Verilog generation then shares one module
-                mac = array.submodules[name] = BF16MultiplyAccumulate()
+                if units is None:
+                    # one submodule per PE: Verilog generation then shares one module
+                    mac = array.submodules[name] = BF16MultiplyAccumulate()
+                else:
+                    mac = units[row][col].systolic
                 array.d.comb += [mac.a.eq(a_in), mac.b.eq(b_in), mac.acc.eq(acc),
                                  mac.first.eq(tag_in.first)]
                 new = mac.result
@@ -699,9 +734,37 @@ class PCU(wiring.Component):
         ]
 
 
-def pcu_iterative_special(lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
-    """A :class:`PCU` with the iterating special-function unit (``special="iterative"``):
-    the compute unit of the FPGA configuration (``rdu.fpga``), as ``compute_unit``
-    ``"hdl.pcu:pcu_iterative_special"`` of a :class:`hdl.array.TileArray` or
+class _SharedALU:
+    """One :class:`hdl.fp.FPALU` of a PCU with ``shared_units``, in module ``m``: its
+    operands come from a SIMD stage (``op``, ``a``, ``b``, ``c``: this object stands
+    for the ALU there) while ``simd`` is high, else from a systolic processing element
+    (``systolic``: the ports of a :class:`hdl.fp.BF16MultiplyAccumulate`). A PE's
+    ``acc + a * b`` is the ALU's ``MADD`` of the BF16 words widened to FP32 (their
+    product is exact: the MAC's ``bf16_mul`` is ``fp32_mul`` of them bit for bit,
+    ``formal/fp.py``), and ``first``'s ``a * b`` its ``MUL``."""
+
+    def __init__(self, m, name, simd):
+        alu = m.submodules[name] = FPALU()
+        self.op = Signal(OP_BITS, name=f"{name}_simd_op")
+        self.a, self.b, self.c = (Signal(32, name=f"{name}_simd_{n}") for n in "abc")
+        self.result = alu.result
+        self.systolic = pe = SimpleNamespace(
+            a=Signal(16, name=f"{name}_pe_a"), b=Signal(16, name=f"{name}_pe_b"),
+            acc=Signal(32, name=f"{name}_pe_acc"), first=Signal(name=f"{name}_pe_first"),
+            result=Signal(32, name=f"{name}_pe_result"))
+        m.d.comb += [
+            pe.result.eq(alu.result),
+            alu.op.eq(Mux(simd, self.op, Mux(pe.first, Op.MUL, Op.MADD))),
+            alu.a.eq(Mux(simd, self.a, Cat(Const(0, 16), pe.a))),
+            alu.b.eq(Mux(simd, self.b, Cat(Const(0, 16), pe.b))),
+            alu.c.eq(Mux(simd, self.c, pe.acc)),
+        ]
+
+
+def fpga_pcu(lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
+    """The compute unit of the FPGA configuration (``rdu.fpga``): a :class:`PCU` with
+    both area options, the iterating special-function unit (``special="iterative"``)
+    and the systolic array on the SIMD ALUs (``shared_units``; ``stages >= lanes``).
+    As ``compute_unit="hdl.pcu:fpga_pcu"`` of a :class:`hdl.array.TileArray` or
     :class:`hdl.system.RDUSystem`."""
-    return PCU(lanes, stages, fifo_depth, special="iterative")
+    return PCU(lanes, stages, fifo_depth, special="iterative", shared_units=True)

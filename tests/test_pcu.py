@@ -94,6 +94,33 @@ def test_systolic_cycle_count(seed):
     assert stats.result["cycles"] == 16 * 16 + 2 * 4 + 3
 
 
+@pytest.mark.parametrize("suite", ["systolic", "simd"])
+def test_shared_units_amaranth(suite, seed):
+    """``shared_units``: the systolic array on the SIMD ALUs gives the MAC array's words
+    (random matmuls, bit-exact against the model) and cycles; the SIMD pipeline is
+    unchanged (every operation, and random configurations of operations and sources)."""
+    pcu = PCU(lanes=4, stages=4, shared_units=True)
+    if suite == "systolic":
+        run_amaranth(pcu, systolic_matmuls, seed=seed, lanes=4, stages=4, shapes=SHAPES)
+        stats = run_amaranth(PCU(lanes=4, stages=4, shared_units=True), systolic_throughput,
+                             seed=seed, lanes=4, stages=4, size=16)
+        assert stats.result["cycles"] == 16 * 16 + 2 * 4 + 3
+    else:
+        run_amaranth(pcu, simd_op_sweep, seed=seed, lanes=4, stages=4, ops=ALL_OPS, beats=3)
+        run_amaranth(PCU(lanes=4, stages=4, shared_units=True), simd_random_configs,
+                     seed=seed, lanes=4, stages=4, configs=4)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_shared_units_checked():
+    with pytest.raises(ValueError, match=r"Shared units need at least as many stages as "
+                                         r"lanes \(the 4 x 4 systolic array on the stages' "
+                                         r"ALUs\), not 2 stages for 4 lanes"):
+        PCU(lanes=4, stages=2, shared_units=True)
+    with pytest.raises(TypeError, match="Shared units must be a bool, not 1"):
+        PCU(lanes=4, shared_units=1)
+
+
 def test_simd_op_sweep_amaranth(seed):
     run_amaranth(PCU(lanes=4, stages=2), simd_op_sweep, seed=seed, lanes=4, stages=2,
                  ops=ALL_OPS, beats=3)
@@ -172,6 +199,22 @@ def test_special_functions_amaranth(special, seed):
     random stalls (the iterating unit holds the pipeline while it computes)."""
     run_amaranth(PCU(lanes=4, stages=1, special=special), special_function_sweep, seed=seed,
                  lanes=4, stages=1, funcs=[1, 2], beats=12)
+
+
+@pytest.mark.verilator
+def test_fpga_pcu_verilator(sim_dir, seed):
+    """The PCU of the FPGA configuration (``hdl.pcu.fpga_pcu``: iterating special
+    unit, systolic array on the SIMD ALUs) on its generated Verilog: matmuls, random
+    SIMD configurations and exp / reciprocal, bit-exact against the model under random
+    stalls."""
+    built = build(PCU, lanes=4, stages=4, fifo_depth=4, special="iterative",
+                  shared_units=True)
+    run_verilator(built, systolic_matmuls, sim_dir / "systolic", seed=seed, lanes=4, stages=4,
+                  shapes=SHAPES)
+    run_verilator(built, simd_random_configs, sim_dir / "simd", seed=seed, lanes=4, stages=4,
+                  configs=20)
+    run_verilator(built, special_function_sweep, sim_dir / "special", seed=seed, lanes=4,
+                  stages=4, funcs=[1, 2], beats=1000)
 
 
 @pytest.mark.verilator

@@ -50,14 +50,17 @@ FPGA_UNITS = {
     "special": ("hdl.fp", "SpecialFunctionPipeline", {"lanes": 4}),
     "special_iterative": ("hdl.fp", "SpecialFunctionIterative", {"lanes": 4}),
     "pcu": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4}),
-    # the PCU with the iterating exp / reciprocal unit (the FPGA area option)
+    # the PCU of the FPGA configuration: the iterating exp / reciprocal unit and the
+    # systolic array on the SIMD ALUs (hdl.pcu.fpga_pcu)
     "pcu_iterative": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4, "special": "iterative"}),
+    "fpga_pcu": ("hdl.pcu", "fpga_pcu", {"lanes": 4, "stages": 4}),
     "system_2x2": ("hdl.system", "RDUSystem",
                    {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
-                    "compute_unit": "hdl.pcu:pcu_iterative_special"}),
+                    "compute_unit": "hdl.pcu:fpga_pcu"}),
     # the FPGA IP block (docs/ip.md): the same system behind flat AXI4 / AXI4-Lite ports
     "ip_2x2": ("hdl.ip", "RDUIP",
-               {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384}),
+               {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
+                "compute_unit": "hdl.pcu:fpga_pcu"}),
 }
 
 
