@@ -36,7 +36,7 @@ from .stream_fifo import StreamFIFO
 __all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS", "FIFO_DEPTH",
            "ACC_DEPTH", "acc_stage_bits",
            "counter_layout", "stage_layout", "pcu_config_layout", "PCU",
-           "fpga_pcu"]
+           "fpga_pcu", "PCU_KINDS"]
 
 #: Number of nested counters in the counter chain.
 COUNTERS = 3
@@ -768,3 +768,10 @@ def fpga_pcu(lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
     As ``compute_unit="hdl.pcu:fpga_pcu"`` of a :class:`hdl.array.TileArray` or
     :class:`hdl.system.RDUSystem`."""
     return PCU(lanes, stages, fifo_depth, special="iterative", shared_units=True)
+
+
+#: The compute units a system can be built with (``Machine.pcu``, ``rdu run --pcu``):
+#: name -> ``compute_unit`` of :class:`hdl.system.RDUSystem`. ``standard``: the
+#: simulated machines' PCU; ``fpga``: :func:`fpga_pcu` (the same words; exp and the
+#: reciprocal take 13 and 8 cycles per vector).
+PCU_KINDS = {"standard": "hdl.pcu:PCU", "fpga": "hdl.pcu:fpga_pcu"}

@@ -71,3 +71,13 @@ def test_tool_failure_is_reported_and_the_flow_goes_on(tmp_path, monkeypatch, ca
         (args[1], sorted(p.name for p in args[3].glob("_tmp_yosys-abc-*")))) or 1)
     fpga.run_flow(["fp_lanes"], out_dir=tmp_path, pnr=False, log=lambda *_: None)
     assert calls[-1] == ("run_yosys", [])
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_every_design_constructs():
+    """Each design of the flow names a constructor and arguments that exist (the long
+    syntheses would otherwise find a typo after minutes)."""
+    import importlib
+    for name, (module, cls_name, params) in fpga.FPGA_UNITS.items():
+        unit = getattr(importlib.import_module(module), cls_name)(**params)
+        assert fpga.PinHarness(unit).output_bits > 0, name

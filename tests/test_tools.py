@@ -213,6 +213,23 @@ def test_rdu_run_rejects_another_machine_or_shape(capsys, tmp_path):
     assert "shape (4, 5), the program 'gemm_4x4x4' takes A as (4, 4)" in _one_error_line(capsys)
 
 
+def test_rdu_pcu_option(capsys, tmp_path):
+    """``--pcu fpga``: the machine records it, builds its RTL with the FPGA PCU, and
+    refuses a machine it cannot have in one line."""
+    from rdu.machine import Machine
+    assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--pcu", "fpga"]) == 2
+    assert "machine parameter pcu fpga needs lanes <= stages" in _one_error_line(capsys)
+    machine = Machine(rows=2, cols=2, lanes=4, pcu="fpga")
+    assert machine.system_params()["compute_unit"] == "hdl.pcu:fpga_pcu"
+    assert "compute_unit" not in Machine(rows=2, cols=2, lanes=4).system_params()
+    assert Machine.from_json(machine.to_json()) == machine
+    program = _compile(tmp_path, 4, 4, 4, extra=[*SMALL_ARRAY, "--pcu", "fpga"])
+    capsys.readouterr()
+    assert main(["run", str(program), "--pcu", "standard"]) == 2
+    assert "compiled for another machine: pcu fpga (program) vs standard (machine)" in \
+        _one_error_line(capsys)
+
+
 def test_rdu_run_checks_output_paths_first(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -117,9 +117,12 @@ def cmd_verilog(args):
 def _machine_overrides(args):
     """The machine parameters given on the command line, as Machine fields."""
     from rdu.machine import MACHINE_OPTIONS
-    return {field: getattr(args, option) * scale
-            for option, (field, scale, _) in MACHINE_OPTIONS.items()
-            if getattr(args, option, None) is not None}
+    overrides = {field: getattr(args, option) * scale
+                 for option, (field, scale, _) in MACHINE_OPTIONS.items()
+                 if getattr(args, option, None) is not None}
+    if getattr(args, "pcu", None) is not None:
+        overrides["pcu"] = args.pcu
+    return overrides
 
 
 def _machine(args, defaults=None):
@@ -680,6 +683,13 @@ def _parser():
             group.add_argument(f"--{option.replace('_', '-')}", dest=option, type=int,
                                default=default, metavar="N",
                                help=f"{text} (default machine: {shown})")
+        from hdl.pcu import PCU_KINDS
+        group.add_argument("--pcu", choices=list(PCU_KINDS),
+                           default=reference.pcu if defaults else None,
+                           help="the PCUs the RTL is built with: standard, or fpga (the "
+                                "FPGA configuration's, docs/fpga.md: the same results, "
+                                "exp and reciprocal 13 and 8 cycles per vector; needs "
+                                f"--lanes <= --stages) (default machine: {reference.pcu})")
 
     def kernel_options(cmd, run):
         from rdu.kernels import KERNELS

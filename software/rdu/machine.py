@@ -60,6 +60,10 @@ class Machine:
         attribute then holds those positions).
     compute : bool
         PCUs on the checkerboard's compute positions; ``False``: PMUs everywhere.
+    pcu : str
+        The kind of PCU the RTL is built with (:data:`hdl.pcu.PCU_KINDS`): ``standard``,
+        or ``fpga`` (the FPGA configuration's: the same words, exp and the reciprocal
+        13 and 8 cycles per vector; needs ``lanes <= stages``).
     hbm_bytes, ddr_bytes, host_bytes : int
         Capacities of the HBM, DDR and host-memory windows (at their fixed bases of
         :mod:`rdu.memory_map`; each must end before the next region's base).
@@ -72,13 +76,14 @@ class Machine:
     agcus: int = 2
     agcu_positions: tuple = None
     compute: bool = True
+    pcu: str = "standard"
     hbm_bytes: int = HBM.size
     ddr_bytes: int = DDR.size
     host_bytes: int = HOST.size
 
     def __post_init__(self):
         for item in fields(self):
-            if item.name in ("agcu_positions", "compute"):
+            if item.name in ("agcu_positions", "compute", "pcu"):
                 continue
             value = getattr(self, item.name)
             if not isinstance(value, int) or isinstance(value, bool):
@@ -88,6 +93,14 @@ class Machine:
             if not 1 <= getattr(self, name) <= 255:
                 raise MachineError(f"machine parameter {name} must be between 1 and 255, "
                                    f"not {getattr(self, name)}")
+        from hdl.pcu import PCU_KINDS
+        if self.pcu not in PCU_KINDS:
+            raise MachineError(f"machine parameter pcu must be one of "
+                               f"{', '.join(PCU_KINDS)}, not {self.pcu!r}")
+        if self.pcu == "fpga" and self.lanes > self.stages:
+            raise MachineError(f"machine parameter pcu fpga needs lanes <= stages (its "
+                               f"systolic array is on the SIMD ALUs), not {self.lanes} "
+                               f"lanes and {self.stages} stages")
         if not 1 <= self.stages <= 16:
             raise MachineError(f"machine parameter stages must be between 1 and 16, "
                                f"not {self.stages}")
@@ -151,7 +164,10 @@ class Machine:
                   "agcu_positions": [list(position) for position in self.positions()]}
         if not self.compute:
             params["compute_unit"] = None
-        elif self.stages != 4:
+        elif self.pcu != "standard":
+            from hdl.pcu import PCU_KINDS
+            params["compute_unit"] = PCU_KINDS[self.pcu]
+        if self.compute and self.stages != 4:
             raise MachineError(f"the RTL system builds PCUs of 4 SIMD stages; this machine "
                                f"has {self.stages} (run it on the functional model)")
         return params
@@ -159,7 +175,8 @@ class Machine:
     def describe(self):
         return (f"{self.rows}x{self.cols} array, {self.lanes} lanes, {self.stages} stages, "
                 f"{self.pmu_bytes // 1024} KiB PMUs, {self.agcus} AGCUs"
-                + ("" if self.compute else ", PMUs only"))
+                + ("" if self.compute else ", PMUs only")
+                + (f", {self.pcu} PCUs" if self.compute and self.pcu != "standard" else ""))
 
     # -- manifest ------------------------------------------------------------------------
     def to_json(self):
