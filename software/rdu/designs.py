@@ -32,6 +32,10 @@ DESIGNS = {design.name: design for design in [
            "vector-width stream FIFO (the per-port buffer of every unit)"),
     Design("pcu", "hdl.pcu", "PCU", {"lanes": 8, "stages": 4},
            "Pattern Compute Unit: SIMD pipeline or 8x8 systolic array"),
+    Design("fpga_pcu", "hdl.pcu", "PCU",
+           {"lanes": 4, "stages": 4, "special": "iterative", "shared_units": True},
+           "the PCU of the FPGA configuration (hdl.pcu.fpga_pcu): iterating exp / "
+           "reciprocal, 4x4 systolic array on the SIMD ALUs (docs/fpga.md)", quick=False),
     Design("pmu", "hdl.pmu", "PMU", {"lanes": 8, "capacity_bytes": 65536},
            "Pattern Memory Unit: 8 banks, 64 KiB"),
     Design("switch", "hdl.switch", "Switch", {"lanes": 8},
