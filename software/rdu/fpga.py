@@ -59,7 +59,7 @@ FPGA_UNITS = {
     "system_2x2": ("hdl.system", "RDUSystem",
                    {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
                     "compute_unit": "hdl.pcu:fpga_pcu"}),
-    # the same system with 2 lanes: what an ECP5-85k holds (docs/fpga.md)
+    # the same system with 2 lanes (it does not fit an ECP5-85k either: docs/fpga.md)
     "system_2x2_lanes2": ("hdl.system", "RDUSystem",
                           {"rows": 2, "cols": 2, "lanes": 2, "agcus": 2,
                            "capacity_bytes": 16384, "compute_unit": "hdl.pcu:fpga_pcu"}),
