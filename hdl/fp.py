@@ -620,11 +620,16 @@ class SpecialFunctionSignature(wiring.Signature):
                           "x": In(vec), "result": Out(vec), "busy": Out(1)})
 
 
-def _check_special_lanes(lanes):
-    if not isinstance(lanes, int) or isinstance(lanes, bool):
-        raise TypeError(f"Lane count must be an integer, not {lanes!r}")
-    if lanes < 1:
-        raise ValueError(f"Lane count must be at least 1, not {lanes}")
+class _SpecialFunctionUnit(wiring.Component):
+    """What the special-function units share: the lane count and their ports."""
+
+    def __init__(self, lanes=4):
+        if not isinstance(lanes, int) or isinstance(lanes, bool):
+            raise TypeError(f"Lane count must be an integer, not {lanes!r}")
+        if lanes < 1:
+            raise ValueError(f"Lane count must be at least 1, not {lanes}")
+        self._lanes = lanes
+        super().__init__(SpecialFunctionSignature(lanes))
 
 
 def _special_prepared(m, x_in, func, name):
@@ -690,7 +695,7 @@ def _special_result(m, regs, func, result, name):
                 m.d.comb += result.eq(rcp_scaled | (regs.sign << 31))
 
 
-class SpecialFunctionPipeline(wiring.Component):
+class SpecialFunctionPipeline(_SpecialFunctionUnit):
     """Pipelined exp / reciprocal of ``lanes`` FP32 words: one vector per cycle.
 
     The programs of :data:`PROGRAMS` unrolled: an input register, then one register stage
@@ -707,14 +712,9 @@ class SpecialFunctionPipeline(wiring.Component):
     that domain, so an unused unit costs no evaluation. ``func`` is therefore read one
     edge after it is set, by the stages; a beat entering on an edge already sees it.
 
-    Cost: ``SPECIAL_STEPS`` FP32 multiply-adds per lane (on an ECP5, about 60 k LUT4s
+    Cost: ``SPECIAL_STEPS`` FP32 multiply-adds per lane (on an ECP5, about 60 k LUTs
     and 192 multipliers for 4 lanes: ``docs/fpga.md``).
     """
-    def __init__(self, lanes=4):
-        _check_special_lanes(lanes)
-        self._lanes = lanes
-        super().__init__(SpecialFunctionSignature(lanes))
-
     @property
     def latency(self):
         """Advances from ``x`` to ``result``."""
@@ -753,7 +753,7 @@ class SpecialFunctionPipeline(wiring.Component):
         _special_result(m, regs, stage_func, self.result[lane], name)
 
 
-class SpecialFunctionIterative(wiring.Component):
+class SpecialFunctionIterative(_SpecialFunctionUnit):
     """Iterating exp / reciprocal of ``lanes`` FP32 words: one multiply-add per lane.
 
     The same programs (:data:`PROGRAMS`) and results bit for bit as
@@ -768,11 +768,6 @@ class SpecialFunctionIterative(wiring.Component):
     The area option of :class:`hdl.pcu.PCU` (``special="iterative"``, for FPGAs: about a
     twelfth of the pipeline's multiply-adds, ``docs/fpga.md``).
     """
-    def __init__(self, lanes=4):
-        _check_special_lanes(lanes)
-        self._lanes = lanes
-        super().__init__(SpecialFunctionSignature(lanes))
-
     @property
     def latency(self):
         """Advances from ``x`` to ``result`` (the unit holds the pipeline in between)."""
