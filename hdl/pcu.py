@@ -36,7 +36,7 @@ from .stream_fifo import StreamFIFO
 __all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS", "FIFO_DEPTH",
            "ACC_DEPTH", "acc_stage_bits",
            "counter_layout", "stage_layout", "pcu_config_layout", "PCU",
-           "fpga_pcu", "PCU_KINDS"]
+           "fpga_pcu", "FPGA_PCU_OPTIONS", "check_shared_units", "PCU_KINDS"]
 
 #: Number of nested counters in the counter chain.
 COUNTERS = 3
@@ -240,10 +240,8 @@ class PCU(wiring.Component):
         _check_stages(stages)
         if not isinstance(shared_units, bool):
             raise TypeError(f"Shared units must be a bool, not {shared_units!r}")
-        if shared_units and stages < lanes:
-            raise ValueError(f"Shared units need at least as many stages as lanes (the "
-                             f"{lanes} x {lanes} systolic array on the stages' ALUs), not "
-                             f"{stages} stages for {lanes} lanes")
+        if shared_units:
+            check_shared_units(lanes, stages)
         self._shared_units = shared_units
         if not isinstance(special, str):
             raise TypeError(f"Special-function unit must be a string, not {special!r}")
@@ -761,13 +759,27 @@ class _SharedALU:
         ]
 
 
+def check_shared_units(lanes, stages):
+    """Raise ``ValueError`` unless a PCU of ``lanes`` and ``stages`` can have
+    ``shared_units`` (its ``lanes x lanes`` systolic array on the ``stages x lanes``
+    ALUs). The runtime's machine check uses it too."""
+    if stages < lanes:
+        raise ValueError(f"Shared units need at least as many stages as lanes (the "
+                         f"{lanes} x {lanes} systolic array on the stages' ALUs), not "
+                         f"{stages} stages for {lanes} lanes")
+
+
+#: The options of the FPGA configuration's PCU (:func:`fpga_pcu`).
+FPGA_PCU_OPTIONS = {"special": "iterative", "shared_units": True}
+
+
 def fpga_pcu(lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
     """The compute unit of the FPGA configuration (``rdu.fpga``): a :class:`PCU` with
     both area options, the iterating special-function unit (``special="iterative"``)
     and the systolic array on the SIMD ALUs (``shared_units``; ``stages >= lanes``).
     As ``compute_unit="hdl.pcu:fpga_pcu"`` of a :class:`hdl.array.TileArray` or
     :class:`hdl.system.RDUSystem`."""
-    return PCU(lanes, stages, fifo_depth, special="iterative", shared_units=True)
+    return PCU(lanes, stages, fifo_depth, **FPGA_PCU_OPTIONS)
 
 
 #: The compute units a system can be built with (``Machine.pcu``, ``rdu run --pcu``):

@@ -10,7 +10,7 @@ from rdu.sim.verilator import build
 
 from hdl.fp import PROGRAMS, SPECIAL_STEPS, Op
 from hdl.interfaces import config_words
-from hdl.pcu import PCU, pcu_config_layout
+from hdl.pcu import FPGA_PCU_OPTIONS, PCU, pcu_config_layout
 from tb.suites.pcu import (
     causal_mask,
     config_errors,
@@ -207,8 +207,7 @@ def test_fpga_pcu_verilator(sim_dir, seed):
     unit, systolic array on the SIMD ALUs) on its generated Verilog: matmuls, random
     SIMD configurations and exp / reciprocal, bit-exact against the model under random
     stalls."""
-    built = build(PCU, lanes=4, stages=4, fifo_depth=4, special="iterative",
-                  shared_units=True)
+    built = build(PCU, lanes=4, stages=4, fifo_depth=4, **FPGA_PCU_OPTIONS)
     run_verilator(built, systolic_matmuls, sim_dir / "systolic", seed=seed, lanes=4, stages=4,
                   shapes=SHAPES)
     run_verilator(built, simd_random_configs, sim_dir / "simd", seed=seed, lanes=4, stages=4,

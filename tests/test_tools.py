@@ -218,7 +218,9 @@ def test_rdu_pcu_option(capsys, tmp_path):
     refuses a machine it cannot have in one line."""
     from rdu.machine import Machine
     assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--pcu", "fpga"]) == 2
-    assert "machine parameter pcu fpga needs lanes <= stages" in _one_error_line(capsys)
+    assert "machine parameter pcu fpga: Shared units need at least as many stages as " \
+        "lanes (the 8 x 8 systolic array on the stages' ALUs), not 4 stages for 8 lanes" \
+        in _one_error_line(capsys)
     machine = Machine(rows=2, cols=2, lanes=4, pcu="fpga")
     assert machine.system_params()["compute_unit"] == "hdl.pcu:fpga_pcu"
     assert "compute_unit" not in Machine(rows=2, cols=2, lanes=4).system_params()

@@ -7,6 +7,8 @@ constructor parameters of one configuration.
 
 from dataclasses import dataclass, field
 
+from hdl.pcu import FPGA_PCU_OPTIONS
+
 __all__ = ["Design", "DESIGNS", "get_design"]
 
 
@@ -33,7 +35,7 @@ DESIGNS = {design.name: design for design in [
     Design("pcu", "hdl.pcu", "PCU", {"lanes": 8, "stages": 4},
            "Pattern Compute Unit: SIMD pipeline or 8x8 systolic array"),
     Design("fpga_pcu", "hdl.pcu", "PCU",
-           {"lanes": 4, "stages": 4, "special": "iterative", "shared_units": True},
+           {"lanes": 4, "stages": 4, **FPGA_PCU_OPTIONS},
            "the PCU of the FPGA configuration (hdl.pcu.fpga_pcu): iterating exp / "
            "reciprocal, 4x4 systolic array on the SIMD ALUs (docs/fpga.md)", quick=False),
     Design("pmu", "hdl.pmu", "PMU", {"lanes": 8, "capacity_bytes": 65536},

@@ -93,14 +93,15 @@ class Machine:
             if not 1 <= getattr(self, name) <= 255:
                 raise MachineError(f"machine parameter {name} must be between 1 and 255, "
                                    f"not {getattr(self, name)}")
-        from hdl.pcu import PCU_KINDS
+        from hdl.pcu import FPGA_PCU_OPTIONS, PCU_KINDS, check_shared_units
         if self.pcu not in PCU_KINDS:
             raise MachineError(f"machine parameter pcu must be one of "
                                f"{', '.join(PCU_KINDS)}, not {self.pcu!r}")
-        if self.pcu == "fpga" and self.lanes > self.stages:
-            raise MachineError(f"machine parameter pcu fpga needs lanes <= stages (its "
-                               f"systolic array is on the SIMD ALUs), not {self.lanes} "
-                               f"lanes and {self.stages} stages")
+        if self.pcu == "fpga" and FPGA_PCU_OPTIONS["shared_units"]:
+            try:
+                check_shared_units(self.lanes, self.stages)
+            except ValueError as error:
+                raise MachineError(f"machine parameter pcu fpga: {error}") from None
         if not 1 <= self.stages <= 16:
             raise MachineError(f"machine parameter stages must be between 1 and 16, "
                                f"not {self.stages}")
