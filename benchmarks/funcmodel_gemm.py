@@ -5,7 +5,7 @@ block and reads it ``tiles`` times (``read_repeat``), multicast to two neighbour
 PCUs; every PCU runs ``tiles`` systolic tiles of ``K`` steps (``tiles * K`` beats on
 each vector input) and sends its result rows and its DONE token to an edge. With
 ``lanes = 16, K = 256, tiles = 32`` the 8 PCUs do 8192 beats each: the MACs of a
-256 x 256 x 256 GEMM. Every result row is checked against ``rdu.pcu_model``.
+256 x 256 x 256 GEMM. Every result row is checked against ``rdu.models.pcu_reference``.
 
     .venv/bin/python -m benchmarks.funcmodel_gemm [--lanes 16] [--k 256] [--tiles 32]
 """
@@ -14,9 +14,9 @@ import argparse
 import time
 
 import numpy as np
-from rdu import pcu_model
 from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
-from rdu.funcmodel import FunctionalArray
+from rdu.models import pcu_reference
+from rdu.models.array import FunctionalArray
 from rdu.unitconfig import pack_config
 
 from hdl.array import is_compute_position
@@ -116,7 +116,7 @@ def gemm_layout(lanes, k_len, tiles):
 def measure(lanes, k_len, tiles, seed=1):
     words, pmu_edges, pcus = gemm_layout(lanes, k_len, tiles)
     rng = np.random.default_rng(seed)
-    blocks = {pos: pcu_model.bf16_words(rng.standard_normal((k_len, lanes)))
+    blocks = {pos: pcu_reference.bf16_words(rng.standard_normal((k_len, lanes)))
               for pos in pmu_edges}
     inputs = {("vector", edge): blocks[pos] for pos, edge in pmu_edges.items()}
     for _, _, edge in pcus.values():
@@ -127,7 +127,7 @@ def measure(lanes, k_len, tiles, seed=1):
     result = model.run(edge_inputs=inputs)
     seconds = time.perf_counter() - start
     for pos, (a_pmu, b_pmu, edge) in pcus.items():
-        tile = pcu_model.systolic_tile(blocks[a_pmu], blocks[b_pmu])
+        tile = pcu_reference.systolic_tile(blocks[a_pmu], blocks[b_pmu])
         rows = result.edge_outputs["vector", edge]
         assert rows.shape == (tiles * lanes, lanes), (pos, rows.shape)
         assert np.array_equal(rows, np.tile(tile, (tiles, 1))), f"PCU {pos} differs"

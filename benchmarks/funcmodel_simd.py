@@ -14,9 +14,9 @@ iterations (rows of ``--row`` beats, counter 1 over the rows) of one configurati
   ``bf16`` (TO_BF16 of MUL(PREV, IN1), emit_every).
 
 The figure is the model's ``run`` time (edge inputs in, every output out) in beats per
-second. ``--per-beat`` runs the reference one-beat path (``pcu_model.SimdState.step``
+second. ``--per-beat`` runs the reference one-beat path (``pcu_reference.SimdState.step``
 per iteration, ``FunctionalArray(simd_batch=False)``) for the before figure; ``--check``
-compares the outputs with ``pcu_model.run_simd`` (slow for large ``--beats``).
+compares the outputs with ``pcu_reference.run_simd`` (slow for large ``--beats``).
 
     PYTHONPATH=software:. .venv/bin/python -m benchmarks.funcmodel_simd [--beats 65536]
         [--lanes 16] [--row 128] [--workloads exp,sum] [--per-beat] [--check] [--json]
@@ -28,9 +28,9 @@ import json
 import time
 
 import numpy as np
-from rdu import pcu_model
 from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
-from rdu.funcmodel import FunctionalArray
+from rdu.models import pcu_reference
+from rdu.models.array import FunctionalArray
 from rdu.unitconfig import pack_config
 
 from hdl.pcu import pcu_config_layout
@@ -109,7 +109,7 @@ def workload(name, beats, lanes, row, seed=1):
     in1 = rng.standard_normal((total, lanes)).astype(np.float32).view(np.uint32)
     scalars = (np.abs(rng.standard_normal(rows)) + 0.5).astype(np.float32).view(np.uint32)
     inputs = {("vector", 0): list(in0), ("control", 0): [0]}
-    if pcu_model.uses_in1(config):
+    if pcu_reference.uses_in1(config):
         inputs["vector", 2] = list(in1)
     if config["scalar_in"]:
         inputs["scalar", 0] = scalars.tolist()
@@ -132,7 +132,7 @@ def measure(name, beats, lanes, row, per_beat=False, check=False):
     total = len(in0)
     assert result.done_tokens == 1
     if check:
-        reference = pcu_model.run_simd(config, lanes, in0, in1, scalars)
+        reference = pcu_reference.run_simd(config, lanes, in0, in1, scalars)
         got_v = result.edge_outputs.get(("vector", 1), np.zeros((0, lanes), np.uint32))
         assert np.array_equal(got_v, np.array(reference["vector_out"], dtype=np.uint32)
                               .reshape(-1, lanes)), f"{name}: vector_out differs"
@@ -157,7 +157,7 @@ def main(argv=None):
     parser.add_argument("--per-beat", action="store_true",
                         help="the reference one-beat SIMD path (the before figure)")
     parser.add_argument("--check", action="store_true",
-                        help="compare the outputs with pcu_model.run_simd")
+                        help="compare the outputs with pcu_reference.run_simd")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args(argv)
     results = [measure(name, args.beats, args.lanes, args.row, args.per_beat, args.check)

@@ -1,7 +1,7 @@
 """Systolic-mode throughput of the PCU: MACs per cycle on a streamed N x N x N product.
 
 Runs ``tb.suites.pcu.systolic_throughput`` (inputs streamed with no stalls, every result
-checked bit for bit against ``rdu.pcu_model``) and prints MACs/cycle as a fraction of
+checked bit for bit against ``rdu.models.pcu_reference``) and prints MACs/cycle as a fraction of
 the lanes^2 peak, counting from the start token to the DONE token (fill and drain
 included).
 

@@ -4,7 +4,7 @@ float64 attention of the same BF16 inputs."""
 import numpy as np
 import pytest
 from rdu.attention import AttentionError, AttentionShape, chain_outputs, float64_attention
-from rdu.pcu_model import bf16_words
+from rdu.models.pcu_reference import bf16_words
 
 #: (mode, seq, dim, heads, kv_heads): L = 1, L not a multiple of a chunk or of the lanes,
 #: D from 16 to 128, one and several heads, GQA and MHA, prefill without masking

@@ -59,8 +59,8 @@ REDECLARATIONS = [
      re.compile(r"\bi2\s*\*\s*\w*\[?\s*[\"']?strides?\b"), ("software/rdu/affine.py",)),
     ("the network names (use hdl.interfaces.NETWORKS)",
      re.compile(r"=\s*\(\s*\"vector\",\s*\"scalar\",\s*\"control\"\s*\)"), ()),
-    ("a systolic accumulation (use rdu.pcu_model.systolic_accumulate)",
-     re.compile(r"fpmodel\.add\(\s*acc\b"), ("software/rdu/pcu_model.py",)),
+    ("a systolic accumulation (use rdu.models.pcu_reference.systolic_accumulate)",
+     re.compile(r"fpmodel\.add\(\s*acc\b"), ("software/rdu/pcu_reference.py",)),
 ]
 
 #: Code enums defined in hdl; no other module may define a class of that name.
@@ -118,7 +118,8 @@ def test_codes_are_amaranth_enums(module):
 
 
 def test_software_uses_the_hardware_codes():
-    from rdu import bitstream, pcu_model
+    from rdu import bitstream
+    from rdu.models import pcu_reference
 
     from hdl import config_net, pcu
     assert bitstream.UnitKind is config_net.UnitKind
@@ -127,9 +128,9 @@ def test_software_uses_the_hardware_codes():
             bitstream.MAX_RECORD_WORDS) == (config_net.MAGIC, config_net.VERSION,
                                             config_net.HEADER_WORDS,
                                             config_net.MAX_RECORD_WORDS)
-    assert pcu_model.MODE_SIMD is pcu.Mode.SIMD
-    assert pcu_model.MODE_SYSTOLIC is pcu.Mode.SYSTOLIC
-    assert set(pcu_model.SOURCES.values()) == set(pcu.Source)
+    assert pcu_reference.MODE_SIMD is pcu.Mode.SIMD
+    assert pcu_reference.MODE_SYSTOLIC is pcu.Mode.SYSTOLIC
+    assert set(pcu_reference.SOURCES.values()) == set(pcu.Source)
 
 
 def _field_width(layout, *path):
@@ -167,7 +168,9 @@ def _default(cls, name):
 
 
 def test_model_queues_have_the_hardware_depths():
-    from rdu import funcmodel
+    from rdu.models import array as model_array
+    from rdu.models import pmu as model_pmu
+    from rdu.models.pcu import PCUModel
 
     from hdl import pcu, pmu, switch
     from hdl.array import TileArray
@@ -187,31 +190,31 @@ def test_model_queues_have_the_hardware_depths():
     module = pcu.PCU(lanes=4, stages=1).elaborate(None)
     assert module.submodules.vector_in0_fifo.depth == pcu.FIFO_DEPTH
     # and the model's queues are those depths
-    assert funcmodel.SWITCH_FIFO_DEPTH == switch.FIFO_DEPTH
-    assert funcmodel.PMU_INPUT_DEPTH == pmu.FIFO_DEPTH
-    assert funcmodel.PMU_SCALAR_OUT_DEPTH == pmu.SCALAR_OUT_FIFO_DEPTH
-    assert funcmodel.OUTPUT_FIFO_DEPTH == pmu.OUTPUT_FIFO_DEPTH
-    assert funcmodel.PCU_FIFO_DEPTH == pcu.FIFO_DEPTH
-    assert funcmodel.GATE_CREDITS == pmu.READ_GATE_CREDITS
-    array = funcmodel.FunctionalArray(2, 2, 4, capacity_bytes=1024)
+    assert model_array.SWITCH_FIFO_DEPTH == switch.FIFO_DEPTH
+    assert model_array.PMU_INPUT_DEPTH == pmu.FIFO_DEPTH
+    assert model_array.PMU_SCALAR_OUT_DEPTH == pmu.SCALAR_OUT_FIFO_DEPTH
+    assert model_array.OUTPUT_FIFO_DEPTH == pmu.OUTPUT_FIFO_DEPTH
+    assert model_array.PCU_FIFO_DEPTH == pcu.FIFO_DEPTH
+    assert model_pmu.GATE_CREDITS == pmu.READ_GATE_CREDITS
+    array = model_array.FunctionalArray(2, 2, 4, capacity_bytes=1024)
     assert array.fifo_depth == switch.FIFO_DEPTH
     array.loaded = True
     switch_inputs, _, _, units, _ = array._build(None, [])
     for (row, col, _), queues in switch_inputs.items():
         assert [queue.capacity for queue in queues[:4]] == [switch.FIFO_DEPTH] * 4
-        if array.unit_kind(row, col) == funcmodel.UnitKind.PCU:
-            assert queues[funcmodel.LOCAL].capacity == switch.FIFO_DEPTH + pcu.FIFO_DEPTH
+        if array.unit_kind(row, col) == model_array.UnitKind.PCU:
+            assert queues[model_array.LOCAL].capacity == switch.FIFO_DEPTH + pcu.FIFO_DEPTH
     for unit in units:
-        if isinstance(unit, funcmodel._PCU):
+        if isinstance(unit, PCUModel):
             assert unit.in0.capacity == unit.sin.capacity == pcu.FIFO_DEPTH
         else:
             assert unit.vin.capacity == unit.sin.capacity == pmu.FIFO_DEPTH
 
 
 def test_one_checkerboard():
-    from rdu.funcmodel import FunctionalArray
     from rdu.machine import Machine  # noqa: F401  (the system description imports cleanly)
     from rdu.mapper import ArrayGeometry
+    from rdu.models.array import FunctionalArray
 
     from hdl.array import TileArray, is_compute_position
     from hdl.config_net import UnitKind
@@ -228,25 +231,27 @@ def test_one_checkerboard():
 
 
 def test_one_direction_map():
-    from rdu import funcmodel, mapper
+    from rdu import mapper
+    from rdu.models import array as model_array
+    from rdu.models import switch as model_switch
 
     from hdl import array
     from hdl.switch import DIRECTIONS, NARROW_OUTPUTS, VECTOR_OUTPUTS, Direction
     assert (array.NORTH, array.EAST, array.SOUTH, array.WEST) == tuple(Direction)
     assert tuple(mapper.DIRECTIONS) == DIRECTIONS
     assert mapper.MERGE_ORDER == NARROW_OUTPUTS
-    assert funcmodel.DIRECTION_NAMES == NARROW_OUTPUTS
+    assert model_switch.DIRECTION_NAMES == NARROW_OUTPUTS
     assert VECTOR_OUTPUTS[:4] == NARROW_OUTPUTS[:4] == DIRECTIONS
     for direction in Direction:
         assert mapper.OPPOSITE[direction.port] == direction.opposite.port
-        assert funcmodel.OPPOSITE[direction] == direction.opposite
+        assert model_array.OPPOSITE[direction] == direction.opposite
         d_row, d_col = direction.offset
         assert direction.opposite.offset == (-d_row, -d_col)
 
 
 def test_control_tokens():
-    from rdu import funcmodel
+    from rdu.models import shared
 
     from hdl.interfaces import ControlToken, control_stream
-    assert (funcmodel.STEP, funcmodel.DONE) == (ControlToken.STEP, ControlToken.DONE)
+    assert (shared.STEP, shared.DONE) == (ControlToken.STEP, ControlToken.DONE)
     assert Shape.cast(control_stream().members["payload"].shape).width == 1

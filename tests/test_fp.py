@@ -1,10 +1,10 @@
-"""FP32/BF16/INT32 building blocks (hdl.fp) bit-exact against rdu.fpmodel, and the
+"""FP32/BF16/INT32 building blocks (hdl.fp) bit-exact against rdu.models.fp, and the
 model itself against numpy float32 / ml_dtypes where IEEE and the FTZ policy agree."""
 
 import ml_dtypes
 import numpy as np
 import pytest
-from rdu import fpmodel
+from rdu.models import fp as fpmodel
 from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 

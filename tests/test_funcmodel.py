@@ -4,19 +4,12 @@ import random
 
 import numpy as np
 import pytest
-from rdu import pcu_model
 from rdu.bitstream import BitstreamError, ConfigStatus, Geometry, Record, UnitKind, write_bitstream
-from rdu.funcmodel import (
-    FlatMemory,
-    FunctionalArray,
-    ModelDeadlock,
-    ModelError,
-    UnitError,
-    agcu_edge,
-    run_program,
-    systolic_tiles,
-)
 from rdu.memory_map import HBM
+from rdu.models import pcu_reference
+from rdu.models.array import FunctionalArray, run_program
+from rdu.models.pcu import systolic_tiles
+from rdu.models.shared import FlatMemory, ModelDeadlock, ModelError, UnitError, agcu_edge
 from rdu.program import Program
 from rdu.sim.runner import run_amaranth
 from rdu.unitconfig import pack_config, unpack_config
@@ -95,11 +88,11 @@ def test_unitconfig_fields():
 
 def test_systolic_tiles_match_pcu_model(seed):
     rng = np.random.default_rng(seed)
-    a = pcu_model.bf16_words(rng.standard_normal((5, 12, 4)))
-    b = pcu_model.bf16_words(rng.standard_normal((5, 12, 4)))
+    a = pcu_reference.bf16_words(rng.standard_normal((5, 12, 4)))
+    b = pcu_reference.bf16_words(rng.standard_normal((5, 12, 4)))
     batched = systolic_tiles(a, b)
     for tile in range(5):
-        assert np.array_equal(batched[tile], pcu_model.systolic_tile(a[tile], b[tile]))
+        assert np.array_equal(batched[tile], pcu_reference.systolic_tile(a[tile], b[tile]))
 
 
 # --------------------------------------------------------------------------------------
@@ -237,7 +230,7 @@ def _replay_on_rtl(seed, words, inputs, compute=False):
 
 
 # --------------------------------------------------------------------------------------
-# SIMD PCU in the array (model vs pcu_model.run_simd, and vs the RTL)
+# SIMD PCU in the array (model vs pcu_reference.run_simd, and vs the RTL)
 # --------------------------------------------------------------------------------------
 
 def _simd_case(rng, lanes, rows_count):
@@ -260,12 +253,12 @@ def _simd_case(rng, lanes, rows_count):
     records = [Record(UnitKind.PCU, 0, 0, pack_config(pcu_config_layout(lanes, 4), config))]
     words = write_bitstream(Geometry(2, 2, lanes), records + switch_records(2, 2, {}, extra))
     beats = 2 * rows_count
-    a = pcu_model.bf16_words(np.array([[rng.gauss(0, 1) for _ in range(lanes)]
+    a = pcu_reference.bf16_words(np.array([[rng.gauss(0, 1) for _ in range(lanes)]
                                        for _ in range(beats)]))
-    b = pcu_model.bf16_words(np.array([[rng.gauss(0, 1) for _ in range(lanes)]
+    b = pcu_reference.bf16_words(np.array([[rng.gauss(0, 1) for _ in range(lanes)]
                                        for _ in range(beats)]))
-    scalars = pcu_model.bf16_words(np.array([rng.gauss(0, 1) for _ in range(rows_count)]))
-    reference = pcu_model.run_simd(config, lanes, a, b, scalars)
+    scalars = pcu_reference.bf16_words(np.array([rng.gauss(0, 1) for _ in range(rows_count)]))
+    reference = pcu_reference.run_simd(config, lanes, a, b, scalars)
     inputs = {("vector", 0): a.tolist(), ("vector", 2): b.tolist(), ("control", 0): [0],
               ("scalar", 0): scalars.tolist()}
     expected = {("vector", 1): [list(map(int, v)) for v in reference["vector_out"]],

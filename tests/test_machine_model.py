@@ -1,4 +1,4 @@
-"""The machine-level functional model (``rdu.machine_model``): AGCU commands (COPY,
+"""The machine-level functional model (``rdu.models.machine``): AGCU commands (COPY,
 PROGRAM_LOAD, ARGUMENT_LOAD, EXECUTE) on a persistent memory, the word-by-word
 configuration loader, program sequences, and damaged bitstreams. Software only (no
 simulation); every output is checked against a numpy reference built from the inputs."""
@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 from amaranth.lib import data
-from rdu import gemm, pcu_model
+from rdu import gemm
 from rdu.bitstream import (
     BitstreamError,
     ConfigStatus,
@@ -20,20 +20,14 @@ from rdu.bitstream import (
     write_bitstream,
 )
 from rdu.config_loader import ConfigLoader
-from rdu.funcmodel import (
-    CommandError,
-    FunctionalArray,
-    LoaderError,
-    ModelDeadlock,
-    ModelError,
-    UnitError,
-    _Iterations,
-    run_program,
-)
 from rdu.machine import Machine
-from rdu.machine_model import AGCUError, AGCUOp, FunctionalMachine
 from rdu.mapper import ArrayGeometry
 from rdu.memory_map import DDR, HBM, HOST
+from rdu.models import pcu_reference
+from rdu.models.array import FunctionalArray, run_program
+from rdu.models.machine import AGCUError, AGCUOp, FunctionalMachine
+from rdu.models.pcu import Iterations
+from rdu.models.shared import CommandError, LoaderError, ModelDeadlock, ModelError, UnitError
 from rdu.program import Program
 from rdu.unitconfig import pack_config
 
@@ -506,11 +500,11 @@ def test_iterations_match_pcu_model(seed):
             low = rng.randrange(5)
             counters.append({"min": low, "max": low + rng.randrange(1, 9),
                              "stride": rng.randrange(1, 4)})
-        reference = pcu_model.iterations({"counters": counters})
-        lazy = _Iterations(counters)
+        reference = pcu_reference.iterations({"counters": counters})
+        lazy = Iterations(counters)
         assert len(lazy) == len(reference)
         assert [lazy[i] for i in range(len(lazy))] == reference
-    huge = _Iterations([{"min": 0, "max": 65535, "stride": 1}] * 3)
+    huge = Iterations([{"min": 0, "max": 65535, "stride": 1}] * 3)
     assert len(huge) == 65535 ** 3 and huge[-1] == ((65534,) * 3, False, True, True)
 
 

@@ -1,10 +1,11 @@
 """PCU: configuration layout, SIMD pipeline, reduction, counter chain, systolic mode,
-error codes; bit-exact against rdu.pcu_model in both tiers, random stalls on every port."""
+error codes; bit-exact against rdu.models.pcu_reference in both tiers, random stalls on every
+port."""
 
 import numpy as np
 import pytest
 from amaranth.lib import data
-from rdu import pcu_model
+from rdu.models import pcu_reference as pcu_model
 from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 

@@ -1,11 +1,11 @@
-"""pcu_model.SimdState.block (the batched SIMD pipeline) against SimdState.step (one
+"""pcu_reference.SimdState.block (the batched SIMD pipeline) against SimdState.step (one
 iteration at a time, the reference), bit for bit: random configurations of every op,
 source, reduce and tail, edge-case words, scalar_in, IN1, COUNTER, counter chains."""
 
 
 import numpy as np
 import pytest
-from rdu import fpmodel, pcu_model
+from rdu.models import fp, pcu_reference
 
 from hdl.fp import Op
 from hdl.pcu import Source
@@ -49,7 +49,7 @@ def random_config(rng, stages, max_beats=400):
                 "stride": stride}
     while True:
         counters = [counter(int(rng.choice([1, 3, 9, 40]))), counter(6), counter(3)]
-        if np.prod([pcu_model.trip_count(c) for c in counters]) <= max_beats:
+        if np.prod([pcu_reference.trip_count(c) for c in counters]) <= max_beats:
             break
     sources = [int(s) for s in Source]
     stage_list = []
@@ -68,14 +68,14 @@ def random_config(rng, stages, max_beats=400):
 
 def reference(config, lanes, in0, in1, scalars):
     """SimdState.step per iteration: (vectors, reductions, final state)."""
-    state = pcu_model.SimdState(config, lanes)
+    state = pcu_reference.SimdState(config, lanes)
     vectors, reductions = [], []
     taken = iter(scalars)
-    for beat, ((v0, v1, _), first, last_inner, _) in enumerate(pcu_model.iterations(config)):
+    for beat, ((v0, v1, _), first, last_inner, _) in enumerate(pcu_reference.iterations(config)):
         scalar = next(taken) if config["scalar_in"] and first else None
         vector, reduction = state.step(v0, first, last_inner, in0[beat],
                                        in1[beat] if state.uses_in1 else None, scalar,
-                                       *pcu_model.outer_flags(config, v1))
+                                       *pcu_reference.outer_flags(config, v1))
         if vector is not None:
             vectors.append(vector)
         if reduction is not None:
@@ -87,12 +87,12 @@ def reference(config, lanes, in0, in1, scalars):
 def batched(config, lanes, in0, in1, scalars, cuts=()):
     """SimdState.block over the iterations, split at ``cuts`` (several calls: the
     registers and the scalar carry over)."""
-    state = pcu_model.SimdState(config, lanes)
-    steps = pcu_model.iterations(config)
+    state = pcu_reference.SimdState(config, lanes)
+    steps = pcu_reference.iterations(config)
     counter0 = np.array([v[0] for v, _, _, _ in steps])
     first = np.array([f for _, f, _, _ in steps])
     last_inner = np.array([last for _, _, last, _ in steps])
-    first_outer, last_outer = pcu_model.outer_flags(config, [v[1] for v, _, _, _ in steps])
+    first_outer, last_outer = pcu_reference.outer_flags(config, [v[1] for v, _, _, _ in steps])
     bounds = [0, *sorted(cuts), len(steps)]
     vectors, reductions = [], []
     used_scalars = 0
@@ -113,7 +113,7 @@ def batched(config, lanes, in0, in1, scalars, cuts=()):
 
 
 def compare(config, lanes, rng, cuts=(), edge_fraction=0.25):
-    beats = len(pcu_model.iterations(config))
+    beats = len(pcu_reference.iterations(config))
     in0 = random_words(rng, (beats, lanes), edge_fraction)
     in1 = random_words(rng, (beats, lanes), edge_fraction)
     scalars = random_words(rng, (beats,), edge_fraction)
@@ -133,7 +133,7 @@ def test_block_matches_step_random(lanes, stages, seed):
     rng = np.random.default_rng(seed)
     for _ in range(60):
         config = random_config(rng, stages)
-        beats = len(pcu_model.iterations(config))
+        beats = len(pcu_reference.iterations(config))
         cuts = sorted({int(x) for x in rng.integers(1, beats, int(rng.integers(0, 4)))}) \
             if beats > 1 else []
         compare(config, lanes, rng, cuts, edge_fraction=float(rng.choice([0.0, 0.05, 0.3])))
@@ -146,7 +146,7 @@ def test_block_register_recurrences(op, reg_first, seed, monkeypatch):
     """Each accumulator recurrence (the scans and the position loop), with long and
     short inner loops, chunks smaller than an inner loop, and data that drives sums and
     products into the flush-to-zero range and overflow (the scans' fallback)."""
-    monkeypatch.setattr(pcu_model, "BLOCK_BEATS", 37)
+    monkeypatch.setattr(pcu_reference, "BLOCK_BEATS", 37)
     rng = np.random.default_rng(seed * 31 + int(op) * 2 + reg_first)
     for inner, outer in ((50, 3), (1, 40), (7, 9)):
         for scale_words in (None, [0x00800000, 0x80800000, 0x00800001, 0x01000000],
@@ -181,14 +181,14 @@ def test_scans_reach_their_fallback():
     init = np.zeros((1, 2), np.uint32)
     tiny_sum = np.array([[[0x00800001, 0x3F800000]], [[0x80800000, 0x3F800000]]],
                         np.uint32).transpose(1, 0, 2)
-    assert pcu_model._scan_accumulate("add", init, tiny_sum) is None
+    assert pcu_reference._scan_accumulate("add", init, tiny_sum) is None
     ones = np.full((1, 2), 0x3F800000, np.uint32)
     tiny_product = np.array([[[0x20000000, 0x3F800000]], [[0x1F000000, 0x3F800000]]],
                             np.uint32).transpose(1, 0, 2)
-    assert pcu_model._scan_accumulate("mul", ones, tiny_product) is None
+    assert pcu_reference._scan_accumulate("mul", ones, tiny_product) is None
     fine = np.array([[[0x3F800000, 0x40000000]], [[0x3F800000, 0xFF800000]]],
                     np.uint32).transpose(1, 0, 2)
-    out = pcu_model._scan_accumulate("add", init, fine)
+    out = pcu_reference._scan_accumulate("add", init, fine)
     assert out.tolist() == [[[0x3F800000, 0x40000000], [0x40000000, 0xFF800000]]]
 
 
@@ -228,17 +228,17 @@ def test_comparison_catches_a_wrong_batch(seed, monkeypatch):
     def sum_in_float64(op, init, x):
         words = np.concatenate([init[:, None, :], x], axis=1)
         with np.errstate(invalid="ignore", over="ignore"):     # NaN and inf words
-            acc = np.cumsum(fpmodel.daz(words).view(np.float32).astype(np.float64), axis=1)
-            return fpmodel.ftz_round(acc[:, 1:])
+            acc = np.cumsum(fp.daz(words).view(np.float32).astype(np.float64), axis=1)
+            return fp.ftz_round(acc[:, 1:])
     with monkeypatch.context() as patch:
-        patch.setattr(pcu_model, "_scan_accumulate", sum_in_float64)
+        patch.setattr(pcu_reference, "_scan_accumulate", sum_in_float64)
         with pytest.raises(AssertionError, match="differs"):
             compare(config, 4, rng, edge_fraction=0.0)
 
     max_config = dict(config, stages=[{"op": 5, "src_a": 1, "src_b": 0,
                                          "constant": 0x80000000}])
     with monkeypatch.context() as patch:
-        patch.setattr(pcu_model, "_order_keys",
+        patch.setattr(pcu_reference, "_order_keys",
                       lambda w: np.where(w.astype(np.int64) & 0x80000000,
                                          -(w.astype(np.int64) & 0x7FFFFFFF),
                                          w.astype(np.int64)))
@@ -247,7 +247,7 @@ def test_comparison_catches_a_wrong_batch(seed, monkeypatch):
                 compare(max_config, 4, rng, edge_fraction=0.5)
 
     exp_config = dict(config, stages=[{"op": 0, "src_a": 0}], tail=1)
-    real_exp = fpmodel.exp
+    real_exp = fp.exp
     state = {"calls": 0}
 
     def exp_off_by_one(x):
@@ -255,7 +255,7 @@ def test_comparison_catches_a_wrong_batch(seed, monkeypatch):
         out = real_exp(x)
         return out + np.uint32(1) if np.ndim(x) == 2 else out
     with monkeypatch.context() as patch:
-        patch.setattr(fpmodel, "exp", exp_off_by_one)
+        patch.setattr(fp, "exp", exp_off_by_one)
         with pytest.raises(AssertionError, match="differs"):
             compare(exp_config, 4, rng, edge_fraction=0.0)
     assert state["calls"]
@@ -298,7 +298,8 @@ def _chain_bitstream(lanes, config_a, config_b, extra=()):
 def _run_both(lanes, words, inputs):
     """The model run with batched SIMD and with the one-beat path: identical results
     (outputs, counters, transfers), or identical errors."""
-    from rdu.funcmodel import FunctionalArray, ModelError
+    from rdu.models.array import FunctionalArray
+    from rdu.models.shared import ModelError
     results = []
     for batch in (True, False):
         model = FunctionalArray(2, 2, lanes, compute=True, capacity_bytes=1024,
@@ -333,7 +334,7 @@ def test_model_chain_batched_matches_per_beat(seed):
     for case in range(12):
         config_a = _pad_stages(random_config(rng, int(rng.integers(1, 5)), max_beats=120))
         config_a.update(emit_every=1, vector_out=1, reduce=int(rng.integers(1, 3)))
-        beats = len(pcu_model.iterations(config_a))
+        beats = len(pcu_reference.iterations(config_a))
         config_b = _pad_stages(random_config(rng, int(rng.integers(1, 5))))
         config_b.update(scalar_in=1, vector_out=1,
                         counters=[{"min": 0, "max": 1, "stride": 1},
@@ -346,13 +347,13 @@ def test_model_chain_batched_matches_per_beat(seed):
         in1_a = random_words(rng, (runs * beats, lanes), edge)
         in1_b = random_words(rng, (runs * beats, lanes), edge)
         scalars = random_words(rng, (runs * beats,), edge)
-        count_a = sum(first for _, first, _, _ in pcu_model.iterations(config_a)) \
+        count_a = sum(first for _, first, _, _ in pcu_reference.iterations(config_a)) \
             if config_a["scalar_in"] else 0
         inputs = {("vector", 0): in0.tolist(), ("control", 0): [0] * runs,
                   ("control", 3): [0] * runs}
-        if pcu_model.uses_in1(config_a):
+        if pcu_reference.uses_in1(config_a):
             inputs["vector", 2] = in1_a.tolist()
-        if pcu_model.uses_in1(config_b):
+        if pcu_reference.uses_in1(config_b):
             inputs["vector", 3] = in1_b.tolist()
         if count_a:
             inputs["scalar", 0] = scalars[:runs * count_a].tolist()
@@ -361,9 +362,9 @@ def test_model_chain_batched_matches_per_beat(seed):
         want_v, want_s = [], []
         for run in range(runs):
             part = slice(run * beats, (run + 1) * beats)
-            ref_a = pcu_model.run_simd(config_a, lanes, in0[part], in1_a[part],
+            ref_a = pcu_reference.run_simd(config_a, lanes, in0[part], in1_a[part],
                                        scalars[run * count_a:(run + 1) * count_a])
-            ref_b = pcu_model.run_simd(config_b, lanes, ref_a["vector_out"], in1_b[part],
+            ref_b = pcu_reference.run_simd(config_b, lanes, ref_a["vector_out"], in1_b[part],
                                        ref_a["scalar_out"])
             want_v += [list(map(int, v)) for v in ref_b["vector_out"]]
             want_s += [int(x) for x in ref_b["scalar_out"]]
@@ -380,7 +381,7 @@ def test_model_batched_errors_and_deadlocks_match(seed):
     for _ in range(6):
         config_a = _pad_stages(random_config(rng, 3, max_beats=60))
         config_a.update(emit_every=1, vector_out=1, reduce=1)
-        beats = len(pcu_model.iterations(config_a))
+        beats = len(pcu_reference.iterations(config_a))
         config_b = _pad_stages(random_config(rng, 2))
         config_b.update(scalar_in=1, vector_out=1,
                         counters=[{"min": 0, "max": 1, "stride": 1},
@@ -400,7 +401,7 @@ def test_model_batched_errors_and_deadlocks_match(seed):
 def test_model_feedback_pcu_steps_per_beat():
     """A PCU whose results can return to its own inputs steps one beat at a time (a
     batch would wait on itself); a PCU fed by it still batches."""
-    from rdu.funcmodel import FunctionalArray
+    from rdu.models.array import FunctionalArray
     lanes = 4
     config = _pad_stages({"mode": 0, "counters": [{"min": 0, "max": 2, "stride": 1}] * 3,
                           "stages": [{"op": 1, "src_a": 0, "src_b": 4}], "vector_out": 1,
@@ -428,7 +429,7 @@ def test_model_pcu_into_pmu_batched_matches_per_beat(seed):
     read): the writes wait until the SRAM is read, then land in order; outputs and
     SRAM contents equal the one-beat path's and run_simd's."""
     from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
-    from rdu.funcmodel import FunctionalArray
+    from rdu.models.array import FunctionalArray
     from rdu.unitconfig import pack_config
 
     from hdl.pcu import pcu_config_layout
@@ -457,7 +458,7 @@ def test_model_pcu_into_pmu_batched_matches_per_beat(seed):
                   ((0, 0, "control", Port.LOCAL), Sel.WEST),
                   ((0, 0, "control", Port.WEST), Sel.LOCAL),
                   ((0, 0, "scalar", Port.WEST), Sel.LOCAL)]
-        if pcu_model.uses_in1(config):           # vector_in0 multicast to vector_in1
+        if pcu_reference.uses_in1(config):           # vector_in0 multicast to vector_in1
             routes.append(((0, 0, "vector", LOCAL0 + 1), Sel.WEST))
         words = write_bitstream(Geometry(2, 2, lanes), [
             Record(UnitKind.PCU, 0, 0, pack_config(pcu_config_layout(lanes, 4), config)),
@@ -475,7 +476,7 @@ def test_model_pcu_into_pmu_batched_matches_per_beat(seed):
                         model.pmu_memory(0, 1).tolist(),
                         result.edge_outputs.get(("scalar", 0))))
         assert got[0] == got[1]
-        reference = np.array(pcu_model.run_simd(config, lanes, in0, in0)["vector_out"],
+        reference = np.array(pcu_reference.run_simd(config, lanes, in0, in0)["vector_out"],
                              dtype=np.uint32).reshape(passes, size, size)
         # column-major read: per pass, per block of `lanes` rows, per column
         expected = [reference[p, block:block + lanes, column].tolist()

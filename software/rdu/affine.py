@@ -12,7 +12,7 @@ Beat ``j`` of the loop is iteration ``(j % c0, (j // c0) % c1, j // (c0 * c1))``
 PMU's addresses wrap modulo ``2**ADDRESS_BITS`` (pass ``mask``); the AGCU's do not (an
 address outside the address space is its ``ADDRESS_WRAP`` error). The hardware is in
 ``hdl/agcu.py`` (``AffineBurstGenerator``) and ``hdl/pmu.py``
-(``AffineAddressGenerator``); the functional model (:mod:`rdu.funcmodel`), the IR
+(``AffineAddressGenerator``); the functional model (:mod:`rdu.models.array`), the IR
 (:class:`rdu.ir.AccessPattern`) and the test suites use the functions here.
 
 >>> list(iter_addresses(100, (2, 2, 1), (1, 10, 0)))

@@ -6,7 +6,7 @@ with online softmax over chunks of ``C`` keys. This module holds what does not d
 placement: :class:`AttentionShape` (the parameters and the derived tiling of a run),
 :func:`images` (how Q, K, V and O are laid out, masks included), and
 :func:`chain_matrices` / :func:`chain_outputs`, the hardware's arithmetic bit for bit
-(every operation is an :mod:`rdu.fpmodel` or :func:`rdu.pcu_model.systolic_accumulate`
+(every operation is an :mod:`rdu.models.fp` or :func:`rdu.models.pcu_reference.systolic_accumulate`
 call in the order the units execute it), which compiled kernels are checked against;
 :func:`float64_attention` is the independent reference of the error budget.
 
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import fpmodel, pcu_model
+from .models import fp as fpmodel
+from .models import pcu_reference as pcu_model
 
 __all__ = ["AttentionShape", "AttentionError", "query_rows", "scale_value", "attention64",
            "images", "chain_outputs", "chain_matrices", "unpack_outputs",

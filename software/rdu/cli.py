@@ -285,18 +285,6 @@ def cmd_compile(args):
     return 0
 
 
-def _unit_layouts(lanes, stages):
-    from hdl.agcu import agcu_config_layout
-    from hdl.pcu import pcu_config_layout
-    from hdl.pmu import pmu_config_layout
-    from hdl.switch import switch_config_layout
-    from rdu.bitstream import UnitKind
-    return {UnitKind.PCU: pcu_config_layout(lanes, stages),
-            UnitKind.PMU: pmu_config_layout(),
-            UnitKind.SWITCH: switch_config_layout(),
-            UnitKind.AGCU: agcu_config_layout()}
-
-
 def _flatten(fields, prefix=""):
     """``{"a": {"b": [1, 2]}}`` -> ``[("a.b[0]", 1), ("a.b[1]", 2)]``."""
     if isinstance(fields, dict):
@@ -314,48 +302,6 @@ def _flatten(fields, prefix=""):
     return [(prefix, fields)]
 
 
-def _name(codes, value):
-    from rdu.sim.host import code_name
-    return code_name(codes, value)
-
-
-def _readable(kind, fields):
-    """A unit's decoded fields with codes named: switch routes as ``output <- input``
-    (the hardware's port names), PCU modes, ops, sources, reductions and tails."""
-    from hdl.fp import Op
-    from hdl.interfaces import NETWORKS
-    from hdl.pcu import Mode, Reduce, Tail
-    from hdl.pcu import Source as StageSource
-    from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, Source
-    from rdu.bitstream import UnitKind
-    if kind == UnitKind.SWITCH:
-        named = {}
-        for network in NETWORKS:
-            outputs = VECTOR_OUTPUTS if network == "vector" else NARROW_OUTPUTS
-            routes = {}
-            for output, select in zip(outputs, fields[network], strict=True):
-                counts = fields[f"{network}_merge"][outputs.index(output)]
-                if any(counts):
-                    inputs = [f"{_name(Source, index + 1).lower()} x{count}"
-                              for index, count in enumerate(counts) if count]
-                    routes[output] = "merge " + ", ".join(inputs)
-                elif select:
-                    routes[output] = _name(Source, select).lower()
-            named[network] = routes
-        return named
-    if kind == UnitKind.PCU:
-        named = dict(fields)
-        named["mode"] = _name(Mode, fields["mode"])
-        named["reduce"] = _name(Reduce, fields["reduce"])
-        named["tail"] = _name(Tail, fields["tail"])
-        named["stages"] = [{**stage, "op": _name(Op, stage["op"]),
-                            **{f"src_{x}": _name(StageSource, stage[f"src_{x}"])
-                               for x in "abc"}}
-                           for stage in fields["stages"]]
-        return named
-    return fields
-
-
 def _is_zero(value):
     if isinstance(value, list):
         return all(_is_zero(v) for v in value)
@@ -367,7 +313,7 @@ def _is_zero(value):
 def cmd_inspect(args):
     from rdu.bitstream import from_bytes, read_bitstream
     from rdu.program import MAGIC, Program
-    from rdu.unitconfig import unpack_config
+    from rdu.units.registry import UNITS
     path = Path(args.file)
     try:
         raw = path.read_bytes()
@@ -383,13 +329,13 @@ def cmd_inspect(args):
         stages = args.stages
     header, records = read_bitstream(words)
     geometry = header.geometry
-    layouts = _unit_layouts(geometry.lanes, stages)
     units = []
     for record in records:
-        fields = unpack_config(layouts[record.kind], record.words)
+        pieces = UNITS[record.kind]
+        fields = pieces.decode(record.words, geometry.lanes, stages)
         units.append({"kind": record.kind.name, "row": record.row, "col": record.col,
                       "words": len(record.words),
-                      "fields": fields if args.raw else _readable(record.kind, fields)})
+                      "fields": fields if args.raw else pieces.named_fields(fields)})
     if args.json:
         print(json.dumps({"manifest": program.manifest() if program else None,
                           "header": {"rows": geometry.rows, "cols": geometry.cols,

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import pcu_model
 from .kernels import get_kernel
 from .layout import Image
 from .machine import Machine
+from .models import pcu_reference as pcu_model
 from .relocate import relocate_image
 
 __all__ = ["CoEConfig", "CoEError", "LRUCache", "lru_trace", "Scenario", "Costs",

@@ -9,7 +9,7 @@ every record was written), ``config_clear`` resets the loader but not the regist
 and words that follow a complete bitstream start a new one. :class:`ConfigLoader`
 follows the loader FSM (``HEADER``, ``RECORD``, ``DATA``, ``DONE``, ``ERROR``) word
 by word, with the same checks in the same order, and writes into the
-:class:`rdu.funcmodel.FunctionalArray`'s configuration words.
+:class:`rdu.models.array.FunctionalArray`'s configuration words.
 
 One assumption about timing: a bitstream that stops part-way (the ``PROGRAM_LOAD``
 ended inside it) is declared truncated (``LENGTH``) at :meth:`ConfigLoader.end_of_stream`,
@@ -44,7 +44,7 @@ class ConfigLoader:
         ``{(kind, row, col): word count}``: the configuration-bus targets.
     storage : dict
         ``{(kind, row, col): list of words}``, written in place (the configuration
-        registers; :attr:`rdu.funcmodel.FunctionalArray.words`).
+        registers; :attr:`rdu.models.array.FunctionalArray.words`).
 
     Attributes
     ----------

@@ -9,13 +9,13 @@ GEMM through every pass.
 
 import numpy as np
 
-from . import pcu_model
 from .compiler import compile_graph, machine_geometry
 from .compiler.fuse import MatmulGroup
 from .compiler.tile import tile_matmul
 from .frontend import Graph
 from .layout import Image
 from .mapper import ArrayGeometry
+from .models import pcu_reference as pcu_model
 
 __all__ = ["gemm_graph", "plan_gemm", "compile_gemm", "pack_inputs", "unpack_output",
            "random_inputs", "exact_reference", "reference", "check_result", "pack_images",
@@ -110,7 +110,7 @@ def random_inputs(m, n, k, seed):
 
 def exact_reference(a_words, b_words, k_pad=None):
     """What the hardware computes, bit for bit: the PCUs' systolic arithmetic
-    (:func:`rdu.pcu_model.systolic_accumulate`: per element, the first product, then an
+    (:func:`rdu.models.pcu_reference.systolic_accumulate`: per element, the first product, then an
     FP32 add of each further product in k order) over K zero-padded to ``k_pad``.
     uint32 words."""
     a = np.asarray(a_words, np.uint32)

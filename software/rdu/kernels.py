@@ -3,7 +3,7 @@
 Each kernel is a front-end graph (:mod:`rdu.frontend`) built from its shape parameters;
 everything else is generic: :mod:`rdu.compiler` compiles it, the program's manifest
 says how each tensor is laid out (:mod:`rdu.layout`), so packing the user's arrays,
-unpacking the outputs and checking them (bit-exact against :func:`rdu.reference.
+unpacking the outputs and checking them (bit-exact against :func:`rdu.models.reference.
 exact_outputs`, and against float64 of the graph within its budget) need no
 kernel-specific code. The program file names its kernel and shapes, so ``rdu run FILE``
 needs no shape options.
@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import pcu_model, reference
 from .attention import query_rows
 from .compiler import compile_graph
 from .frontend import Graph, attention, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
+from .models import pcu_reference as pcu_model
+from .models import reference
 
 __all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph",
            "softmax_graph", "gemm_bf16_graph", "attention_graph", "mlp_graph"]

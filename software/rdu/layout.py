@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .pcu_model import bf16_words
+from .models.pcu_reference import bf16_words
 
 __all__ = ["Piece", "Image", "LayoutError"]
 
@@ -118,7 +118,7 @@ class Image:
 
     def pack(self, arrays):
         """The image's uint32 words from ``{tensor: uint32 words}`` (BF16 images take
-        words with the BF16 in the high half, as :func:`rdu.pcu_model.bf16_words`)."""
+        words with the BF16 in the high half, as :func:`rdu.models.pcu_reference.bf16_words`)."""
         flat = self._arrange(self.matrix(arrays))
         if self.format == "fp32":
             return flat

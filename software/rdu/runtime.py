@@ -2,7 +2,7 @@
 
 Two back ends, one result:
 
-* ``model``: the functional model (:mod:`rdu.funcmodel`) executes the bitstreams in
+* ``model``: the functional model (:mod:`rdu.models.array`) executes the bitstreams in
   numpy, item by item: seconds even for large kernels, no cycle counts;
 * ``verilator``: the generated Verilog of :class:`hdl.system.RDUSystem` (tile array +
   AGCUs) under cocotb + Verilator, with the HBM/DDR models behind the AGCUs, driven by
@@ -132,8 +132,8 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
 
 
 def _run_model(programs, machine):
-    from .funcmodel import ModelError
-    from .machine_model import FunctionalMachine
+    from .models.machine import FunctionalMachine
+    from .models.shared import ModelError
     model = FunctionalMachine(machine)
     results = []
     for program in programs:
@@ -325,7 +325,7 @@ def run_sequence(kernel, sequence, inputs, sim="model", *, seed=1, timeout=None,
     exact, _ = sequence.exact(inputs)
     results = {name: np.asarray(value, np.uint32).view(np.float32)
                for name, value in words.items()}
-    from . import reference
+    from .models import reference
     ok, max_abs_err = reference.check(kernel.graph(sequence.params), inputs, results)
     ok = ok and all(np.array_equal(np.asarray(words[name], np.uint32), value)
                     for name, value in exact.items())
@@ -665,8 +665,8 @@ def _orchestrated_steps(steps, plan, ends, runs, sim, seconds=0.0, build_seconds
 def _orchestrated_model(steps, plan, machine):
     from hdl.orchestrator import DEFAULT_COMMANDS
 
-    from .funcmodel import ModelError
-    from .machine_model import FunctionalMachine
+    from .models.machine import FunctionalMachine
+    from .models.shared import ModelError
     from .schedule import error_message
     model = FunctionalMachine(machine)
     start = time.perf_counter()
@@ -765,8 +765,8 @@ def _orchestrated_verilator(steps, plan, machine, *, seed, work_dir, memory, tim
 def _schedule_model(steps, machine):
     from hdl.agcu import AGCUOp
 
-    from .funcmodel import ModelError
-    from .machine_model import FunctionalMachine
+    from .models.machine import FunctionalMachine
+    from .models.shared import ModelError
     model = FunctionalMachine(machine)
     results = []
     for step in steps:

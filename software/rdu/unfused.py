@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import reference
 from .attention import query_rows, scale_value
 from .compiler import compile_graph
 from .compiler.core import CompileError, ImagePlan
@@ -35,6 +34,7 @@ from .compiler.lower import PAGE
 from .frontend import Graph, exp, reciprocal
 from .gemm import pack_images, unpack_images
 from .layout import Image
+from .models import reference
 
 __all__ = ["Stage", "Sequence", "compile_unfused", "unfused_attention", "unfused_graph"]
 

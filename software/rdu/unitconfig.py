@@ -1,7 +1,7 @@
 """Encode and decode a unit's configuration words with its ``lib.data`` layout.
 
 The compiler encodes with :func:`pack_config`; the functional model
-(:mod:`rdu.funcmodel`) and tools decode with :func:`unpack_config`. Both use the very
+(:mod:`rdu.models.array`) and tools decode with :func:`unpack_config`. Both use the very
 layouts the hardware stores (``hdl.pcu.pcu_config_layout``, ``hdl.pmu.pmu_config_layout``,
 ``hdl.switch.switch_config_layout``, ``hdl.agcu.agcu_config_layout``), packed from bit 0
 of word 0 (``docs/bitstream.md``).
@@ -17,7 +17,7 @@ from amaranth.lib import data
 
 from hdl.interfaces import WORD_BITS, config_words
 
-__all__ = ["pack_config", "unpack_config", "layout_words"]
+__all__ = ["pack_config", "unpack_config", "layout_words", "code_name"]
 
 _MASK32 = (1 << WORD_BITS) - 1
 
@@ -72,3 +72,14 @@ def unpack_config(layout, words):
                              f"unsigned int")
         value |= word << (WORD_BITS * index)
     return _decode(layout, value & ((1 << layout.size) - 1))
+
+
+def code_name(codes, value):
+    """The name of ``value`` in ``codes`` (an enum or a class of integer constants)."""
+    members = getattr(codes, "__members__", None) or {
+        name: member for name, member in vars(codes).items()
+        if name.isupper() and isinstance(member, int)}
+    for name, member in members.items():
+        if member == value:
+            return name
+    return f"unknown code {value}"

@@ -11,13 +11,13 @@ Layout on a 2 x 2 array (PCU where ``row + col`` is even):
   sends its rows to the west edge of row 0; its DONE token ends the run (``host.done``);
 * a start token enters at the west edge of row 0 and reaches the PCU's ``control_in``.
 
-Every result word is checked against the bit-exact model (:mod:`rdu.pcu_model`), and
+Every result word is checked against the bit-exact model (:mod:`rdu.models.pcu_reference`), and
 the model against numpy float32 matmul of the same BF16 inputs.
 """
 
 import numpy as np
-from rdu import pcu_model
 from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
+from rdu.models import pcu_reference as pcu_model
 
 from hdl.interfaces import ControlToken
 from hdl.pcu import pcu_config_layout

@@ -16,9 +16,9 @@ from amaranth.hdl import Shape
 from amaranth.lib import data
 from rdu import gemm
 from rdu.bitstream import BitstreamError, Geometry, payload_crc, read_bitstream, write_bitstream
-from rdu.funcmodel import CommandError, LoaderError, ModelDeadlock, ModelError, UnitError
-from rdu.machine_model import FunctionalMachine
 from rdu.mapper import ArrayGeometry
+from rdu.models.machine import FunctionalMachine
+from rdu.models.shared import CommandError, LoaderError, ModelDeadlock, ModelError, UnitError
 from rdu.program import Program
 from rdu.sim.host import HostDriver, RunError
 from rdu.sim.memory_system import FaultInjector

@@ -1,7 +1,7 @@
 """Test bodies for the FP building blocks (:mod:`hdl.fp`) and the PCU, shared by both tiers."""
 
 import numpy as np
-from rdu import fpmodel
+from rdu.models import fp as fpmodel
 
 from hdl.fp import fp_lanes_payload
 
@@ -101,7 +101,7 @@ def pack_fields(layout, values):
 async def fp_lanes_ops(bench, *, lanes, ops, count, edge_cases=True, in_stall="random",
                        out_stall="random"):
     """Drive ``count`` random operand vectors per op (and every edge-case pair) through
-    :class:`hdl.fp.FPLanes`; compare every result word with :mod:`rdu.fpmodel`."""
+    :class:`hdl.fp.FPLanes`; compare every result word with :mod:`rdu.models.fp`."""
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = fp_lanes_payload(lanes)
     source = bench.source("i", in_stall)
@@ -137,7 +137,7 @@ async def write_config(bench, layout, config):
 
 def random_bf16_matrix(rng, shape, scale=1.0):
     """Random normal values rounded to BF16, as uint32 words (BF16 in the high half)."""
-    from rdu.pcu_model import bf16_words
+    from rdu.models.pcu_reference import bf16_words
     return bf16_words(rng.standard_normal(shape) * scale)
 
 
@@ -145,7 +145,7 @@ async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
                            out_stall="random"):
     """For each (M, K, N): tile A @ B onto the systolic mode, stream it under stalls,
     check every result word against the model and the model against numpy float32."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.pcu import pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
@@ -183,7 +183,7 @@ async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
 
 async def systolic_throughput(bench, *, lanes, stages, size):
     """Stream a size^3 product without stalls; return cycles from start token to DONE."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.pcu import pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
@@ -241,7 +241,7 @@ def random_simd_config(rng, stages, max_trips=(4, 3, 2)):
 
 async def run_simd_config(bench, ports, layout, lanes, config, rng):
     """Feed one SIMD configuration random inputs; queue the model's outputs."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
     in0, in1, scalar_in, ctrl_in, vec_out, scalar_out, ctrl_out = ports
     beats = len(pcu_model.iterations(config))
     inner = pcu_model.trip_count(config["counters"][0])
@@ -339,7 +339,7 @@ async def config_errors(bench, *, lanes, stages):
         await bench.cycles(1)
     assert not ctrl_out.items, "a rejected configuration emitted a token"
     # a configuration write during a run is dropped and flagged; the run completes
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
     vec_in = bench.source("vector_in0")
     vec_out = bench.sink("vector_out")
     config = {"mode": 0, "emit_every": 1, "vector_out": 1,
@@ -385,7 +385,7 @@ def special_operands(rng, count, func):
 async def special_function_sweep(bench, *, lanes, stages, funcs, beats, stall="random"):
     """exp / reciprocal in the tail on ``beats`` random vectors each (plus the edge-case
     words), every stage passing through; results and lane sums against the model."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.pcu import pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
@@ -421,7 +421,7 @@ async def softmax_rows(bench, *, lanes, stages, rows, beats_per_row, stall="rand
     """Softmax of ``rows`` rows of ``beats_per_row * lanes`` values as five PCU runs
     (row max; exp(x - max); row sum; 1 / sum; scale), each run's outputs checked against
     the model and fed to the next run; the result against numpy float64 softmax."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
     from hdl.pcu import Reduce, Source, Tail, pcu_config_layout
@@ -498,7 +498,7 @@ async def softmax_rows(bench, *, lanes, stages, rows, beats_per_row, stall="rand
 async def simd_timing(bench, *, lanes, stages, tail, beats):
     """Port-to-port cycle numbers of a pass-through SIMD run without stalls: returns
     the cycles at which each input beat and each output beat crossed the ports."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.pcu import pcu_config_layout
     layout = pcu_config_layout(lanes, stages)
@@ -546,7 +546,7 @@ async def causal_mask(bench, *, lanes, keys, base, stall="random"):
     ``j - i > base``. Stages: ``ISUB(COUNTER, LANE)``, ``ILT(CONST base, PREV)``,
     ``SELECT(PREV, CONST -inf, IN1)``. Expects the masked scores computed here with numpy
     (and checks the model gives the same); returns them."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
     from hdl.pcu import Source, pcu_config_layout
@@ -578,7 +578,7 @@ async def running_max_step(bench, *, lanes, beats, rows, stall="random"):
     after it (``-inf`` on a row's first beat), the rescale exponent of online softmax.
     Expects what numpy float32 computes (and checks the model agrees); returns the
     number of beats whose max rose."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
     from hdl.pcu import Source, pcu_config_layout
@@ -615,7 +615,7 @@ async def rescaled_accumulator(bench, *, lanes, dims, chunks, groups, stall="ran
     stage 1 is the accumulator (``MADD(REG, IN1, PREV)``, ``alpha`` per beat on
     ``vector_in1``), stage 2 a plain ``REG`` running sum over the beats of a chunk; only
     the last chunk's beats leave. Expects numpy float32 (and checks the model agrees)."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
     from hdl.pcu import Source, pcu_config_layout
@@ -653,7 +653,7 @@ async def exp_to_bf16(bench, *, lanes, beats, stall="random"):
     """``tail_bf16`` after the exp tail: probabilities rounded to BF16 (nearest even) on
     their way to a systolic PCU. Expects the model's words (checked against float64 exp:
     low halves zero, within one BF16 rounding plus the exp's own error)."""
-    from rdu import pcu_model
+    from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
     from hdl.pcu import Source, Tail, pcu_config_layout

@@ -24,8 +24,8 @@ against bit for bit.
 """
 
 from ..attention import images as attention_images
-from ..fpmodel import NEG_INF
 from ..ir import AccessPattern, Kernel
+from ..models.fp import NEG_INF
 from .lower import BF16, WORD, place_images
 
 __all__ = ["lower_attention"]

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import affine
-from ..fpmodel import NEG_INF
 from ..frontend import ELEMENTWISE
 from ..ir import AccessPattern, Kernel
 from ..layout import Image, Piece
+from ..models.fp import NEG_INF
 from .core import CompileError
 from .lower import WORD, place_images
 from .tile import COUNT_LIMIT

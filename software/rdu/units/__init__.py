@@ -8,4 +8,8 @@ the only code that turns the compiler's IR data (:attr:`rdu.ir.Node.config`, wit
 * :mod:`rdu.units.pmu`: ``hdl.pmu.pmu_config_layout`` (buffers, generators, predicate);
 * :mod:`rdu.units.agcu`: ``hdl.agcu.agcu_config_layout`` (load and store patterns);
 * :mod:`rdu.units.switch`: ``hdl.switch.switch_config_layout`` (routes and merges).
+
+The PCU's and the switch's modules also name the decoded fields' codes (``rdu inspect``).
+:mod:`rdu.units.registry` maps each :class:`hdl.config_net.UnitKind` to all of a
+unit's pieces: RTL class, layout, encoder, decoder, functional model, reference, docs.
 """

@@ -1,4 +1,5 @@
-"""The PCU's encoder: a compute node's configuration -> ``hdl.pcu`` configuration words.
+"""The PCU's encoder and decoder: a compute node's configuration -> ``hdl.pcu`` configuration
+words (:func:`encode`), decoded fields -> named fields (:func:`named_fields`).
 
 IR data (:attr:`rdu.ir.Compute.config`):
 
@@ -17,9 +18,9 @@ IR data (:attr:`rdu.ir.Compute.config`):
 from hdl.fp import Op
 from hdl.pcu import ACC_DEPTH, COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
 
-from ..unitconfig import pack_config
+from ..unitconfig import code_name, pack_config
 
-__all__ = ["fields", "encode", "idle", "UnitConfigError"]
+__all__ = ["fields", "encode", "idle", "named_fields", "UnitConfigError"]
 
 
 class UnitConfigError(ValueError):
@@ -98,3 +99,16 @@ def encode(config, lanes, stages, where="pcu"):
 def idle(lanes, stages):
     """Words of an unused PCU (all zero: nothing survives from a previous kernel)."""
     return pack_config(pcu_config_layout(lanes, stages), {})
+
+
+def named_fields(fields):
+    """Decoded PCU ``fields`` with the mode, ops, sources, reduction and tail named
+    (``rdu inspect``)."""
+    named = dict(fields)
+    named["mode"] = code_name(Mode, fields["mode"])
+    named["reduce"] = code_name(Reduce, fields["reduce"])
+    named["tail"] = code_name(Tail, fields["tail"])
+    named["stages"] = [{**stage, "op": code_name(Op, stage["op"]),
+                        **{f"src_{x}": code_name(Source, stage[f"src_{x}"]) for x in "abc"}}
+                       for stage in fields["stages"]]
+    return named

@@ -1,16 +1,25 @@
-"""The switch's encoder: a mapping's routes -> ``hdl.switch`` configuration words.
+"""The switch's encoder and decoder: a mapping's routes -> ``hdl.switch`` configuration
+words (:func:`encode_all`), decoded fields -> routes by port name (:func:`named_fields`).
 
 Every route (:class:`rdu.mapper.Route`) sets, at each switch it passes, the select code
 of each output it drives (the :class:`hdl.switch.Port` it comes from) and, where branches
 of a merge join, the items taken from each input per turn.
 """
 
-from hdl.switch import Port, VectorOutput, switch_config_layout
+from hdl.interfaces import NETWORKS
+from hdl.switch import (
+    NARROW_OUTPUTS,
+    VECTOR_OUTPUTS,
+    Port,
+    Source,
+    VectorOutput,
+    switch_config_layout,
+)
 
-from ..unitconfig import pack_config
+from ..unitconfig import code_name, pack_config
 from .pcu import UnitConfigError
 
-__all__ = ["fields_by_switch", "encode_all", "MAX_MERGE_COUNT"]
+__all__ = ["fields_by_switch", "encode_all", "named_fields", "MAX_MERGE_COUNT"]
 
 #: The mapper's port names -> hdl.switch input indices (Port) and route codes (Source).
 _IN_PORT = {port.name.lower(): port for port in Port}
@@ -58,3 +67,22 @@ def encode_all(mapping):
     layout = switch_config_layout()
     return {position: pack_config(layout, fields)
             for position, fields in fields_by_switch(mapping).items()}
+
+
+def named_fields(fields):
+    """Decoded switch ``fields`` as routes ``{network: {output: input}}`` by the
+    hardware's port names (``"merge north x2, local x1"`` for a merge; ``rdu inspect``)."""
+    named = {}
+    for network in NETWORKS:
+        outputs = VECTOR_OUTPUTS if network == "vector" else NARROW_OUTPUTS
+        routes = {}
+        for output, select in zip(outputs, fields[network], strict=True):
+            counts = fields[f"{network}_merge"][outputs.index(output)]
+            if any(counts):
+                inputs = [f"{code_name(Source, index + 1).lower()} x{count}"
+                          for index, count in enumerate(counts) if count]
+                routes[output] = "merge " + ", ".join(inputs)
+            elif select:
+                routes[output] = code_name(Source, select).lower()
+        named[network] = routes
+    return named

@@ -17,7 +17,7 @@ import numpy as np
 from hdl.fp import Op
 from hdl.pcu import ACC_DEPTH, Mode, Reduce, Source, Tail
 
-from . import fpmodel
+from . import fp
 
 __all__ = ["MODE_SIMD", "MODE_SYSTOLIC", "SOURCES", "REDUCE_NONE", "REDUCE_SUM",
            "REDUCE_MAX", "TAIL_NONE", "TAIL_EXP", "TAIL_RECIPROCAL", "trip_count",
@@ -79,7 +79,7 @@ def reduce_lanes(words, kind):
     level = np.asarray(words, dtype=np.uint32)
     while level.size > 1:
         left, right = level[0::2], level[1::2]
-        level = fpmodel.fmax(left, right) if kind == REDUCE_MAX else fpmodel.add(left, right)
+        level = fp.fmax(left, right) if kind == REDUCE_MAX else fp.add(left, right)
     return int(level[0])
 
 
@@ -93,7 +93,7 @@ class SimdState:
     """The registers of one SIMD-mode run; :meth:`step` is one counter-chain iteration.
 
     :func:`run_simd` runs a whole stream through it; the functional model
-    (:mod:`rdu.funcmodel`) steps it one beat at a time as beats arrive.
+    (:mod:`rdu.models.array`) steps it one beat at a time as beats arrive.
     """
 
     def __init__(self, config, lanes):
@@ -140,17 +140,17 @@ class SimdState:
             }
             self.lasts[index] = vec
             a, b, c = (operand_values[stage.get(src, 0)] for src in ("src_a", "src_b", "src_c"))
-            vec = fpmodel.apply(stage.get("op", 0), a, b, c)
+            vec = fp.apply(stage.get("op", 0), a, b, c)
             self.registers[index] = vec
             if index == self.acc_stage:
                 self.acc[slot] = vec
         tail = config.get("tail", 0)
         if tail == TAIL_EXP:
-            vec = fpmodel.exp(vec)
+            vec = fp.exp(vec)
         elif tail == TAIL_RECIPROCAL:
-            vec = fpmodel.reciprocal(vec)
+            vec = fp.reciprocal(vec)
         if config.get("tail_bf16"):
-            vec = fpmodel.to_bf16(vec)
+            vec = fp.to_bf16(vec)
         vector = reduction = None
         if emits(config, last_inner, last_outer):
             if config.get("vector_out"):
@@ -269,19 +269,19 @@ def _scan_accumulate(op, init, x):
     if op == "iadd":
         stacked = np.concatenate([init[:, None, :], x], axis=1)
         return np.add.accumulate(stacked, axis=1, dtype=np.uint32)[:, 1:]
-    stacked = np.concatenate([fpmodel.daz(init)[:, None, :], fpmodel.daz(x)], axis=1)
+    stacked = np.concatenate([fp.daz(init)[:, None, :], fp.daz(x)], axis=1)
     if op in ("max", "min"):
-        nan = fpmodel._is_nan(stacked)
+        nan = fp._is_nan(stacked)
         keys = _order_keys(stacked)
         if op == "max":
             keys = np.maximum.accumulate(np.where(nan, _NAN_KEY, keys), axis=1)
-            out = np.where(keys >= _NAN_KEY, fpmodel.CANONICAL_NAN, _from_keys(keys))
+            out = np.where(keys >= _NAN_KEY, fp.CANONICAL_NAN, _from_keys(keys))
         else:
             keys = np.minimum.accumulate(np.where(nan, -_NAN_KEY, keys), axis=1)
-            out = np.where(keys <= -_NAN_KEY, fpmodel.CANONICAL_NAN, _from_keys(keys))
+            out = np.where(keys <= -_NAN_KEY, fp.CANONICAL_NAN, _from_keys(keys))
         return out[:, 1:].astype(np.uint32)
     # IEEE binary32 add / multiply (numpy, round to nearest even) equals the policy of
-    # rdu.fpmodel on normal operands unless a result is tiny: a denormal (or, for a
+    # rdu.models.fp on normal operands unless a result is tiny: a denormal (or, for a
     # product, +-2**-126, which gradual underflow may reach by rounding up)
     ufunc = np.add if op == "add" else np.multiply
     with np.errstate(all="ignore"):
@@ -293,7 +293,7 @@ def _scan_accumulate(op, init, x):
         tiny |= magnitude == np.uint32(0x00800000)
     if tiny.any():
         return None
-    return np.where(fpmodel._is_nan(out), fpmodel.CANONICAL_NAN, out).astype(np.uint32)
+    return np.where(fp._is_nan(out), fp.CANONICAL_NAN, out).astype(np.uint32)
 
 
 def _reg_stage(stage, operands, init, layout, lanes):
@@ -333,7 +333,7 @@ def _reg_stage(stage, operands, init, layout, lanes):
             args = [register if source == Source.REG else padded[source][:, t]
                     for source in used]
             args += [zeros] * (3 - len(args))
-            register = out[:, t] = fpmodel.apply(op, *args)
+            register = out[:, t] = fp.apply(op, *args)
     return out[segment, position]
 
 
@@ -393,7 +393,7 @@ def _acc_stage(state, stage, operands, first, first_outer, counter0, lanes):
         args = [register if source == Source.REG else values[source][lo:hi]
                 for source in used]
         args += [np.zeros((1, 1), dtype=np.uint32)] * (3 - len(args))
-        out[lo:hi] = state.acc[index] = fpmodel.apply(op, *args)
+        out[lo:hi] = state.acc[index] = fp.apply(op, *args)
     return out
 
 
@@ -437,15 +437,15 @@ def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, first_out
         else:
             args = [operands[source] for source in used]
             args += [np.zeros((1, 1), dtype=np.uint32)] * (3 - len(args))
-            vec = np.broadcast_to(fpmodel.apply(stage.get("op", 0), *args), (n, lanes))
+            vec = np.broadcast_to(fp.apply(stage.get("op", 0), *args), (n, lanes))
         state.registers[index] = np.array(vec[-1], dtype=np.uint32)
     tail = config.get("tail", 0)
     if tail == TAIL_EXP:
-        vec = fpmodel.exp(vec)
+        vec = fp.exp(vec)
     elif tail == TAIL_RECIPROCAL:
-        vec = fpmodel.reciprocal(vec)
+        vec = fp.reciprocal(vec)
     if config.get("tail_bf16"):
-        vec = fpmodel.to_bf16(vec)
+        vec = fp.to_bf16(vec)
     emitted = vec[emits(config, last_inner,
                         last_inner if last_outer is None else last_outer)]
     vector = np.array(emitted, dtype=np.uint32) if config.get("vector_out") else None
@@ -455,8 +455,8 @@ def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, first_out
         level = emitted
         while level.shape[1] > 1:
             left, right = level[:, 0::2], level[:, 1::2]
-            level = fpmodel.fmax(left, right) if kind == REDUCE_MAX else \
-                fpmodel.add(left, right)
+            level = fp.fmax(left, right) if kind == REDUCE_MAX else \
+                fp.add(left, right)
         reduction = np.asarray(level[:, 0], dtype=np.uint32)
     return vector, reduction
 
@@ -500,7 +500,7 @@ def run_simd(config, lanes, vector_in0, vector_in1=None, scalar_in=None):
 def bf16_words(values):
     """float values -> uint32 words carrying their BF16 rounding in the high half."""
     f32 = np.asarray(values, dtype=np.float32).view(np.uint32)
-    return fpmodel.to_bf16(f32)
+    return fp.to_bf16(f32)
 
 
 def systolic_accumulate(a_columns, b_rows):
@@ -511,14 +511,14 @@ def systolic_accumulate(a_columns, b_rows):
     k = row k of B), K >= 1, any leading (batch) dimensions; only the BF16 high halves
     of the words are used. The first product (an FP32 multiply, exact for BF16 inputs)
     initialises the accumulator; each later one is added with an FP32 add (round to
-    nearest even, denormals flushed: :mod:`rdu.fpmodel`). Returns (..., M, N) uint32.
+    nearest even, denormals flushed: :mod:`rdu.models.fp`). Returns (..., M, N) uint32.
     """
     mask = np.uint32(0xFFFF0000)
     a = np.asarray(a_columns, dtype=np.uint32) & mask
     b = np.asarray(b_rows, dtype=np.uint32) & mask
-    acc = fpmodel.mul(a[..., 0, :, None], b[..., 0, None, :])
+    acc = fp.mul(a[..., 0, :, None], b[..., 0, None, :])
     for k in range(1, a.shape[-2]):
-        acc = fpmodel.add(acc, fpmodel.mul(a[..., k, :, None], b[..., k, None, :]))
+        acc = fp.add(acc, fp.mul(a[..., k, :, None], b[..., k, None, :]))
     return acc
 
 

@@ -2,8 +2,8 @@
 
 * :func:`exact_outputs`: the hardware's arithmetic, bit for bit, from the program's
   input images (so a folded bias and the zero padding are what the hardware sees): the
-  systolic accumulation of :func:`rdu.pcu_model.systolic_accumulate` in K order, then
-  the epilogue's SIMD stages with :func:`rdu.fpmodel.apply`. Independent of the
+  systolic accumulation of :func:`rdu.pcu_reference.systolic_accumulate` in K order, then
+  the epilogue's SIMD stages with :func:`rdu.fp.apply`. Independent of the
   functional model and of the RTL.
 * :func:`float64_outputs`: the front-end graph evaluated in float64 on the same BF16
   inputs, with an error budget per element propagated operator by operator (FP32
@@ -14,8 +14,12 @@
 
 import numpy as np
 
-from . import fpmodel, pcu_model
-from .layout import Image
+from hdl.fp import Op
+
+from ..attention import AttentionShape, chain_matrices, unpack_outputs
+from ..frontend import ELEMENTWISE
+from ..layout import Image
+from . import fp, pcu_reference
 
 __all__ = ["exact_outputs", "exact_rows", "exact_mlp", "float64_outputs", "check"]
 
@@ -51,10 +55,10 @@ def exact_outputs(program, graph=None):
         logical[name] = image.unpack_matrix(words)
     a, b = logical[a_name], logical[b_name]
     k_pad = meta["k_pad"]
-    value = pcu_model.systolic_accumulate(a[:, :k_pad].T.copy(), b[:k_pad])
+    value = pcu_reference.systolic_accumulate(a[:, :k_pad].T.copy(), b[:k_pad])
     for op, src_a, src_b, src_c, constant in meta["epilogue"]:
         operands = {"PREV": value, "CONST": np.full_like(value, np.uint32(constant))}
-        value = fpmodel.apply(_op_code(op), operands[src_a], operands[src_b],
+        value = fp.apply(_op_code(op), operands[src_a], operands[src_b],
                               operands[src_c])
     m, n = out_spec["shape"]
     return {out_name: np.asarray(value, np.uint32)[:m, :n]}
@@ -73,7 +77,7 @@ def exact_mlp(program, graph):
             raise ValueError(f"{program.name}: input image {name} is not packed")
         logical[name] = Image.from_json(meta["images"][name]).unpack_matrix(words)
     k1, k2 = meta["k_pad"]
-    hidden = pcu_model.systolic_accumulate(logical[x_name][:, :k1].T.copy(),
+    hidden = pcu_reference.systolic_accumulate(logical[x_name][:, :k1].T.copy(),
                                            logical[w1_name][:k1])
     (out_name, out), = graph.outputs.items()
     cast, _ = out.inputs
@@ -83,7 +87,7 @@ def exact_mlp(program, graph):
     m, f = cast.shape
     activated = exact_rows(chain, {"h": np.asarray(hidden, np.uint32)[:m, :f]},
                            meta["lanes"])["s"]
-    value = pcu_model.systolic_accumulate(np.asarray(activated, np.uint32)[:, :k2].T.copy(),
+    value = pcu_reference.systolic_accumulate(np.asarray(activated, np.uint32)[:, :k2].T.copy(),
                                           logical[w2_name][:k2])
     m, n = program.tensors[out_name]["shape"]
     return {out_name: np.asarray(value, np.uint32)[:m, :n]}
@@ -91,7 +95,6 @@ def exact_mlp(program, graph):
 
 def attention_shape(program):
     """The :class:`rdu.attention.AttentionShape` an attention program was compiled for."""
-    from .attention import AttentionShape
     m = program.meta
     return AttentionShape(m["mode"], m["seq"], m["dim"], m["heads"], m["kv_heads"],
                           m["lanes"], m["chunk"], m["scale"], m["causal"])
@@ -101,7 +104,6 @@ def exact_attention(program):
     """``{output: uint32 (heads, rows, dim)}``: the chain's arithmetic
     (:func:`rdu.attention.chain_matrices`) on the program's packed Q, K and V images, as
     the hardware sees them (masks and padding included)."""
-    from .attention import chain_matrices, unpack_outputs
     matrices = []
     for name in program.meta["operands"]:
         spec = program.tensors[name]
@@ -117,11 +119,11 @@ def exact_attention(program):
 
 def _lane_tree(words, reduce_max):
     """The PCU's cross-lane reduction of ``(..., lanes)`` words: pairs (0,1), (2,3), ...
-    level by level (:func:`rdu.pcu_model.reduce_lanes`, vectorised over rows)."""
+    level by level (:func:`rdu.pcu_reference.reduce_lanes`, vectorised over rows)."""
     level = words
     while level.shape[-1] > 1:
         left, right = level[..., 0::2], level[..., 1::2]
-        level = fpmodel.fmax(left, right) if reduce_max else fpmodel.add(left, right)
+        level = fp.fmax(left, right) if reduce_max else fp.add(left, right)
     return level
 
 
@@ -129,7 +131,7 @@ def exact_rows(graph, inputs, lanes):
     """``{output: uint32 array}`` of a row-wise graph with the PCU chain's arithmetic
     (:mod:`rdu.compiler.lower_rows`): element-wise operators per lane, a reduction
     accumulated lane-wise over the row's beats in order (``op(x_j, acc)``, from ``0`` or
-    ``-inf``) then the cross-lane tree, exp and reciprocal as :mod:`rdu.fpmodel`."""
+    ``-inf``) then the cross-lane tree, exp and reciprocal as :mod:`rdu.models.fp`."""
     values = {}
     for node in graph.live_nodes():
         args = [values[id(i)] for i in node.inputs]
@@ -138,23 +140,22 @@ def exact_rows(graph, inputs, lanes):
         elif node.op == "const":
             value = np.float32(node.attrs["value"]).view(np.uint32)
         elif node.op == "binary":
-            from .frontend import ELEMENTWISE
             a, b = args
             zero = np.uint32(0)
-            value = fpmodel.apply(_op_code(ELEMENTWISE[node.attrs["fn"]]), a, b, zero)
+            value = fp.apply(_op_code(ELEMENTWISE[node.attrs["fn"]]), a, b, zero)
         elif node.op == "unary":
             (x,) = args
             fn = node.attrs["fn"]
-            value = (fpmodel.exp(x) if fn == "exp" else fpmodel.reciprocal(x)
-                     if fn == "reciprocal" else fpmodel.to_bf16(x) if node.dtype == "bf16"
+            value = (fp.exp(x) if fn == "exp" else fp.reciprocal(x)
+                     if fn == "reciprocal" else fp.to_bf16(x) if node.dtype == "bf16"
                      else x)
         elif node.op == "reduce":
             (x,) = args
             rows, length = x.shape
             beats = x.reshape(rows, length // lanes, lanes)
             is_max = node.attrs["fn"] == "max"
-            acc = np.full((rows, lanes), fpmodel.NEG_INF if is_max else 0, np.uint32)
-            combine = fpmodel.fmax if is_max else fpmodel.add
+            acc = np.full((rows, lanes), fp.NEG_INF if is_max else 0, np.uint32)
+            combine = fp.fmax if is_max else fp.add
             for j in range(beats.shape[1]):
                 acc = combine(beats[:, j], acc)
             value = _lane_tree(acc, is_max)
@@ -166,7 +167,6 @@ def exact_rows(graph, inputs, lanes):
 
 
 def _op_code(name):
-    from hdl.fp import Op
     return Op[name] if isinstance(name, str) else Op(name)
 
 
@@ -234,7 +234,7 @@ def float64_outputs(graph, inputs):
             (x, ex), = args
             result = (np.broadcast_to(x, node.shape), np.broadcast_to(ex, node.shape))
         elif node.op == "attention":
-            from .attention import attention64, scale_value
+            from ..attention import attention64, scale_value
             (q, _), (k, _), (v, _) = args
             result = attention64(q, k, v, scale_value(q.shape[2], node.attrs.get("scale")),
                                  node.attrs.get("causal", False))

@@ -2,8 +2,8 @@
 
 :class:`FunctionalMachine` is what a host sees of an :class:`hdl.system.RDUSystem`
 and its memories (``docs/system.md``), at the level of the functional model
-(:mod:`rdu.funcmodel`): one persistent byte memory (HBM, DDR and host window of the
-:class:`rdu.machine.Machine`), one :class:`rdu.funcmodel.FunctionalArray` whose
+(:mod:`rdu.models.array`): one persistent byte memory (HBM, DDR and host window of the
+:class:`rdu.machine.Machine`), one :class:`rdu.models.array.FunctionalArray` whose
 configuration registers and PMU SRAM persist, the configuration loader
 (:class:`rdu.config_loader.ConfigLoader`), and the AGCU commands of ``hdl/agcu.py``
 (``COPY``, ``PROGRAM_LOAD``, ``ARGUMENT_LOAD``, ``EXECUTE``) with the hardware's
@@ -27,18 +27,11 @@ from hdl.config_net import LoaderState
 from hdl.interfaces import config_words
 from hdl.orchestrator import DEFAULT_COMMANDS
 
-from .bitstream import ConfigStatus
-from .config_loader import ConfigLoader
-from .funcmodel import (
-    CommandError,
-    FlatMemory,
-    FunctionalArray,
-    LoaderError,
-    ModelError,
-    RunResult,
-    UnitError,
-)
-from .memory_map import BURST_BOUNDARY
+from ..bitstream import ConfigStatus
+from ..config_loader import ConfigLoader
+from ..memory_map import BURST_BOUNDARY
+from .array import FunctionalArray, RunResult
+from .shared import CommandError, FlatMemory, LoaderError, ModelError, UnitError
 
 __all__ = ["FunctionalMachine", "CommandResult", "ScheduleRun", "AGCUOp", "AGCUError"]
 
@@ -56,7 +49,7 @@ class CommandResult:
     ``bitstream_out``; ``config_state`` / ``config_status``: after a ``PROGRAM_LOAD``
     on AGCU 0, the loader's state name (``LOADED``, ``ERROR``, ...) and its
     :class:`rdu.bitstream.ConfigStatus` (``host.error``); ``run``: the
-    :class:`rdu.funcmodel.RunResult` of an ``EXECUTE``.
+    :class:`rdu.models.array.RunResult` of an ``EXECUTE``.
     """
     agcu: int
     op: int
@@ -78,7 +71,7 @@ class CommandResult:
         return f"AGCU {self.agcu}: {op} ended with {self.error.name}{detail}"
 
     def check(self):
-        """Raise :class:`rdu.funcmodel.CommandError` unless the command succeeded;
+        """Raise :class:`rdu.models.shared.CommandError` unless the command succeeded;
         returns the result otherwise."""
         if not self.ok:
             raise CommandError(self.agcu, self.error, self.message(), self.op)
@@ -110,9 +103,9 @@ class FunctionalMachine:
 
     Attributes
     ----------
-    memory : rdu.funcmodel.FlatMemory
+    memory : rdu.models.shared.FlatMemory
         The HBM, DDR and host window (``machine.regions()``); kept across programs.
-    array : rdu.funcmodel.FunctionalArray
+    array : rdu.models.array.FunctionalArray
         The tile array; its configuration words and PMU SRAM are kept across programs.
     loader : rdu.config_loader.ConfigLoader
         The configuration loader fed by AGCU 0's ``PROGRAM_LOAD``.
@@ -333,8 +326,8 @@ class FunctionalMachine:
         """``host.start`` and ``EXECUTE`` on each AGCU of ``agcus`` (the run sequence of
         ``docs/system.md``): queued ``ARGUMENT_LOAD`` words enter the array's scalar edge
         inputs, the AGCUs send their launch tokens and run their patterns. Returns the
-        :class:`rdu.funcmodel.RunResult`; raises :class:`rdu.funcmodel.ModelDeadlock`,
-        :class:`rdu.funcmodel.UnitError` (:class:`CommandError` for AGCU errors), or
+        :class:`rdu.models.array.RunResult`; raises :class:`rdu.models.shared.ModelDeadlock`,
+        :class:`rdu.models.shared.UnitError` (:class:`CommandError` for AGCU errors), or
         :class:`LoaderError` when the array cannot start (no loaded configuration: the
         hardware ignores ``start`` and the AGCUs' launch tokens never enter)."""
         agcus = list(agcus)
@@ -429,7 +422,7 @@ class FunctionalMachine:
         from hdl.orchestrator import COMMAND_BYTES, FETCH_INDEX, ScheduleError, ScheduleOp
         from hdl.sequencer import ErrorSource
 
-        from .schedule import agcus_of, decode
+        from ..schedule import agcus_of, decode
         run = ScheduleRun([])
 
         def fail(index, source, code=0, unit=0, detail=""):
