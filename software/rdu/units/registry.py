@@ -38,10 +38,10 @@ from . import pcu as pcu_encoder
 from . import pmu as pmu_encoder
 from . import switch as switch_encoder
 
-__all__ = ["UnitPieces", "UNITS", "unit_layouts", "PCUVariant", "PCU_VARIANTS"]
+__all__ = ["UnitPieces", "UNITS", "unit_layouts", "fields_as_stored", "PCUVariant", "PCU_VARIANTS"]
 
 
-def _fields_as_stored(fields):
+def fields_as_stored(fields):
     """The decoder of a unit whose fields are all numbers (PMU, AGCU)."""
     return fields
 
@@ -102,14 +102,14 @@ UNITS = {
         pcu_encoder.named_fields, PCUModel, pcu_reference, "docs/pcu.md",
         ("tests/test_pcu.py", "tb/suites/pcu.py")),
     UnitKind.PMU: UnitPieces(
-        UnitKind.PMU, PMU, pmu_config_layout, (), pmu_encoder.encode, _fields_as_stored,
+        UnitKind.PMU, PMU, pmu_config_layout, (), pmu_encoder.encode, fields_as_stored,
         PMUModel, affine, "docs/pmu.md", ("tests/test_pmu.py", "tb/suites/pmu.py")),
     UnitKind.SWITCH: UnitPieces(
         UnitKind.SWITCH, Switch, switch_config_layout, (), switch_encoder.encode_all,
         switch_encoder.named_fields, SwitchNetworkModel, None, "docs/switch.md",
         ("tests/test_switch.py", "tb/suites/switch.py")),
     UnitKind.AGCU: UnitPieces(
-        UnitKind.AGCU, AGCU, agcu_config_layout, (), agcu_encoder.encode, _fields_as_stored,
+        UnitKind.AGCU, AGCU, agcu_config_layout, (), agcu_encoder.encode, fields_as_stored,
         AGCUModel, affine, "docs/agcu.md", ("tests/test_agcu.py", "tb/suites/agcu.py")),
 }
 
