@@ -199,7 +199,7 @@ def test_model_queues_have_the_hardware_depths():
     array = model_array.FunctionalArray(2, 2, 4, capacity_bytes=1024)
     assert array.fifo_depth == switch.FIFO_DEPTH
     array.loaded = True
-    switch_inputs, _, _, units, _ = array._build(None, [])
+    switch_inputs, _, _, units, _ = array.build_run(None, [])
     for (row, col, _), queues in switch_inputs.items():
         assert [queue.capacity for queue in queues[:4]] == [switch.FIFO_DEPTH] * 4
         if array.unit_kind(row, col) == model_array.UnitKind.PCU:

@@ -7,7 +7,8 @@ import pytest
 from rdu.bitstream import BitstreamError, ConfigStatus, Geometry, Record, UnitKind, write_bitstream
 from rdu.memory_map import HBM
 from rdu.models import pcu_reference
-from rdu.models.array import FunctionalArray, run_program
+from rdu.models.array import FunctionalArray
+from rdu.models.machine import run_program
 from rdu.models.pcu import systolic_tiles
 from rdu.models.shared import FlatMemory, ModelDeadlock, ModelError, UnitError, agcu_edge
 from rdu.program import Program

@@ -24,8 +24,8 @@ from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry
 from rdu.memory_map import DDR, HBM, HOST
 from rdu.models import pcu_reference
-from rdu.models.array import FunctionalArray, run_program
-from rdu.models.machine import AGCUError, AGCUOp, FunctionalMachine
+from rdu.models.array import FunctionalArray
+from rdu.models.machine import AGCUError, AGCUOp, FunctionalMachine, run_program
 from rdu.models.pcu import Iterations
 from rdu.models.shared import CommandError, LoaderError, ModelDeadlock, ModelError, UnitError
 from rdu.program import Program

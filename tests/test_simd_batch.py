@@ -409,7 +409,7 @@ def test_model_feedback_pcu_steps_per_beat():
     words = _chain_bitstream(lanes, config, config)
     model = FunctionalArray(2, 2, lanes, compute=True, capacity_bytes=1024)
     model.load(words)
-    _, _, _, units, _ = model._build(None, [])
+    _, _, _, units, _ = model.build_run(None, [])
     assert [unit.batch for unit in units if unit.name.startswith("PCU")] == [True, True]
     # B's vectors back to A's vector_in1: (1,1) north <- local, (0,1) west <- south
     from hdl.switch import Source as Sel
@@ -417,7 +417,7 @@ def test_model_feedback_pcu_steps_per_beat():
     words = _chain_bitstream(lanes, config, config, extra=[
         ((1, 1, "vector", NORTH), Sel.LOCAL), ((0, 1, "vector", WEST), Sel.SOUTH)])
     model.load(words)
-    _, _, _, units, _ = model._build(None, [])
+    _, _, _, units, _ = model.build_run(None, [])
     assert [unit.batch for unit in units if unit.name.startswith("PCU")] == [False, False]
     outcome = _run_both(lanes, words, {("vector", 0): [[1, 2, 3, 4]] * 8,
                                        ("control", 0): [0], ("control", 3): [0]})

@@ -82,7 +82,7 @@ def test_model_builds_from_the_registry():
     model = FunctionalArray(2, 2, 4, capacity_bytes=1024)
     assert model.layouts == unit_layouts(4, 4)
     model.loaded = True
-    _, _, switches, units, _ = model._build(None, [])
+    _, _, switches, units, _ = model.build_run(None, [])
     assert {type(unit) for unit in units} == {UNITS[UnitKind.PCU].model,
                                               UNITS[UnitKind.PMU].model}
     assert {type(net) for net in switches} == {UNITS[UnitKind.SWITCH].model}

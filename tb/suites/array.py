@@ -242,7 +242,7 @@ async def array_mesh_routes(bench, *, rows, cols, lanes, count, in_stall="random
     widths = {"vector": 32 * lanes, "scalar": 32, "control": 1}
     delivered = 0
     multicasts = 0
-    edge_inputs, expected = {}, {}           # the run as edge items (for rdu.funcmodel)
+    edge_inputs, expected = {}, {}           # the run as edge items (for rdu.models.array)
     for network in NETWORKS:
         for source, dests in routes[network]:
             if network == "control":

@@ -6,6 +6,6 @@
 * the functional model, item by item: :mod:`rdu.models.shared` (queues, lazy items,
   flat memory, errors), one module per unit (:mod:`rdu.models.switch`,
   :mod:`rdu.models.pmu`, :mod:`rdu.models.pcu`, :mod:`rdu.models.agcu`), the array
-  (:mod:`rdu.models.array`: ``FunctionalArray``, ``run_program``) and the machine
-  (:mod:`rdu.models.machine`: memory, AGCU commands, program sequences).
+  (:mod:`rdu.models.array`: ``FunctionalArray``) and the machine
+  (:mod:`rdu.models.machine`: memory, AGCU commands, program sequences, ``run_program``).
 """

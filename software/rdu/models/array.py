@@ -49,7 +49,7 @@ from .shared import (
 )
 from .switch import DIRECTION_NAMES, SwitchNetworkModel
 
-__all__ = ["RunResult", "FunctionalArray", "run_program"]
+__all__ = ["RunResult", "FunctionalArray"]
 
 # Switch input indices (hdl.switch.Port: the four directions, then the unit's output).
 NORTH, EAST, SOUTH, WEST, LOCAL = Port
@@ -171,7 +171,10 @@ class FunctionalArray:
         return self.sram[row, col]
 
     # -- building the queues and units for a run ----------------------------------------
-    def _build(self, memory, execute):
+    def build_run(self, memory, execute):
+        """The queues and unit models of one run: ``(switch_inputs, edge_out, switches,
+        units, agcus)``; the AGCUs in ``execute`` run kernel execute when ``memory`` is
+        given. Each unit's model is its kind's in :data:`rdu.units.registry.UNITS`."""
         rows, cols, lanes = self.rows, self.cols, self.lanes
         depth = self.fifo_depth
         switch_inputs = {}
@@ -303,7 +306,7 @@ class FunctionalArray:
                 cfg = self.config(UnitKind.AGCU, 0, index)
                 if cfg["load_enable"] or cfg["store_enable"]:
                     execute.append(index)
-        switch_inputs, edge_out, switches, units, agcus = self._build(memory, execute or [])
+        switch_inputs, edge_out, switches, units, agcus = self.build_run(memory, execute or [])
         sources = []
         for (network, edge), items in (edge_inputs or {}).items():
             if network not in NETWORKS:
@@ -419,19 +422,3 @@ class FunctionalArray:
                    for name, (address, count) in program.outputs.items()}
         return outputs, result
 
-
-def run_program(program, *, compute=True, stages=4, capacity_bytes=65536,
-                max_items=50_000_000):
-    """Run ``program`` on a fresh :class:`rdu.models.machine.FunctionalMachine` of
-    ``program.geometry`` (rows, cols, lanes, agcus, agcu_positions) with these
-    parameters: the program is loaded through AGCU 0's ``PROGRAM_LOAD`` as the
-    hardware does. Returns ``({name: uint32 array}, RunResult)``; a rejected bitstream
-    raises :class:`LoaderError` (also a ``BitstreamError``)."""
-    # rdu.models.machine builds on this module: imported here, not at the top
-    from ..machine import Machine
-    from .machine import FunctionalMachine
-    geometry = program.geometry
-    machine = Machine(rows=geometry["rows"], cols=geometry["cols"], lanes=geometry["lanes"],
-                      stages=stages, pmu_bytes=capacity_bytes, agcus=geometry.get("agcus", 2),
-                      agcu_positions=geometry.get("agcu_positions"), compute=compute)
-    return FunctionalMachine(machine, max_items=max_items).run_program(program)

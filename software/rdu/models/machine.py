@@ -29,11 +29,13 @@ from hdl.orchestrator import DEFAULT_COMMANDS
 
 from ..bitstream import ConfigStatus
 from ..config_loader import ConfigLoader
+from ..machine import Machine
 from ..memory_map import BURST_BOUNDARY
 from .array import FunctionalArray, RunResult
 from .shared import CommandError, FlatMemory, LoaderError, ModelError, UnitError
 
-__all__ = ["FunctionalMachine", "CommandResult", "ScheduleRun", "AGCUOp", "AGCUError"]
+__all__ = ["FunctionalMachine", "CommandResult", "ScheduleRun", "AGCUOp", "AGCUError",
+           "run_program"]
 
 ADDRESS_SPACE = 1 << 32
 
@@ -500,3 +502,17 @@ class FunctionalMachine:
         what an earlier one stored. Returns ``[(outputs, RunResult)]``, one per
         program; the first failure raises (its message names the program)."""
         return [self.run_program(program) for program in programs]
+
+
+def run_program(program, *, compute=True, stages=4, capacity_bytes=65536,
+                max_items=50_000_000):
+    """Run ``program`` on a fresh :class:`FunctionalMachine` of
+    ``program.geometry`` (rows, cols, lanes, agcus, agcu_positions) with these
+    parameters: the program is loaded through AGCU 0's ``PROGRAM_LOAD`` as the
+    hardware does. Returns ``({name: uint32 array}, RunResult)``; a rejected bitstream
+    raises :class:`LoaderError` (also a ``BitstreamError``)."""
+    geometry = program.geometry
+    machine = Machine(rows=geometry["rows"], cols=geometry["cols"], lanes=geometry["lanes"],
+                      stages=stages, pmu_bytes=capacity_bytes, agcus=geometry.get("agcus", 2),
+                      agcu_positions=geometry.get("agcu_positions"), compute=compute)
+    return FunctionalMachine(machine, max_items=max_items).run_program(program)
