@@ -22,7 +22,6 @@ def execute_error(agcu, code, detail):
                         AGCUOp.EXECUTE)
 
 
-
 class AGCUModel(Unit):
     """An AGCU running kernel execute: launch token, load and store patterns."""
 

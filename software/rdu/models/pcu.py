@@ -40,7 +40,6 @@ class TileResult:
         self.pcu, self.a, self.b, self.value = pcu, a, b, None
 
 
-
 class SimdBatch:
     """Consecutive iterations of one SIMD run taken but not computed yet: their input
     items (possibly lazy themselves) and, once computed, what they emitted."""
@@ -93,12 +92,10 @@ class SimdRun:
         batch.vectors, batch.reductions = vectors, reductions
 
 
-
 def systolic_tiles(a_columns, b_rows):
     """Many systolic tiles at once: ``a_columns``, ``b_rows`` are (tiles, K, lanes);
     returns (tiles, lanes, lanes) (:func:`rdu.models.pcu_reference.systolic_accumulate`)."""
     return pcu_reference.systolic_accumulate(a_columns, b_rows)
-
 
 
 class Iterations:

@@ -70,7 +70,6 @@ def agcu_edge(index, rows):
     return row if side == "west" else rows + row
 
 
-
 class Queue:
     """A bounded FIFO of items (``capacity`` may change, e.g. an AGCU store's demand)."""
     __slots__ = ("items", "capacity", "name")
@@ -82,7 +81,6 @@ class Queue:
 
     def full(self):
         return len(self.items) >= self.capacity
-
 
 
 class Lazy:
@@ -101,7 +99,6 @@ class LazyRow(Lazy):
         if self.tile.value is None:
             self.tile.pcu.compute_pending()
         return self.tile.value[self.row]
-
 
 
 class LazyVector(Lazy):
@@ -142,8 +139,6 @@ def item_vectors(items, lanes):
     if not items:
         return np.zeros((0, lanes), dtype=np.uint32)
     return np.array([item_vector(item) for item in items], dtype=np.uint32).reshape(-1, lanes)
-
-
 
 
 class FlatMemory:
@@ -197,8 +192,8 @@ class FlatMemory:
         self.write(address, np.asarray(words, dtype="<u4").tobytes())
 
 
-
 class Unit:
+    """The interface of every unit model: the array steps each until nothing moves."""
     name = "unit"
 
     def step(self):
