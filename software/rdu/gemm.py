@@ -11,8 +11,7 @@ import numpy as np
 
 from . import pcu_model
 from .compiler import compile_graph, machine_geometry
-from .compiler.fuse import MatmulGroup
-from .compiler.tile import tile_matmul
+from .compiler.families.matmul import MatmulGroup, tile_matmul
 from .frontend import Graph
 from .layout import Image
 from .mapper import ArrayGeometry
