@@ -9,6 +9,7 @@ from .base import Family
 from .matmul import MATMUL
 from .mlp import MLP
 from .rows import ROWS
+from .scale_shift import SCALE_SHIFT
 
 __all__ = ["FAMILIES", "Family", "family_named"]
 
@@ -17,6 +18,7 @@ FAMILIES: tuple[Family, ...] = (
     ATTENTION,
     MLP,
     MATMUL,
+    SCALE_SHIFT,
     ROWS,
 )
 
