@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .group import Group, Tiling
+
 if TYPE_CHECKING:
     from ..frontend import Graph
     from ..ir import Kernel
@@ -24,7 +26,6 @@ if TYPE_CHECKING:
     from ..machine import Machine
     from ..mapper import ArrayGeometry, Mapping
     from ..program import Program
-    from .families.base import Group, Tiling
 
 __all__ = ["CompileError", "PassSelectionError", "Pass", "PASSES", "register",
            "Compilation", "ImagePlan", "GIVEN", "select_passes"]

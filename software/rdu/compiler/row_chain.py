@@ -30,7 +30,7 @@ load's launch token.
 from dataclasses import dataclass, field
 
 from ..fpmodel import NEG_INF
-from ..frontend import ELEMENTWISE
+from ..frontend import ELEMENTWISE, Node
 from .core import CompileError
 from .lower import f32_word
 
@@ -43,15 +43,15 @@ _NEG_INF = int(NEG_INF)
 class RowPCU:
     """One SIMD PCU of the chain being formed."""
     name: str
-    in0: object = None              # frontend Node whose stream feeds vector_in0
+    in0: Node | None = None              # frontend Node whose stream feeds vector_in0
     in0_clock: bool = False         # in0 is a row clock (a producer's vector_out)
-    in1: object = None
-    scalar: object = None           # frontend Node (a per-row scalar) on scalar_in
+    in1: Node | None = None
+    scalar: Node | None = None           # frontend Node (a per-row scalar) on scalar_in
     stages: list = field(default_factory=list)
     tail: str = "NONE"
     reduce: str = "NONE"
-    row_value: object = None        # the node its vector_out carries (row PCUs)
-    scalar_value: object = None     # the node its scalar_out carries
+    row_value: Node | None = None        # the node its vector_out carries (row PCUs)
+    scalar_value: Node | None = None     # the node its scalar_out carries
     per_row: bool = False           # one iteration a row (scalar PCUs)
     clock_users: int = 0
 

@@ -36,10 +36,12 @@ from ... import reference
 from ...attention import AttentionError, AttentionShape
 from ...attention import images as attention_images
 from ...fpmodel import NEG_INF
+from ...frontend import Node
 from ...ir import AccessPattern, Kernel
 from ..core import CompileError
+from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, place_images
-from .base import Family, Group, Lowered, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, pcu_programs, unsupported
 
 __all__ = ["AttentionGroup", "AttentionFamily", "ATTENTION", "ATTENTION_CHUNK",
            "tile_attention", "lower_attention"]
@@ -54,12 +56,12 @@ _NEG_INF = int(NEG_INF)
 class AttentionGroup(Group):
     """``out = attention(q, k, v)``: the whole chain of ``docs/attention.md``, one
     configuration."""
-    q: object
-    k: object
-    v: object
+    q: Node
+    k: Node
+    v: Node
     scale: float
     output: str
-    node: object
+    node: Node
     causal: bool = False
 
     def describe(self):

@@ -2,57 +2,28 @@
 tiling, its lowering, its placement hints, the program metadata it records and its
 reference (``docs/compiler.md``, "Adding a kernel family").
 
-The passes dispatch on a group's :attr:`Group.family`, never on a name: ``fuse`` asks
-each registered family (:data:`rdu.compiler.families.FAMILIES`, in order) whether it
-:meth:`~Family.claims` an output's graph and lets the first that does :meth:`~Family.
-fuse` it into a :class:`Group`; ``tile``, ``lower``, ``place`` and ``emit`` call the
-group's family.
+The passes dispatch on a group's family (:attr:`rdu.compiler.group.Group.family`),
+never on a name: ``fuse`` asks each registered family
+(:data:`rdu.compiler.families.FAMILIES`, in order) whether it :meth:`~Family.claims` an
+output's graph and lets the first that does :meth:`~Family.fuse` it into a group;
+``tile``, ``lower``, ``place`` and ``emit`` call the group's family.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ...ir import Kernel
-from ...layout import Image
-from ..core import CompileError
+from ..core import Compilation, CompileError
+from ..group import Group, Lowered, Tiling
 
 if TYPE_CHECKING:
     from ...frontend import Graph, Node
     from ...program import Program
-    from ..core import Compilation
 
-__all__ = ["Family", "Group", "Tiling", "Lowered", "pcu_programs", "unsupported",
-           "is_bf16_input"]
-
-
-class Tiling(Protocol):
-    """What a family's :meth:`Family.tile` returns: its choice of tiles (any frozen
-    dataclass with a one-line description)."""
-
-    def describe(self) -> str: ...
-
-
-class Group:
-    """One fused configuration's work, built by its family's fusion rule; ``output``
-    names the graph output it computes."""
-    family: ClassVar[Family]
-    output: str
-
-    def describe(self) -> str:
-        raise NotImplementedError
-
-
-@dataclass
-class Lowered:
-    """What a family's lowering produces: the IR and where its images go."""
-    kernel: Kernel
-    images: dict[str, Image]
-    addresses: dict[str, int]
-    bitstream_address: int
+__all__ = ["Family", "pcu_programs", "unsupported", "is_bf16_input"]
 
 
 class Family:

@@ -47,12 +47,13 @@ each tile. When no placement routes, the driver tiles again with one systolic PC
 from dataclasses import dataclass, field
 
 from ... import reference
-from ...frontend import ELEMENTWISE
+from ...frontend import ELEMENTWISE, Node
 from ...ir import AccessPattern, BlockOffset, Kernel
 from ...layout import Image, Piece
 from ..core import CompileError
+from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, f32_word, place_images
-from .base import Family, Group, Lowered, is_bf16_input, unsupported
+from .base import Family, is_bf16_input, unsupported
 
 __all__ = ["MatmulGroup", "MatmulTiling", "MatmulFamily", "MATMUL", "tile_matmul",
            "matmul_images", "lower_matmul", "matmul_group", "epilogue_step"]
@@ -65,9 +66,9 @@ def _pow2_at_least(value):
 @dataclass
 class MatmulGroup(Group):
     """``out = epilogue(a @ b [+ bias])``, one configuration."""
-    a: object                       # frontend.Node: input (M, K) BF16
-    b: object                       # frontend.Node: input (K, N) BF16
-    bias: object = None             # frontend.Node: input (N,) or (1, N) BF16, or None
+    a: Node                       # frontend.Node: input (M, K) BF16
+    b: Node                       # frontend.Node: input (K, N) BF16
+    bias: Node | None = None             # frontend.Node: input (N,) or (1, N) BF16, or None
     epilogue: list = field(default_factory=list)    # SIMD stages (op, a, b, c, constant)
     output: str = ""
     out_dtype: str = "fp32"

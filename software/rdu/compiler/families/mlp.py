@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from ... import reference
 from ...ir import AccessPattern, Kernel
 from ..core import CompileError
+from ..group import Group, Lowered
 from ..lower import BF16, WORD, check_layout, place_images
 from ..row_chain import RowChainBuilder
-from .base import Family, Group, Lowered, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, pcu_programs, unsupported
 from .matmul import MatmulGroup, MatmulTiling, matmul_group, matmul_images, tile_matmul
 from .rows import RowGroup
 

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import affine, reference
+from ...frontend import Node
 from ...ir import AccessPattern, Kernel
 from ...layout import Image, Piece
 from ..core import CompileError
+from ..group import Group, Lowered
 from ..lower import COUNT_LIMIT, WORD, ceil_div, place_images
 from ..row_chain import RowChainBuilder, ancestors
-from .base import Family, Group, Lowered, pcu_programs, unsupported
+from .base import Family, pcu_programs, unsupported
 
 __all__ = ["RowGroup", "RowTiling", "RowsFamily", "ROWS", "tile_rows", "lower_rows",
            "walk_rows"]
@@ -26,10 +28,10 @@ __all__ = ["RowGroup", "RowTiling", "RowsFamily", "ROWS", "tile_rows", "lower_ro
 class RowGroup(Group):
     """``out = f(x)`` row by row: ``nodes`` in order, each a row ``(R, L)`` or a per-row
     scalar ``(R, 1)`` value."""
-    x: object
+    x: Node
     nodes: list
     output: str
-    out_node: object = None
+    out_node: Node | None = None
 
     @property
     def rows(self):

@@ -20,11 +20,13 @@ even, which :func:`rdu.reference.exact_rows` computes bit for bit.
 from dataclasses import dataclass
 
 from ... import reference
+from ...frontend import Node
 from ...ir import AccessPattern, Kernel
 from ...layout import Image, Piece
 from ..core import CompileError
+from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, check_layout, place_images
-from .base import Family, Group, Lowered, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, pcu_programs, unsupported
 
 __all__ = ["ScaleShiftGroup", "ScaleShiftTiling", "ScaleShiftFamily", "SCALE_SHIFT"]
 
@@ -32,9 +34,9 @@ __all__ = ["ScaleShiftGroup", "ScaleShiftTiling", "ScaleShiftFamily", "SCALE_SHI
 @dataclass
 class ScaleShiftGroup(Group):
     """``output = x * g + b`` row by row."""
-    x: object
-    g: object
-    b: object
+    x: Node
+    g: Node
+    b: Node
     output: str
 
     def describe(self):
