@@ -833,8 +833,9 @@ def _parser():
                                f"written by a pass before it, e.g. fuse,tile,lower (no "
                                f"program is written without emit)")
     compile_.add_argument("--skip", metavar="PASS", action="append",
-                          help="leave pass PASS out (repeatable); refused when a pass "
-                               "after it reads what it writes (e.g. --skip check)")
+                          help="leave pass PASS out (repeatable; --skip check: no "
+                               "deadlock check); refused when a pass after it reads "
+                               "what it writes")
     compile_.set_defaults(func=cmd_compile, usage_error=compile_.error)
 
     inspect = command("inspect", "print a program's manifest and every unit's fields")

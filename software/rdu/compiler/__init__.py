@@ -79,16 +79,16 @@ def run_passes(compilation, names):
     """Run the passes ``names`` (a :func:`~rdu.compiler.core.select_passes` selection)
     in order. When ``place`` finds no routable placement and a group's family can use
     fewer PCUs, the passes from the first that reads ``max_pcus`` run again."""
-    retry = next(i for i, name in enumerate(names) if "max_pcus" in PASSES[name].reads) \
-        if any("max_pcus" in PASSES[name].reads for name in names) else None
+    retry = next((i for i, name in enumerate(names) if "max_pcus" in PASSES[name].reads),
+                 None)
     index = 0
     while index < len(names):
         try:
             compilation.run(names[index])
         except PlacementError:
-            fewer = [group.family.fewer_pcus(tiling) for group, tiling in
-                     zip(compilation.groups, compilation.tilings or (), strict=False)]
-            fewer = [pcus for pcus in fewer if pcus is not None]
+            fewer = [pcus for group, tiling in zip(compilation.groups, compilation.tilings,
+                                                   strict=True)
+                     if (pcus := group.family.fewer_pcus(tiling)) is not None]
             if retry is None or retry > index or not fewer:
                 raise
             compilation.max_pcus = max(fewer)
