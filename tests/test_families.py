@@ -65,6 +65,21 @@ def test_scale_shift_on_the_model(shape, seed):
     assert np.all(np.abs(results["y"] - expected) <= budget)
 
 
+@pytest.mark.verilator
+def test_scale_shift_on_verilator(sim_dir, seed):
+    """The same program on the 4x4 RTL of the fused kernels: the model's words."""
+    from rdu.runtime import run_programs
+    kernel = SCALE_SHIFT_KERNEL
+    program, inputs = kernel.random_program(FUSED_MACHINE, seed, m=5, n=48)
+    rtl, = run_programs([program], "verilator", seed=seed, work_dir=sim_dir / "scale_shift")
+    model, = run_programs([program], "model")
+    assert np.array_equal(rtl.outputs["y"], model.outputs["y"])
+    results = kernel.unpack(program, rtl.outputs)
+    assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
+    assert kernel.check(program, inputs, results)[0]
+    print(f"scale_shift 5 x 48 on the 4x4 RTL: {rtl.cycles} cycles")
+
+
 def test_scale_shift_exact_reference_can_fail(seed):
     kernel = SCALE_SHIFT_KERNEL
     program = kernel.compile(FUSED_MACHINE, m=4, n=16)
