@@ -37,6 +37,7 @@ from ..machine import Machine
 from ..mapper import ArrayGeometry, MappingError
 from . import bind, check, emit, encode, fuse, lower, place, tile  # noqa: F401 (register)
 from .core import PASSES, Compilation, CompileError, PassSelectionError, select_passes
+from .lower import WORD
 from .place import PlacementError
 
 __all__ = ["compile_graph", "CompileError", "PassSelectionError", "PIPELINE", "PASSES",
@@ -44,7 +45,6 @@ __all__ = ["compile_graph", "CompileError", "PassSelectionError", "PIPELINE", "P
 
 #: The passes in the order they run.
 PIPELINE = ("fuse", "tile", "lower", "place", "bind", "check", "encode", "emit")
-WORD = 4
 
 
 def pass_table():

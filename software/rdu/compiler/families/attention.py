@@ -253,7 +253,7 @@ class AttentionFamily(Family):
 
     def meta(self, group, t, kernel):
         return {
-            "group": "attention", "mode": t.mode, "seq": t.seq, "dim": t.dim,
+            "group": self.name, "mode": t.mode, "seq": t.seq, "dim": t.dim,
             "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
             "scale": t.scale, "causal": t.causal, "passes": len(t.passes()),
             "pcus": kernel.units_needed()["pcu"], "macs": t.macs,

@@ -416,7 +416,7 @@ class MatmulFamily(Family):
 
     def meta(self, group, t, kernel):
         return {
-            "group": "matmul", "m": t.m, "n": t.n, "k": t.k, "pcus": t.pcus,
+            "group": self.name, "m": t.m, "n": t.n, "k": t.k, "pcus": t.pcus,
             "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
             "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
             "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,

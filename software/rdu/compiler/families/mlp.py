@@ -229,7 +229,7 @@ class MlpFamily(Family):
     def meta(self, group, t, kernel):
         t1, t2 = t.first, t.second
         return {
-            "group": "mlp", "m": t1.m, "d": t1.k, "f": t1.n, "pcus":
+            "group": self.name, "m": t1.m, "d": t1.k, "f": t1.n, "pcus":
             kernel.units_needed()["pcu"], "k_pad": [t1.k_pad, t2.k_pad], "macs": t.macs,
             "operands": [group.first.a.name, group.first.b.name, group.second.b.name],
             "chain": [node.describe() for node in group.chain.nodes],

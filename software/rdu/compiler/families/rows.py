@@ -247,7 +247,7 @@ class RowsFamily(Family):
                                    state.machine.stages, state.plan))
 
     def meta(self, group, t, kernel):
-        return {"group": "rows", "rows": t.rows, "length": t.length,
+        return {"group": self.name, "rows": t.rows, "length": t.length,
                 "pcus": kernel.units_needed()["pcu"], "buffers": t.buffers, "macs": 0,
                 "pcu_programs": pcu_programs(kernel)}
 

@@ -153,7 +153,7 @@ class ScaleShiftFamily(Family):
         return Lowered(kernel, images, addresses, bitstream_address)
 
     def meta(self, group, t, kernel):
-        return {"group": "scale_shift", "rows": t.rows, "length": t.length,
+        return {"group": self.name, "rows": t.rows, "length": t.length,
                 "pcus": kernel.units_needed()["pcu"], "macs": 0,
                 "operands": [group.x.name, group.g.name, group.b.name],
                 "pcu_programs": pcu_programs(kernel)}
