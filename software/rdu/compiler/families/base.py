@@ -35,8 +35,9 @@ class Family:
     placement_seed: ClassVar[str] = ""
     #: Long chains of units: anneal each random placement before routing it.
     anneal: ClassVar[bool] = False
-    #: A registered kernel (:data:`rdu.kernels.KERNELS`) of this family and its shape:
-    #: what the benchmarks and the docs compile as its example (None: none registered).
+    #: A registered kernel (:data:`rdu.kernels.KERNELS`) of this family and a shape of
+    #: it: its example (``tests/test_families.py`` compiles each into this family; None:
+    #: no kernel registered).
     benchmark: ClassVar[tuple[str, dict] | None] = None
 
     def claims(self, graph: Graph) -> bool:
