@@ -223,10 +223,12 @@ def _program_for(args):
             return kernel, compile_unfused(kernel.name, _machine(args, kernel.machine),
                                            **params), arrays, sources
         state = []
-        program = kernel.compile(_machine(args, kernel.machine), state=state, **params)
+        program = kernel.compile(_machine(args, kernel.machine), state=state,
+                                 passes=getattr(args, "passes_selected", None),
+                                 skip=getattr(args, "passes_skipped", ()), **params)
+        compilation = args.compilation = state[0]
         dump = getattr(args, "dump_after", None)
         if dump:
-            compilation, = state
             for name, text in compilation.dumps.items():
                 if dump in (name, "all"):
                     print(f"== after {name} ({compilation.seconds[name] * 1000:.1f} ms)\n"
@@ -261,10 +263,36 @@ def _program_for(args):
     return kernel, program, arrays, sources
 
 
+def _pass_selection(args):
+    """The passes ``rdu compile`` runs (``--passes``, ``--skip``), checked: one line
+    naming a pass that does not exist or whose input a skipped pass writes."""
+    from rdu.compiler import PIPELINE, PassSelectionError
+    from rdu.compiler.core import select_passes
+    from rdu.kernels import KERNELS
+    passes = [name.strip() for name in args.passes.split(",")] if args.passes else None
+    skip = tuple(args.skip or ())
+    if (passes or skip) and args.target not in KERNELS:
+        raise CommandError(f"{args.target}: --passes and --skip compile a kernel by name")
+    try:
+        names = select_passes(PIPELINE, passes, skip)
+    except PassSelectionError as error:
+        raise CommandError(f"{'--skip' if skip else '--passes'}: {error}") from None
+    return passes, skip, names[-1] == PIPELINE[-1]
+
+
 def cmd_compile(args):
     start = time.perf_counter()
-    _check_output(args.output)
+    args.passes_selected, args.passes_skipped, emits = _pass_selection(args)
+    if emits and not args.output:
+        args.usage_error("the following arguments are required: -o/--output")
+    if args.output:
+        _check_output(args.output)
     kernel, program, _, _ = _program_for(args)
+    if program is None:
+        ran = ", ".join(args.compilation.seconds)
+        _report({"passes": ran, "program": "none (emit did not run: no file written)",
+                 "compile_seconds": round(time.perf_counter() - start, 2)}, args.json)
+        return 0
     program.write(args.output)
     if args.bitstream:
         from rdu.bitstream import to_bytes
@@ -736,8 +764,8 @@ def _parser():
     compile_ = command("compile", "compile a kernel into a program file (manifest + "
                                   "bitstream)")
     kernel_options(compile_, run=False)
-    compile_.add_argument("-o", "--output", required=True, metavar="FILE.rdu",
-                          help="program file to write")
+    compile_.add_argument("-o", "--output", metavar="FILE.rdu",
+                          help="program file to write (required when emit runs)")
     compile_.add_argument("--bitstream", metavar="FILE.bin",
                           help="also write the bare bitstream (what AGCU 0 loads)")
     compile_.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -745,7 +773,16 @@ def _parser():
     compile_.add_argument("--dump-after", metavar="PASS", choices=[*PIPELINE, "all"],
                           help=f"print what a pass produced, with its time, on stderr "
                                f"({', '.join(PIPELINE)} or all)")
-    compile_.set_defaults(func=cmd_compile)
+    compile_.add_argument("--passes", metavar="P1,P2,...",
+                          help=f"run only these passes, in pipeline order "
+                               f"({','.join(PIPELINE)}); each must find what it reads "
+                               f"written by a pass before it, e.g. fuse,tile,lower (no "
+                               f"program is written without emit)")
+    compile_.add_argument("--skip", metavar="PASS", action="append",
+                          help="leave pass PASS out (repeatable; --skip check: no "
+                               "deadlock check); refused when a pass after it reads "
+                               "what it writes")
+    compile_.set_defaults(func=cmd_compile, usage_error=compile_.error)
 
     inspect = command("inspect", "print a program's manifest and every unit's fields")
     inspect.add_argument("file", help="a program file (.rdu) or a bare bitstream")

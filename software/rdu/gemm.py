@@ -10,8 +10,7 @@ GEMM through every pass.
 import numpy as np
 
 from .compiler import compile_graph, machine_geometry
-from .compiler.fuse import MatmulGroup
-from .compiler.tile import tile_matmul
+from .compiler.families.matmul import MatmulGroup, tile_matmul
 from .frontend import Graph
 from .layout import Image
 from .mapper import ArrayGeometry

@@ -17,6 +17,7 @@ import numpy as np
 
 from .attention import query_rows
 from .compiler import compile_graph
+from .compiler.families import family_named
 from .frontend import Graph, attention, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
 from .models import pcu_reference as pcu_model
@@ -156,13 +157,15 @@ class Kernel:
     def graph(self, params):
         return self.build(**{name: params[name] for name in (*self.params, *self.choices)})
 
-    def compile(self, machine, state=None, **params):
+    def compile(self, machine, state=None, passes=None, skip=(), **params):
         """The program for ``machine``; ``state``: a list that receives the compilation
-        (:class:`rdu.compiler.core.Compilation`: dumps and times of each pass)."""
+        (:class:`rdu.compiler.core.Compilation`: dumps and times of each pass);
+        ``passes`` and ``skip``: the passes to run (:func:`rdu.compiler.compile_graph`;
+        None when ``emit`` does not run)."""
         params = {**{name: default for name, (_, default, _) in self.choices.items()},
                   **params}
         return compile_graph(self.graph(params), machine, kernel=self.name, params=params,
-                             state=state)
+                             state=state, passes=passes, skip=skip)
 
     def random_program(self, machine, seed, **params):
         """``(program, inputs)``: compiled for ``machine``, random inputs of ``seed``
@@ -200,8 +203,9 @@ class Kernel:
                 for name, words in unpack_images(program, outputs).items()}
 
     def exact(self, program):
-        """``{output: uint32 words}`` of the hardware's arithmetic on the packed inputs."""
-        return reference.exact_outputs(program, self.graph(program.params))
+        """``{output: uint32 words}`` of the hardware's arithmetic on the packed inputs
+        (the reference of the program's kernel family)."""
+        return family_named(program.meta["group"]).exact(program, self.graph(program.params))
 
     def check(self, program, inputs, results):
         """``(ok, max_abs_err)``: bit-exact against the hardware's arithmetic and within

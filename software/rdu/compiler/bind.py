@@ -58,7 +58,8 @@ def _has_offset(value):
     return False
 
 
-@register("bind", "number the row blocks in merge order and resolve block offsets")
+@register("bind", "number the row blocks in merge order and resolve block offsets",
+          reads=("kernel", "mapping"), writes=("blocks",))
 def bind(state):
     kernel = state.kernel
     blocks, first = row_blocks(kernel, state.mapping)

@@ -151,7 +151,8 @@ def check_kernel(kernel, lanes):
     return carried
 
 
-@register("check", "refuse unbalanced streams and cycles (a deadlock check)")
+@register("check", "refuse unbalanced streams and cycles (a deadlock check)",
+          reads=("kernel", "geometry", "blocks"), writes=())
 def check(state):
     carried = check_kernel(state.kernel, state.geometry.lanes)
     return "\n".join(f"  {name}: {items} items" for name, items in carried.items())

@@ -55,7 +55,8 @@ def encode_mapping(kernel, mapping, stages, agcus):
     return write_bitstream(Geometry(geometry.rows, geometry.cols, lanes), records)
 
 
-@register("encode", "unit configurations -> configuration words -> bitstream")
+@register("encode", "unit configurations -> configuration words -> bitstream",
+          reads=("kernel", "mapping", "machine", "blocks"), writes=("bitstream",))
 def encode(state):
     try:
         state.bitstream = encode_mapping(state.kernel, state.mapping, state.machine.stages,

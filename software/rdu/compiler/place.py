@@ -170,18 +170,18 @@ def _annealed_placement(geometry, kernel, paired, rng):
     return placement
 
 
-def search_placement(kernel, geometry, family):
-    """A routable placement of ``kernel`` (seeded by ``family``, the geometry and the
-    number of pairs), or None. Family ``attention`` anneals each random placement
-    (:func:`_annealed_placement`) before routing it."""
-    key = (geometry, family, _structure(kernel))
+def search_placement(kernel, geometry, seed, anneal=False):
+    """A routable placement of ``kernel`` (seeded by ``seed``, its families' placement
+    seed, the geometry and the number of pairs), or None. With ``anneal`` (families of
+    long chains: attention, mlp) each random placement is annealed
+    (:func:`_annealed_placement`) before it is routed."""
+    key = (geometry, seed, anneal, _structure(kernel))
     if key not in _CACHE:
         paired = pairs(kernel)
-        rng = random.Random(f"{family}-{geometry.rows}x{geometry.cols}-{len(paired)}")
+        rng = random.Random(f"{seed}-{geometry.rows}x{geometry.cols}-{len(paired)}")
         found = None
-        chain = family in ("attention", "mlp")          # long chains: anneal first
-        make = _annealed_placement if chain else _random_placement
-        for _ in range(ATTENTION_TRIES if chain else PLACEMENT_TRIES):
+        make = _annealed_placement if anneal else _random_placement
+        for _ in range(ATTENTION_TRIES if anneal else PLACEMENT_TRIES):
             placement = make(geometry, kernel, paired, rng)
             if placement is None:
                 continue
@@ -195,7 +195,8 @@ def search_placement(kernel, geometry, family):
     return _CACHE[key]
 
 
-@register("place", "place the IR on units and route its streams (generic search)")
+@register("place", "place the IR on units and route its streams (generic search)",
+          reads=("kernel", "geometry", "groups"), writes=("mapping",))
 def place(state):
     kernel, geometry = state.kernel, state.geometry
     needed, capacity = kernel.units_needed(), geometry.capacity()
@@ -204,9 +205,9 @@ def place(state):
              if needed[u] > capacity[u]]
     if short:
         raise PlacementError(f"{kernel.name} needs " + " and ".join(short))
-    pattern = state.groups[0].pattern
-    family = "gemm" if pattern == "matmul" else pattern   # seeds the search: kept
-    placement = search_placement(kernel, geometry, family)
+    seed = "+".join(group.family.placement_seed for group in state.groups)
+    anneal = any(group.family.anneal for group in state.groups)
+    placement = search_placement(kernel, geometry, seed, anneal)
     if placement is None:
         raise PlacementError(f"{kernel.name}: no routable placement on the "
                              f"{geometry.rows}x{geometry.cols} array in {PLACEMENT_TRIES} "

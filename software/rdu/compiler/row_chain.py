@@ -1,4 +1,5 @@
-"""Lowering of a row group (:class:`rdu.compiler.fuse.RowGroup`) to a chain of SIMD PCUs.
+"""The chain of SIMD PCUs of a row group (:class:`rdu.compiler.families.rows.RowGroup`),
+shared by the rows and mlp families' lowerings.
 
 The input streams from HBM row by row (``L / lanes`` beats a row); every value of the
 group is either a *row* stream (one beat per input beat) or a per-row *scalar* (one word a
@@ -28,43 +29,29 @@ load's launch token.
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from .. import affine
-from ..frontend import ELEMENTWISE
-from ..ir import AccessPattern, Kernel
-from ..layout import Image, Piece
+from ..frontend import ELEMENTWISE, Node
 from ..models.fp import NEG_INF
 from .core import CompileError
-from .lower import WORD, place_images
-from .tile import COUNT_LIMIT
+from .lower import f32_word
 
-__all__ = ["lower_rows", "RowPCU"]
+__all__ = ["RowPCU", "RowChainBuilder", "ancestors"]
 
 _NEG_INF = int(NEG_INF)
-
-
-def _f32_word(value):
-    return int(np.array([value], np.float32).view(np.uint32)[0])
-
-
-def _ceil(a, b):
-    return -(-a // b)
 
 
 @dataclass(eq=False)
 class RowPCU:
     """One SIMD PCU of the chain being formed."""
     name: str
-    in0: object = None              # frontend Node whose stream feeds vector_in0
+    in0: Node | None = None              # frontend Node whose stream feeds vector_in0
     in0_clock: bool = False         # in0 is a row clock (a producer's vector_out)
-    in1: object = None
-    scalar: object = None           # frontend Node (a per-row scalar) on scalar_in
+    in1: Node | None = None
+    scalar: Node | None = None           # frontend Node (a per-row scalar) on scalar_in
     stages: list = field(default_factory=list)
     tail: str = "NONE"
     reduce: str = "NONE"
-    row_value: object = None        # the node its vector_out carries (row PCUs)
-    scalar_value: object = None     # the node its scalar_out carries
+    row_value: Node | None = None        # the node its vector_out carries (row PCUs)
+    scalar_value: Node | None = None     # the node its scalar_out carries
     per_row: bool = False           # one iteration a row (scalar PCUs)
     clock_users: int = 0
 
@@ -73,7 +60,8 @@ class RowPCU:
         return self.tail != "NONE" or self.reduce != "NONE"
 
 
-def _ancestors(node):
+def ancestors(node):
+    """The ids of every node ``node`` depends on."""
     seen, stack = set(), [node]
     while stack:
         item = stack.pop()
@@ -84,7 +72,10 @@ def _ancestors(node):
     return seen
 
 
-class _Builder:
+class RowChainBuilder:
+    """The PCUs of a row group's operators, in order (the rules above): ``build()``
+    returns the :class:`RowPCU` list."""
+
     def __init__(self, group, stages):
         self.group, self.stages = group, stages
         self.pcus = []
@@ -104,7 +95,7 @@ class _Builder:
         """The stage source of ``node`` in ``pcu`` (adding it as in1 / scalar)."""
         kind = self.group.kind(node)
         if kind == "const":
-            return "CONST", _f32_word(node.attrs["value"])
+            return "CONST", f32_word(node.attrs["value"])
         if kind == "scalar":
             if pcu.scalar is not None and pcu.scalar is not node:
                 raise CompileError(f"{where.where}: two per-row scalars in one PCU stage "
@@ -204,110 +195,3 @@ class _Builder:
             else:
                 self.elementwise(node)
         return self.pcus
-
-
-def _walk(name, image_name, image, address, rows, length, beat):
-    size = 2 if image.format == "bf16" else 4
-    per_beat = beat // size
-    offsets = image.byte_offsets()
-    if rows > offsets.shape[0] or length > offsets.shape[1] or length % per_beat:
-        raise CompileError(f"{name}: {image_name!r} ({image.describe()}) cannot be walked as "
-                           f"{rows} rows of {length} in beats of {per_beat}")
-    offsets = offsets[:rows, :length]
-    starts = offsets[:, ::per_beat]
-    whole = np.all(offsets.reshape(rows, -1, per_beat) - starts[:, :, None] ==
-                   size * np.arange(per_beat))
-    found = affine.fit(starts.reshape(-1) + address, COUNT_LIMIT) if whole else None
-    if found is None:
-        raise CompileError(f"{name}: no three-level AGCU pattern walks {image_name!r} "
-                           f"({image.describe()}) row by row")
-    start, counts, strides = found
-    return AccessPattern(start, counts, strides)
-
-
-def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
-    """``(kernel, images, addresses, bitstream_address)`` of a row group; ``plan``
-    (:class:`ImagePlan`) may give the input and output images another geometry (the
-    producer's or the consumer's in a sequence of kernels): the AGCUs walk it row by
-    row."""
-    builder = _Builder(group, stages)
-    pcus = builder.build()
-    lanes, beats, rows = tiling.lanes, tiling.beats, tiling.rows
-    beat = lanes * WORD
-    x, out = group.x, group.output
-    fmt = "bf16" if x.dtype == "bf16" else "fp32"
-    out_fmt = "bf16" if group.out_node.dtype == "bf16" else "fp32"
-    images = {x.name: Image((rows, group.length), (Piece(x.name, (0, 0), (rows,
-                                                                          group.length)),),
-                            None, None, fmt),
-              out: Image((rows, group.length), (Piece(out, (0, 0), (rows, group.length)),),
-                         None, None, out_fmt)}
-    for image_name, image in list(images.items()):
-        wanted = plan.layout(image_name) if plan else None
-        if wanted is not None:
-            if wanted.format != image.format:
-                raise CompileError(f"{name}: {image_name!r} is {image.format} here, its "
-                                   f"other kernel has it as {wanted.format}")
-            images[image_name] = Image(wanted.shape, image.pieces, wanted.split,
-                                       wanted.perm, wanted.format)
-    addresses, bitstream_address = place_images(name, images, hbm_size, plan)
-    kernel = Kernel(name)
-    tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
-    pattern = _walk(name, x.name, images[x.name], addresses[x.name], rows, group.length,
-                    beat)
-    streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
-                                  config={"bf16": fmt == "bf16"})}
-    launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
-    scalar_streams = {}
-    delayed = {}
-
-    def row_stream(value, consumer):
-        """The stream of row ``value`` for PCU ``consumer`` (through a row buffer when the
-        consumer needs a scalar computed from that row)."""
-        needs_delay = consumer.scalar is not None and \
-            id(value) in _ancestors(consumer.scalar) | {id(consumer.scalar)}
-        if not needs_delay:
-            return streams[id(value)]
-        if id(value) not in delayed:
-            words = _ceil(group.length, lanes) * lanes
-            linear = AccessPattern(0, (beats, 1, 1), (lanes, 0, 0))
-            delayed[id(value)] = kernel.buffer(
-                f"rowbuf{len(delayed)}", words, [streams[id(value)]], buffers=tiling.buffers,
-                config={
-                    "write": linear, "write_lanes": 1, "read": linear, "read_lanes": 1,
-                    "buffers": tiling.buffers, "buffer_words": words, "read_repeat": 1,
-                    "read_passes": rows})
-        return delayed[id(value)]
-
-    for pcu in pcus:
-        if pcu.in0_clock:
-            in0 = kernel.output(kernel.nodes[pcu.clock_source.name], "vector_out")
-        else:
-            in0 = row_stream(pcu.in0, pcu)
-        inputs = [in0]
-        if pcu.in1 is not None:
-            inputs.append(row_stream(pcu.in1, pcu))
-        trips = (1, rows, 1) if pcu.per_row else (beats, rows, 1)
-        row_out = pcu.row_value is not None
-        result = kernel.compute(pcu.name, "map", inputs, config={
-            "mode": "simd", "trips": trips, "stages": list(pcu.stages),
-            "scalar_in": pcu.scalar is not None, "tail": pcu.tail, "reduce": pcu.reduce,
-            "emit_every": row_out, "vector_out": row_out or pcu.clock_users > 0})
-        node = kernel.nodes[pcu.name]
-        kernel.connect(launch, node, "control_in")
-        if pcu.scalar is not None:
-            kernel.connect(scalar_streams[id(pcu.scalar)], node, "scalar_in")
-        if row_out:
-            streams[id(pcu.row_value)] = result
-        if pcu.scalar_value is not None:
-            scalar_streams[id(pcu.scalar_value)] = kernel.output(node, "scalar_out")
-    final = streams.get(id(group.out_node))
-    if final is None:
-        raise CompileError(f"{group.out_node.where}: output {out!r} is not a row stream")
-    store = _walk(name, out, images[out], addresses[out], rows, group.length, beat)
-    kernel.store(final, tensors[out], store, name=f"store_{out}",
-                 config={"bf16": group.out_node.dtype == "bf16"})
-    # a PCU's vector_out nobody reads (a reduction's, when no scalar operator is clocked
-    # by it) is switched off in its configuration: drop the stream
-    kernel.streams = [s for s in kernel.streams if s.sinks or s.network == "control"]
-    return kernel, images, addresses, bitstream_address

@@ -1,4 +1,9 @@
-"""Lowering of an attention group to the streaming chain of ``docs/attention.md``.
+"""The attention family: ``out = attention(q, k, v)`` of BF16 inputs, the whole chain of
+``docs/attention.md`` in one configuration (attention fuses on its own: its result is the
+output).
+
+Tiling: chunks of :data:`ATTENTION_CHUNK` keys (fewer for a short sequence), whole AXI
+beats of BF16 keys (:func:`tile_attention`). Lowering: the streaming chain below.
 
 Eight PCUs and seven PMUs, one configuration; nothing but ``O`` leaves the array. Per
 *pass* (a key/value head and up to ``lanes`` queries, one per lane) and per chunk of
@@ -23,14 +28,97 @@ The arithmetic is :func:`rdu.attention.chain_outputs`, which the results are che
 against bit for bit.
 """
 
-from ..attention import images as attention_images
-from ..ir import AccessPattern, Kernel
-from ..models.fp import NEG_INF
-from .lower import BF16, WORD, place_images
+from dataclasses import dataclass
 
-__all__ = ["lower_attention"]
+from hdl.pcu import ACC_DEPTH
+
+from ...attention import AttentionError, AttentionShape
+from ...attention import images as attention_images
+from ...frontend import Node
+from ...ir import AccessPattern, Kernel
+from ...models import reference
+from ...models.fp import NEG_INF
+from ..core import CompileError
+from ..group import Group, Lowered
+from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, place_images
+from .base import Family, is_bf16_input, pcu_programs, unsupported
+
+__all__ = ["AttentionGroup", "AttentionFamily", "ATTENTION", "ATTENTION_CHUNK",
+           "tile_attention", "lower_attention"]
+
+#: Keys per online-softmax chunk of attention (at most; fewer for short sequences).
+ATTENTION_CHUNK = 64
 
 _NEG_INF = int(NEG_INF)
+
+
+@dataclass
+class AttentionGroup(Group):
+    """``out = attention(q, k, v)``: the whole chain of ``docs/attention.md``, one
+    configuration."""
+    q: Node
+    k: Node
+    v: Node
+    scale: float
+    output: str
+    node: Node
+    causal: bool = False
+
+    def describe(self):
+        return (f"group {self.output}: attention q{list(self.q.shape)} "
+                f"k{list(self.k.shape)} v{list(self.v.shape)}")
+
+
+def _match_attention(graph, name, out):
+    if out.op != "attention":
+        node = next(n for n in graph.live_nodes() if n.op == "attention")
+        raise unsupported(node, f"output {name!r}: attention fuses on its own (its result "
+                           f"is the output); operators around it are not fused yet")
+    for operand in out.inputs:
+        if not is_bf16_input(operand):
+            raise unsupported(out, f"output {name!r}: attention operands must be BF16 "
+                               f"inputs (got {operand.op} {operand.dtype})")
+    q, k, v = out.inputs
+    return AttentionGroup(q, k, v, out.attrs.get("scale"), name, out,
+                          out.attrs.get("causal", False))
+
+
+def tile_attention(group, geometry, machine):
+    """The :class:`rdu.attention.AttentionShape` of an attention group on ``geometry``:
+    chunks of :data:`ATTENTION_CHUNK` keys (fewer for a short sequence), whole AXI beats
+    of BF16 keys; refuses what the chain cannot hold."""
+    lanes = geometry.lanes
+    heads, rows, dim = group.q.shape
+    kv_heads, seq, _ = group.k.shape
+    step = 2 * lanes
+    chunk = min(max(step, ATTENTION_CHUNK // step * step), ceil_div(seq, step) * step)
+    try:
+        shape = AttentionShape("decode" if rows == 1 and not group.causal else "prefill",
+                               seq, dim, heads, kv_heads, lanes, chunk, group.scale,
+                               group.causal)
+    except AttentionError as error:
+        raise CompileError(f"{group.node.where}: {error}") from None
+    where = group.node.where
+    if machine.agcus < 3:
+        raise CompileError(f"{where}: attention streams Q, K and V from HBM on three AGCUs; "
+                           f"the machine has {machine.agcus} (--agcus 3)")
+    if shape.dim_pad > ACC_DEPTH:          # (a chunk, at most ATTENTION_CHUNK, fits)
+        raise CompileError(f"{where}: attention: head dimension {dim} (padded to "
+                           f"{shape.dim_pad}) over the PCU accumulator's {ACC_DEPTH} words")
+    need = max(2 * shape.dim_k * lanes, 2 * chunk * lanes)
+    if need > geometry.pmu_words:
+        raise CompileError(f"{where}: attention needs {need} words per PMU, the PMUs hold "
+                           f"{geometry.pmu_words}")
+    beats = max(shape.seq_pad * shape.dim_k, shape.seq_pad * shape.dim_pad) // step
+    passes = len(shape.passes())
+    for what, count in (("key blocks", shape.seq_pad // lanes),
+                        ("beats of K or V per pass", beats),
+                        ("tiles of P V per pass", shape.chunks * shape.dim_pad // lanes),
+                        ("passes", passes)):
+        if count > COUNT_LIMIT:
+            raise CompileError(f"{where}: attention: {count} {what}, the units count to "
+                               f"{COUNT_LIMIT}")
+    return shape
 
 
 def _linear(beats, lanes):
@@ -134,3 +222,48 @@ def lower_attention(name, group, s, hbm_size):
                                                      (beat, dim_pad * beat, 0)),
                  name=f"store_{out}", config={"bf16": False})
     return kernel, images, addresses, bitstream_address
+
+
+class AttentionFamily(Family):
+    """Attention of BF16 Q, K, V (decode, prefill, causal, grouped-query)."""
+    name = "attention"
+    placement_seed = "attention"
+    anneal = True                   # a long chain of units: anneal before routing
+    benchmark = ("attention", {"seq": 64, "dim": 32, "heads": 2, "kv_heads": 2,
+                               "mode": "decode", "causal": False})
+
+    def claims(self, graph):
+        return any(node.op == "attention" for node in graph.live_nodes())
+
+    def fuse(self, graph, name, out):
+        return _match_attention(graph, name, out)
+
+    def tile(self, group, state):
+        return tile_attention(group, state.geometry, state.machine)
+
+    def kernel_name(self, graph_name, group, t):
+        return f"{graph_name}_{t.mode}_h{t.heads}g{t.kv_heads}_l{t.seq}d{t.dim}"
+
+    def lower(self, name, group, tiling, state):
+        lowered = Lowered(*lower_attention(name, group, tiling,
+                                           state.machine.region("hbm").size))
+        for image_name, image in lowered.images.items():
+            check_layout(name, state.plan, image_name, image)
+        return lowered
+
+    def meta(self, group, t, kernel):
+        return {
+            "group": self.name, "mode": t.mode, "seq": t.seq, "dim": t.dim,
+            "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
+            "scale": t.scale, "causal": t.causal, "passes": len(t.passes()),
+            "pcus": kernel.units_needed()["pcu"], "macs": t.macs,
+            "operands": [group.q.name, group.k.name, group.v.name],
+            "pcu_programs": pcu_programs(kernel)}
+
+    def exact(self, program, graph):
+        return reference.exact_outputs(program, graph)
+
+
+#: The attention family (registered first: attention fuses on its own).
+ATTENTION = AttentionFamily()
+AttentionGroup.family = ATTENTION

@@ -1,0 +1,433 @@
+"""The matmul family: ``out = epilogue(a @ b [+ bias])`` on the systolic PCUs.
+
+Fusion rules (each a small function over one node):
+
+* ``matmul``: ``a @ b`` of two BF16 inputs is the core of a :class:`MatmulGroup` (the
+  systolic PCUs);
+* ``bias``: ``matmul + v`` with ``v`` a BF16 input of shape ``(N,)`` or ``(1, N)`` is
+  folded into the matmul: the compiler appends a column of ones to A and the row ``v``
+  to B, so the systolic array adds ``v`` as its last accumulation step (the same FP32
+  addition a SIMD ADD would do after the sum, exact: ``1 * v = v``);
+* ``epilogue``: an element-wise operator of the group's value and a constant (``+ - *
+  max min``, ``relu``, ``/ c``) or a cast to BF16 becomes a SIMD stage of the epilogue
+  PCUs on the result streams (constants are rounded to FP32).
+
+Tiling: a group ``(M x K) @ (K x N)`` (K counts the folded bias row, if any) runs on
+``P`` systolic PCUs, each computing ``lanes``-row blocks of the output with its
+``lanes x lanes`` array:
+
+* a *pass* covers ``P * lanes`` rows; passes walk down M (``passes``);
+* within a pass each PCU computes one tile per column tile (``col_tiles``), ``k_pad``
+  steps per tile, in lockstep (the B stream is multicast to every PCU);
+* PCU ``p`` reads its A block from its own PMU, which keeps ``lanes`` rows of a K
+  *chunk* at a row pitch ``k_pitch`` (a power of two: the diagonal banks read a column
+  per beat). When a whole row fits a PMU (``chunks == 1``) the panel stays for the
+  whole pass and is read once per column tile; otherwise K is cut into ``chunks`` of
+  ``chunk`` columns, each buffer holds one chunk, and the chunks are streamed again for
+  every column tile. The partial sums never leave the array: the PEs accumulate all
+  ``k_pad`` steps of a tile in K order.
+* K is padded to whole AXI beats of BF16 (``2 * lanes``), N to ``lanes``, M to the pass
+  height; padding is zero.
+* with an epilogue (SIMD stages after the matmul) one PCU per store stream is kept for
+  it (at most two: two store channels).
+
+Lowering, the IR on ``P`` systolic PCUs::
+
+    load_a --multicast--> a_panel0..P-1 (PMU: keep my rows, transpose through the banks)
+    a_panel_p ----------> matmul_p.vector_in0              (systolic PCU)
+    load_b --multicast--> matmul_0..P-1.vector_in1         (all PCUs in lockstep)
+    load_b.control_out -> every PCU's control_in           (the launch token)
+    matmul_p --merge----> [epilogue_g (SIMD PCU) ->] store_g   (even / odd p)
+
+The A panel's write pattern is the A stream's order, its read pattern the columns of
+each tile. When no placement routes, the driver tiles again with one systolic PCU fewer
+(:meth:`MatmulFamily.fewer_pcus`).
+"""
+
+from dataclasses import dataclass, field
+
+from ...frontend import ELEMENTWISE, Node
+from ...ir import AccessPattern, BlockOffset, Kernel
+from ...layout import Image, Piece
+from ...models import reference
+from ..core import CompileError
+from ..group import Group, Lowered
+from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, f32_word, place_images
+from .base import Family, is_bf16_input, unsupported
+
+__all__ = ["MatmulGroup", "MatmulTiling", "MatmulFamily", "MATMUL", "tile_matmul",
+           "matmul_images", "lower_matmul", "matmul_group", "epilogue_step"]
+
+
+def _pow2_at_least(value):
+    return 1 << max(0, (value - 1).bit_length())
+
+
+@dataclass
+class MatmulGroup(Group):
+    """``out = epilogue(a @ b [+ bias])``, one configuration."""
+    a: Node                       # frontend.Node: input (M, K) BF16
+    b: Node                       # frontend.Node: input (K, N) BF16
+    bias: Node | None = None             # frontend.Node: input (N,) or (1, N) BF16, or None
+    epilogue: list = field(default_factory=list)    # SIMD stages (op, a, b, c, constant)
+    output: str = ""
+    out_dtype: str = "fp32"
+    nodes: list = field(default_factory=list)        # the frontend nodes covered
+
+    @property
+    def m(self):
+        return self.a.shape[0]
+
+    @property
+    def k(self):
+        return self.a.shape[1]
+
+    @property
+    def n(self):
+        return self.b.shape[1]
+
+    def describe(self):
+        parts = [f"matmul {self.a.name}{list(self.a.shape)} @ {self.b.name}"
+                 f"{list(self.b.shape)}"]
+        if self.bias is not None:
+            parts.append(f"+ {self.bias.name} (folded into K)")
+        parts += [f"-> {op}({a}, {b}{', ' + hex(c) if 'CONST' in (a, b) else ''})"
+                  for op, a, b, _, c in self.epilogue]
+        return f"group {self.output}: " + " ".join(parts)
+
+
+def epilogue_step(node, chain):
+    """The SIMD stage of ``node`` applied to ``chain`` (its other operand a constant), or
+    None when ``node`` is not an epilogue operator."""
+    if node.op == "binary":
+        a, b = node.inputs
+        fn = ELEMENTWISE[node.attrs["fn"]]
+        if a is chain and b.op == "const":
+            return (fn, "PREV", "CONST", "PREV", f32_word(b.attrs["value"]))
+        if b is chain and a.op == "const":
+            return (fn, "CONST", "PREV", "PREV", f32_word(a.attrs["value"]))
+    if node.op == "unary" and node.attrs["fn"] == "cast" and node.dtype == "bf16":
+        return ("TO_BF16", "PREV", "PREV", "PREV", 0)
+    if node.op == "unary" and node.attrs["fn"] == "cast" and node.dtype == "fp32":
+        return ()           # a cast to FP32 of an FP32 value: nothing to do
+    return None
+
+
+def _match_matmul(graph, name, out):
+    """Walk back from output ``out``: epilogue operators, an optional bias, the matmul."""
+    steps, covered, node = [], [out], out
+    while node.op != "matmul":
+        if node.op == "binary" and node.attrs["fn"] == "add":
+            # the bias rule: matmul + row vector
+            left, right = node.inputs
+            for core, vector in ((left, right), (right, left)):
+                if core.op == "matmul" and is_bf16_input(vector) and \
+                        vector.shape in ((core.shape[1],), (1, core.shape[1])):
+                    group = matmul_group(core, name)
+                    group.bias = vector
+                    group.epilogue = steps
+                    group.nodes = covered + [core]
+                    return group
+        previous = [i for i in node.inputs if i.op != "const"]
+        if len(previous) != 1:
+            raise unsupported(node, f"output {name!r}: {node.op} "
+                               f"{node.attrs.get('fn', '')} of two computed tensors is "
+                               f"not fused by this compiler yet (a matmul with a bias and "
+                               f"element-wise operators with constants is)")
+        step = epilogue_step(node, previous[0])
+        if step is None:
+            raise unsupported(node, f"output {name!r}: {node.op} "
+                               f"{node.attrs.get('fn', '')} is not fused by this compiler "
+                               f"yet (supported after a matmul: + - * max min relu with "
+                               f"constants, a bias row, casts)")
+        if step:
+            steps.insert(0, step)
+        node = previous[0]
+        covered.append(node)
+    group = matmul_group(node, name)
+    group.epilogue = steps
+    group.nodes = covered
+    return group
+
+
+def matmul_group(matmul, name):
+    a, b = matmul.inputs
+    for operand in (a, b):
+        if not is_bf16_input(operand):
+            raise unsupported(matmul, f"output {name!r}: matmul operands must be BF16 "
+                               f"inputs (got {operand.op} {operand.dtype}); a matmul of "
+                               f"computed values is not fused yet")
+    return MatmulGroup(a, b, output=name)
+
+
+@dataclass(frozen=True)
+class MatmulTiling:
+    """The tiles of one matmul group (sizes in elements unless named otherwise)."""
+    m: int
+    n: int
+    k: int                  # the user's K
+    k_total: int            # K plus the folded bias row
+    lanes: int
+    pcus: int               # systolic PCUs
+    epilogue_pcus: int      # SIMD PCUs after the merges (0: no epilogue)
+    stores: int             # store streams (merges)
+    chunks: int             # K chunks (1: the whole row fits a PMU buffer)
+    chunk: int              # columns per chunk (a multiple of 2 * lanes)
+    k_pitch: int            # PMU row pitch of a chunk (power of two)
+    col_tiles: int
+    passes: int
+    buffers: int            # PMU buffers of a panel
+
+    @property
+    def k_pad(self):
+        return self.chunks * self.chunk
+
+    @property
+    def rows_per_pass(self):
+        return self.pcus * self.lanes
+
+    @property
+    def m_pad(self):
+        return self.passes * self.rows_per_pass
+
+    @property
+    def n_pad(self):
+        return self.col_tiles * self.lanes
+
+    @property
+    def panel_words(self):
+        return self.lanes * self.k_pitch
+
+    @property
+    def macs(self):
+        return self.m * self.n * self.k
+
+    def describe(self):
+        split = (f", K in {self.chunks} chunks of {self.chunk} re-read per column tile"
+                 if self.chunks > 1 else "")
+        return (f"matmul {self.m}x{self.n}x{self.k}: {self.pcus} systolic PCUs"
+                f"{f' + {self.epilogue_pcus} epilogue' if self.epilogue_pcus else ''}, "
+                f"{self.passes} passes of {self.rows_per_pass} rows, {self.col_tiles} column "
+                f"tiles, K padded to {self.k_pad} (pitch {self.k_pitch}, {self.buffers} "
+                f"buffers{split}), {self.stores} store streams")
+
+
+def tile_matmul(group, geometry, max_pcus=None, agcus=2):
+    """The tiling of ``group`` on ``geometry`` with at most ``max_pcus`` systolic PCUs."""
+    lanes = geometry.lanes
+    capacity = geometry.capacity()
+    epilogue = bool(group.epilogue)
+    m, n, k = group.m, group.n, group.k
+    k_total = k + (1 if group.bias is not None else 0)
+    if capacity["pcu"] == 0 or capacity["pmu"] == 0:
+        raise CompileError(f"a matmul needs at least one PCU and one PMU; the "
+                           f"{geometry.rows}x{geometry.cols} array has {capacity['pcu']} "
+                           f"PCUs and {capacity['pmu']} PMUs")
+    stores = min(2, agcus)
+    free_pcus = capacity["pcu"]
+    if epilogue:
+        stores = min(stores, max(1, (free_pcus - 1)))
+        free_pcus -= stores
+        if free_pcus < 1:
+            raise CompileError(f"a matmul with an epilogue needs at least 2 PCUs; the "
+                               f"{geometry.rows}x{geometry.cols} array has "
+                               f"{capacity['pcu']}")
+    pcus = min(free_pcus, capacity["pmu"], ceil_div(m, lanes))
+    if max_pcus is not None:
+        pcus = min(pcus, max_pcus)
+    stores = min(stores, pcus)
+
+    pmu_words = geometry.pmu_words
+    beat = 2 * lanes                                    # BF16 values per AXI beat
+    k_pad = ceil_div(k_total, beat) * beat
+    k_pitch = max(lanes, _pow2_at_least(k_pad))
+    if lanes * k_pitch <= pmu_words:
+        chunks, chunk = 1, k_pad
+        buffers = 2 if 2 * lanes * k_pitch <= pmu_words else 1
+    else:
+        # K chunks, double buffered: a chunk of `lanes` rows at a power-of-two pitch
+        k_pitch = pmu_words // (2 * lanes)
+        if k_pitch < beat:
+            raise CompileError(f"a PMU of {pmu_words} words cannot double-buffer a "
+                               f"{lanes}-row chunk of {beat} columns")
+        chunks = ceil_div(k_pad, k_pitch)
+        chunk = ceil_div(ceil_div(k_pad, chunks), beat) * beat
+        buffers = 2
+    k_pad = chunks * chunk
+    col_tiles = ceil_div(n, lanes)
+    if chunks > 1:
+        # the A stream of a pass is one run of beats (16-bit count): fewer rows per pass
+        # when K is long
+        rows_limit = COUNT_LIMIT * beat // k_pad
+        pcus = max(1, min(pcus, rows_limit // lanes))
+    passes = ceil_div(m, pcus * lanes)
+    for what, value in (("padded K", k_pad), ("column tiles", col_tiles),
+                        ("passes", passes)):
+        if value > COUNT_LIMIT:
+            raise CompileError(f"matmul {m}x{n}x{k}: {what} = {value} exceeds the "
+                               f"16-bit loop counters by {value - COUNT_LIMIT}")
+    if chunks > 1 and passes * col_tiles * chunks > COUNT_LIMIT:
+        raise CompileError(f"matmul {m}x{n}x{k}: {passes * col_tiles * chunks} PMU buffer "
+                           f"passes exceed the 16-bit pass counter")
+    return MatmulTiling(m, n, k, k_total, lanes, pcus, stores if epilogue else 0, stores,
+                        chunks, chunk, k_pitch, col_tiles, passes, buffers)
+
+
+def matmul_images(group, t):
+    """The tensor images of the group: A (+ the ones column of a folded bias), B (+ the
+    bias row), the output."""
+    a_pieces = [Piece(group.a.name, (0, 0), (t.m, t.k))]
+    b_pieces = [Piece(group.b.name, (0, 0), (t.k, t.n))]
+    if group.bias is not None:
+        a_pieces.append(Piece(None, (0, t.k), (t.m, 1), 1.0))
+        b_pieces.append(Piece(group.bias.name, (t.k, 0), (1, t.n)))
+    if t.chunks > 1:
+        a_split = ((t.passes, t.rows_per_pass, t.chunks, t.chunk), (0, 2, 1, 3))
+    else:
+        a_split = (None, None)
+    return {
+        group.a.name: Image((t.m_pad, t.k_pad), tuple(a_pieces), *a_split, "bf16"),
+        group.b.name: Image((t.k_pad, t.n_pad), tuple(b_pieces),
+                            (t.k_pad, t.col_tiles, t.lanes), (1, 0, 2), "bf16"),
+        group.output: Image((t.m_pad, t.n_pad), (Piece(group.output, (0, 0), (t.m, t.n)),),
+                            (t.m_pad, t.col_tiles, t.lanes), (1, 0, 2),
+                            "bf16" if group.out_dtype == "bf16" else "fp32"),
+    }
+
+
+def lower_matmul(name, group, t, hbm_size, plan=None):
+    """``(kernel, images, addresses, bitstream_address)`` of tiling ``t``; ``plan``
+    (:class:`ImagePlan`) may ask for the output row-major (FP32: a consumer that reads
+    rows), else every image must be the one this lowering chooses."""
+    lanes, pcus = t.lanes, t.pcus
+    beat = lanes * WORD                       # bytes of one vector beat (one AXI beat)
+    images = matmul_images(group, t)
+    c_image = images[group.output]
+    wanted = plan.layout(group.output) if plan else None
+    row_major = wanted is not None and wanted.split is None
+    if row_major:
+        if group.out_dtype == "bf16":
+            raise CompileError(f"{name}: a BF16 matmul result is written by column tiles "
+                               f"(two rows per beat), not row-major")
+        images[group.output] = c_image = Image(c_image.shape, c_image.pieces, None, None,
+                                               c_image.format)
+    for image_name, image in images.items():
+        if not (row_major and image_name == group.output):
+            check_layout(name, plan, image_name, image)
+    addresses, bitstream_address = place_images(name, images, hbm_size, plan)
+    a_name, b_name, c_name = group.a.name, group.b.name, group.output
+    kernel = Kernel(name)
+    tensors = {image_name: kernel.tensor(image_name, image.shape, image.format)
+               for image_name, image in images.items()}
+    rows = t.rows_per_pass
+    row_bytes = t.k_pad * BF16
+    if t.chunks == 1:
+        # the pass's rows once; each PMU keeps its panel for every column tile
+        a_pattern = AccessPattern(addresses[a_name], (t.k_pad // (2 * lanes), rows, t.passes),
+                                  (beat, row_bytes, rows * row_bytes))
+        write = AccessPattern(0, (t.k_pad // lanes, rows, 1), (lanes, t.k_pitch, 0))
+        read = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, t.col_tiles, 1),
+                             (1, 0, 0))
+        read_passes = t.passes
+    else:
+        # chunk-major A: the pass's chunks again for every column tile
+        a_pattern = AccessPattern(addresses[a_name],
+                                  (rows * t.k_pad // (2 * lanes), t.col_tiles, t.passes),
+                                  (beat, 0, rows * row_bytes))
+        write = AccessPattern(0, (t.chunk // lanes, rows, 1), (lanes, t.k_pitch, 0))
+        read = AccessPattern(BlockOffset(0, t.panel_words), (t.chunk, 1, 1), (1, 0, 0))
+        read_passes = t.passes * t.col_tiles * t.chunks
+    a_stream = kernel.load(tensors[a_name], a_pattern, name="load_a", config={"bf16": True})
+    b_pattern = AccessPattern(addresses[b_name], (t.k_pad // 2, t.col_tiles, t.passes),
+                              (beat, t.k_pad * lanes * BF16, 0))
+    b_stream = kernel.load(tensors[b_name], b_pattern, name="load_b", config={"bf16": True})
+    launch = kernel.output(kernel.nodes["load_b"], "control_out")
+    results = []
+    for p in range(pcus):
+        panel = kernel.buffer(
+            f"a_panel{p}", t.panel_words, [a_stream], buffers=t.buffers,
+            block_of=f"matmul{p}", config={
+                "write": write, "write_lanes": 1, "read": read, "read_lanes": t.k_pitch,
+                "buffers": t.buffers, "buffer_words": t.panel_words, "read_repeat": 1,
+                "read_passes": read_passes, "skew_shift": t.k_pitch.bit_length() - 1,
+                "predicate": (BlockOffset(0, t.panel_words),
+                              BlockOffset(t.panel_words, t.panel_words))})
+        result = kernel.compute(f"matmul{p}", "matmul", [panel, b_stream], config={
+            "mode": "systolic", "trips": (t.k_pad, t.col_tiles, t.passes)})
+        kernel.connect(launch, kernel.nodes[f"matmul{p}"], "control_in")
+        results.append(result)
+    kernel.row_groups = []
+    bf16_out = group.out_dtype == "bf16"
+    for g in range(t.stores):
+        members = results[g::t.stores]
+        stream = members[0] if len(members) == 1 else kernel.merge(
+            f"c_rows{g}", members, [lanes] * len(members))
+        if t.epilogue_pcus:
+            stream = kernel.compute(f"epilogue{g}", "map", [stream], config={
+                "mode": "simd", "trips": (len(members) * lanes, t.col_tiles, t.passes),
+                "stages": list(group.epilogue), "emit_every": True, "vector_out": True})
+            kernel.connect(launch, kernel.nodes[f"epilogue{g}"], "control_in")
+        # C by column tile: a row of a tile is a vector beat (FP32) or half a beat (BF16,
+        # the AGCU packs two rows into one AXI beat)
+        row = lanes * (BF16 if bf16_out else WORD)
+        if row_major:
+            # a tile's row is one beat of C's row: rows t.n_pad * 4 bytes apart
+            pitch = t.n_pad * WORD
+            store = AccessPattern(BlockOffset(addresses[c_name], lanes * pitch),
+                                  (len(members) * lanes, t.col_tiles, t.passes),
+                                  (pitch, beat, rows * pitch))
+        else:
+            store = AccessPattern(BlockOffset(addresses[c_name], lanes * row),
+                                  (len(members) * lanes * row // beat, t.col_tiles,
+                                   t.passes), (beat, t.m_pad * row, rows * row))
+        kernel.store(stream, tensors[c_name], store, name=f"store_c{g}",
+                     block_of=f"c_rows{g}" if len(members) > 1 else members[0].source.node,
+                     config={"bf16": bf16_out})
+        kernel.row_groups.append([s.source.node for s in members])
+    return kernel, images, addresses, bitstream_address
+
+
+class MatmulFamily(Family):
+    """A matmul with an optional folded bias and an epilogue of SIMD stages."""
+    name = "matmul"
+    placement_seed = "gemm"
+    benchmark = ("gemm", {"m": 64, "n": 64, "k": 64})
+
+    def claims(self, graph):
+        return any(node.op == "matmul" for node in graph.live_nodes())
+
+    def fuse(self, graph, name, out):
+        group = _match_matmul(graph, name, out)
+        group.out_dtype = out.dtype
+        return group
+
+    def tile(self, group, state):
+        return tile_matmul(group, state.geometry, state.max_pcus, state.machine.agcus)
+
+    def fewer_pcus(self, tiling):
+        return tiling.pcus - 1 if tiling.pcus > 1 else None
+
+    def kernel_name(self, graph_name, group, tiling):
+        return f"{graph_name}_{tiling.m}x{tiling.n}x{tiling.k}"
+
+    def lower(self, name, group, tiling, state):
+        return Lowered(*lower_matmul(name, group, tiling, state.machine.region("hbm").size,
+                                     state.plan))
+
+    def meta(self, group, t, kernel):
+        return {
+            "group": self.name, "m": t.m, "n": t.n, "k": t.k, "pcus": t.pcus,
+            "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
+            "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
+            "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
+            "operands": [group.a.name, group.b.name],
+            "bias": group.bias.name if group.bias is not None else None,
+            "epilogue": [list(step) for step in group.epilogue], "macs": t.macs}
+
+    def exact(self, program, graph):
+        return reference.exact_outputs(program, graph)
+
+
+#: The matmul family (registered in :data:`rdu.compiler.families.FAMILIES`).
+MATMUL = MatmulFamily()
+MatmulGroup.family = MATMUL

@@ -1,0 +1,261 @@
+"""The rows family: a graph with no matmul whose operators all work row by row on one
+input of shape ``(R, L)`` (element-wise operators of rows, of per-row scalars ``(R, 1)``
+and of constants; ``sum`` and ``max`` reductions; ``exp``, ``reciprocal``, casts) is a
+:class:`RowGroup`, streamed row by row through a chain of SIMD PCUs
+(:mod:`rdu.compiler.row_chain`): the input streams from HBM row by row, each row
+``L / lanes`` beats; row buffers of up to four rows in the PMUs.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import affine
+from ...frontend import Node
+from ...ir import AccessPattern, Kernel
+from ...layout import Image, Piece
+from ...models import reference
+from ..core import CompileError
+from ..group import Group, Lowered
+from ..lower import COUNT_LIMIT, WORD, ceil_div, place_images
+from ..row_chain import RowChainBuilder, ancestors
+from .base import Family, pcu_programs, unsupported
+
+__all__ = ["RowGroup", "RowTiling", "RowsFamily", "ROWS", "tile_rows", "lower_rows",
+           "walk_rows"]
+
+
+@dataclass
+class RowGroup(Group):
+    """``out = f(x)`` row by row: ``nodes`` in order, each a row ``(R, L)`` or a per-row
+    scalar ``(R, 1)`` value."""
+    x: Node
+    nodes: list
+    output: str
+    out_node: Node | None = None
+
+    @property
+    def rows(self):
+        return self.x.shape[0]
+
+    @property
+    def length(self):
+        return self.x.shape[1]
+
+    def kind(self, node):
+        if node.op == "const":
+            return "const"
+        return "row" if node.shape == self.x.shape else "scalar"
+
+    def describe(self):
+        ops = ", ".join(f"{node.attrs.get('fn', node.op)}" for node in self.nodes)
+        return (f"group {self.output}: rows of {self.x.name}{list(self.x.shape)} through "
+                f"{ops}")
+
+
+_ROW_OPS = ("binary", "unary", "reduce", "const")
+
+
+def _match_rows(graph, name, out):
+    nodes = [node for node in graph.live_nodes() if node.op not in ("input", "const")]
+    inputs = [node for node in graph.live_nodes() if node.op == "input"]
+    if len(inputs) != 1 or len(inputs[0].shape) != 2:
+        raise unsupported(out, f"output {name!r}: a row-wise kernel takes one input "
+                           f"matrix (got {', '.join(i.name for i in inputs) or 'none'})")
+    x = inputs[0]
+    rows, length = x.shape
+    for node in nodes:
+        if node.op not in _ROW_OPS:
+            raise unsupported(node, f"output {name!r}: {node.op} is not a row-wise "
+                               f"operator (row-wise kernels use element-wise operators, "
+                               f"sum, max, exp, reciprocal and casts)")
+        if node.shape not in ((rows, length), (rows, 1)):
+            raise unsupported(node, f"output {name!r}: shape {node.shape} is neither a "
+                               f"row ({rows}, {length}) nor a per-row scalar ({rows}, 1)")
+        if node.op == "reduce" and node.inputs[0].shape != (rows, length):
+            raise unsupported(node, f"output {name!r}: a reduction of a per-row scalar")
+    if out.shape != (rows, length):
+        raise unsupported(out, f"output {name!r}: a row-wise kernel's output must be "
+                           f"rows {(rows, length)}, not {out.shape}")
+    return RowGroup(x, nodes, name, out)
+
+
+@dataclass(frozen=True)
+class RowTiling:
+    """A row group streamed row by row: ``rows`` rows of ``length`` values, each row
+    ``beats`` vector beats; row buffers of ``buffers`` rows in the PMUs."""
+    rows: int
+    length: int
+    lanes: int
+    buffers: int
+
+    @property
+    def beats(self):
+        return self.length // self.lanes
+
+    def describe(self):
+        return (f"rows: {self.rows} rows of {self.length} ({self.beats} beats each), row "
+                f"buffers of {self.buffers} rows")
+
+
+def tile_rows(group, geometry):
+    """The tiling of a :class:`RowGroup`."""
+    lanes = geometry.lanes
+    rows, length = group.rows, group.length
+    if length % (2 * lanes):
+        raise CompileError(f"{group.x.where}: rows of {length} values: a row-wise kernel "
+                           f"streams whole AXI beats, rows must be a multiple of "
+                           f"{2 * lanes} values")
+    if length > geometry.pmu_words:
+        raise CompileError(f"{group.x.where}: a row of {length} values does not fit a PMU "
+                           f"({geometry.pmu_words} words, {length - geometry.pmu_words} "
+                           f"over)")
+    if rows > COUNT_LIMIT or length // lanes > COUNT_LIMIT:
+        raise CompileError(f"{group.x.where}: {rows} rows of {length // lanes} beats exceed "
+                           f"the 16-bit loop counters")
+    buffers = max(1, min(4, geometry.pmu_words // length))
+    return RowTiling(rows, length, lanes, buffers)
+
+
+def walk_rows(name, image_name, image, address, rows, length, beat):
+    """The AGCU pattern that walks ``image`` row by row in beats of ``beat`` bytes."""
+    size = 2 if image.format == "bf16" else 4
+    per_beat = beat // size
+    offsets = image.byte_offsets()
+    if rows > offsets.shape[0] or length > offsets.shape[1] or length % per_beat:
+        raise CompileError(f"{name}: {image_name!r} ({image.describe()}) cannot be walked as "
+                           f"{rows} rows of {length} in beats of {per_beat}")
+    offsets = offsets[:rows, :length]
+    starts = offsets[:, ::per_beat]
+    whole = np.all(offsets.reshape(rows, -1, per_beat) - starts[:, :, None] ==
+                   size * np.arange(per_beat))
+    found = affine.fit(starts.reshape(-1) + address, COUNT_LIMIT) if whole else None
+    if found is None:
+        raise CompileError(f"{name}: no three-level AGCU pattern walks {image_name!r} "
+                           f"({image.describe()}) row by row")
+    start, counts, strides = found
+    return AccessPattern(start, counts, strides)
+
+
+def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
+    """``(kernel, images, addresses, bitstream_address)`` of a row group; ``plan``
+    (:class:`ImagePlan`) may give the input and output images another geometry (the
+    producer's or the consumer's in a sequence of kernels): the AGCUs walk it row by
+    row."""
+    builder = RowChainBuilder(group, stages)
+    pcus = builder.build()
+    lanes, beats, rows = tiling.lanes, tiling.beats, tiling.rows
+    beat = lanes * WORD
+    x, out = group.x, group.output
+    fmt = "bf16" if x.dtype == "bf16" else "fp32"
+    out_fmt = "bf16" if group.out_node.dtype == "bf16" else "fp32"
+    images = {x.name: Image((rows, group.length), (Piece(x.name, (0, 0), (rows,
+                                                                          group.length)),),
+                            None, None, fmt),
+              out: Image((rows, group.length), (Piece(out, (0, 0), (rows, group.length)),),
+                         None, None, out_fmt)}
+    for image_name, image in list(images.items()):
+        wanted = plan.layout(image_name) if plan else None
+        if wanted is not None:
+            if wanted.format != image.format:
+                raise CompileError(f"{name}: {image_name!r} is {image.format} here, its "
+                                   f"other kernel has it as {wanted.format}")
+            images[image_name] = Image(wanted.shape, image.pieces, wanted.split,
+                                       wanted.perm, wanted.format)
+    addresses, bitstream_address = place_images(name, images, hbm_size, plan)
+    kernel = Kernel(name)
+    tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
+    pattern = walk_rows(name, x.name, images[x.name], addresses[x.name], rows, group.length,
+                    beat)
+    streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
+                                  config={"bf16": fmt == "bf16"})}
+    launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
+    scalar_streams = {}
+    delayed = {}
+
+    def row_stream(value, consumer):
+        """The stream of row ``value`` for PCU ``consumer`` (through a row buffer when the
+        consumer needs a scalar computed from that row)."""
+        needs_delay = consumer.scalar is not None and \
+            id(value) in ancestors(consumer.scalar) | {id(consumer.scalar)}
+        if not needs_delay:
+            return streams[id(value)]
+        if id(value) not in delayed:
+            words = ceil_div(group.length, lanes) * lanes
+            linear = AccessPattern(0, (beats, 1, 1), (lanes, 0, 0))
+            delayed[id(value)] = kernel.buffer(
+                f"rowbuf{len(delayed)}", words, [streams[id(value)]], buffers=tiling.buffers,
+                config={
+                    "write": linear, "write_lanes": 1, "read": linear, "read_lanes": 1,
+                    "buffers": tiling.buffers, "buffer_words": words, "read_repeat": 1,
+                    "read_passes": rows})
+        return delayed[id(value)]
+
+    for pcu in pcus:
+        if pcu.in0_clock:
+            in0 = kernel.output(kernel.nodes[pcu.clock_source.name], "vector_out")
+        else:
+            in0 = row_stream(pcu.in0, pcu)
+        inputs = [in0]
+        if pcu.in1 is not None:
+            inputs.append(row_stream(pcu.in1, pcu))
+        trips = (1, rows, 1) if pcu.per_row else (beats, rows, 1)
+        row_out = pcu.row_value is not None
+        result = kernel.compute(pcu.name, "map", inputs, config={
+            "mode": "simd", "trips": trips, "stages": list(pcu.stages),
+            "scalar_in": pcu.scalar is not None, "tail": pcu.tail, "reduce": pcu.reduce,
+            "emit_every": row_out, "vector_out": row_out or pcu.clock_users > 0})
+        node = kernel.nodes[pcu.name]
+        kernel.connect(launch, node, "control_in")
+        if pcu.scalar is not None:
+            kernel.connect(scalar_streams[id(pcu.scalar)], node, "scalar_in")
+        if row_out:
+            streams[id(pcu.row_value)] = result
+        if pcu.scalar_value is not None:
+            scalar_streams[id(pcu.scalar_value)] = kernel.output(node, "scalar_out")
+    final = streams.get(id(group.out_node))
+    if final is None:
+        raise CompileError(f"{group.out_node.where}: output {out!r} is not a row stream")
+    store = walk_rows(name, out, images[out], addresses[out], rows, group.length, beat)
+    kernel.store(final, tensors[out], store, name=f"store_{out}",
+                 config={"bf16": group.out_node.dtype == "bf16"})
+    # a PCU's vector_out nobody reads (a reduction's, when no scalar operator is clocked
+    # by it) is switched off in its configuration: drop the stream
+    kernel.streams = [s for s in kernel.streams if s.sinks or s.network == "control"]
+    return kernel, images, addresses, bitstream_address
+
+
+class RowsFamily(Family):
+    """Row-wise operators over one input matrix (softmax, ...)."""
+    name = "rows"
+    placement_seed = "rows"
+    benchmark = ("softmax", {"m": 8, "n": 64})
+
+    def claims(self, graph):
+        return True                 # the last rule: what no other family claims
+
+    def fuse(self, graph, name, out):
+        return _match_rows(graph, name, out)
+
+    def tile(self, group, state):
+        return tile_rows(group, state.geometry)
+
+    def kernel_name(self, graph_name, group, tiling):
+        return f"{graph_name}_{tiling.rows}x{tiling.length}"
+
+    def lower(self, name, group, tiling, state):
+        return Lowered(*lower_rows(name, group, tiling, state.machine.region("hbm").size,
+                                   state.machine.stages, state.plan))
+
+    def meta(self, group, t, kernel):
+        return {"group": self.name, "rows": t.rows, "length": t.length,
+                "pcus": kernel.units_needed()["pcu"], "buffers": t.buffers, "macs": 0,
+                "pcu_programs": pcu_programs(kernel)}
+
+    def exact(self, program, graph):
+        return reference.exact_outputs(program, graph)
+
+
+#: The rows family (registered last: it takes what no other family claims).
+ROWS = RowsFamily()
+RowGroup.family = ROWS
