@@ -33,7 +33,7 @@ from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
 from rdu.funcmodel import FunctionalArray
 from rdu.unitconfig import pack_config
 
-from hdl.pcu import pcu_config_layout
+from hdl.pcu_config import pcu_config_layout
 from hdl.switch import Port, Source, VectorOutput, switch_config_layout
 
 NEG_INF, ZERO = 0xFF800000, 0x00000000

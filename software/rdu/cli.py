@@ -287,7 +287,7 @@ def cmd_compile(args):
 
 def _unit_layouts(lanes, stages):
     from hdl.agcu import agcu_config_layout
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     from hdl.pmu import pmu_config_layout
     from hdl.switch import switch_config_layout
     from rdu.bitstream import UnitKind
@@ -324,8 +324,8 @@ def _readable(kind, fields):
     (the hardware's port names), PCU modes, ops, sources, reductions and tails."""
     from hdl.fp import Op
     from hdl.interfaces import NETWORKS
-    from hdl.pcu import Mode, Reduce, Tail
-    from hdl.pcu import Source as StageSource
+    from hdl.pcu_config import Mode, Reduce, Tail
+    from hdl.pcu_config import Source as StageSource
     from hdl.switch import NARROW_OUTPUTS, VECTOR_OUTPUTS, Source
     from rdu.bitstream import UnitKind
     if kind == UnitKind.SWITCH:

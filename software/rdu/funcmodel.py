@@ -25,7 +25,7 @@ from hdl.array import unit_kind_at
 from hdl.fp import Op
 from hdl.interfaces import NETWORKS, ControlToken, config_words
 from hdl.pcu import FIFO_DEPTH as PCU_FIFO_DEPTH
-from hdl.pcu import Mode, Reduce, Tail, pcu_config_layout
+from hdl.pcu_config import Mode, Reduce, Tail, pcu_config_layout
 from hdl.pmu import ADDRESS_BITS, MAX_BUFFERS, OUTPUT_FIFO_DEPTH, pmu_config_layout
 from hdl.pmu import FIFO_DEPTH as PMU_INPUT_DEPTH
 from hdl.pmu import READ_GATE_CREDITS as GATE_CREDITS

@@ -15,7 +15,7 @@ systolic mode and :func:`matmul_from_stream` puts the drained rows back together
 import numpy as np
 
 from hdl.fp import Op
-from hdl.pcu import ACC_DEPTH, Mode, Reduce, Source, Tail
+from hdl.pcu_config import ACC_DEPTH, Mode, Reduce, Source, Tail
 
 from . import fpmodel
 

@@ -20,7 +20,7 @@ from rdu import pcu_model
 from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
 
 from hdl.interfaces import ControlToken
-from hdl.pcu import pcu_config_layout
+from hdl.pcu_config import pcu_config_layout
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Source
 

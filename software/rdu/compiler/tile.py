@@ -198,7 +198,7 @@ def tile_attention(group, geometry, machine):
     """The :class:`rdu.attention.AttentionShape` of an attention group on ``geometry``:
     chunks of :data:`ATTENTION_CHUNK` keys (fewer for a short sequence), whole AXI beats
     of BF16 keys; refuses what the chain cannot hold."""
-    from hdl.pcu import ACC_DEPTH
+    from hdl.pcu_config import ACC_DEPTH
 
     from ..attention import AttentionError, AttentionShape
     lanes = geometry.lanes

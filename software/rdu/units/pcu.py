@@ -15,7 +15,7 @@ IR data (:attr:`rdu.ir.Compute.config`):
 """
 
 from hdl.fp import Op
-from hdl.pcu import ACC_DEPTH, COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
+from hdl.pcu_config import ACC_DEPTH, COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
 
 from ..unitconfig import pack_config
 
