@@ -10,6 +10,10 @@ denormal inputs are read as zero (DAZ), results whose rounded magnitude is below
 2**-126 are flushed to a zero of the result's sign (FTZ), rounding is to nearest
 even, overflow gives infinity, every NaN result is ``0x7FC00000``. Multiply-add is
 unfused (two roundings).
+
+See also: the special-function units built of these (:mod:`hdl.special_function`), the
+PCU that uses them (:mod:`hdl.pcu`), the reference ``software/rdu/fpmodel.py``, the
+formal proofs ``formal/fp.py``, tests ``tests/test_fp.py``.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned

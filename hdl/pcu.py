@@ -54,7 +54,19 @@ def _beyond(value, largest):
 
 
 class PCU(wiring.Component):
-    """Pattern Compute Unit.
+    """Pattern Compute Unit: the header and tail FIFOs, the configuration register, the
+    run control (``IDLE`` -> ``RUN`` -> ``FINISH``, an ``m.FSM``) and the configuration
+    check around its components: :class:`hdl.pcu_counters.CounterChain`,
+    :class:`hdl.pcu_simd.SIMDPipeline` (with a unit of
+    :mod:`hdl.special_function`), :class:`hdl.pcu_systolic.SystolicArray` and, with
+    ``shared_units``, :class:`hdl.pcu_systolic.SharedALU`.
+
+    See also: the configuration :mod:`hdl.pcu_config`; the encoder
+    ``software/rdu/units/pcu.py``; the functional model ``software/rdu/funcmodel.py``
+    (class ``PCU``); the bit-exact reference ``software/rdu/pcu_model.py`` and
+    ``software/rdu/fpmodel.py``; ``docs/pcu.md``; tests ``tests/test_pcu.py``,
+    ``tests/test_pcu_components.py``, ``tests/test_fp.py`` (bodies in
+    ``tb/suites/pcu.py``).
 
     Parameters
     ----------
