@@ -173,7 +173,6 @@ class PCU(wiring.Component):
         """The ``lib.data.StructLayout`` of this unit's configuration."""
         return self._layout
 
-
     def elaborate(self, platform):
         m = Module()
         lanes, stages = self._lanes, self._stages
