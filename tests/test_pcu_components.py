@@ -354,7 +354,8 @@ def _special_inputs(nrng, count, lanes):
     return np.where(nrng.random((count, lanes)) < 0.5, moderate, words)
 
 
-@pytest.mark.parametrize("func", [SpecialFunction.EXP, SpecialFunction.RECIPROCAL])
+@pytest.mark.parametrize("func", [SpecialFunction.EXP, SpecialFunction.RECIPROCAL],
+                         ids=["exp", "reciprocal"])
 def test_special_pipeline_alone(func, seed):
     """One vector per advance, random gaps in ``enable``: the result ``latency``
     advances after a vector entered is rdu.fpmodel's exp / reciprocal of it."""
@@ -383,7 +384,8 @@ def test_special_pipeline_alone(func, seed):
     _simulate(dut, bench)
 
 
-@pytest.mark.parametrize("func", [SpecialFunction.EXP, SpecialFunction.RECIPROCAL])
+@pytest.mark.parametrize("func", [SpecialFunction.EXP, SpecialFunction.RECIPROCAL],
+                         ids=["exp", "reciprocal"])
 def test_special_iterative_alone(func, seed):
     """A beat starts the unit, which is busy for as many cycles as the function's
     program has steps, then holds rdu.fpmodel's exp / reciprocal of the beat."""
