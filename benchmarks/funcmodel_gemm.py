@@ -20,7 +20,7 @@ from rdu.models.array import FunctionalArray
 from rdu.unitconfig import pack_config
 
 from hdl.array import is_compute_position
-from hdl.pcu import pcu_config_layout
+from hdl.pcu_config import pcu_config_layout
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Port, Source, VectorOutput, switch_config_layout
 

@@ -33,7 +33,7 @@ from rdu.models import pcu_reference
 from rdu.models.array import FunctionalArray
 from rdu.unitconfig import pack_config
 
-from hdl.pcu import pcu_config_layout
+from hdl.pcu_config import pcu_config_layout
 from hdl.switch import Port, Source, VectorOutput, switch_config_layout
 
 NEG_INF, ZERO = 0xFF800000, 0x00000000

@@ -53,7 +53,7 @@ REDECLARATIONS = [
      re.compile(r"\bMAGIC\s*=\s*0x"), ()),
     ("the burst boundary (use hdl.agcu.BURST_BOUNDARY)",
      re.compile(r"\bBURST_BOUNDARY\s*=\s*\d"), ()),
-    ("PCU codes (use hdl.pcu.Mode / Reduce / Tail / Source)",
+    ("PCU codes (use hdl.pcu_config.Mode / Reduce / Tail / Source)",
      re.compile(r"\b(MODE_SIMD|REDUCE_NONE|TAIL_NONE)\b[\w\s,]*=\s*\d"), ()),
     ("the affine loop (use rdu.affine)",
      re.compile(r"\bi2\s*\*\s*\w*\[?\s*[\"']?strides?\b"), ("software/rdu/affine.py",)),
@@ -69,9 +69,10 @@ HDL_ENUMS = {
     "hdl.interfaces": ["ControlToken", "AXIResp", "AXIBurst"],
     "hdl.config_net": ["UnitKind", "ConfigStatus", "LoaderState"],
     "hdl.agcu": ["AGCUOp", "AGCUError"],
-    "hdl.pcu": ["Mode", "Source", "Reduce", "Tail", "PCUError"],
+    "hdl.pcu_config": ["Mode", "Source", "Reduce", "Tail", "PCUError"],
     "hdl.pmu": ["PMUError"],
-    "hdl.fp": ["Op", "SpecialFunction"],
+    "hdl.fp": ["Op"],
+    "hdl.special_function": ["SpecialFunction"],
 }
 
 
@@ -121,16 +122,16 @@ def test_software_uses_the_hardware_codes():
     from rdu import bitstream
     from rdu.models import pcu_reference
 
-    from hdl import config_net, pcu
+    from hdl import config_net, pcu_config
     assert bitstream.UnitKind is config_net.UnitKind
     assert bitstream.ConfigStatus is config_net.ConfigStatus
     assert (bitstream.MAGIC, bitstream.VERSION, bitstream.HEADER_WORDS,
             bitstream.MAX_RECORD_WORDS) == (config_net.MAGIC, config_net.VERSION,
                                             config_net.HEADER_WORDS,
                                             config_net.MAX_RECORD_WORDS)
-    assert pcu_reference.MODE_SIMD is pcu.Mode.SIMD
-    assert pcu_reference.MODE_SYSTOLIC is pcu.Mode.SYSTOLIC
-    assert set(pcu_reference.SOURCES.values()) == set(pcu.Source)
+    assert pcu_reference.MODE_SIMD is pcu_config.Mode.SIMD
+    assert pcu_reference.MODE_SYSTOLIC is pcu_config.Mode.SYSTOLIC
+    assert set(pcu_reference.SOURCES.values()) == set(pcu_config.Source)
 
 
 def _field_width(layout, *path):
@@ -145,7 +146,7 @@ def _field_width(layout, *path):
 def test_code_fields_have_the_enum_widths():
     from hdl.agcu import AGCUOp, agcu_command_layout
     from hdl.fp import Op
-    from hdl.pcu import Mode, Reduce, Source, Tail, pcu_config_layout, stage_layout
+    from hdl.pcu_config import Mode, Reduce, Source, Tail, pcu_config_layout, stage_layout
     from hdl.switch import SELECT_BITS, Port, VectorOutput, switch_config_layout
     from hdl.switch import Source as RouteSource
     assert _field_width(agcu_command_layout(), "op") == Shape.cast(AGCUOp).width

@@ -17,7 +17,8 @@ from rdu.unitconfig import pack_config, unpack_config
 
 from hdl.agcu import agcu_config_layout
 from hdl.array import TileArray
-from hdl.pcu import PCU, pcu_config_layout
+from hdl.pcu import PCU
+from hdl.pcu_config import pcu_config_layout
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Source, switch_config_layout
 from tb.suites.array import (

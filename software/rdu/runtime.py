@@ -923,6 +923,6 @@ def estimate_cycles(program):
     if meta.get("kernel") == "gemm":
         return meta["passes"] * meta["col_tiles"] * meta["k_pad"] + 4 * meta["m_pad"] + 2000
     if program.machine.pcu == "fpga":      # its exp iterates: one vector per steps + 1
-        from hdl.fp import PROGRAMS, SpecialFunction
+        from hdl.special_function import PROGRAMS, SpecialFunction
         return 100000 * (len(PROGRAMS[SpecialFunction.EXP]) + 1)
     return 100000

@@ -2,7 +2,7 @@
 
 The compiler encodes with :func:`pack_config`; the functional model
 (:mod:`rdu.models.array`) and tools decode with :func:`unpack_config`. Both use the very
-layouts the hardware stores (``hdl.pcu.pcu_config_layout``, ``hdl.pmu.pmu_config_layout``,
+layouts the hardware stores (``hdl.pcu_config.pcu_config_layout``, ``hdl.pmu.pmu_config_layout``,
 ``hdl.switch.switch_config_layout``, ``hdl.agcu.agcu_config_layout``), packed from bit 0
 of word 0 (``docs/bitstream.md``).
 

@@ -20,7 +20,7 @@ from rdu.bitstream import Geometry, Record, UnitKind, write_bitstream
 from rdu.models import pcu_reference as pcu_model
 
 from hdl.interfaces import ControlToken
-from hdl.pcu import pcu_config_layout
+from hdl.pcu_config import pcu_config_layout
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Source
 

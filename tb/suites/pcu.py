@@ -147,7 +147,7 @@ async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
     check every result word against the model and the model against numpy float32."""
     from rdu.models import pcu_reference as pcu_model
 
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, stages)
     in0 = bench.source("vector_in0", in_stall)
@@ -185,7 +185,7 @@ async def systolic_throughput(bench, *, lanes, stages, size):
     """Stream a size^3 product without stalls; return cycles from start token to DONE."""
     from rdu.models import pcu_reference as pcu_model
 
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, stages)
     a = random_bf16_matrix(rng, (size, size))
@@ -267,7 +267,7 @@ async def run_simd_config(bench, ports, layout, lanes, config, rng):
 
 async def simd_random_configs(bench, *, lanes, stages, configs, stall="random"):
     """Run ``configs`` random SIMD configurations, stalls on every port, against the model."""
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, stages)
     ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
@@ -286,7 +286,7 @@ async def simd_random_configs(bench, *, lanes, stages, configs, stall="random"):
 async def simd_op_sweep(bench, *, lanes, stages, ops, beats, stall="random"):
     """Every op in ``ops`` on ``beats`` random vectors through stage 0 (sources in0, in1,
     scalar), the other stages passing through; reduce alternating sum/max."""
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, stages)
     ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
@@ -310,7 +310,7 @@ async def simd_op_sweep(bench, *, lanes, stages, ops, beats, stall="random"):
 
 async def config_errors(bench, *, lanes, stages):
     """Bad configurations raise the documented error code and never start or hang."""
-    from hdl.pcu import PCUError, acc_stage_bits, pcu_config_layout
+    from hdl.pcu_config import PCUError, acc_stage_bits, pcu_config_layout
     layout = pcu_config_layout(lanes, stages)
     ctrl_in = bench.source("control_in")
     ctrl_out = bench.sink("control_out")
@@ -387,7 +387,7 @@ async def special_function_sweep(bench, *, lanes, stages, funcs, beats, stall="r
     words), every stage passing through; results and lane sums against the model."""
     from rdu.models import pcu_reference as pcu_model
 
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, stages)
     in0 = bench.source("vector_in0", stall)
@@ -424,7 +424,7 @@ async def softmax_rows(bench, *, lanes, stages, rows, beats_per_row, stall="rand
     from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
-    from hdl.pcu import Reduce, Source, Tail, pcu_config_layout
+    from hdl.pcu_config import Reduce, Source, Tail, pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, stages)
     ports = (bench.source("vector_in0", stall), bench.source("vector_in1", stall),
@@ -500,7 +500,7 @@ async def simd_timing(bench, *, lanes, stages, tail, beats):
     the cycles at which each input beat and each output beat crossed the ports."""
     from rdu.models import pcu_reference as pcu_model
 
-    from hdl.pcu import pcu_config_layout
+    from hdl.pcu_config import pcu_config_layout
     layout = pcu_config_layout(lanes, stages)
     config = {"mode": 0, "emit_every": 1, "vector_out": 1, "tail": tail,
               "counters": [{"min": 0, "max": beats, "stride": 1}] +
@@ -549,7 +549,7 @@ async def causal_mask(bench, *, lanes, keys, base, stall="random"):
     from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
-    from hdl.pcu import Source, pcu_config_layout
+    from hdl.pcu_config import Source, pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, 4)
     neg_inf = 0xFF800000
@@ -581,7 +581,7 @@ async def running_max_step(bench, *, lanes, beats, rows, stall="random"):
     from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
-    from hdl.pcu import Source, pcu_config_layout
+    from hdl.pcu_config import Source, pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, 4)
     neg_inf = 0xFF800000
@@ -618,7 +618,7 @@ async def rescaled_accumulator(bench, *, lanes, dims, chunks, groups, stall="ran
     from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
-    from hdl.pcu import Source, pcu_config_layout
+    from hdl.pcu_config import Source, pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, 4)
     config = {"mode": 0, "vector_out": 1, "emit_outer": 1, "acc_stage": 2,
@@ -656,7 +656,7 @@ async def exp_to_bf16(bench, *, lanes, beats, stall="random"):
     from rdu.models import pcu_reference as pcu_model
 
     from hdl.fp import Op
-    from hdl.pcu import Source, Tail, pcu_config_layout
+    from hdl.pcu_config import Source, Tail, pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, 4)
     config = {"mode": 0, "emit_every": 1, "vector_out": 1, "tail": Tail.EXP, "tail_bf16": 1,

@@ -13,7 +13,7 @@ from collections import deque
 import numpy as np
 
 from hdl.fp import Op
-from hdl.pcu import Mode, Reduce, Tail
+from hdl.pcu_config import Mode, Reduce, Tail
 
 from . import pcu_reference
 from .shared import (

@@ -1,6 +1,6 @@
 """Bit-exact reference model of a configured PCU (:mod:`hdl.pcu`) on streams of vectors.
 
-Configuration is a plain dict with the fields of ``hdl.pcu.pcu_config_layout``
+Configuration is a plain dict with the fields of ``hdl.pcu_config.pcu_config_layout``
 (missing fields are zero)::
 
     {"mode": 0, "counters": [{"min": 0, "max": 4, "stride": 1}, ...],
@@ -15,7 +15,7 @@ systolic mode and :func:`matmul_from_stream` puts the drained rows back together
 import numpy as np
 
 from hdl.fp import Op
-from hdl.pcu import ACC_DEPTH, Mode, Reduce, Source, Tail
+from hdl.pcu_config import ACC_DEPTH, Mode, Reduce, Source, Tail
 
 from . import fp
 
@@ -28,7 +28,7 @@ __all__ = ["MODE_SIMD", "MODE_SYSTOLIC", "SOURCES", "REDUCE_NONE", "REDUCE_SUM",
 
 # The codes are the hardware's (hdl.pcu); these names are aliases.
 MODE_SIMD, MODE_SYSTOLIC = Mode.SIMD, Mode.SYSTOLIC
-#: Operand source codes by lower-case name (``hdl.pcu.Source``).
+#: Operand source codes by lower-case name (``hdl.pcu_config.Source``).
 SOURCES = {source.name.lower(): source for source in Source}
 REDUCE_NONE, REDUCE_SUM, REDUCE_MAX = Reduce.NONE, Reduce.SUM, Reduce.MAX
 TAIL_NONE, TAIL_EXP, TAIL_RECIPROCAL = Tail.NONE, Tail.EXP, Tail.RECIPROCAL

@@ -23,7 +23,7 @@ import numpy as np
 from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
 from hdl.array import WATCHDOG_BITS, watchdog_location
 from hdl.config_net import LoaderState
-from hdl.pcu import PCUError
+from hdl.pcu_config import PCUError
 from hdl.pmu import PMUError
 from sim_models.memory import ddr_model, hbm_model, host_link_model
 

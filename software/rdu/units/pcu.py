@@ -7,16 +7,16 @@ IR data (:attr:`rdu.ir.Compute.config`):
 * ``trips``: iterations of the three counters, innermost first (counter ``n`` runs
   ``min 0, max trips[n], stride 1``);
 * SIMD only: ``stages`` (a list of ``(op, src_a, src_b, src_c, constant)`` with
-  :class:`hdl.fp.Op` and :class:`hdl.pcu.Source` names or codes; missing stages pass
+  :class:`hdl.fp.Op` and :class:`hdl.pcu_config.Source` names or codes; missing stages pass
   their input through), ``emit_every``, ``vector_out``, ``scalar_in``, ``reduce``
-  (:class:`hdl.pcu.Reduce` name), ``tail`` (:class:`hdl.pcu.Tail` name),
+  (:class:`hdl.pcu_config.Reduce` name), ``tail`` (:class:`hdl.pcu_config.Tail` name),
   ``emit_outer`` and ``acc_stage`` (the index of the stage whose ``REG`` is the
-  accumulator memory, or None; counter 0 runs at most :data:`hdl.pcu.ACC_DEPTH`),
+  accumulator memory, or None; counter 0 runs at most :data:`hdl.pcu_config.ACC_DEPTH`),
   ``tail_bf16`` (round the tail's output to BF16).
 """
 
 from hdl.fp import Op
-from hdl.pcu import ACC_DEPTH, COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
+from hdl.pcu_config import ACC_DEPTH, COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
 
 from ..unitconfig import code_name, pack_config
 

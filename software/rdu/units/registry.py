@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from hdl.agcu import AGCU, agcu_config_layout
 from hdl.config_net import UnitKind
-from hdl.pcu import FIFO_DEPTH, FPGA_PCU_OPTIONS, PCU, check_shared_units, pcu_config_layout
+from hdl.pcu import FIFO_DEPTH, FPGA_PCU_OPTIONS, PCU, check_shared_units
+from hdl.pcu_config import pcu_config_layout
 from hdl.pmu import PMU, pmu_config_layout
 from hdl.switch import Switch, switch_config_layout
 

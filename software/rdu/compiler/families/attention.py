@@ -30,7 +30,7 @@ against bit for bit.
 
 from dataclasses import dataclass
 
-from hdl.pcu import ACC_DEPTH
+from hdl.pcu_config import ACC_DEPTH
 
 from ...attention import AttentionError, AttentionShape
 from ...attention import images as attention_images
