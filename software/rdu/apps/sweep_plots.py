@@ -44,7 +44,7 @@ def _machine_label(row):
 
 def plot_table(table, directory):
     """Write the plots of ``table`` into ``directory``; return their paths."""
-    from .kernels import KERNELS
+    from ..kernels import KERNELS
     plt = _pyplot()
     rows = [row for row in read_table(table) if row["status"] == "ok"]
     directory = Path(directory)
