@@ -40,8 +40,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import rdu
-
 import hdl
 from hdl.system import RDUSystem
 
@@ -542,7 +540,7 @@ def _ray_build(point_json, native=False):
 
 def _code_paths():
     """Where this process found ``rdu`` and ``hdl``: the workers import the same."""
-    paths = [str(Path(rdu.__file__).resolve().parent.parent),
+    paths = [str(Path(__file__).resolve().parents[2]),        # the one holding rdu/
              str(Path(hdl.__file__).resolve().parent.parent)]
     return os.pathsep.join(dict.fromkeys(paths))
 
