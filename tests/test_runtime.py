@@ -47,7 +47,7 @@ def test_unknown_backend_is_one_error(capsys):
 
 def test_run_result_fields_are_named():
     with pytest.raises(TypeError):
-        RunResult({"c": []}, 10)                    # noqa: the positional form is gone
+        RunResult({"c": []}, 10)                    # the positional form is gone
     result = RunResult(outputs={}, cycles=10, sim="native")
     assert (result.cycles, result.sim, result.load_cycles) == (10, "native", None)
 
