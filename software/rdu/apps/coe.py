@@ -42,7 +42,7 @@ from ..kernels import get_kernel
 from ..layout import Image
 from ..machine import Machine
 from ..relocate import relocate_image
-from ..runtime import Copy, Launch, Write, run_schedule
+from ..runtime import Copy, Launch, Write, backend_named, run_schedule
 from ..sim.verilator import project_root
 
 __all__ = ["CoEConfig", "CoEError", "LRUCache", "lru_trace", "Scenario", "Costs",
@@ -331,7 +331,7 @@ def run_coe(config, sim="model", *, machine=None, costs=None, progress=False,
         record["ok"] = bool(good)
         ok, worst = ok and good, max(worst, error)
     misses = sum(not r["hit"] for r in records)
-    if sim in ("verilator", "native"):
+    if backend_named(sim).timed:
         switch = sum(r.cycles for r in copies)
         kernel_cycles = sum(r.cycles for r in launches)
         method = "rtl"

@@ -45,7 +45,7 @@ from hdl.system import RDUSystem
 
 from ..kernels import KERNELS, get_kernel
 from ..machine import MACHINE_OPTIONS, Machine
-from ..runtime import SIMULATORS, run_kernel
+from ..runtime import BACKENDS, SIMULATORS, run_kernel
 from ..sim.native import build_native
 from ..sim.verilator import build
 
@@ -64,9 +64,11 @@ class SweepError(RuntimeError):
     """A sweep that cannot run (no Ray, a cluster that cannot be reached...)."""
 
 
-#: The tiers whose points wait for the Verilator build of their machine (one build task
-#: per machine; it also links the native runner when a point of that machine needs it).
-RTL_TIERS = ("verilator", "native")
+#: The tiers whose points wait for the Verilator build of their machine's system (one
+#: build task per machine; it also links the native runner when a point of that machine
+#: needs it).
+RTL_TIERS = tuple(name for name, backend in BACKENDS.items()
+                  if backend.timed and backend.design is RDUSystem)
 
 
 def shape_params():
@@ -647,7 +649,8 @@ def _run_ray(todo, table, *, address, workers, cpus, resources, timeout, progres
         builds = {}                      # machine -> the ref of its build task
         for point in todo:
             if point.tier in RTL_TIERS and point.machine not in builds:
-                native = any(p.machine == point.machine and p.tier == "native" for p in todo)
+                native = any(p.machine == point.machine and BACKENDS[p.tier].native
+                             for p in todo)
                 builds[point.machine] = build_task.options(
                     **options, name=f"rdu-build {point.label()}").remote(point.to_json(),
                                                                           native)
