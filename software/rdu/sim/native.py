@@ -39,7 +39,7 @@ import numpy as np
 from .agents import HarnessError, WatchdogTimeout
 from .axi import AXICodec
 from .bench import Bench
-from .cpp_loop import _cxx_name, top_ports
+from .cpp_loop import cxx_name, top_ports
 from .memory_system import AXIErrorRecord
 from .runner import BodyError, BodyStats
 from .seed import get_seed
@@ -102,7 +102,7 @@ def _link_native(built, build_dir, out):
                           f"({objects[0]}); rebuild it")
     ports = top_ports(Path(built.verilog).read_text(), built.toplevel)
     (out / "ports.inc").write_text("".join(
-        f'PORT("{name}", {_cxx_name(name)}, {width}, {int(is_input)})\n'
+        f'PORT("{name}", {cxx_name(name)}, {width}, {int(is_input)})\n'
         for name, width, is_input in ports))
     root = Path(os.environ["VERILATOR_ROOT"])
     include = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}", f"-I{build_dir}",
