@@ -75,6 +75,11 @@ class Backend:
         ``execution="orchestrated"``."""
         raise NotImplementedError
 
+    def counter_figures(self, result):
+        """The figures this back end reads from a launch's counters (``result``, a
+        :class:`rdu.runtime.RunResult`) for a report: none without a cycle count."""
+        return {}
+
     def counter_names(self, machine):
         """The names of the performance counters this back end reads after each
         launch on ``machine`` (in the order the hardware selects them)."""

@@ -4,8 +4,6 @@
 
 import numpy as np
 
-from hdl.interfaces import NETWORKS
-
 from .. import reference
 from .backend import backend_named
 from .launch import hbm_peak_bytes_per_cycle, run_program, run_schedule
@@ -44,18 +42,7 @@ def run_kernel(kernel, program, inputs, sim="model", *, seed=1, **options):
             program.machine)), 4) if cycles and hbm_bytes is not None else None),
         "sim_seconds": round(result.seconds, 3),
     }
-    if backend_named(sim).timed:
-        figures["config_cycles"] = result.load_cycles
-        perf = result.counters.get("perf", {})
-        for network in NETWORKS:
-            figures[f"switch_{network}_stall_cycles"] = sum(
-                value for name, value in perf.items()
-                if name.endswith(f".{network}_stall_cycles"))
-        figures["pmu_read_stall_cycles"] = sum(
-            value for name, value in perf.items() if name.endswith(".read_stall_cycles"))
-        figures["sim_cycles_per_second"] = round(result.counters.get(
-            "sim_cycles_per_second", 0))
-        figures["verilator_build_seconds"] = round(result.build_seconds, 1)
+    figures.update(backend_named(sim).counter_figures(result))
     return figures, results, result
 
 

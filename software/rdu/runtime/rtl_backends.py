@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from hdl.interfaces import NETWORKS
 from hdl.ip import RDUIP
 from hdl.system import RDUSystem
 from sim_models.memory import HOST_LAUNCH_LATENCY
@@ -78,6 +79,22 @@ class RTLBackend(Backend):
 
     def counter_names(self, machine):
         return perf_counter_names(self.design, machine.system_params())
+
+    def counter_figures(self, result):
+        """The configuration load's cycles, each network's switch stalls and the PMUs'
+        read stalls summed over the array, the simulation's speed and build time."""
+        figures = {"config_cycles": result.load_cycles}
+        perf = result.counters.get("perf", {})
+        for network in NETWORKS:
+            figures[f"switch_{network}_stall_cycles"] = sum(
+                value for name, value in perf.items()
+                if name.endswith(f".{network}_stall_cycles"))
+        figures["pmu_read_stall_cycles"] = sum(
+            value for name, value in perf.items() if name.endswith(".read_stall_cycles"))
+        figures["sim_cycles_per_second"] = round(result.counters.get(
+            "sim_cycles_per_second", 0))
+        figures["verilator_build_seconds"] = round(result.build_seconds, 1)
+        return figures
 
     def run_programs(self, programs, machine, options):
         self.check_setup()
