@@ -63,7 +63,7 @@ $(FPGA_STAMP): $(STAMP)
 	@touch $(FPGA_STAMP)
 
 fpga: $(FPGA_STAMP)
-	PYTHONPATH=software:. $(PY) -m rdu.fpga $(FPGA_DESIGNS)
+	PYTHONPATH=software:. $(PY) -m rdu.apps.fpga $(FPGA_DESIGNS)
 
 sim: $(STAMP)
 	$(RDU) sim $(GEMM) --save build/sim/gemm

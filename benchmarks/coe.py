@@ -26,7 +26,7 @@ import json
 import time
 
 import numpy as np
-from rdu.coe import LINKS, CoEConfig, build, measure_costs, run_coe
+from rdu.apps.coe import LINKS, CoEConfig, build, measure_costs, run_coe
 from rdu.runtime import Copy, Launch, Write, run_schedule
 from rdu.sim.verilator import project_root
 

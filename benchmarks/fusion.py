@@ -11,7 +11,7 @@ three ways on the default 4x4 array with 4 AGCUs (``rdu run attention|mlp --exec
 
 * ``fused``: one configuration (``docs/attention.md``; the MLP's hidden rows wait in a
   PMU);
-* ``unfused``: one configuration per operator (``rdu.unfused``: scores, softmax, P V per
+* ``unfused``: one configuration per operator (``rdu.apps.unfused``: scores, softmax, P V per
   key/value head; matmul, activation, matmul), the intermediates through HBM, the
   launches run by the on-chip orchestrator with the host idle;
 * ``unfused-host``: the same programs launched one by one by the host, each paying the
@@ -39,11 +39,11 @@ import json
 import time
 from pathlib import Path
 
+from rdu.apps.unfused import compile_unfused
 from rdu.kernels import get_kernel
 from rdu.layout import Image
 from rdu.machine import Machine
 from rdu.runtime import hbm_peak_bytes_per_cycle, run_kernel, run_sequence
-from rdu.unfused import compile_unfused
 
 from sim_models.memory import HOST_LAUNCH_LATENCY
 

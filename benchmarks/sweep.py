@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rdu.sweep import compare_tables, load_grid, read_table, run_sweep
+from rdu.apps.sweep import compare_tables, load_grid, read_table, run_sweep
 
 
 def main():

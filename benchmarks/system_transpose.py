@@ -25,7 +25,7 @@ LANES = 4
 
 
 def measure(tier, shape, seed, directory):
-    from rdu.designs import get_design
+    from rdu.apps.designs import get_design
     params = get_design("system_2x2").params
     program, expected = transpose_program(2, 2, LANES, matrix_rows=shape[0],
                                           matrix_cols=shape[1], seed=seed)

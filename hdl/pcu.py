@@ -345,7 +345,7 @@ FPGA_PCU_OPTIONS = {"special": "iterative", "shared_units": True}
 
 
 def fpga_pcu(lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
-    """The compute unit of the FPGA configuration (``rdu.fpga``): a :class:`PCU` with
+    """The compute unit of the FPGA configuration (``rdu.apps.fpga``): a :class:`PCU` with
     both area options, the iterating special-function unit (``special="iterative"``)
     and the systolic array on the SIMD ALUs (``shared_units``; ``stages >= lanes``).
     As ``compute_unit="hdl.pcu:fpga_pcu"`` of a :class:`hdl.array.TileArray` or

@@ -5,7 +5,7 @@
 the enumerations of encoded fields); :class:`RegisterFile` is the register file built
 from it and :class:`AXI4LiteRegisters` puts it behind an AXI4-Lite subordinate port.
 The C header and the register documentation are generated from the same compiled
-model by PeakRDL (:mod:`rdu.ip`).
+model by PeakRDL (:mod:`rdu.apps.ip`).
 
 Field semantics (anything else in the SystemRDL source is refused with a
 ``ValueError`` naming the field):

@@ -2,7 +2,7 @@
 
 Every Verilog module that ``rdu.sim.verilator.generate_verilog`` writes (the systems,
 the IP block and each shared unit module: what Verilator builds and ``rdu verilog``
-ships; the FPGA flow's pin harness, ``rdu.fpga``, is converted on its own) is a
+ships; the FPGA flow's pin harness, ``rdu.apps.fpga``, is converted on its own) is a
 :class:`VerilogTop` around the component. The ``sync`` domain's reset is asynchronous:
 ``rst`` resets every flip-flop as soon as it rises and must be released synchronously
 with ``clk`` (by the integrator's reset synchroniser; the testbenches change it between

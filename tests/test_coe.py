@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from rdu import cli
-from rdu.coe import CoEConfig, CoEError, LRUCache, build, lru_trace, run_coe, schedule
+from rdu.apps.coe import CoEConfig, CoEError, LRUCache, build, lru_trace, run_coe, schedule
 from rdu.kernels import get_kernel
 from rdu.relocate import RelocationError, relocate_image
 from rdu.runtime import Copy, Launch, RunFailure, Write, run_schedule
@@ -58,7 +58,7 @@ def test_wrong_weights_are_caught():
     steps, records = schedule(scenario)
     steps = [s for s in steps if not isinstance(s, Copy)]       # nothing copied to HBM
     results = run_schedule(steps, "model")
-    from rdu.coe import check_request
+    from rdu.apps.coe import check_request
     launches = [r for r in results if r.kind == "launch"]
     assert not any(check_request(scenario, request, launch.launch.outputs)[0]
                    for request, launch in zip(scenario.requests, launches, strict=True))

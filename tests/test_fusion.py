@@ -1,4 +1,4 @@
-"""Kernel by kernel (``rdu.unfused``): attention as one configuration per operator, its
+"""Kernel by kernel (``rdu.apps.unfused``): attention as one configuration per operator, its
 intermediates through HBM, against float64 attention and its stages' own arithmetic;
 the image plans that let one program read what another wrote."""
 
@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 from rdu.affine import addresses, fit
+from rdu.apps.unfused import compile_unfused
 from rdu.attention import attention64
 from rdu.kernels import get_kernel
 from rdu.machine import Machine
-from rdu.unfused import compile_unfused
 
 
 def test_fit_finds_the_loop_of_an_address_sequence():

@@ -213,7 +213,7 @@ def test_c_header_compiles_and_matches_the_map(tmp_path):
     """rdu_regs.h (peakrdl-cheader) compiles with gcc -Wall -Werror, and every register's
     offset in its struct and every field's position and reset value are the map's (the
     gateware's: the Verilator test reads every register at these offsets)."""
-    from rdu.ip import encodings, write_header
+    from rdu.apps.ip import encodings, write_header
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         pytest.skip("no C compiler")
@@ -251,7 +251,7 @@ def test_register_doc_is_generated(tmp_path):
     it with ``rdu verilog --ip -o build/ip`` and copy rdu_regs.md)."""
     from pathlib import Path
 
-    from rdu.ip import write_register_doc
+    from rdu.apps.ip import write_register_doc
     generated = write_register_doc(tmp_path / "rdu_regs.md").read_text()
     committed = Path(__file__).resolve().parent.parent / "docs" / "ip_regs.md"
     assert committed.read_text() == generated

@@ -22,7 +22,7 @@ FIGURES = ("cycles", "load_cycles", "agcu_cycles", "array_cycles", "execute_beat
 
 @pytest.fixture(scope="module")
 def system_2x2():
-    from rdu.designs import get_design
+    from rdu.apps.designs import get_design
     from rdu.sim.verilator import build
     design = get_design("system_2x2")
     return build(RDUSystem, **design.params), design.instantiate().perf_counter_names()

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import ray
+from rdu.apps.sweep import _code_paths, load_grid, read_table, run_sweep
 from rdu.cli import main
 from rdu.program import Program
-from rdu.sweep import _code_paths, load_grid, read_table, run_sweep
 
 # gemm (2 shapes) and softmax (2 shapes) on a 2x2 and a 2x4 array of 4 lanes: 8 points;
 # softmax needs 5 PCUs, so it does not fit either array (compile_error).

@@ -369,7 +369,7 @@ def test_transpose_program_verilator(sim_dir, seed):
     """The registered minimal system (``system_2x2``: 2x2 PMUs, 4 lanes, 16 KiB, two
     AGCUs) under cocotb + Verilator: a 64x64 transpose (1024 beats, a full PMU) with the
     default memory latencies, then a corrupted bitstream that the runtime reports."""
-    from rdu.designs import get_design
+    from rdu.apps.designs import get_design
     from rdu.sim.runner import run_verilator
     from rdu.sim.verilator import build
     design = get_design("system_2x2")

@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import pytest
+from rdu.apps.designs import DESIGNS, get_design
 from rdu.cli import main
-from rdu.designs import DESIGNS, get_design
 from rdu.sim.verilator import generate_verilog, lint_verilog
 
 

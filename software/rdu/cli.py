@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from rdu.runtime import BACKENDS, SIMULATORS, RunFailure, run_kernel, run_sequence
+
 __all__ = ["main"]
 
 
@@ -75,7 +77,7 @@ def cmd_speed(args):
 
 
 def cmd_verilog(args):
-    from rdu.designs import DESIGNS, get_design
+    from rdu.apps.designs import DESIGNS, get_design
     from rdu.sim.verilator import generate_verilog, lint_verilog
     ip_designs = sorted(name for name, design in DESIGNS.items() if design.module == "hdl.ip")
     if args.ip:
@@ -89,7 +91,7 @@ def cmd_verilog(args):
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.ip:
-        from rdu.ip import DOC_NAME, HEADER_NAME, write_header, write_register_doc
+        from rdu.apps.ip import DOC_NAME, HEADER_NAME, write_header, write_register_doc
         print(write_header(out_dir / HEADER_NAME))
         print(write_register_doc(out_dir / DOC_NAME))
     failures = 0
@@ -218,7 +220,7 @@ def _program_for(args):
                 sources[tensor] = f"--{tensor} {path}"
         params = _kernel_params(args, kernel, arrays)
         if getattr(args, "execution", "fused") != "fused":
-            from rdu.unfused import compile_unfused
+            from rdu.apps.unfused import compile_unfused
             kernel.graph(params)            # the kernel's own checks of its shape
             return kernel, compile_unfused(kernel.name, _machine(args, kernel.machine),
                                            **params), arrays, sources
@@ -401,6 +403,12 @@ def cmd_inspect(args):
     return 0
 
 
+def _sim_names(test):
+    """``"a, b or c"``: the back ends (``--sim`` names) that pass ``test``."""
+    names = [name for name, backend in BACKENDS.items() if test(backend)]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 class WrongResult(Exception):
     """The hardware's (or model's) result differs from the reference: exit 1."""
 
@@ -410,20 +418,22 @@ def cmd_run(args):
 
     import numpy as np
 
-    from rdu.runtime import run_kernel
     start = time.perf_counter()
+    backend = BACKENDS[args.sim]
     if args.save:
         _check_output(args.save, directory=True)
     if args.waves:
-        if args.sim == "model":
-            raise CommandError("--waves needs the RTL: --sim verilator, native or ip (the "
-                               "functional model has no signals)")
+        if not backend.timed:
+            raise CommandError(f"--waves needs the RTL: --sim "
+                               f"{_sim_names(lambda b: b.timed)} (the functional model "
+                               f"has no signals)")
         _check_output(args.waves)
     execution = getattr(args, "execution", "fused")    # rdu sim: always fused
     unfused = execution != "fused"
-    if unfused and args.sim == "ip":
-        raise CommandError(f"--execution {execution} runs on --sim model, verilator or native "
-                           f"(the IP block runs one program per start)")
+    if unfused and not backend.schedules:
+        raise CommandError(f"--execution {execution} runs on --sim "
+                           f"{_sim_names(lambda b: b.schedules)} (the IP block runs one "
+                           f"program per start)")
     if unfused and args.waves:
         raise CommandError("--waves is for --execution fused (one program)")
     kernel, program, arrays, sources = _program_for(args)
@@ -434,7 +444,6 @@ def cmd_run(args):
     inputs = (kernel.user_inputs(program, arrays, sources) if arrays
               else kernel.random_inputs(program, args.seed))
     if unfused:
-        from rdu.runtime import run_sequence
         figures, results, _ = run_sequence(
             kernel, program, inputs, args.sim, seed=args.seed, progress=not args.json,
             timeout=args.timeout, execution=EXECUTIONS[execution])
@@ -510,8 +519,8 @@ def _resource(text):
 
 
 def cmd_sweep(args):
+    from rdu.apps.sweep import load_grid, run_sweep
     from rdu.machine import MACHINE_OPTIONS
-    from rdu.sweep import load_grid, run_sweep
     overrides = {}
     if args.kernel:
         overrides["kernels"] = args.kernel
@@ -544,7 +553,7 @@ def cmd_sweep(args):
     grid = load_grid(args.grid, overrides)
     points = grid.points()
     if args.list:
-        from rdu.sweep import Table
+        from rdu.apps.sweep import Table
         done = Table(table).done() if table.exists() else {}
         for point in points:
             print(f"{point.key}  {done.get(point.key, 'todo'):<13}  {point.label()}")
@@ -570,7 +579,7 @@ def cmd_sweep(args):
 def _sweep_compare(args, table):
     """``--compare REF``: the points both tables have must agree on every measured
     column (times and node aside); exit 1 naming the first difference otherwise."""
-    from rdu.sweep import compare_tables
+    from rdu.apps.sweep import compare_tables
     if not Path(args.compare).exists():
         raise CommandError(f"{args.compare}: no such table")
     result = compare_tables(table, args.compare)
@@ -590,7 +599,7 @@ def _sweep_compare(args, table):
 
 
 def _sweep_plots(args, table, quiet=False):
-    from rdu.sweep_plots import plot_table
+    from rdu.apps.sweep_plots import plot_table
     directory = Path(args.plot_dir) if args.plot_dir else table.parent / f"{table.stem}-plots"
     _check_output(directory, directory=True)
     for path in plot_table(table, directory):
@@ -722,7 +731,7 @@ def _parser():
                                   "the launches run by the on-chip orchestrator; "
                                   "unfused-host: the same launched one by one by the host "
                                   "(docs/fusion.md)")
-            cmd.add_argument("--sim", choices=["model", "verilator", "native", "ip"],
+            cmd.add_argument("--sim", choices=list(SIMULATORS),
                              default="model",
                              help="model: the functional model (seconds, no cycles); "
                                   "verilator: the RTL (cycle-accurate) under cocotb; "
@@ -899,7 +908,8 @@ def _coe_parser():
                                 ("k", 64, "expert input features")):
         parser.add_argument(f"--{name}", type=int, default=default, metavar=name.upper(),
                             help=text)
-    parser.add_argument("--sim", choices=["model", "verilator", "native"], default="model",
+    parser.add_argument("--sim", choices=[name for name, backend in BACKENDS.items()
+                                          if backend.schedules], default="model",
                         help="model: functional model, cycles composed from primitive "
                              "costs; verilator: the RTL under cocotb, every cycle "
                              "measured; native: the same RTL and cycles, no Python per "
@@ -913,13 +923,13 @@ def _coe_parser():
 
 
 def cmd_run_coe(args):
-    from rdu.coe import CoEConfig, build, measure_costs, run_coe
+    from rdu.apps.coe import CoEConfig, build, measure_costs, run_coe
     start = time.perf_counter()
     config = CoEConfig(experts=args.experts, requests=args.requests, cache=args.cache,
                        source=args.source, seed=args.seed, m=args.m, n=args.n, k=args.k,
                        zipf=args.zipf, agcus=args.agcus, link=args.link)
     costs = None
-    if args.sim == "model" and args.costs == "rtl":
+    if not BACKENDS[args.sim].timed and args.costs == "rtl":
         costs = measure_costs(build(config), progress=not args.json)
     report = run_coe(config, args.sim, costs=costs, progress=not args.json)
     trace = report.pop("trace")
@@ -935,7 +945,6 @@ def cmd_run_coe(args):
 
 
 def main(argv=None):
-    from rdu.runtime import RunFailure
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:2] == ["run", "coe"]:
         args = _coe_parser().parse_args(argv[2:])
@@ -962,7 +971,7 @@ def main(argv=None):
 
 
 def _sweep_error():
-    from rdu.sweep import SweepError
+    from rdu.apps.sweep import SweepError
     return SweepError
 
 

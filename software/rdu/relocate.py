@@ -18,6 +18,7 @@ import copy
 from hdl.agcu import agcu_config_layout
 
 from .bitstream import Record, UnitKind, read_bitstream, write_bitstream
+from .layout import Image
 from .unitconfig import pack_config, unpack_config
 
 __all__ = ["relocate_image", "relocate_output", "RelocationError", "image_span"]
@@ -36,7 +37,6 @@ def image_span(program, image, role="input"):
         raise RelocationError(f"program {program.name!r} has no {role} image {image!r} "
                               f"({role}s: {', '.join(sorted(known))})")
     layout = images[image]
-    from .layout import Image
     return layout["address"], Image.from_json(layout).nbytes
 
 
@@ -113,5 +113,4 @@ def _relocate(program, image, address, role):
 
 
 def _nbytes(layout):
-    from .layout import Image
     return Image.from_json(layout).nbytes

@@ -71,7 +71,7 @@ def register(name, description, *, reads, writes):
 @dataclass(frozen=True)
 class ImagePlan:
     """What a caller fixes about a program's memory images (a kernel of a sequence whose
-    intermediates pass through HBM, :mod:`rdu.unfused`).
+    intermediates pass through HBM, :mod:`rdu.apps.unfused`).
 
     ``start``: the first byte the program's own images and bitstream may use (default
     the HBM base); ``addresses``: ``{image: byte address}`` of images another program

@@ -129,7 +129,7 @@ def _lane_tree(words, reduce_max):
 
 def exact_rows(graph, inputs, lanes):
     """``{output: uint32 array}`` of a row-wise graph with the PCU chain's arithmetic
-    (:mod:`rdu.compiler.lower_rows`): element-wise operators per lane, a reduction
+    (:mod:`rdu.compiler.row_chain`): element-wise operators per lane, a reduction
     accumulated lane-wise over the row's beats in order (``op(x_j, acc)``, from ``0`` or
     ``-inf``) then the cross-lane tree, exp and reciprocal as :mod:`rdu.models.fp`."""
     values = {}

@@ -23,13 +23,25 @@ import numpy as np
 from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
 from hdl.array import WATCHDOG_BITS, watchdog_location
 from hdl.config_net import LoaderState
+from hdl.orchestrator import DEFAULT_COMMANDS
 from hdl.pcu_config import PCUError
 from hdl.pmu import PMUError
 from sim_models.memory import ddr_model, hbm_model, host_link_model
 
 from ..bitstream import ConfigStatus
 from ..program import Program
+from ..schedule import decode, error_message
 from .memory_system import MemorySystem
+from .protocol import (
+    CopyDone,
+    CopyStep,
+    HostSchedule,
+    LaunchDone,
+    LaunchStep,
+    OrchestrationPlan,
+    WriteDone,
+    WriteStep,
+)
 
 __all__ = ["RunError", "HostDriver", "system_memory", "check_program", "run_program",
            "run_programs", "run_schedule", "run_orchestrated", "load_outputs",
@@ -503,10 +515,9 @@ async def run_schedule(bench, schedule_file, *, progress=False, memory=None, sta
     each launch and each copy. Returns ``{"steps": [{"kind", "cycles", "launch_cycles",
     ...}], "cycles": clock edges of the whole schedule, "memory": per-region
     statistics}``."""
-    import json
-    schedule = json.loads(Path(schedule_file).read_text())
-    steps = schedule["steps"]
-    launches = [Program.load(step["dir"]) for step in steps if step["kind"] == "launch"]
+    schedule = HostSchedule.load(schedule_file)
+    launches = [Program.load(step.dir) for step in schedule.steps
+                if isinstance(step, LaunchStep)]
     if not launches:
         raise RunError("a schedule needs at least one launch")
     machine = launches[0].machine
@@ -515,25 +526,24 @@ async def run_schedule(bench, schedule_file, *, progress=False, memory=None, sta
                         launch_latency=launch_latency)
     done, programs = [], iter(launches)
     first = bench.cycle
-    with np.load(schedule["writes"]) as writes:
-        for step in steps:
-            if step["kind"] == "write":
-                driver.write(step["address"], writes[step["key"]])
-                done.append({"kind": "write"})
-            elif step["kind"] == "copy":
-                cycles, per_agcu = await driver.copy([tuple(job) for job in step["jobs"]],
-                                                     step["timeout"])
-                done.append({"kind": "copy", "cycles": cycles,
-                             "launch_cycles": launch_latency,
-                             "agcu_cycles": {str(k): v for k, v in per_agcu.items()}})
+    with np.load(schedule.writes) as writes:
+        for step in schedule.steps:
+            if isinstance(step, WriteStep):
+                driver.write(step.address, writes[step.key])
+                done.append(WriteDone())
+            elif isinstance(step, CopyStep):
+                cycles, per_agcu = await driver.copy([tuple(job) for job in step.jobs],
+                                                     step.timeout)
+                done.append(CopyDone(cycles, launch_latency,
+                                     {str(k): v for k, v in per_agcu.items()}))
             else:
                 program = next(programs)
-                launch = await driver.run(
-                    program, timeout=step["timeout"], load_timeout=load_timeout,
-                    outputs_file=Path(step["dir"]) / "outputs.npz",
-                    inline_output_words=inline_output_words, watchdog_cycles=watchdog_cycles)
-                done.append({"kind": "launch", "launch": launch})
-    return {"steps": done, "cycles": bench.cycle - first,
+                done.append(LaunchDone(await driver.run(
+                    program, timeout=step.timeout, load_timeout=load_timeout,
+                    outputs_file=Path(step.dir) / "outputs.npz",
+                    inline_output_words=inline_output_words,
+                    watchdog_cycles=watchdog_cycles)))
+    return {"steps": [step.to_json() for step in done], "cycles": bench.cycle - first,
             "memory": {region.name: dict(region.stats) for region in driver.mem.regions},
             "memory_errors": [str(error) for error in driver.mem.errors]}
 
@@ -573,25 +583,19 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
     "starts": how many times the array started (``host.running`` rose),
     "launches": [{"program", "outputs", "outputs_file", "perf"}], "memory",
     "memory_errors"}``."""
-    import json
-
-    from hdl.orchestrator import DEFAULT_COMMANDS
-
-    from ..schedule import decode, error_message
-    plan = json.loads(Path(plan_file).read_text())
-    launches = [Program.load(launch["dir"]) for launch in plan["launches"]]
+    plan = OrchestrationPlan.load(plan_file)
+    launches = [Program.load(launch.dir) for launch in plan.launches]
     machine = launches[0].machine
     driver = HostDriver(bench, machine, memory=memory, stall=stall,
                         perf_counters=perf_counters, progress=progress)
-    with np.load(plan["writes"]) as arrays:
-        for write in plan["memory"]:
-            driver.write(write["address"], arrays[write["key"]])
+    with np.load(plan.writes) as arrays:
+        for image in plan.memory:
+            driver.write(image.address, arrays[image.key])
         words = arrays["schedule"]
     commands = decode(words)
     await bench.cycles(1)
-    bench.set("host.watchdog_cycles", hardware_watchdog_cycles(plan["timeout"],
-                                                                 plan.get("watchdog_cycles")))
-    bench.set("orch.addr", plan["address"])
+    bench.set("host.watchdog_cycles", hardware_watchdog_cycles(plan.timeout, plan.watchdog_cycles))
+    bench.set("orch.addr", plan.address)
     bench.set("orch.length", 4 * len(words))
     bench.set("orch.start", 1)
     await bench.cycles(1)                   # the edge that samples start
@@ -601,7 +605,7 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
     # every signal the loop reads: it skips, in one call, the cycles in which none changes
     watched = ["orch.completed", "orch.busy", "host.running", "host.start",
                "host.config_clear", *(f"cmd.{k}.valid" for k in agcus)]
-    timeout, every = plan["timeout"], max(1, plan["timeout"] // 10)
+    timeout, every = plan.timeout, max(1, plan.timeout // 10)
     elapsed = 0
     while True:
         now = await bench.read("orch.completed")
@@ -630,7 +634,7 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
             continue
         await bench.cycles(1)
         index = await bench.read("orch.index")
-        raise RunError(f"schedule: orchestrator still busy after {plan['timeout']} cycles "
+        raise RunError(f"schedule: orchestrator still busy after {plan.timeout} cycles "
                        f"(cycle {bench.cycle}); command {index}"
                        + (f" ({commands[index].describe()})" if index < len(commands) else ""))
     if await bench.read("orch.error"):
@@ -638,7 +642,7 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
                   for name in ("index", "source", "code", "unit")]
         detail = await driver._error_detail()
         raise RunError(error_message(commands, *status, agcus=machine.agcus,
-                                     capacity=plan.get("capacity", DEFAULT_COMMANDS),
+                                     capacity=plan.capacity or DEFAULT_COMMANDS,
                                      length=4 * len(words)) + detail)
     if not await bench.read("orch.done"):
         raise RunError("schedule: the orchestrator ended with neither done nor error")
@@ -647,10 +651,10 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
     if errors:
         raise RunError(f"schedule: {errors[0]}")
     results = []
-    for launch, program in zip(plan["launches"], launches, strict=True):
+    for launch, program in zip(plan.launches, launches, strict=True):
         outputs = {out: driver.read(address, count)
-                   for out, (address, count) in launch["outputs"].items()}
-        outputs_file = Path(launch["dir"]) / "outputs.npz"
+                   for out, (address, count) in launch.outputs.items()}
+        outputs_file = Path(launch.dir) / "outputs.npz"
         np.savez(outputs_file, **outputs)
         total = sum(array.size for array in outputs.values())
         results.append({"program": program.name, "outputs_file": str(outputs_file),

@@ -28,10 +28,13 @@ import numpy as np
 
 from hdl.array import watchdog_location
 from hdl.ip import ERROR_CODES
+from hdl.orchestrator import DEFAULT_COMMANDS
 from hdl.regmap import register_map
 
 from ..program import Program
+from ..schedule import decode, error_message
 from .host import RunError, check_program, code_name, hardware_watchdog_cycles, unit_errors
+from .protocol import OrchestrationPlan
 
 __all__ = ["IPDriver", "run_ip_programs", "run_ip_schedule", "ip_params"]
 
@@ -388,27 +391,22 @@ async def run_ip_schedule(bench, plan_file, *, pause=False, perf_counters=None):
     :class:`RunError` with :func:`rdu.schedule.error_message` (the failing command from
     ``SCHEDULE_INDEX``). Returns ``{"cycles": RUN_CYCLES, "completed", "status",
     "launches": [{"program", "outputs_file"}], "irq_edges"}``."""
-    import json
-
-    from hdl.orchestrator import DEFAULT_COMMANDS
-
-    from ..schedule import decode, error_message
-    plan = json.loads(Path(plan_file).read_text())
-    programs = [Program.load(launch["dir"]) for launch in plan["launches"]]
+    plan = OrchestrationPlan.load(plan_file)
+    programs = [Program.load(launch.dir) for launch in plan.launches]
     machine = programs[0].machine
     driver = IPDriver(bench, machine, pause=pause, perf_counters=perf_counters or ())
-    with np.load(plan["writes"]) as arrays:
-        for write in plan["memory"]:
-            await driver.write(write["address"], arrays[write["key"]])
+    with np.load(plan.writes) as arrays:
+        for image in plan.memory:
+            await driver.write(image.address, arrays[image.key])
         words = arrays["schedule"]
     commands = decode(words)
     await driver.clear_irq()
     edges = driver.irq_edges
-    await driver.write_reg("SCHEDULE_ADDR", plan["address"])
+    await driver.write_reg("SCHEDULE_ADDR", plan.address)
     await driver.write_reg("SCHEDULE_LEN", WORD_BYTES * len(words))
-    await driver.write_reg("WATCHDOG", hardware_watchdog_cycles(plan["timeout"]))
+    await driver.write_reg("WATCHDOG", hardware_watchdog_cycles(plan.timeout))
     await driver.write_reg("CONTROL", driver.bits("CONTROL", SCHEDULE_START=1, IRQ_ENABLE=1))
-    await driver.wait_irq(plan["timeout"] + 10_000, "schedule")
+    await driver.wait_irq(plan.timeout + 10_000, "schedule")
     status = await driver.read_reg("STATUS")
     progress = await driver.read_reg("SCHEDULE_INDEX")
     index = driver.field("SCHEDULE_INDEX", "INDEX", progress)
@@ -421,10 +419,10 @@ async def run_ip_schedule(bench, plan_file, *, pause=False, perf_counters=None):
     if not driver.field("STATUS", "DONE", status):
         raise RunError(f"schedule: interrupt without DONE or ERROR (STATUS = {status:#x})")
     launches = []
-    for launch, program in zip(plan["launches"], programs, strict=True):
+    for launch, program in zip(plan.launches, programs, strict=True):
         outputs = {name: await driver.read(address, count)
-                   for name, (address, count) in launch["outputs"].items()}
-        outputs_file = Path(launch["dir"]) / "outputs.npz"
+                   for name, (address, count) in launch.outputs.items()}
+        outputs_file = Path(launch.dir) / "outputs.npz"
         np.savez(outputs_file, **outputs)
         launches.append({"program": program.name, "outputs_file": str(outputs_file)})
     return {"cycles": await driver.read_reg("RUN_CYCLES"),

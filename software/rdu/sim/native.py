@@ -28,6 +28,7 @@ from a build with waves (:func:`rdu.sim.verilator.build` ``waves=True``), ``dump
 
 import ctypes
 import fcntl
+import hashlib
 import os
 import subprocess
 import time
@@ -36,10 +37,12 @@ from pathlib import Path
 import numpy as np
 
 from .agents import HarnessError, WatchdogTimeout
+from .axi import AXICodec
 from .bench import Bench
-from .cpp_loop import _cxx_name, top_ports
+from .cpp_loop import cxx_name, top_ports
 from .memory_system import AXIErrorRecord
 from .runner import BodyError, BodyStats
+from .seed import get_seed
 from .verilator import ensure_verilator, fst_supported
 
 __all__ = ["NativeError", "build_native", "NativeBench", "NativeMemorySystem", "run_native"]
@@ -99,7 +102,7 @@ def _link_native(built, build_dir, out):
                           f"({objects[0]}); rebuild it")
     ports = top_ports(Path(built.verilog).read_text(), built.toplevel)
     (out / "ports.inc").write_text("".join(
-        f'PORT("{name}", {_cxx_name(name)}, {width}, {int(is_input)})\n'
+        f'PORT("{name}", {cxx_name(name)}, {width}, {int(is_input)})\n'
         for name, width, is_input in ports))
     root = Path(os.environ["VERILATOR_ROOT"])
     include = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}", f"-I{build_dir}",
@@ -139,7 +142,6 @@ def _compile(command, out, toplevel):
 
 
 def hash_text(text):
-    import hashlib
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -411,7 +413,6 @@ class NativeMemorySystem:
             raise NativeError(f"the native runner serves AXI ports with stall 'none' and "
                               f"write order 'aw_first', not {stall!r}/{write_order!r}: run "
                               f"under cocotb (--sim verilator)")
-        from .axi import AXICodec
         codec = AXICodec(addr_width=addr_width, data_width=self.beat_bytes * 8,
                          id_width=id_width)
         layout = []
@@ -500,7 +501,6 @@ def run_native(built, body, test_dir=None, *, seed=None, watchdog=2000, timeout=
     :class:`rdu.sim.runner.BodyStats` as :func:`rdu.sim.runner.run_verilator` does
     (tier ``"native"``). A body that raises becomes a :class:`rdu.sim.runner.BodyError`
     with its message, type name and cycle, as under cocotb."""
-    from .seed import get_seed
     library = build_native(built)
     seed = get_seed() if seed is None else seed
     waves = None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .amaranth_bench import AmaranthBench
+from .seed import get_seed
 from .verilator import run_cocotb
 
 __all__ = ["BodyStats", "BodyError", "run_amaranth", "run_verilator"]
@@ -63,7 +64,6 @@ def run_verilator(built, body, test_dir, *, seed=None, watchdog=2000, timeout=10
 
     ``test_dir`` is this test's own directory (results, log, ``dump.fst`` with waves).
     """
-    from .seed import get_seed
     test_dir = Path(test_dir).resolve()
     test_dir.mkdir(parents=True, exist_ok=True)
     stats_path = test_dir / "stats.json"

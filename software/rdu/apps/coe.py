@@ -27,6 +27,7 @@ functional model (no cycles) the trace's cycles are composed from per-primitive 
 else :func:`analytic_costs` from the memory models' parameters.
 """
 
+import copy
 import json
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -34,11 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .kernels import get_kernel
-from .layout import Image
-from .machine import Machine
-from .models import pcu_reference as pcu_model
-from .relocate import relocate_image
+from sim_models.memory import ddr_model, hbm_model, host_link_model
+
+from ..kernels import get_kernel
+from ..layout import Image
+from ..machine import Machine
+from ..models import pcu_reference as pcu_model
+from ..relocate import relocate_image
+from ..runtime import Copy, Launch, Write, backend_named, run_schedule
+from ..sim.verilator import project_root
 
 __all__ = ["CoEConfig", "CoEError", "LRUCache", "lru_trace", "Scenario", "Costs",
            "analytic_costs", "measure_costs", "run_coe", "SMALL_MACHINE", "LINKS"]
@@ -135,7 +140,6 @@ def analytic_costs(scenario):
     source's first-access latency + bytes / the bottleneck bandwidth + the HBM write
     latency; a launch streams the bitstream and the B image (BF16: one vector beat per
     cycle into the array) plus an HBM latency each. An estimate: the RTL measures."""
-    from sim_models.memory import ddr_model, hbm_model, host_link_model
     machine, config = scenario.machine, scenario.config
     beat = machine.beat_bytes
     hbm = hbm_model(beat_bytes=beat).timing
@@ -160,8 +164,6 @@ def measure_costs(scenario, *, cache_dir=None, progress=False):
     """Costs measured on the RTL: one copy of an expert image from DDR and one from the
     host window into an HBM slot, each followed by a launch of the expert; cached in
     ``cache_dir`` (default ``build/coe``) by machine, shape, link and AGCUs."""
-    from .runtime import Copy, Launch, Write, run_schedule
-    from .sim.verilator import project_root
     config = scenario.config
     key = (f"{scenario.machine.describe()}-{config.m}x{config.n}x{config.k}-"
            f"{config.link}-a{config.agcus}").replace(" ", "").replace(",", "_")
@@ -225,7 +227,6 @@ class Scenario:
 
 
 def _clone(program):
-    import copy
     clone = copy.copy(program)
     clone.inputs = dict(program.inputs)
     return clone
@@ -288,7 +289,6 @@ def build(config, machine=None):
 def schedule(scenario):
     """``(steps, per-request records)``: the experts placed at rest (host writes), then
     per request an optional copy (a miss) and the expert's launch."""
-    from .runtime import Copy, Launch, Write
     config = scenario.config
     steps = [Write(scenario.rest_address(e), image)
              for e, image in enumerate(scenario.images)]
@@ -319,7 +319,6 @@ def check_request(scenario, request, outputs):
 def run_coe(config, sim="model", *, machine=None, costs=None, progress=False,
             work_dir=None):
     """Build, run and check the scenario; return the report (a dict)."""
-    from .runtime import run_schedule
     scenario = build(config, machine)
     steps, records = schedule(scenario)
     results = run_schedule(steps, sim, memory=_memory_overrides(config), progress=progress,
@@ -332,7 +331,7 @@ def run_coe(config, sim="model", *, machine=None, costs=None, progress=False,
         record["ok"] = bool(good)
         ok, worst = ok and good, max(worst, error)
     misses = sum(not r["hit"] for r in records)
-    if sim in ("verilator", "native"):
+    if backend_named(sim).timed:
         switch = sum(r.cycles for r in copies)
         kernel_cycles = sum(r.cycles for r in launches)
         method = "rtl"

@@ -5,6 +5,7 @@
 constructor parameters of one configuration.
 """
 
+import importlib
 from dataclasses import dataclass, field
 
 from hdl.pcu import FPGA_PCU_OPTIONS
@@ -22,7 +23,6 @@ class Design:
     quick: bool = True          # small enough to lint inside the test suite
 
     def load_class(self):
-        import importlib
         return getattr(importlib.import_module(self.module), self.cls_name)
 
     def instantiate(self):

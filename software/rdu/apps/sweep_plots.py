@@ -13,16 +13,16 @@ Both come from the rows that have cycles: the RTL tier's (``verilator``), with s
 from collections import defaultdict
 from pathlib import Path
 
-from .sweep import read_table
+from ..kernels import KERNELS
+from .sweep import SweepError, read_table
 
 __all__ = ["plot_table"]
 
 
 def _pyplot():
     try:
-        import matplotlib
+        import matplotlib  # the 'plots' extra
     except ImportError:
-        from .sweep import SweepError
         raise SweepError("rdu sweep --plot needs matplotlib: pip install "
                          "'rdu-sim[plots]'") from None
     matplotlib.use("Agg")
@@ -44,7 +44,6 @@ def _machine_label(row):
 
 def plot_table(table, directory):
     """Write the plots of ``table`` into ``directory``; return their paths."""
-    from .kernels import KERNELS
     plt = _pyplot()
     rows = [row for row in read_table(table) if row["status"] == "ok"]
     directory = Path(directory)

@@ -18,7 +18,7 @@ Attention with ``G`` key/value heads is ``3 G`` stages, per head group ``g``::
 
 ``Q_g`` is the group's query rows stacked (``HEADS / KV_HEADS`` heads x rows); the
 softmax is one row kernel (max, exp, sum, reciprocal, scale: the row chain of
-:mod:`rdu.compiler.lower_rows`), which makes this baseline faster than one
+:mod:`rdu.compiler.row_chain`), which makes this baseline faster than one
 configuration per elementary operator. The user's Q, K and V are packed by the host
 in each stage's layout, as for the fused program; only S and P stay on the device.
 """
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .attention import query_rows, scale_value
-from .compiler import compile_graph
-from .compiler.core import CompileError, ImagePlan
-from .compiler.lower import PAGE
-from .frontend import Graph, exp, reciprocal
-from .gemm import pack_images, unpack_images
-from .layout import Image
-from .models import reference
+from ..attention import query_rows, scale_value
+from ..compiler import compile_graph
+from ..compiler.core import CompileError, ImagePlan
+from ..compiler.lower import PAGE
+from ..frontend import Graph, exp, reciprocal
+from ..gemm import pack_images, unpack_images
+from ..layout import Image
+from ..models import reference
 
 __all__ = ["Stage", "Sequence", "compile_unfused", "unfused_attention", "unfused_graph"]
 
@@ -294,7 +294,7 @@ def unfused_graph(kernel, machine, params):
 def compile_unfused(kernel, machine, **params):
     """The :class:`Sequence` of registered kernel ``kernel`` (:mod:`rdu.kernels`):
     attention as ``3 G`` stages, any other kernel by :func:`unfused_graph`."""
-    from .kernels import get_kernel
+    from ..kernels import get_kernel
     if kernel == "attention":
         return unfused_attention(machine, **params)
     return unfused_graph(get_kernel(kernel), machine, params)

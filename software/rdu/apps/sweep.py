@@ -40,6 +40,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import hdl
+from hdl.system import RDUSystem
+
+from ..kernels import KERNELS, get_kernel
+from ..machine import MACHINE_OPTIONS, Machine
+from ..runtime import BACKENDS, SIMULATORS, run_kernel
+from ..sim.native import build_native
+from ..sim.verilator import build
+
 __all__ = ["Point", "Grid", "GridError", "load_grid", "run_point", "run_sweep",
            "read_table", "Table", "columns", "FIGURES", "STATUSES", "SweepError", "summarize",
            "compare_tables", "VOLATILE"]
@@ -55,29 +64,16 @@ class SweepError(RuntimeError):
     """A sweep that cannot run (no Ray, a cluster that cannot be reached...)."""
 
 
-def _kernels():
-    from .kernels import KERNELS
-    return KERNELS
-
-
-def _machine_options():
-    from .machine import MACHINE_OPTIONS
-    return MACHINE_OPTIONS
-
-
-#: The tiers whose points wait for the Verilator build of their machine (one build task
-#: per machine; it also links the native runner when a point of that machine needs it).
-RTL_TIERS = ("verilator", "native")
-
-
-def _tiers():
-    from .runtime import SIMULATORS
-    return SIMULATORS
+#: The tiers whose points wait for the Verilator build of their machine's system (one
+#: build task per machine; it also links the native runner when a point of that machine
+#: needs it).
+RTL_TIERS = tuple(name for name, backend in BACKENDS.items()
+                  if backend.timed and backend.design is RDUSystem)
 
 
 def shape_params():
     """Every kernel shape parameter (table columns), in a fixed order."""
-    return sorted({p for kernel in _kernels().values() for p in kernel.params})
+    return sorted({p for kernel in KERNELS.values() for p in kernel.params})
 
 
 # -- points ------------------------------------------------------------------------------
@@ -101,8 +97,7 @@ class Point:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def build_machine(self):
-        from .machine import Machine
-        options = _machine_options()
+        options = MACHINE_OPTIONS
         return Machine(**{options[name][0]: value * options[name][1]
                           for name, value in self.machine})
 
@@ -148,9 +143,8 @@ class Grid:
     machine_list: list = None
 
     def machines(self):
-        from .machine import Machine
         reference = Machine()
-        options = _machine_options()
+        options = MACHINE_OPTIONS
         defaults = {name: getattr(reference, field_) // scale
                     for name, (field_, scale, _) in options.items()}
         if self.machine_list is not None:
@@ -230,7 +224,7 @@ def make_grid(data, where="grid"):
     if unknown:
         raise GridError(f"{where}: unknown key {unknown[0]!r} (known: "
                         f"{', '.join(sorted(known))})")
-    kernels_ = _kernels()
+    kernels_ = KERNELS
     names = data.get("kernels")
     if not names:
         raise GridError(f"{where}: no kernels (known: {', '.join(sorted(kernels_))})")
@@ -260,7 +254,7 @@ def make_grid(data, where="grid"):
     machine = data.get("machine", {})
     if not isinstance(machine, dict):
         raise GridError(f"{where}: machine must be a table, not {machine!r}")
-    options = _machine_options()
+    options = MACHINE_OPTIONS
     for key in machine:
         if key not in options:
             raise GridError(f"{where}: unknown machine option {key!r} (known: "
@@ -290,9 +284,9 @@ def make_grid(data, where="grid"):
     if not tiers:
         raise GridError(f"{where}: tiers is an empty list")
     for tier in tiers:
-        if tier not in _tiers():
+        if tier not in SIMULATORS:
             raise GridError(f"{where}: unknown tier {tier!r} (known: "
-                            f"{', '.join(_tiers())})")
+                            f"{', '.join(SIMULATORS)})")
     seeds = data.get("seeds", [1])
     seeds = seeds if isinstance(seeds, list) else [seeds]
     if not seeds:
@@ -342,7 +336,7 @@ def columns():
     """The table's columns, in order: the point (its key, kernel, every shape parameter
     of the registry, every machine option, tier, seed), status, error, :data:`FIGURES`,
     node, program file, finish time."""
-    options = list(_machine_options())
+    options = list(MACHINE_OPTIONS)
     return ("point", "kernel", *shape_params(), *options, "tier", "seed", "status",
             "error", *FIGURES, "node", "program", "finished")
 
@@ -361,8 +355,6 @@ def run_point(point, out_dir, *, timeout=None, node=None, keep_runs=False):
     (``programs/<point>.rdu``) and, for the RTL, the run's files (``runs/<point>``,
     removed after a clean run unless ``keep_runs``) go. ``timeout``: the RTL watchdog
     in cycles (default: the runtime's estimate)."""
-    from .kernels import get_kernel
-    from .runtime import run_kernel
     start = time.perf_counter()
     out_dir = Path(out_dir).resolve()
     row = dict.fromkeys(columns())
@@ -539,13 +531,9 @@ def _ray_build(point_json, native=False):
     import ray
     node = ray.get_runtime_context().get_node_id()[:8]
     try:
-        from hdl.system import RDUSystem
-
-        from .sim.verilator import build
         point = Point.from_json(point_json)
         built = build(RDUSystem, **point.build_machine().system_params())
         if native:
-            from .sim.native import build_native
             build_native(built)
         return node, built.seconds, None
     except Exception as error:          # noqa: BLE001 - the points report it
@@ -554,9 +542,7 @@ def _ray_build(point_json, native=False):
 
 def _code_paths():
     """Where this process found ``rdu`` and ``hdl``: the workers import the same."""
-    import hdl
-    import rdu
-    paths = [str(Path(rdu.__file__).resolve().parent.parent),
+    paths = [str(Path(__file__).resolve().parents[2]),        # the one holding rdu/
              str(Path(hdl.__file__).resolve().parent.parent)]
     return os.pathsep.join(dict.fromkeys(paths))
 
@@ -663,7 +649,8 @@ def _run_ray(todo, table, *, address, workers, cpus, resources, timeout, progres
         builds = {}                      # machine -> the ref of its build task
         for point in todo:
             if point.tier in RTL_TIERS and point.machine not in builds:
-                native = any(p.machine == point.machine and p.tier == "native" for p in todo)
+                native = any(p.machine == point.machine and BACKENDS[p.tier].native
+                             for p in todo)
                 builds[point.machine] = build_task.options(
                     **options, name=f"rdu-build {point.label()}").remote(point.to_json(),
                                                                           native)

@@ -8,6 +8,13 @@ exporter (``peakrdl-markdown``). ``rdu verilog --ip`` calls :func:`write_ip`.
 
 from pathlib import Path
 
+from hdl.config_net import LoaderState
+from hdl.ip import ERROR_CODES
+from hdl.regmap import rdl_root, register_map
+
+from ..sim.verilator import generate_verilog
+from .designs import get_design
+
 __all__ = ["HEADER_NAME", "DOC_NAME", "encodings", "write_header", "write_register_doc",
            "write_ip"]
 
@@ -20,9 +27,6 @@ def encodings():
     (:class:`hdl.config_net.LoaderState`), of every encoded field (from the SystemRDL
     ``encode`` enumerations) and of ``ERROR.CODE`` per ``ERROR.SOURCE`` (the units' own
     enumerations, :data:`hdl.ip.ERROR_CODES`)."""
-    from hdl.config_net import LoaderState
-    from hdl.ip import ERROR_CODES
-    from hdl.regmap import register_map
     found = [("STATUS", "CONFIG_STATE", {member.name: member.value for member in LoaderState})]
     for register in register_map().registers:
         for field in register.fields:
@@ -38,9 +42,7 @@ def encodings():
 def write_header(path):
     """Write the C header of the register map (``peakrdl-cheader``) to ``path``, with
     a ``#define`` per value of every encoded field (:func:`encodings`)."""
-    from peakrdl_cheader.exporter import CHeaderExporter
-
-    from hdl.regmap import rdl_root
+    from peakrdl_cheader.exporter import CHeaderExporter  # the 'ip' extra
     path = Path(path)
     CHeaderExporter().export(rdl_root().top, str(path))
     lines = ["// values of the encoded fields (ERROR.SOURCE; ERROR.CODE per source)"]
@@ -57,9 +59,7 @@ def write_header(path):
 def write_register_doc(path):
     """Write the Markdown register documentation (``peakrdl-markdown``) to ``path``,
     with a table of the values of every encoded field (:func:`encodings`)."""
-    from peakrdl_markdown import MarkdownExporter
-
-    from hdl.regmap import rdl_root
+    from peakrdl_markdown import MarkdownExporter  # the 'ip' extra
     path = Path(path)
     MarkdownExporter().export(rdl_root().top, str(path))
     lines = ["", "## Encoded fields", ""]
@@ -75,8 +75,6 @@ def write_register_doc(path):
 def write_ip(out_dir, design="ip_2x2"):
     """Write ``<design>.v`` (top module ``<design>``), ``rdu_regs.h`` and ``rdu_regs.md``
     into ``out_dir``; returns their paths."""
-    from .designs import get_design
-    from .sim.verilator import generate_verilog
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     verilog = out_dir / f"{design}.v"

@@ -17,7 +17,9 @@ Results are cached per design in ``build/fpga/<name>-<hash of its Verilog>/``
 runs once per change of the gateware.
 """
 
+import argparse
 import hashlib
+import importlib
 import json
 import re
 import shutil
@@ -28,7 +30,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from amaranth import Cat, Elaboratable, Module, Signal, Value
+from amaranth.back import verilog
 from amaranth.lib import wiring
+
+from ..sim.verilator import project_root
 
 __all__ = ["PinHarness", "FpgaResult", "FPGA_UNITS", "synthesize", "run_flow",
            "report_markdown", "main"]
@@ -163,9 +168,7 @@ def _cell_counts(stat_text):
 def verilog_of(name, params=None):
     """Verilog (text) of the harnessed design ``name`` of :data:`FPGA_UNITS` and the
     harness (for its port-bit counts)."""
-    import importlib
 
-    from amaranth.back import verilog
     if name not in FPGA_UNITS:
         raise FpgaError(f"unknown FPGA design {name!r}; known: {', '.join(FPGA_UNITS)}")
     module, cls_name, default = FPGA_UNITS[name]
@@ -183,7 +186,6 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
 
     Cached in ``out_dir/<name>-<hash>/result.json`` by the Verilog text and the flow
     options."""
-    from rdu.sim.verilator import project_root
     out_dir = Path(out_dir) if out_dir else project_root() / "build" / "fpga"
     text, harness, params = verilog_of(name, params)
     options = {"freq": freq_mhz, "pnr": pnr, "abc9": abc9, "device": DEVICE}
@@ -296,11 +298,10 @@ def report_markdown(results, freq_mhz=100, failures=()):
 
 
 def main(argv=None):
-    """``python -m rdu.fpga [design ...]``: run the flow, write ``build/fpga/report.md``
+    """``python -m rdu.apps.fpga [design ...]``: run the flow, write ``build/fpga/report.md``
     and ``report.json``. Exit 2 with one line on a bad design name or a missing tool;
     exit 1 after the report when a tool failed on a design (the others are reported)."""
-    import argparse
-    parser = argparse.ArgumentParser(prog="python -m rdu.fpga", description=__doc__.split(
+    parser = argparse.ArgumentParser(prog="python -m rdu.apps.fpga", description=__doc__.split(
         "\n")[0])
     parser.add_argument("designs", nargs="*", help=f"default: {' '.join(FPGA_UNITS)}")
     parser.add_argument("--freq", type=float, default=100, help="target clock in MHz")
@@ -310,13 +311,12 @@ def main(argv=None):
                         help="synthesis only: cell counts, no placement, utilisation or "
                              "Fmax (for a design too big for the device or to route)")
     args = parser.parse_args(argv)
-    from rdu.sim.verilator import project_root
     out_dir = Path(args.output) if args.output else project_root() / "build" / "fpga"
     try:
         results, failures = run_flow(args.designs or None, freq_mhz=args.freq,
                                      out_dir=out_dir, pnr=args.pnr)
     except FpgaError as error:
-        print(f"rdu.fpga: {error}", file=sys.stderr)
+        print(f"rdu.apps.fpga: {error}", file=sys.stderr)
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
     report = report_markdown(results, args.freq, failures)
@@ -327,7 +327,7 @@ def main(argv=None):
     print(report)
     print(f"written: {out_dir / 'report.md'}")
     for _, message in failures:
-        print(f"rdu.fpga: {message}", file=sys.stderr)
+        print(f"rdu.apps.fpga: {message}", file=sys.stderr)
     return 1 if failures else 0
 
 

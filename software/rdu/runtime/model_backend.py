@@ -1,0 +1,97 @@
+"""The ``model`` back end: the functional model (:mod:`rdu.machine_model`) executes the
+bitstreams in numpy, item by item: seconds even for large kernels, no cycle counts."""
+
+import time
+
+import numpy as np
+
+from hdl.agcu import AGCUOp
+from hdl.orchestrator import DEFAULT_COMMANDS
+
+from ..models.machine import FunctionalMachine
+from ..models.shared import ModelError
+from ..schedule import error_message
+from .backend import Backend, register_backend
+from .orchestrate import orchestrated_steps
+from .results import RunFailure, RunResult, ScheduleResult, StepResult
+from .steps import Copy, Write
+
+__all__ = ["ModelBackend"]
+
+WHERE = "functional model"
+
+
+def _launch(model, program):
+    """Run ``program`` on ``model``: its :class:`RunResult`."""
+    start = time.perf_counter()
+    outputs, result = model.run_program(program)
+    return RunResult(outputs={name: np.asarray(words, np.uint32)
+                              for name, words in outputs.items()},
+                     sim=ModelBackend.name, seconds=time.perf_counter() - start,
+                     counters=result.counters, program=program.name,
+                     memory_bytes=model.execute_traffic)
+
+
+def _failure(error, prefix=""):
+    return RunFailure(f"{prefix}{error} ({WHERE})", type(error).__name__)
+
+
+@register_backend
+class ModelBackend(Backend):
+    """The functional model: outputs and counters, no cycles."""
+
+    name = "model"
+    timed = False
+
+    def run_programs(self, programs, machine, options):
+        model = FunctionalMachine(machine)
+        try:
+            return [_launch(model, program) for program in programs]
+        except ModelError as error:
+            raise _failure(error) from None
+
+    def run_schedule(self, steps, machine, options):
+        model = FunctionalMachine(machine)
+        results = []
+        for step in steps:
+            try:
+                if isinstance(step, Write):
+                    model.write(step.address, step.words)
+                    results.append(StepResult("write"))
+                elif isinstance(step, Copy):
+                    for agcu, src, dst, length in step.jobs(machine):
+                        done = model.command(agcu, AGCUOp.COPY, src=src, dst=dst,
+                                             length=length)
+                        if not done.ok:
+                            raise RunFailure(f"{done.message()} ({WHERE})", "copy")
+                    results.append(StepResult("copy"))
+                else:
+                    results.append(StepResult("launch", launch=_launch(model, step.program)))
+            except ModelError as error:
+                raise _failure(error) from None
+        return ScheduleResult(results, execution="host")
+
+    def run_orchestrated(self, steps, plan, machine, options):
+        model = FunctionalMachine(machine)
+        start = time.perf_counter()
+        try:
+            for address, words in plan.writes:
+                model.write(address, words)
+        except ModelError as error:
+            raise RunFailure(f"orchestrated schedule: {error} ({WHERE})",
+                             "schedule") from None
+        run = model.run_schedule(plan.address, 4 * plan.words.size)
+        if run.error:
+            message = error_message(run.commands, *run.error, agcus=machine.agcus,
+                                    capacity=DEFAULT_COMMANDS, length=4 * plan.words.size)
+            detail = f": {run.detail}" if run.detail else ""
+            raise RunFailure(f"{message} ({WHERE}{detail})", "schedule")
+        outputs = {}
+        for step, program, _ in plan.launches:
+            outputs[step] = {name: np.asarray(model.read(address, count), np.uint32)
+                             for name, (address, count) in program.outputs.items()}
+        counters = {index: result.counters for index, result in run.runs.items()}
+        return ScheduleResult(orchestrated_steps(steps, plan, None, counters, self.name,
+                                                 time.perf_counter() - start,
+                                                 outputs=outputs),
+                              execution="orchestrated")

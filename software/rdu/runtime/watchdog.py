@@ -1,0 +1,69 @@
+"""How long a run may take: the one watchdog estimate of a program and the timeouts
+derived from it, each written once.
+
+The estimate reads only what every program carries (its MACs and the machine's peak
+MACs per cycle, the PCU's special-function period): no kernel or family name. It is
+generous on purpose: a watchdog only has to stop a run that will never end, never a
+correct one.
+"""
+
+from hdl.pcu import FPGA_PCU_OPTIONS
+from hdl.special_function import PROGRAMS, SpecialFunction
+
+__all__ = ["WATCHDOG_FLOOR_CYCLES", "COMPUTE_MARGIN", "LAUNCH_TIMEOUT_FACTOR",
+           "LAUNCH_TIMEOUT_SLACK", "LAUNCH_OVERHEAD_CYCLES", "COPY_CYCLES_PER_BYTE",
+           "COPY_TIMEOUT_SLACK", "SIMULATION_SLACK_CYCLES", "special_function_period",
+           "estimate_cycles", "launch_timeout", "copy_timeout", "programs_timeout"]
+
+#: Cycles every program is allowed whatever its size (a small kernel's load, the
+#: pipeline's fill and drain, the memory's latencies).
+WATCHDOG_FLOOR_CYCLES = 100_000
+#: The estimate allows this many times a program's MACs at the array's peak rate.
+COMPUTE_MARGIN = 4
+#: A launch's watchdog: ``LAUNCH_TIMEOUT_FACTOR * estimate + LAUNCH_TIMEOUT_SLACK``.
+LAUNCH_TIMEOUT_FACTOR = 4
+LAUNCH_TIMEOUT_SLACK = 20_000
+#: Cycles a host run allows each launch beyond its watchdog (configuration load,
+#: reading the counters and the outputs).
+LAUNCH_OVERHEAD_CYCLES = 200_000
+#: A copy's watchdog: ``COPY_CYCLES_PER_BYTE * length + COPY_TIMEOUT_SLACK``.
+COPY_CYCLES_PER_BYTE = 4
+COPY_TIMEOUT_SLACK = 50_000
+#: Cycles a simulation allows a whole schedule beyond the sum of its steps' watchdogs.
+SIMULATION_SLACK_CYCLES = 100_000
+
+
+def special_function_period(machine):
+    """Cycles per vector of ``machine``'s PCU special functions: 1 when pipelined; an
+    iterative unit (the FPGA PCU, :data:`hdl.pcu.FPGA_PCU_OPTIONS`) takes its exp
+    program's steps + 1."""
+    if machine.pcu == "fpga" and FPGA_PCU_OPTIONS["special"] == "iterative":
+        return len(PROGRAMS[SpecialFunction.EXP]) + 1
+    return 1
+
+
+def estimate_cycles(program):
+    """A generous cycle count of one execution of ``program``, for watchdogs: the floor
+    times the special-function period, plus :data:`COMPUTE_MARGIN` times its MACs at the
+    array's peak (``meta["macs"]``, ``meta["peak_macs_per_cycle"]``)."""
+    macs = program.meta.get("macs") or 0
+    peak = program.meta.get("peak_macs_per_cycle") or 0
+    compute = -(-macs // peak) if macs and peak else 0
+    return (special_function_period(program.machine) * WATCHDOG_FLOOR_CYCLES
+            + COMPUTE_MARGIN * compute)
+
+
+def launch_timeout(program, timeout=None):
+    """The watchdog of one launch of ``program``: ``timeout`` if given, else from
+    :func:`estimate_cycles`."""
+    return timeout or estimate_cycles(program) * LAUNCH_TIMEOUT_FACTOR + LAUNCH_TIMEOUT_SLACK
+
+
+def copy_timeout(length, timeout=None):
+    """The watchdog of a copy of ``length`` bytes: ``timeout`` if given."""
+    return timeout or COPY_CYCLES_PER_BYTE * length + COPY_TIMEOUT_SLACK
+
+
+def programs_timeout(timeouts):
+    """The hard limit of a simulation running launches with watchdogs ``timeouts``."""
+    return sum(timeouts) + LAUNCH_OVERHEAD_CYCLES * len(timeouts)
