@@ -217,12 +217,13 @@ def test_rdu_pcu_option(capsys, tmp_path):
     """``--pcu fpga``: the machine records it, builds its RTL with the FPGA PCU, and
     refuses a machine it cannot have in one line."""
     from rdu.machine import Machine
+    from rdu.units.registry import PCU_VARIANTS
     assert main(["run", "gemm", "--m", "4", "--n", "4", "--k", "4", "--pcu", "fpga"]) == 2
     assert "machine parameter pcu fpga: Shared units need at least as many stages as " \
         "lanes (the 8 x 8 systolic array on the stages' ALUs), not 4 stages for 8 lanes" \
         in _one_error_line(capsys)
     machine = Machine(rows=2, cols=2, lanes=4, pcu="fpga")
-    assert machine.system_params()["compute_unit"] == "hdl.pcu:fpga_pcu"
+    assert machine.system_params()["compute_unit"] is PCU_VARIANTS["fpga"]
     assert "compute_unit" not in Machine(rows=2, cols=2, lanes=4).system_params()
     assert Machine.from_json(machine.to_json()) == machine
     program = _compile(tmp_path, 4, 4, 4, extra=[*SMALL_ARRAY, "--pcu", "fpga"])

@@ -15,6 +15,7 @@ True
 from dataclasses import asdict, dataclass, fields
 
 from .memory_map import DDR, HBM, HOST, Region
+from .units.registry import PCU_VARIANTS
 
 __all__ = ["Machine", "MachineError", "DEFAULT_MACHINE", "MACHINE_OPTIONS"]
 
@@ -61,7 +62,7 @@ class Machine:
     compute : bool
         PCUs on the checkerboard's compute positions; ``False``: PMUs everywhere.
     pcu : str
-        The kind of PCU the RTL is built with (:data:`hdl.pcu.PCU_KINDS`): ``standard``,
+        The kind of PCU the RTL is built with (:data:`rdu.units.registry.PCU_VARIANTS`): ``standard``,
         or ``fpga`` (the FPGA configuration's: the same words, exp and the reciprocal
         13 and 8 cycles per vector; needs ``lanes <= stages``).
     hbm_bytes, ddr_bytes, host_bytes : int
@@ -93,15 +94,13 @@ class Machine:
             if not 1 <= getattr(self, name) <= 255:
                 raise MachineError(f"machine parameter {name} must be between 1 and 255, "
                                    f"not {getattr(self, name)}")
-        from hdl.pcu import FPGA_PCU_OPTIONS, PCU_KINDS, check_shared_units
-        if self.pcu not in PCU_KINDS:
+        if self.pcu not in PCU_VARIANTS:
             raise MachineError(f"machine parameter pcu must be one of "
-                               f"{', '.join(PCU_KINDS)}, not {self.pcu!r}")
-        if self.pcu == "fpga" and FPGA_PCU_OPTIONS["shared_units"]:
-            try:
-                check_shared_units(self.lanes, self.stages)
-            except ValueError as error:
-                raise MachineError(f"machine parameter pcu fpga: {error}") from None
+                               f"{', '.join(PCU_VARIANTS)}, not {self.pcu!r}")
+        try:
+            PCU_VARIANTS[self.pcu].check(self.lanes, self.stages)
+        except ValueError as error:
+            raise MachineError(f"machine parameter pcu {self.pcu}: {error}") from None
         if not 1 <= self.stages <= 16:
             raise MachineError(f"machine parameter stages must be between 1 and 16, "
                                f"not {self.stages}")
@@ -166,8 +165,7 @@ class Machine:
         if not self.compute:
             params["compute_unit"] = None
         elif self.pcu != "standard":
-            from hdl.pcu import PCU_KINDS
-            params["compute_unit"] = PCU_KINDS[self.pcu]
+            params["compute_unit"] = PCU_VARIANTS[self.pcu]
         if self.compute and self.stages != 4:
             raise MachineError(f"the RTL system builds PCUs of 4 SIMD stages; this machine "
                                f"has {self.stages} (run it on the functional model)")

@@ -7,8 +7,7 @@ generous on purpose: a watchdog only has to stop a run that will never end, neve
 correct one.
 """
 
-from hdl.pcu import FPGA_PCU_OPTIONS
-from hdl.special_function import PROGRAMS, SpecialFunction
+from ..units.registry import PCU_VARIANTS
 
 __all__ = ["WATCHDOG_FLOOR_CYCLES", "COMPUTE_MARGIN", "LAUNCH_TIMEOUT_FACTOR",
            "LAUNCH_TIMEOUT_SLACK", "LAUNCH_OVERHEAD_CYCLES", "COPY_CYCLES_PER_BYTE",
@@ -34,12 +33,9 @@ SIMULATION_SLACK_CYCLES = 100_000
 
 
 def special_function_period(machine):
-    """Cycles per vector of ``machine``'s PCU special functions: 1 when pipelined; an
-    iterative unit (the FPGA PCU, :data:`hdl.pcu.FPGA_PCU_OPTIONS`) takes its exp
-    program's steps + 1."""
-    if machine.pcu == "fpga" and FPGA_PCU_OPTIONS["special"] == "iterative":
-        return len(PROGRAMS[SpecialFunction.EXP]) + 1
-    return 1
+    """Cycles per vector of ``machine``'s PCU special functions (its
+    :class:`~rdu.units.registry.PCUVariant`'s ``special_function_period``)."""
+    return PCU_VARIANTS[machine.pcu].special_function_period
 
 
 def estimate_cycles(program):

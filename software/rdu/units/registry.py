@@ -25,6 +25,7 @@ from hdl.config_net import UnitKind
 from hdl.pcu import FIFO_DEPTH, FPGA_PCU_OPTIONS, PCU, check_shared_units
 from hdl.pcu_config import pcu_config_layout
 from hdl.pmu import PMU, pmu_config_layout
+from hdl.special_function import PROGRAMS, SpecialFunction
 from hdl.switch import Switch, switch_config_layout
 
 from .. import affine
@@ -149,6 +150,14 @@ class PCUVariant:
         ``stages`` stages (the shared units need ``stages >= lanes``)."""
         if self.options.get("shared_units"):
             check_shared_units(lanes, stages)
+
+    @property
+    def special_function_period(self):
+        """Cycles per vector of its special functions: 1 when pipelined; the iterating
+        unit (``special="iterative"``) takes its exp program's steps + 1."""
+        if self.options.get("special") == "iterative":
+            return len(PROGRAMS[SpecialFunction.EXP]) + 1
+        return 1
 
     def __repr__(self):
         return f"PCUVariant({self.name!r})"
