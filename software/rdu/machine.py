@@ -63,8 +63,9 @@ class Machine:
         PCUs on the checkerboard's compute positions; ``False``: PMUs everywhere.
     pcu : str
         The kind of PCU the RTL is built with, a name of
-        :data:`rdu.units.registry.PCU_VARIANTS`: ``standard``, or ``fpga`` (the FPGA configuration's: the same words, exp and the reciprocal
-        13 and 8 cycles per vector; needs ``lanes <= stages``).
+        :data:`rdu.units.registry.PCU_VARIANTS`: ``standard``, or ``fpga`` (the FPGA
+        configuration's: the same words, exp and the reciprocal 13 and 8 cycles per
+        vector; needs ``lanes <= stages``).
     hbm_bytes, ddr_bytes, host_bytes : int
         Capacities of the HBM, DDR and host-memory windows (at their fixed bases of
         :mod:`rdu.memory_map`; each must end before the next region's base).
