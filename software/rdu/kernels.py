@@ -3,8 +3,8 @@
 Each kernel is a front-end graph (:mod:`rdu.frontend`) built from its shape parameters;
 everything else is generic: :mod:`rdu.compiler` compiles it, the program's manifest
 says how each tensor is laid out (:mod:`rdu.layout`), so packing the user's arrays,
-unpacking the outputs and checking them (bit-exact against :func:`rdu.models.reference.
-exact_outputs`, and against float64 of the graph within its budget) need no
+unpacking the outputs and checking them (bit-exact against the program's family's
+``exact``, and against float64 of the graph within its budget) need no
 kernel-specific code. The program file names its kernel and shapes, so ``rdu run FILE``
 needs no shape options.
 

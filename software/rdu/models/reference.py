@@ -1,7 +1,9 @@
 """References a compiled kernel's results are checked against.
 
-* :func:`exact_outputs`: the hardware's arithmetic, bit for bit, from the program's
-  input images (so a folded bias and the zero padding are what the hardware sees): the
+* :func:`exact_matmul`, :func:`exact_rows_program`, :func:`exact_mlp`,
+  :func:`exact_attention` (each family's ``exact`` calls its own,
+  :mod:`rdu.compiler.families`): the hardware's arithmetic, bit for bit, from the
+  program's input images (so a folded bias and the zero padding are what the hardware sees): the
   systolic accumulation of :func:`rdu.pcu_reference.systolic_accumulate` in K order, then
   the epilogue's SIMD stages with :func:`rdu.fp.apply`. Independent of the
   functional model and of the RTL.
@@ -21,26 +23,27 @@ from ..frontend import ELEMENTWISE
 from ..layout import Image
 from . import fp, pcu_reference
 
-__all__ = ["exact_outputs", "exact_rows", "exact_mlp", "float64_outputs", "check"]
+__all__ = ["exact_matmul", "exact_rows_program", "exact_attention", "exact_rows", "exact_mlp",
+           "float64_outputs", "check"]
 
 _ULP = 2.0 ** -23
 _TINY = 2.0 ** -126
 
 
-def exact_outputs(program, graph=None):
-    """``{output: uint32 array}``: what the hardware computes from ``program.inputs``
-    (a row-wise kernel needs its front-end ``graph``)."""
+def exact_rows_program(program, graph):
+    """``{output: words}`` of a row-wise program: its input image unpacked, then
+    :func:`exact_rows` of the front-end ``graph``."""
     meta = program.meta
-    if meta.get("group") == "attention":
-        return exact_attention(program)
-    if meta.get("group") == "mlp":
-        return exact_mlp(program, graph)
-    if meta.get("group") == "rows":
-        (x_name, spec), = ((n, s) for n, s in program.tensors.items()
-                           if s["role"] == "input")
-        image = Image.from_json(meta["images"][spec["image"]])
-        x = image.unpack(program.inputs[spec["image"]][1], x_name)
-        return exact_rows(graph, {x_name: x}, meta["lanes"])
+    (x_name, spec), = ((n, s) for n, s in program.tensors.items() if s["role"] == "input")
+    image = Image.from_json(meta["images"][spec["image"]])
+    x = image.unpack(program.inputs[spec["image"]][1], x_name)
+    return exact_rows(graph, {x_name: x}, meta["lanes"])
+
+
+def exact_matmul(program, graph=None):
+    """``{output: words}`` of a matmul program: the systolic accumulation of its packed
+    operands in K order, then its epilogue's SIMD stages."""
+    meta = program.meta
     images = meta["images"]
     (out_name, out_spec), = ((n, s) for n, s in program.tensors.items()
                              if s["role"] == "output")

@@ -425,7 +425,7 @@ class MatmulFamily(Family):
             "epilogue": [list(step) for step in group.epilogue], "macs": t.macs}
 
     def exact(self, program, graph):
-        return reference.exact_outputs(program, graph)
+        return reference.exact_matmul(program, graph)
 
 
 #: The matmul family (registered in :data:`rdu.compiler.families.FAMILIES`).
