@@ -9,6 +9,8 @@ GEMM through every pass.
 
 import numpy as np
 
+from hdl import defaults
+
 from .compiler import compile_graph, machine_geometry
 from .compiler.families.matmul import MatmulGroup, tile_matmul
 from .frontend import Graph
@@ -44,7 +46,8 @@ def plan_gemm(m, n, k, geometry=None, max_pcus=None):
     return tile_matmul(group, geometry or ArrayGeometry(), max_pcus)
 
 
-def compile_gemm(m, n, k, geometry=None, *, stages=4, agcus=2, machine=None):
+def compile_gemm(m, n, k, geometry=None, *, stages=defaults.STAGES, agcus=defaults.AGCUS,
+                 machine=None):
     """Compile ``C = A B`` for ``machine`` (an :class:`rdu.machine.Machine`; or for the
     mapper's ``geometry`` with ``stages`` and ``agcus``); return a :class:`Program` (no
     images yet: :func:`pack_inputs` adds them)."""

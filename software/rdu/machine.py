@@ -14,6 +14,10 @@ True
 
 from dataclasses import asdict, dataclass, fields
 
+from hdl import defaults
+
+from .bitstream import Geometry
+from .mapper import ArrayGeometry
 from .memory_map import DDR, HBM, HOST, Region
 from .units.registry import PCU_VARIANTS
 
@@ -70,12 +74,12 @@ class Machine:
         Capacities of the HBM, DDR and host-memory windows (at their fixed bases of
         :mod:`rdu.memory_map`; each must end before the next region's base).
     """
-    rows: int = 4
-    cols: int = 4
-    lanes: int = 8
-    stages: int = 4
-    pmu_bytes: int = 65536
-    agcus: int = 2
+    rows: int = defaults.ROWS
+    cols: int = defaults.COLS
+    lanes: int = defaults.LANES
+    stages: int = defaults.STAGES
+    pmu_bytes: int = defaults.PMU_BYTES
+    agcus: int = defaults.AGCUS
     agcu_positions: tuple = None
     compute: bool = True
     pcu: str = "standard"
@@ -153,6 +157,16 @@ class Machine:
 
     def region(self, name):
         return {region.name: region for region in self.regions()}[name]
+
+    def array_geometry(self):
+        """The compiler's view of this machine's array (:class:`rdu.mapper.ArrayGeometry`:
+        rows, columns, lanes, PMU words, AGCU positions)."""
+        return ArrayGeometry(self.rows, self.cols, self.lanes,
+                             pmu_words=self.pmu_bytes // 4, agcu_rows=tuple(self.positions()))
+
+    def bitstream_geometry(self):
+        """The geometry a bitstream's header records (:class:`rdu.bitstream.Geometry`)."""
+        return Geometry(self.rows, self.cols, self.lanes)
 
     @property
     def beat_bytes(self):

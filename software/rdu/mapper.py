@@ -25,6 +25,7 @@ by how much; mapping never asserts and never loops without bound.
 from collections import deque
 from dataclasses import dataclass, field
 
+from hdl import defaults
 from hdl.array import unit_kind_at
 from hdl.switch import Direction, Port
 
@@ -67,7 +68,7 @@ def agcu_site(index, rows):
     return agcu_position(index, rows)
 
 
-def default_agcu_rows(rows, agcus=2):
+def default_agcu_rows(rows, agcus=defaults.AGCUS):
     """Where the AGCUs of a ``rows``-row array sit (:func:`agcu_site`): with two, the
     west edge of row ``(rows - 1) // 2`` and the east edge of row ``rows // 2``.
 
@@ -79,11 +80,11 @@ def default_agcu_rows(rows, agcus=2):
 
 @dataclass(frozen=True)
 class ArrayGeometry:
-    rows: int = 4
-    cols: int = 4
-    lanes: int = 8
+    rows: int = defaults.ROWS
+    cols: int = defaults.COLS
+    lanes: int = defaults.LANES
     tracks: int = 1                             # routes per link and network (hdl.switch: 1)
-    pmu_words: int = 16384                       # 64 KiB of 32-bit words
+    pmu_words: int = defaults.PMU_BYTES // 4     # 32-bit words
     #: (side, row) of each AGCU; default :func:`default_agcu_rows` (mid-edge rows)
     agcu_rows: tuple = None
 

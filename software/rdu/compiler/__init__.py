@@ -33,6 +33,8 @@ fewer_pcus`).
 
 import textwrap
 
+from hdl import defaults
+
 from ..machine import Machine
 from ..mapper import ArrayGeometry, MappingError
 from . import bind, check, emit, encode, fuse, lower, place, tile  # noqa: F401 (register)
@@ -60,18 +62,18 @@ def pass_table():
     return "\n".join(lines)
 
 
-def machine_geometry(machine=None, geometry=None, *, stages=4, agcus=2):
+def machine_geometry(machine=None, geometry=None, *, stages=defaults.STAGES,
+                     agcus=defaults.AGCUS):
     """``(machine, geometry)``: the mapper's :class:`ArrayGeometry` of a
-    :class:`Machine`, or a Machine for a geometry (with ``stages`` and ``agcus``)."""
+    :class:`Machine` (:meth:`Machine.array_geometry`), or a Machine for a geometry (with
+    ``stages`` and ``agcus``)."""
     if machine is None:
         geometry = geometry or ArrayGeometry()
         machine = Machine(geometry.rows, geometry.cols, geometry.lanes, stages=stages,
                           pmu_bytes=geometry.pmu_words * WORD, agcus=agcus,
                           agcu_positions=tuple(tuple(p) for p in geometry.agcu_rows[:agcus]))
     elif geometry is None:
-        geometry = ArrayGeometry(machine.rows, machine.cols, machine.lanes,
-                                 pmu_words=machine.pmu_bytes // WORD,
-                                 agcu_rows=tuple(machine.positions()))
+        geometry = machine.array_geometry()
     return machine, geometry
 
 

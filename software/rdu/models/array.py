@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hdl import defaults
 from hdl.array import unit_kind_at
 from hdl.interfaces import NETWORKS, config_words
 from hdl.pcu import FIFO_DEPTH as PCU_FIFO_DEPTH
@@ -106,9 +107,10 @@ class FunctionalArray:
         :func:`agcu_edge`'s rule. ``agcu_edges[k]`` is AGCU ``k``'s edge port.
     """
 
-    def __init__(self, rows, cols, lanes, *, compute=True, stages=4, capacity_bytes=65536,
-                 agcus=2, agcu_config_words=16, fifo_depth=SWITCH_FIFO_DEPTH,
-                 switch_layout=None, agcu_positions=None, simd_batch=True):
+    def __init__(self, rows, cols, lanes, *, compute=True, stages=defaults.STAGES,
+                 capacity_bytes=defaults.PMU_BYTES, agcus=defaults.AGCUS, agcu_config_words=16,
+                 fifo_depth=SWITCH_FIFO_DEPTH, switch_layout=None, agcu_positions=None,
+                 simd_batch=True):
         self.geometry = Geometry(rows, cols, lanes)
         #: SIMD PCUs compute in batches (False: pcu_reference.SimdState.step per beat)
         self.simd_batch = simd_batch

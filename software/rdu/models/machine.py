@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hdl import defaults
 from hdl.agcu import AGCUError, AGCUOp, agcu_config_layout
 from hdl.config_net import LoaderState
 from hdl.interfaces import config_words
@@ -504,7 +505,8 @@ class FunctionalMachine:
         return [self.run_program(program) for program in programs]
 
 
-def run_program(program, *, compute=True, stages=4, capacity_bytes=65536,
+def run_program(program, *, compute=True, stages=defaults.STAGES,
+                capacity_bytes=defaults.PMU_BYTES,
                 max_items=50_000_000):
     """Run ``program`` on a fresh :class:`FunctionalMachine` of
     ``program.geometry`` (rows, cols, lanes, agcus, agcu_positions) with these

@@ -20,6 +20,7 @@ class and options, called like the class (``variant(lanes=8)``).
 
 from dataclasses import dataclass, field
 
+from hdl import defaults
 from hdl.agcu import AGCU, agcu_config_layout
 from hdl.config_net import UnitKind
 from hdl.pcu import FIFO_DEPTH, FPGA_PCU_OPTIONS, PCU, check_shared_units
@@ -142,7 +143,7 @@ class PCUVariant:
     rtl: type
     options: dict = field(default_factory=dict)
 
-    def __call__(self, lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
+    def __call__(self, lanes=defaults.LANES, stages=defaults.STAGES, fifo_depth=FIFO_DEPTH):
         return self.rtl(lanes, stages, fifo_depth, **self.options)
 
     def check(self, lanes, stages):

@@ -46,6 +46,8 @@ each tile. When no placement routes, the driver tiles again with one systolic PC
 
 from dataclasses import dataclass, field
 
+from hdl import defaults
+
 from ...frontend import ELEMENTWISE, Node
 from ...ir import AccessPattern, BlockOffset, Kernel
 from ...layout import Image, Piece
@@ -212,7 +214,7 @@ class MatmulTiling:
                 f"buffers{split}), {self.stores} store streams")
 
 
-def tile_matmul(group, geometry, max_pcus=None, agcus=2):
+def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS):
     """The tiling of ``group`` on ``geometry`` with at most ``max_pcus`` systolic PCUs."""
     lanes = geometry.lanes
     capacity = geometry.capacity()
