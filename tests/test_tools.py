@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 from rdu.apps.designs import DESIGNS, get_design
-from rdu.cli import main
+from rdu.cli import build_parser, main
 from rdu.sim.verilator import generate_verilog, lint_verilog
 
 
@@ -352,8 +352,7 @@ def test_simulation_builds_gate_idle_units():
 
 def test_every_option_has_help_with_its_default():
     """Each option of each command explains itself; one with a default shows it."""
-    from rdu.cli import _parser
-    parser = _parser()
+    parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
     for name, command in commands.items():
         text = command.format_help()

@@ -1,0 +1,327 @@
+"""What the ``rdu`` commands share: the parser classes, the machine options, the kernel
+options and program loading of ``rdu run``/``compile``, the output checks and report, and
+the one-line error handling that maps an error to the exit status.
+
+Exit status: 0 ok; 1 a result differs from its reference (:class:`WrongResult`); 2 bad
+input or a run that did not end cleanly, with one line on stderr that says what and where.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hdl.pcu import PCU_KINDS
+from rdu.apps.sweep import SweepError
+from rdu.apps.unfused import compile_unfused
+from rdu.kernels import KERNELS, get_kernel
+from rdu.machine import MACHINE_OPTIONS, Machine
+from rdu.program import Program
+from rdu.runtime import RunFailure
+
+__all__ = ["CommandError", "WrongResult", "Parser", "HelpFormatter", "add_command",
+           "add_machine_options", "machine_overrides", "machine_for", "add_kernel_options",
+           "load_array", "size_option", "kernel_params", "program_for", "check_output",
+           "print_report", "run_command"]
+
+
+class CommandError(Exception):
+    """An error reported to the user as one line, exit status 2."""
+
+
+class WrongResult(Exception):
+    """The hardware's (or model's) result differs from the reference: exit 1."""
+
+
+# -- parsers --------------------------------------------------------------------------------
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``rdu run: error: ...``), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows every option's default (where it has one)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and \
+                "%(default)" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+def add_command(commands, name, help_text, description=None):
+    """A subcommand ``name`` of the subparsers object ``commands``, with the rdu help."""
+    return commands.add_parser(name, help=help_text, description=description or help_text,
+                               formatter_class=HelpFormatter)
+
+
+# -- machines -------------------------------------------------------------------------------
+
+def add_machine_options(cmd, defaults):
+    """The machine options (``--rows`` ... ``--pcu``) of command ``cmd``; ``defaults``:
+    the default machine's values as defaults (else None: a program file's machine)."""
+    group = cmd.add_argument_group(
+        "machine", "the system to compile for or run on (a program file records its "
+                   "own; given with one, they must match it)")
+    reference = Machine()
+    for option, (field, scale, text) in MACHINE_OPTIONS.items():
+        default = getattr(reference, field) // scale if defaults else None
+        shown = getattr(reference, field) // scale
+        group.add_argument(f"--{option.replace('_', '-')}", dest=option, type=int,
+                           default=default, metavar="N",
+                           help=f"{text} (default machine: {shown})")
+    group.add_argument("--pcu", choices=list(PCU_KINDS),
+                       default=reference.pcu if defaults else None,
+                       help="the PCUs the RTL is built with: standard, or fpga (the "
+                            "FPGA configuration's, docs/fpga.md: the same results, "
+                            "exp and reciprocal 13 and 8 cycles per vector; needs "
+                            f"--lanes <= --stages) (default machine: {reference.pcu})")
+
+
+def machine_overrides(args):
+    """The machine parameters given on the command line, as Machine fields."""
+    overrides = {field: getattr(args, option) * scale
+                 for option, (field, scale, _) in MACHINE_OPTIONS.items()
+                 if getattr(args, option, None) is not None}
+    if getattr(args, "pcu", None) is not None:
+        overrides["pcu"] = args.pcu
+    return overrides
+
+
+def machine_for(args, defaults=None):
+    """The machine of the command line; ``defaults``: Machine fields a kernel needs
+    unless the options say otherwise."""
+    return Machine(**{**(defaults or {}), **machine_overrides(args)})
+
+
+# -- kernels and programs -------------------------------------------------------------------
+
+def add_kernel_options(cmd, run):
+    """The target, the kernel shape and choice options, the input arrays (``run``: the
+    target may be a program file) and the machine options of ``rdu run``/``compile``."""
+    cmd.add_argument("target", metavar="KERNEL" if not run else "KERNEL|PROGRAM",
+                     help=f"kernel to compile ({', '.join(sorted(KERNELS))})"
+                     + (", or a program file written by 'rdu compile'" if run else ""))
+    kinds = "; ".join(f"{k.name}: {k.help}" for k in KERNELS.values())
+    shapes = cmd.add_argument_group(f"kernel shape ({kinds})")
+    params = sorted({p for k in KERNELS.values() for p in k.params})
+    tensors = []
+    for kernel in KERNELS.values():
+        tensors += [t for t in kernel.inputs if t not in tensors]
+    for name in params:
+        defaults = [f"{k.name}: {k.defaults[name][1]}" for k in KERNELS.values()
+                    if name in k.defaults]
+        both = name in tensors and run     # a size of one kernel, a tensor of another
+        users = [k.name for k in KERNELS.values() if name in k.inputs]
+        shapes.add_argument(f"--{name.replace('_', '-')}", dest=name,
+                            type=str if both else int,
+                            metavar=f"{name.upper()}" + (f"|{name.upper()}.npy" if both
+                                                         else ""),
+                            help=f"{name.upper()}; with a program file it must match, "
+                                 f"with input arrays it can be left out"
+                                 + (f" (default {', '.join(defaults)})" if defaults
+                                    else "")
+                                 + (f"; for {', '.join(users)}: the tensor "
+                                    f"{name.upper()} as a float .npy array" if both
+                                    else ""))
+    for kernel in KERNELS.values():
+        for name, (values, default, text) in kernel.choices.items():
+            if values == (False, True):         # a flag
+                shapes.add_argument(f"--{name}", action="store_const", const=True,
+                                    default=None, help=text)
+            else:
+                shapes.add_argument(f"--{name}", choices=values, default=None,
+                                    help=f"{text} (default {default})")
+    if run:
+        data = cmd.add_argument_group(
+            "data", "the kernel's inputs as float .npy arrays (rounded to BF16); "
+                    "default: random with --seed")
+        for tensor in tensors:
+            if tensor in params:
+                continue                    # the size option takes it (above)
+            users = [k.name for k in KERNELS.values() if tensor in k.inputs]
+            data.add_argument(f"--{tensor}", metavar=f"{tensor.upper()}.npy",
+                              help=f"{tensor.upper()} ({', '.join(users)})")
+    add_machine_options(cmd, defaults=False)
+
+
+def load_array(path, option):
+    """The .npy array at ``path`` given by ``option`` (``--a``)."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise CommandError(f"{option} {path}: no such file") from None
+    except (ValueError, OSError):
+        raise CommandError(f"{option} {path}: not a .npy array of numbers") from None
+
+
+def size_option(args, name):
+    """A kernel size option's value (an option that is also a tensor of another kernel,
+    ``--k``, arrives as text)."""
+    value = getattr(args, name, None)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            raise CommandError(f"--{name} {value}: a size here, not a number") from None
+    return value
+
+
+def kernel_params(args, kernel, arrays):
+    """The kernel's shape parameters and choices from its options and the user's arrays."""
+    implied = kernel.params_from_inputs(arrays)
+    params = {}
+    for name, (_, default, _) in kernel.choices.items():
+        given = getattr(args, name, None)
+        params[name] = default if given is None else given
+    for name in kernel.params:
+        option = "--" + name.replace("_", "-")
+        given, found = size_option(args, name), implied.get(name)
+        if given is not None and found is not None and given != found:
+            raise CommandError(f"{option} {given} contradicts the input arrays "
+                               f"({name.upper()} = {found})")
+        value = given if given is not None else found
+        if value is None and name in kernel.defaults:
+            value = kernel.defaults[name][0](params)
+        if value is None:
+            raise CommandError(f"{kernel.name} needs {option} (or input arrays that "
+                               f"fix it)")
+        if value < 1:
+            raise CommandError(f"{option} must be at least 1, not {value}")
+        params[name] = value
+    return params
+
+
+def _user_arrays(args, kernel, arrays, sources):
+    """Read the kernel's input arrays the options name into ``arrays``, with where from."""
+    for tensor in kernel.inputs:
+        path = getattr(args, tensor, None)
+        if path:
+            arrays[tensor] = load_array(path, f"--{tensor}")
+            sources[tensor] = f"--{tensor} {path}"
+
+
+def program_for(args):
+    """The program of ``rdu run``/``compile``: compiled from the kernel's options or
+    read from a program file; the user's arrays (``--a``...) with it."""
+    arrays, sources = {}, {}
+    target = args.target
+    if target in KERNELS:
+        kernel = get_kernel(target)
+        _user_arrays(args, kernel, arrays, sources)
+        params = kernel_params(args, kernel, arrays)
+        if getattr(args, "execution", "fused") != "fused":
+            kernel.graph(params)            # the kernel's own checks of its shape
+            return kernel, compile_unfused(kernel.name, machine_for(args, kernel.machine),
+                                           **params), arrays, sources
+        state = []
+        program = kernel.compile(machine_for(args, kernel.machine), state=state,
+                                 passes=getattr(args, "passes_selected", None),
+                                 skip=getattr(args, "passes_skipped", ()), **params)
+        compilation = args.compilation = state[0]
+        dump = getattr(args, "dump_after", None)
+        if dump:
+            for name, text in compilation.dumps.items():
+                if dump in (name, "all"):
+                    print(f"== after {name} ({compilation.seconds[name] * 1000:.1f} ms)\n"
+                          f"{text}", file=sys.stderr)
+        return kernel, program, arrays, sources
+    if getattr(args, "execution", "fused") != "fused":
+        raise CommandError(f"{target}: a program file is one configuration; --execution "
+                           f"{args.execution} compiles a kernel by name")
+    if args.target.endswith(".bin"):
+        raise CommandError(f"{target}: a bare bitstream carries no shapes or tensors; "
+                           f"compile a program file with 'rdu compile ... -o FILE.rdu'")
+    program = Program.read(target)
+    kernel = get_kernel(program.kernel)
+    for name in (*kernel.params, *kernel.choices):
+        given = size_option(args, name) if name in kernel.params else getattr(args, name,
+                                                                                None)
+        if given is not None and given != program.params.get(name):
+            raise CommandError(f"{target} was compiled for {name.upper()}="
+                               f"{program.params.get(name)}, not {given} "
+                               f"(--{name.replace('_', '-')})")
+    overrides = machine_overrides(args)
+    if overrides:
+        wanted = program.machine.replace(**overrides)
+        difference = program.machine.mismatch(wanted)
+        if difference:
+            raise CommandError(f"{target} was compiled for another machine: {difference}")
+    _user_arrays(args, kernel, arrays, sources)
+    return kernel, program, arrays, sources
+
+
+# -- output ---------------------------------------------------------------------------------
+
+def check_output(path, directory=False):
+    """Fail now, before any work, if ``path`` cannot be written."""
+    path = Path(path)
+    target = path if directory else path.parent
+    blocking = next((parent for parent in [target, *target.parents]
+                     if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise CommandError(f"cannot write {'directory' if directory else 'file'} {path}: "
+                           f"{blocking} is a file, not a directory")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / f".rdu-write-test-{id(path)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise CommandError(f"cannot write {'directory' if directory else 'file'} {path}: "
+                           f"{error.strerror or error}") from None
+    if directory and path.exists() and not path.is_dir():
+        raise CommandError(f"cannot write directory {path}: it is a file")
+    if not directory and path.is_dir():
+        raise CommandError(f"cannot write file {path}: it is a directory")
+
+
+def print_report(report, as_json):
+    """A command's report: one JSON object, or one aligned ``key  value`` line each."""
+    if as_json:
+        print(json.dumps(report))
+        return
+    width = max(len(key) for key in report)
+    for key, value in report.items():
+        print(f"{key:<{width}}  {value}")
+
+
+# -- errors and exit status -----------------------------------------------------------------
+
+def run_command(args):
+    """Run the parsed command ``args.func(args)``; its exit status, an error as one line
+    on stderr (2, or 1 for a wrong result, 130 when interrupted)."""
+    try:
+        return args.func(args)
+    except (CommandError, RunFailure, ValueError, OSError, SweepError) as error:
+        # MappingError, BitstreamError, ProgramError, MachineError and KernelInputError
+        # are ValueErrors
+        if isinstance(error, BrokenPipeError):
+            return _closed_pipe()
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(
+            error).__name__
+        print(f"rdu {args.command}: error: {text}", file=sys.stderr)
+        return 2
+    except WrongResult as error:
+        print(f"rdu {args.command}: FAILED: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"rdu {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _closed_pipe():
+    """The reader went away (``rdu inspect FILE | head``): stop quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    return 0
