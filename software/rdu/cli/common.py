@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hdl.pcu import PCU_KINDS
 from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
 from rdu.kernels import KERNELS, get_kernel
 from rdu.machine import MACHINE_OPTIONS, Machine
 from rdu.program import Program
 from rdu.runtime import RunFailure
+from rdu.units.registry import PCU_VARIANTS
 
 __all__ = ["CommandError", "WrongResult", "Parser", "HelpFormatter", "add_command",
            "add_machine_options", "machine_overrides", "machine_for", "add_kernel_options",
@@ -77,7 +77,7 @@ def add_machine_options(cmd, defaults):
         group.add_argument(f"--{option.replace('_', '-')}", dest=option, type=int,
                            default=default, metavar="N",
                            help=f"{text} (default machine: {shown})")
-    group.add_argument("--pcu", choices=list(PCU_KINDS),
+    group.add_argument("--pcu", choices=list(PCU_VARIANTS),
                        default=reference.pcu if defaults else None,
                        help="the PCUs the RTL is built with: standard, or fpga (the "
                             "FPGA configuration's, docs/fpga.md: the same results, "

@@ -50,12 +50,14 @@ class Backend:
     """One way to run programs: the contract every back end meets.
 
     ``name`` is its ``--sim`` name, ``timed`` whether it counts cycles (the RTL),
+    ``native`` whether it runs on the native runner (a build of its own),
     ``orchestrates`` whether it runs an orchestrated schedule, ``schedules`` whether it
     takes host schedules from the command line's schedule-driven applications.
     """
 
     name: ClassVar[str] = None
     timed: ClassVar[bool] = False
+    native: ClassVar[bool] = False
     orchestrates: ClassVar[bool] = True
     schedules: ClassVar[bool] = True
 

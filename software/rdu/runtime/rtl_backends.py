@@ -65,7 +65,7 @@ class RTLBackend(Backend):
     ``native`` runs the body on the native runner instead of cocotb."""
 
     timed = True
-    native = False
+
     design = RDUSystem
     programs_body = staticmethod(host.run_programs)
     toplevel, suffix, where = None, "", "RTL"
