@@ -19,7 +19,7 @@ import argparse
 import json
 import time
 
-from rdu.kernels import get_kernel
+from rdu.frontend.kernels import get_kernel
 from rdu.machine import Machine
 from rdu.runtime import run_kernel
 

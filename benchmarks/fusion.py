@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from rdu.apps.unfused import compile_unfused
-from rdu.kernels import get_kernel
+from rdu.frontend.kernels import get_kernel
 from rdu.layout import Image
 from rdu.machine import Machine
 from rdu.runtime import hbm_peak_bytes_per_cycle, run_kernel, run_sequence

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.gemm [--sizes 16,32,64,128,256] [--rows 4 --cols 4
         --lanes 8] [--seed 1] [--sim native|verilator] [--json]
 
-For each size it compiles ``C = A B`` (``rdu.gemm``), runs it on ``RDUSystem`` under
+For each size it compiles ``C = A B`` (``rdu.frontend.gemm``), runs it on ``RDUSystem`` under
 Verilator with the HBM model behind the AGCUs (``rdu.runtime``; ``--sim native``, the
 default, runs the memory side in C++, ``verilator`` under cocotb: the same cycles),
 checks C against the bit-exact model, and prints in one table:
@@ -24,7 +24,7 @@ import json
 import time
 
 import numpy as np
-from rdu import gemm
+from rdu.frontend import gemm
 from rdu.mapper import ArrayGeometry
 from rdu.runtime import run_program
 

@@ -32,7 +32,7 @@ CONFIGS = {
 
 
 def _program(config, size):
-    from rdu import gemm
+    from rdu.frontend import gemm
     from rdu.mapper import ArrayGeometry
     geometry = ArrayGeometry(**CONFIGS[config])
     program = gemm.compile_gemm(size, size, size, geometry)

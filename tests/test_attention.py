@@ -1,9 +1,9 @@
-"""Attention: the shape of a run and the chain's arithmetic (``rdu.attention``), against
+"""Attention: the shape of a run and the chain's arithmetic (``rdu.frontend.attention``), against
 float64 attention of the same BF16 inputs."""
 
 import numpy as np
 import pytest
-from rdu.attention import AttentionError, AttentionShape, chain_outputs, float64_attention
+from rdu.frontend.attention import AttentionError, AttentionShape, chain_outputs, float64_attention
 from rdu.models.pcu_reference import bf16_words
 
 #: (mode, seq, dim, heads, kv_heads): L = 1, L not a multiple of a chunk or of the lanes,
@@ -96,7 +96,7 @@ KERNEL_SHAPES = [("decode", 1, 16, 1, 1, False), ("decode", 37, 16, 2, 1, False)
 
 
 def _compile(mode, seq, dim, heads, kv_heads, causal=False, **machine):
-    from rdu.kernels import get_kernel
+    from rdu.frontend.kernels import get_kernel
     from rdu.machine import Machine
     kernel = get_kernel("attention")
     return kernel, kernel.compile(Machine(**{"agcus": 4, **machine}), seq=seq, dim=dim,
@@ -182,7 +182,7 @@ def test_attention_on_verilator(sim_dir, seed):
     four AGCUs: each launch's O equals the functional model's words and the chain's
     arithmetic, within budget of float64; only O is written (HBM write bytes = O's
     images)."""
-    from rdu.kernels import get_kernel
+    from rdu.frontend.kernels import get_kernel
     from rdu.machine import Machine
     from rdu.runtime import run_programs
     kernel = get_kernel("attention")

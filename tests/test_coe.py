@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from rdu import cli
 from rdu.apps.coe import CoEConfig, CoEError, LRUCache, build, lru_trace, run_coe, schedule
-from rdu.kernels import get_kernel
+from rdu.frontend.kernels import get_kernel
 from rdu.relocate import RelocationError, relocate_image
 from rdu.runtime import Copy, Launch, RunFailure, Write, run_schedule
 

@@ -7,12 +7,12 @@ import zlib
 
 import numpy as np
 import pytest
-from rdu import gemm
 from rdu.bitstream import to_bytes
 from rdu.compiler import PIPELINE, CompileError, compile_graph
 from rdu.compiler.check import check_kernel
-from rdu.frontend import FrontendError, Graph, exp, relu
-from rdu.kernels import KERNELS, Kernel
+from rdu.frontend import gemm
+from rdu.frontend.graph import FrontendError, Graph, exp, relu
+from rdu.frontend.kernels import KERNELS, Kernel
 from rdu.layout import Image, Piece
 from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry

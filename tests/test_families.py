@@ -14,8 +14,8 @@ from rdu.cli import main
 from rdu.compiler import PASSES, PIPELINE, CompileError, PassSelectionError, compile_graph
 from rdu.compiler.families import FAMILIES, family_named
 from rdu.compiler.families.scale_shift import SCALE_SHIFT
-from rdu.frontend import Graph, exp, reciprocal
-from rdu.kernels import KERNELS, Kernel
+from rdu.frontend.graph import Graph, exp, reciprocal
+from rdu.frontend.kernels import KERNELS, Kernel
 from rdu.machine import Machine
 from rdu.runtime import run_program
 

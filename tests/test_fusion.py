@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from rdu.affine import addresses, fit
 from rdu.apps.unfused import compile_unfused
-from rdu.attention import attention64
-from rdu.kernels import get_kernel
+from rdu.frontend.attention import attention64
+from rdu.frontend.kernels import get_kernel
 from rdu.machine import Machine
 
 
@@ -126,7 +126,7 @@ def test_fused_mlp_refusals():
     matmul, a second matmul on unrounded FP32 rows."""
     from rdu.compiler import compile_graph
     from rdu.compiler.core import CompileError
-    from rdu.frontend import Graph, exp, relu
+    from rdu.frontend.graph import Graph, exp, relu
     kernel = get_kernel("mlp")
     machine = Machine(**kernel.machine)
     for params, agcus, message in ((dict(m=16, d=64, f=256), 4, "at most 8 rows"),
@@ -153,7 +153,7 @@ def test_plan_layout_is_honoured_or_refused():
     asked to write its result row-major, it stores rows n_pad * 4 bytes apart."""
     from rdu.compiler import compile_graph
     from rdu.compiler.core import CompileError, ImagePlan
-    from rdu.frontend import Graph
+    from rdu.frontend.graph import Graph
     from rdu.layout import Image
     graph = Graph("g")
     graph.output("c", graph.input("a", (8, 32)) @ graph.input("b", (32, 24)))

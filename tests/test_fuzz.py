@@ -6,7 +6,7 @@ import time
 from collections import Counter
 
 import pytest
-from rdu import gemm
+from rdu.frontend import gemm
 
 from hdl.system import RDUSystem
 from tb.suites.fuzz import ACCEPTED, GEOMETRY, fuzz_programs, model_outcome, run_rtl

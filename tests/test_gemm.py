@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from rdu import gemm
 from rdu.bitstream import Geometry, UnitKind, read_bitstream
 from rdu.compiler import CompileError
+from rdu.frontend import gemm
 from rdu.mapper import ArrayGeometry, MappingError
 from rdu.unitconfig import unpack_config
 

@@ -305,7 +305,13 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     empty EXEC_MASK), each ending with the interrupt and a status that names the cause;
     then the GEMM, correct against numpy, the interrupt raised once, the counters read
     back. Every register is read once after reset at its map offset."""
-    from rdu.gemm import check_result, compile_gemm, pack_inputs, random_inputs, unpack_output
+    from rdu.frontend.gemm import (
+        check_result,
+        compile_gemm,
+        pack_inputs,
+        random_inputs,
+        unpack_output,
+    )
     from rdu.mapper import ArrayGeometry
     from rdu.sim.ip_host import run_ip_programs
     from rdu.sim.runner import run_verilator
@@ -553,7 +559,7 @@ def test_program_sequence_through_ip_verilator(tmp_path):
     """Two different kernels in sequence through the IP top on one memory
     (``rdu.runtime.run_programs(..., sim="ip")``): a GEMM, then ``relu(A B + bias)``;
     each checked against numpy, each its own interrupt and counters."""
-    from rdu.kernels import get_kernel
+    from rdu.frontend.kernels import get_kernel
     from rdu.machine import Machine
     from rdu.runtime import run_programs
     machine = Machine(rows=2, cols=2, lanes=4, pmu_bytes=16384)

@@ -9,7 +9,6 @@ import time
 import numpy as np
 import pytest
 from amaranth.lib import data
-from rdu import gemm
 from rdu.bitstream import (
     BitstreamError,
     ConfigStatus,
@@ -19,12 +18,13 @@ from rdu.bitstream import (
     read_bitstream,
     write_bitstream,
 )
-from rdu.config_loader import ConfigLoader
+from rdu.frontend import gemm
 from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry
 from rdu.memory_map import DDR, HBM, HOST
 from rdu.models import pcu_reference
 from rdu.models.array import FunctionalArray
+from rdu.models.loader import ConfigLoader
 from rdu.models.machine import AGCUError, AGCUOp, FunctionalMachine, run_program
 from rdu.models.pcu import Iterations
 from rdu.models.shared import CommandError, LoaderError, ModelDeadlock, ModelError, UnitError

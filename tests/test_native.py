@@ -101,7 +101,7 @@ def test_native_refuses_what_it_does_not_model(system_2x2, sim_dir, seed):
 def test_runtime_native_gemm(seed):
     """``rdu.runtime`` on ``native``: a GEMM bit-exact against the functional model,
     in the cycles of the ``verilator`` tier."""
-    from rdu import gemm
+    from rdu.frontend import gemm
     from rdu.mapper import ArrayGeometry
     from rdu.runtime import run_program as launch
     geometry = ArrayGeometry(rows=2, cols=2, lanes=4, pmu_words=4096)

@@ -6,7 +6,7 @@ import copy
 
 import numpy as np
 import pytest
-from rdu import gemm
+from rdu.frontend import gemm
 from rdu.mapper import ArrayGeometry
 from rdu.relocate import relocate_image, relocate_output
 from rdu.runtime import (

@@ -3,7 +3,7 @@ one watchdog estimate from the program, the host protocol as typed messages."""
 
 import pytest
 from rdu.cli import main
-from rdu.kernels import get_kernel
+from rdu.frontend.kernels import get_kernel
 from rdu.machine import Machine
 from rdu.runtime import BACKENDS, SIMULATORS, RunResult, run_kernel, run_programs
 from rdu.runtime.watchdog import (

@@ -408,10 +408,16 @@ def test_transpose_program_verilator(sim_dir, seed):
 
 @pytest.mark.parametrize("m, n, k", [(16, 16, 16), (12, 20, 8)])
 def test_compiled_gemm_amaranth(m, n, k, sim_dir, seed):
-    """The GEMM compiler's program (rdu.gemm: placement, routes, PCU/PMU/AGCU records,
+    """The GEMM compiler's program (rdu.frontend.gemm: placement, routes, PCU/PMU/AGCU records,
     bitstream) on a 2x2 system with PCUs, at the AGCU positions its mapper assumed
     (rdu.runtime.system_params): C checked against numpy within the FP32 budget."""
-    from rdu.gemm import check_result, compile_gemm, pack_inputs, random_inputs, unpack_output
+    from rdu.frontend.gemm import (
+        check_result,
+        compile_gemm,
+        pack_inputs,
+        random_inputs,
+        unpack_output,
+    )
     from rdu.mapper import ArrayGeometry
     from rdu.runtime import system_params
     program = compile_gemm(m, n, k, ArrayGeometry(rows=2, cols=2, lanes=4, pmu_words=4096))

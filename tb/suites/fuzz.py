@@ -14,8 +14,8 @@ import re
 import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib import data
-from rdu import gemm
 from rdu.bitstream import BitstreamError, Geometry, payload_crc, read_bitstream, write_bitstream
+from rdu.frontend import gemm
 from rdu.mapper import ArrayGeometry
 from rdu.models.machine import FunctionalMachine
 from rdu.models.shared import CommandError, LoaderError, ModelDeadlock, ModelError, UnitError

@@ -37,7 +37,7 @@ import numpy as np
 
 from sim_models.memory import ddr_model, hbm_model, host_link_model
 
-from ..kernels import get_kernel
+from ..frontend.kernels import get_kernel
 from ..layout import Image
 from ..machine import Machine
 from ..models import pcu_reference as pcu_model

@@ -43,7 +43,7 @@ from pathlib import Path
 import hdl
 from hdl.system import RDUSystem
 
-from ..kernels import KERNELS, get_kernel
+from ..frontend.kernels import KERNELS, get_kernel
 from ..machine import MACHINE_OPTIONS, Machine
 from ..runtime import BACKENDS, SIMULATORS, run_kernel
 from ..sim.native import build_native

@@ -13,7 +13,7 @@ Both come from the rows that have cycles: the RTL tier's (``verilator``), with s
 from collections import defaultdict
 from pathlib import Path
 
-from ..kernels import KERNELS
+from ..frontend.kernels import KERNELS
 from .sweep import SweepError, read_table
 
 __all__ = ["plot_table"]

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..attention import query_rows, scale_value
 from ..compiler import compile_graph
 from ..compiler.core import CompileError, ImagePlan
 from ..compiler.families import family_named
 from ..compiler.lower import PAGE
-from ..frontend import Graph, exp, reciprocal
-from ..gemm import pack_images, unpack_images
+from ..frontend.attention import query_rows, scale_value
+from ..frontend.gemm import pack_images, unpack_images
+from ..frontend.graph import Graph, exp, reciprocal
 from ..layout import Image
 
 __all__ = ["Stage", "Sequence", "compile_unfused", "unfused_attention", "unfused_graph"]
@@ -292,9 +292,9 @@ def unfused_graph(kernel, machine, params):
 
 
 def compile_unfused(kernel, machine, **params):
-    """The :class:`Sequence` of registered kernel ``kernel`` (:mod:`rdu.kernels`):
+    """The :class:`Sequence` of registered kernel ``kernel`` (:mod:`rdu.frontend.kernels`):
     attention as ``3 G`` stages, any other kernel by :func:`unfused_graph`."""
-    from ..kernels import get_kernel
+    from ..frontend.kernels import get_kernel
     if kernel == "attention":
         return unfused_attention(machine, **params)
     return unfused_graph(get_kernel(kernel), machine, params)

@@ -16,7 +16,7 @@ import numpy as np
 
 from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
-from rdu.kernels import KERNELS, get_kernel
+from rdu.frontend.kernels import KERNELS, get_kernel
 from rdu.machine import MACHINE_OPTIONS, Machine
 from rdu.program import Program
 from rdu.runtime import RunFailure

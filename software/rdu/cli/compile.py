@@ -15,7 +15,7 @@ from rdu.cli.common import (
 )
 from rdu.compiler import PIPELINE, PassSelectionError
 from rdu.compiler.core import select_passes
-from rdu.kernels import KERNELS
+from rdu.frontend.kernels import KERNELS
 
 
 def pass_selection(args):

@@ -8,7 +8,7 @@ from pathlib import Path
 from rdu.apps.sweep import Table, compare_tables, load_grid, run_sweep
 from rdu.apps.sweep_plots import plot_table
 from rdu.cli.common import CommandError, WrongResult, add_command, check_output, print_report
-from rdu.kernels import KERNELS
+from rdu.frontend.kernels import KERNELS
 from rdu.machine import MACHINE_OPTIONS
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .group import Group, Tiling
 
 if TYPE_CHECKING:
-    from ..frontend import Graph
+    from ..frontend.graph import Graph
     from ..ir import Kernel
     from ..layout import Image
     from ..machine import Machine
@@ -97,7 +97,7 @@ class Compilation:
     graph: Graph
     machine: Machine
     geometry: ArrayGeometry
-    kernel_name: str = ""           # the registered kernel (rdu.kernels) it came from
+    kernel_name: str = ""           # the registered kernel (rdu.frontend.kernels) it came from
     params: dict = field(default_factory=dict)      # its shape parameters
     max_pcus: int | None = None     # the tile pass uses at most this many matmul PCUs
     plan: ImagePlan | None = None   # where images go and the layouts asked for

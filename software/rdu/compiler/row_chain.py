@@ -29,7 +29,7 @@ load's launch token.
 
 from dataclasses import dataclass, field
 
-from ..frontend import ELEMENTWISE, Node
+from ..frontend.graph import ELEMENTWISE, Node
 from ..models.fp import NEG_INF
 from .core import CompileError
 from .lower import f32_word

@@ -5,7 +5,7 @@ and its memories (``docs/system.md``), at the level of the functional model
 (:mod:`rdu.models.array`): one persistent byte memory (HBM, DDR and host window of the
 :class:`rdu.machine.Machine`), one :class:`rdu.models.array.FunctionalArray` whose
 configuration registers and PMU SRAM persist, the configuration loader
-(:class:`rdu.config_loader.ConfigLoader`), and the AGCU commands of ``hdl/agcu.py``
+(:class:`rdu.models.loader.ConfigLoader`), and the AGCU commands of ``hdl/agcu.py``
 (``COPY``, ``PROGRAM_LOAD``, ``ARGUMENT_LOAD``, ``EXECUTE``) with the hardware's
 checks and error codes. ``docs/funcmodel.md`` documents it.
 
@@ -29,10 +29,10 @@ from hdl.interfaces import config_words
 from hdl.orchestrator import DEFAULT_COMMANDS
 
 from ..bitstream import ConfigStatus
-from ..config_loader import ConfigLoader
 from ..machine import Machine
 from ..memory_map import BURST_BOUNDARY
 from .array import FunctionalArray, RunResult
+from .loader import ConfigLoader
 from .shared import CommandError, FlatMemory, LoaderError, ModelError, UnitError
 
 __all__ = ["FunctionalMachine", "CommandResult", "ScheduleRun", "AGCUOp", "AGCUError",
@@ -110,7 +110,7 @@ class FunctionalMachine:
         The HBM, DDR and host window (``machine.regions()``); kept across programs.
     array : rdu.models.array.FunctionalArray
         The tile array; its configuration words and PMU SRAM are kept across programs.
-    loader : rdu.config_loader.ConfigLoader
+    loader : rdu.models.loader.ConfigLoader
         The configuration loader fed by AGCU 0's ``PROGRAM_LOAD``.
     execute_traffic : dict
         ``{region: {"read_bytes", "write_bytes"}}`` the last :meth:`execute` moved (the

@@ -18,8 +18,8 @@ import numpy as np
 
 from hdl.fp import Op
 
-from ..attention import AttentionShape, chain_matrices, unpack_outputs
-from ..frontend import ELEMENTWISE
+from ..frontend.attention import AttentionShape, chain_matrices, unpack_outputs
+from ..frontend.graph import ELEMENTWISE
 from ..layout import Image
 from . import fp, pcu_reference
 
@@ -97,7 +97,7 @@ def exact_mlp(program, graph):
 
 
 def attention_shape(program):
-    """The :class:`rdu.attention.AttentionShape` an attention program was compiled for."""
+    """The :class:`rdu.frontend.attention.AttentionShape` an attention program was compiled for."""
     m = program.meta
     return AttentionShape(m["mode"], m["seq"], m["dim"], m["heads"], m["kv_heads"],
                           m["lanes"], m["chunk"], m["scale"], m["causal"])
@@ -105,7 +105,7 @@ def attention_shape(program):
 
 def exact_attention(program):
     """``{output: uint32 (heads, rows, dim)}``: the chain's arithmetic
-    (:func:`rdu.attention.chain_matrices`) on the program's packed Q, K and V images, as
+    (:func:`rdu.frontend.attention.chain_matrices`) on the program's packed Q, K and V images, as
     the hardware sees them (masks and padding included)."""
     matrices = []
     for name in program.meta["operands"]:
@@ -237,7 +237,7 @@ def float64_outputs(graph, inputs):
             (x, ex), = args
             result = (np.broadcast_to(x, node.shape), np.broadcast_to(ex, node.shape))
         elif node.op == "attention":
-            from ..attention import attention64, scale_value
+            from ..frontend.attention import attention64, scale_value
             (q, _), (k, _), (v, _) = args
             result = attention64(q, k, v, scale_value(q.shape[2], node.attrs.get("scale")),
                                  node.attrs.get("causal", False))

@@ -13,7 +13,7 @@ __all__ = ["run_kernel", "run_sequence"]
 
 
 def run_kernel(kernel, program, inputs, sim="model", *, seed=1, **options):
-    """Run ``program`` of ``kernel`` (:class:`rdu.kernels.Kernel`) on ``inputs``
+    """Run ``program`` of ``kernel`` (:class:`rdu.frontend.kernels.Kernel`) on ``inputs``
     (``{tensor: uint32 BF16 words}``) and check the result: what ``rdu run`` and each
     point of ``rdu sweep`` measure.
 

@@ -24,7 +24,7 @@ dimension, ``N`` chunks)::
     pv --> merge (SIMD: O = O * alpha + O_c in the accumulator) <-- ao_rep
     merge --> normalise (SIMD: O * (1 / l)) <-- l_buf --> store_out
 
-The arithmetic is :func:`rdu.attention.chain_outputs`, which the results are checked
+The arithmetic is :func:`rdu.frontend.attention.chain_outputs`, which the results are checked
 against bit for bit.
 """
 
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 from hdl.pcu_config import ACC_DEPTH
 
-from ...attention import AttentionError, AttentionShape
-from ...attention import images as attention_images
-from ...frontend import Node
+from ...frontend.attention import AttentionError, AttentionShape
+from ...frontend.attention import images as attention_images
+from ...frontend.graph import Node
 from ...ir import AccessPattern, Kernel
 from ...models import reference
 from ...models.fp import NEG_INF
@@ -84,7 +84,7 @@ def _match_attention(graph, name, out):
 
 
 def tile_attention(group, geometry, machine):
-    """The :class:`rdu.attention.AttentionShape` of an attention group on ``geometry``:
+    """The :class:`rdu.frontend.attention.AttentionShape` of an attention group on ``geometry``:
     chunks of :data:`ATTENTION_CHUNK` keys (fewer for a short sequence), whole AXI beats
     of BF16 keys; refuses what the chain cannot hold."""
     lanes = geometry.lanes

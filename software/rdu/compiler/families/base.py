@@ -20,7 +20,7 @@ from ..core import Compilation, CompileError
 from ..group import Group, Lowered, Tiling
 
 if TYPE_CHECKING:
-    from ...frontend import Graph, Node
+    from ...frontend.graph import Graph, Node
     from ...program import Program
 
 __all__ = ["Family", "pcu_programs", "unsupported", "is_bf16_input"]
@@ -35,7 +35,7 @@ class Family:
     placement_seed: ClassVar[str] = ""
     #: Long chains of units: anneal each random placement before routing it.
     anneal: ClassVar[bool] = False
-    #: A registered kernel (:data:`rdu.kernels.KERNELS`) of this family and a shape of
+    #: A registered kernel (:data:`rdu.frontend.kernels.KERNELS`) of this family and a shape of
     #: it: its example (``tests/test_families.py`` compiles each into this family; None:
     #: no kernel registered).
     benchmark: ClassVar[tuple[str, dict] | None] = None

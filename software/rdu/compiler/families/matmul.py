@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from hdl import defaults
 
-from ...frontend import ELEMENTWISE, Node
+from ...frontend.graph import ELEMENTWISE, Node
 from ...ir import AccessPattern, BlockOffset, Kernel
 from ...layout import Image, Piece
 from ...models import reference

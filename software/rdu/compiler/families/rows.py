@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import affine
-from ...frontend import Node
+from ...frontend.graph import Node
 from ...ir import AccessPattern, Kernel
 from ...layout import Image, Piece
 from ...models import reference

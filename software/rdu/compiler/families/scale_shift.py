@@ -19,7 +19,7 @@ even, which :func:`rdu.reference.exact_rows` computes bit for bit.
 
 from dataclasses import dataclass
 
-from ...frontend import Node
+from ...frontend.graph import Node
 from ...ir import AccessPattern, Kernel
 from ...layout import Image, Piece
 from ...models import reference

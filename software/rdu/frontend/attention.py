@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .models import fp as fpmodel
-from .models import pcu_reference as pcu_model
+from ..models import fp as fpmodel
+from ..models import pcu_reference as pcu_model
 
 __all__ = ["AttentionShape", "AttentionError", "query_rows", "scale_value", "attention64",
            "images", "chain_outputs", "chain_matrices", "unpack_outputs",
@@ -218,7 +218,7 @@ def images(shape, q="q", k="k", v="v", out="o"):
     dimension-major (with the mask constants), V by head, chunk and dimension block, and
     ``O^T`` by pass (FP32). The compiler lays the tensors out with them and the reference
     computes from their logical matrices, so both see the same masks."""
-    from .layout import Image, Piece
+    from ..layout import Image, Piece
     s = shape
     lanes, passes = s.lanes, s.passes()
     n = len(passes)

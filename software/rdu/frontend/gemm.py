@@ -11,12 +11,12 @@ import numpy as np
 
 from hdl import defaults
 
-from .compiler import compile_graph, machine_geometry
-from .compiler.families.matmul import MatmulGroup, tile_matmul
-from .frontend import Graph
-from .layout import Image
-from .mapper import ArrayGeometry
-from .models import pcu_reference as pcu_model
+from ..compiler import compile_graph, machine_geometry
+from ..compiler.families.matmul import MatmulGroup, tile_matmul
+from ..layout import Image
+from ..mapper import ArrayGeometry
+from ..models import pcu_reference as pcu_model
+from .graph import Graph
 
 __all__ = ["gemm_graph", "plan_gemm", "compile_gemm", "pack_inputs", "unpack_output",
            "random_inputs", "exact_reference", "reference", "check_result", "pack_images",

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compiler import compile_graph
+from ..compiler.families import family_named
+from ..models import pcu_reference as pcu_model
+from ..models import reference
 from .attention import query_rows
-from .compiler import compile_graph
-from .compiler.families import family_named
-from .frontend import Graph, attention, exp, reciprocal, relu
 from .gemm import gemm_graph, pack_images, unpack_images
-from .models import pcu_reference as pcu_model
-from .models import reference
+from .graph import Graph, attention, exp, reciprocal, relu
 
 __all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph",
            "softmax_graph", "gemm_bf16_graph", "attention_graph", "mlp_graph"]
@@ -119,7 +119,7 @@ class Kernel:
     inputs: dict          # name -> tuple of parameter names (its shape)
     outputs: dict         # name -> tuple of parameter names
     help: str
-    build: object = None  # (**params) -> rdu.frontend.Graph
+    build: object = None  # (**params) -> rdu.frontend.graph.Graph
     choices: dict = field(default_factory=dict)
     defaults: dict = field(default_factory=dict)
     derived: object = None

@@ -22,7 +22,7 @@ import zlib
 
 from hdl.config_net import HEADER_WORDS, MAGIC, VERSION, LoaderState
 
-from .bitstream import ConfigStatus, UnitKind
+from ..bitstream import ConfigStatus, UnitKind
 
 __all__ = ["ConfigLoader", "STATE_NAMES"]
 
