@@ -31,6 +31,7 @@ from sim_models.memory import ddr_model, hbm_model, host_link_model
 from ..bitstream import ConfigStatus
 from ..program import Program
 from ..schedule import decode, error_message
+from ..unitconfig import code_name
 from .memory_system import MemorySystem
 from .protocol import (
     CopyDone,
@@ -88,15 +89,6 @@ def command_word(op, *, src=0, dst=0, length=0):
                            "length": length}).as_value().value
 
 
-def code_name(codes, value):
-    """The name of ``value`` in ``codes`` (an enum or a class of integer constants)."""
-    members = getattr(codes, "__members__", None) or {
-        name: member for name, member in vars(codes).items()
-        if name.isupper() and isinstance(member, int)}
-    for name, member in members.items():
-        if member == value:
-            return name
-    return f"unknown code {value}"
 
 
 def _error_name(code):
