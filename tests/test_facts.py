@@ -51,7 +51,7 @@ REDECLARATIONS = [
      re.compile(r"\b(STEP|DONE)\b[\w\s,]*=\s*\d"), ()),
     ("the bitstream magic (use hdl.config_net.MAGIC)",
      re.compile(r"\bMAGIC\s*=\s*0x"), ()),
-    ("the burst boundary (use hdl.agcu.BURST_BOUNDARY)",
+    ("the burst boundary (use hdl.agcu_engines.BURST_BOUNDARY)",
      re.compile(r"\bBURST_BOUNDARY\s*=\s*\d"), ()),
     ("PCU codes (use hdl.pcu.Mode / Reduce / Tail / Source)",
      re.compile(r"\b(MODE_SIMD|REDUCE_NONE|TAIL_NONE)\b[\w\s,]*=\s*\d"), ()),
