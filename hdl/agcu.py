@@ -7,18 +7,25 @@ runs the kernel-launch commands: program load, argument load, kernel execute.
 
 Structure
 ---------
-* two :class:`AffineBurstGenerator` (read side, write side): a three-level affine
-  address generator whose beat addresses are coalesced into AXI INCR bursts (at most
-  ``max_burst`` beats, never across 4 KiB);
-* the read engine issues ``ar`` bursts (up to ``max_outstanding`` in flight, ID 0, so
-  data returns in order) and routes ``r`` data to ``vector_out`` (kernel execute), to
-  the write engine (copy) or to the word serializer (``bitstream_out`` for program
-  load, ``scalar_out`` for argument load); with ``load_bf16`` the BF16 expander sends
-  each read beat (``2 * lanes`` packed BF16 values) to ``vector_out`` as two vector
-  beats whose lanes hold ``value << 16``;
-* the write engine issues ``aw`` bursts (up to ``max_outstanding`` in flight) and
-  sends their ``w`` data, independently of the ``aw`` handshake, from ``vector_in``
-  (kernel execute) or from the read engine (copy).
+Submodules, each a ``wiring.Component`` (``hdl/agcu_engines.py`` but the decoder):
+
+* :class:`CommandDecoder`: the command's checks (its :class:`AGCUError`) and patterns;
+* ``ReadEngine``: an ``AffineBurstGenerator`` (a three-level affine address generator
+  whose beat addresses are coalesced into AXI INCR bursts of at most ``max_burst``
+  beats, never across 4 KiB) whose bursts it issues on ``ar`` (up to
+  ``max_outstanding`` in flight, ID 0, so data returns in order); ``r`` into its read
+  buffer;
+* ``WriteEngine``: a generator whose bursts it issues on ``aw`` (up to
+  ``max_outstanding``) while sending their ``w`` data independently of the ``aw``
+  handshake;
+* ``BF16Expander`` (``load_bf16``: each read beat of ``2 * lanes`` packed BF16 values
+  -> two vector beats whose lanes hold ``value << 16``), ``BF16Packer``
+  (``store_bf16``), ``WordSerializer`` (read beats -> ``bitstream_out`` for program
+  load, ``scalar_out`` for argument load).
+
+The AGCU routes the read beats to ``vector_out`` (kernel execute), to the write engine
+(copy) or to the serializer, and the write engine's data from ``vector_in`` or the
+read engine, by the command's mode; it flags the first error and decides completion.
 """
 
 from amaranth import Const, Module, Mux, Signal, signed, unsigned
@@ -216,6 +223,13 @@ class CommandDecoder(wiring.Component):
 
 class AGCU(wiring.Component):
     """Address generator and coalescing unit: AXI4 DMA between memory and the array.
+
+    See also
+    --------
+    Engines: ``hdl/agcu_engines.py`` (tests ``tests/test_agcu_engines.py``); encoder:
+    ``software/rdu/units/agcu.py``; functional model: ``_AGCU`` in
+    ``software/rdu/funcmodel.py`` (commands: ``software/rdu/machine_model.py``); docs:
+    ``docs/agcu.md``; tests: ``tests/test_agcu.py``; tb suite: ``tb/suites/agcu.py``.
 
     Parameters
     ----------

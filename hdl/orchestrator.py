@@ -128,6 +128,13 @@ def _check_int(name, value, low, high):
 class Orchestrator(wiring.Component):
     """Runs a schedule of commands held in memory, with no host between commands.
 
+    See also
+    --------
+    Encoder: ``software/rdu/schedule.py`` (``Command``, ``encode``); functional model:
+    ``FunctionalMachine.run_schedule`` in ``software/rdu/machine_model.py``; host driver:
+    ``run_orchestrated`` in ``software/rdu/sim/host.py``; docs: ``docs/orchestrator.md``;
+    tests: ``tests/test_orchestrator.py``.
+
     Parameters
     ----------
     agcus : int

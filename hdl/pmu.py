@@ -527,6 +527,13 @@ class PMUReadSide(wiring.Component):
 class PMU(wiring.Component):
     """Pattern Memory Unit: ``lanes`` SRAM banks, one vector beat in and out per cycle.
 
+    See also
+    --------
+    Encoder: ``software/rdu/units/pmu.py``; functional model: ``_PMU`` in
+    ``software/rdu/funcmodel.py``; docs: ``docs/pmu.md``; tests: ``tests/test_pmu.py``
+    and ``tests/test_pmu_sides.py`` (the pieces alone); tb suite: ``tb/suites/pmu.py``
+    (and its Python model, ``PMUModel``).
+
     Parameters
     ----------
     lanes : int

@@ -163,6 +163,13 @@ class Switch(wiring.Component):
     switches have no combinational path around the mesh. The merge position restarts
     while ``enable`` is low and after every configuration write.
 
+    See also
+    --------
+    Encoder: ``software/rdu/units/switch.py``; functional model: ``_SwitchNetwork`` in
+    ``software/rdu/funcmodel.py``; docs: ``docs/switch.md``; tests:
+    ``tests/test_switch.py``; tb suite: ``tb/suites/switch.py``; formal:
+    ``formal/switch.py``.
+
     Parameters
     ----------
     lanes : int

@@ -1,7 +1,8 @@
 """RDUSystem: the top level, a :class:`TileArray` with its AGCUs at the edge.
 
-``docs/system.md`` documents the edge assignment, the run sequence and the runtime
-(``tb/suites/system.py:run_program``) that drives it.
+``docs/system.md`` documents the edge assignment, the run sequence and the host driver
+that runs programs on it (``software/rdu/sim/host.py``: ``run_program``,
+``run_programs``, ``HostDriver``).
 """
 
 from amaranth import Cat, Module, Mux, Signal
