@@ -1,7 +1,7 @@
 """Verilog generation, ``verilator --lint-only`` and Verilator build times of TileArray.
 
     .venv/bin/python -m benchmarks.array_build [--configs 2x2,4x4] [--lanes 8]
-        [--compute-unit hdl.pcu:PCU|none] [--no-build] [--run]
+        [--compute-unit standard|fpga|none] [--no-build] [--run]
 
 Prints one line per configuration: Verilog size, seconds to generate, lint result and
 seconds, Verilator build seconds (0 when the build was already cached). With ``--run``
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from rdu.sim.verilator import build, ensure_verilator, generate_verilog, project_root
+from rdu.units.registry import PCU_VARIANTS
 
 from hdl.array import TileArray
 
@@ -33,8 +34,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="2x2,4x4")
     parser.add_argument("--lanes", type=int, default=8)
-    parser.add_argument("--compute-unit", default="hdl.pcu:PCU",
-                        help="compute unit at the (row + col) even sites; 'none' for PMUs only")
+    parser.add_argument("--compute-unit", choices=[*PCU_VARIANTS, "none"], default="standard",
+                        help="compute unit at the (row + col) even sites (a PCU variant of "
+                             "rdu.units.registry.PCU_VARIANTS); 'none' for PMUs only")
     parser.add_argument("--no-build", action="store_true")
     parser.add_argument("--run", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
@@ -45,7 +47,7 @@ def main():
     for config in args.configs.split(","):
         rows, cols = (int(v) for v in config.split("x"))
         start = time.perf_counter()
-        unit = None if args.compute_unit == "none" else args.compute_unit
+        unit = None if args.compute_unit == "none" else PCU_VARIANTS[args.compute_unit]
         text = generate_verilog(TileArray(rows, cols, args.lanes, compute_unit=unit),
                                 "tile_array")
         gen_seconds = time.perf_counter() - start

@@ -1,4 +1,4 @@
-"""Speed of the functional model (rdu.funcmodel) on a GEMM-sized systolic workload.
+"""Speed of the functional model (rdu.models) on a GEMM-sized systolic workload.
 
 A 4 x 4 array (8 PCUs, 8 PMUs). Every PMU is filled from an edge with a ``K x lanes``
 block and reads it ``tiles`` times (``read_repeat``), multicast to two neighbouring

@@ -1,4 +1,4 @@
-"""Speed of the functional model (rdu.funcmodel) on long SIMD PCU streams.
+"""Speed of the functional model (rdu.models) on long SIMD PCU streams.
 
 A 2 x 2 array (lanes 16 by default): PCU (0,0) takes ``vector_in0`` from west edge 0,
 ``vector_in1`` from east edge 2, ``scalar_in`` and its start token from west edge 0; its
@@ -122,7 +122,7 @@ def measure(name, beats, lanes, row, per_beat=False, check=False):
     if "simd_batch" in inspect.signature(FunctionalArray).parameters:
         kwargs["simd_batch"] = not per_beat
     elif not per_beat:
-        raise SystemExit("this rdu.funcmodel has only the one-beat SIMD path: --per-beat")
+        raise SystemExit("this rdu.models has only the one-beat SIMD path: --per-beat")
     model = FunctionalArray(2, 2, lanes, compute=True, **kwargs)
     model.load(words)
     start = time.perf_counter()

@@ -21,6 +21,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 import hdl.agcu as agcu_module
+import hdl.agcu_engines as engines_module
 from formal.common import (
     AnyConst,
     AnySeq,
@@ -33,7 +34,8 @@ from formal.common import (
     open_submodule,
     stream_stable,
 )
-from hdl.agcu import AGCU, BURST_BOUNDARY, AffineBurstGenerator, AGCUOp
+from hdl.agcu import AGCU, AGCUOp
+from hdl.agcu_engines import BURST_BOUNDARY, AffineBurstGenerator
 from hdl.interfaces import AXIBurst, ConfigPort
 
 __all__ = ["AGCUHarness", "AnyConfig", "BurstGeneratorHarness"]
@@ -207,11 +209,16 @@ class AGCUHarness(Elaboratable):
         m = Module()
         no_reset(m)
         with (unittest.mock.patch.object(agcu_module, "ConfigRegister", AnyConfig),
-              unittest.mock.patch.object(agcu_module, "AffineBurstGenerator", self.generator)):
+              unittest.mock.patch.object(engines_module, "AffineBurstGenerator",
+                                        self.generator)):
             dut = self.agcu(lanes=self.lanes, addr_width=self.addr_width,
                             max_burst=self.max_burst, max_outstanding=self.max_outstanding,
                             buffer_depth=self.buffer_depth)
             m.submodules.dut, internals = elaborate_open(dut, platform)
+            # the engines build their generators when elaborated: open them here
+            agcu = m._named_submodules["dut"][0]
+            engines = {name: open_submodule(agcu, name, platform)
+                       for name in ("read_engine", "write_engine")}
         conf = internals["submodule:config"].value
         axi = dut.axi
         beat_shift = dut.beat_bytes.bit_length() - 1
@@ -341,10 +348,11 @@ class AGCUHarness(Elaboratable):
                 Cover(stalls["w"] & axi.w.valid, "w held through a stall"),
             ]
         if self.invariants:
-            self.assert_invariants(m, dut, internals, limits, locals())   # the counters
+            self.assert_invariants(m, dut, internals, engines, limits,
+                                   locals())   # the counters
         return m
 
-    def assert_invariants(self, m, dut, internals, limits, h):
+    def assert_invariants(self, m, dut, internals, engines, limits, h):
         """The AGCU's state against the harness's counters (``h``: the locals of
         :meth:`elaborate`), which makes its properties inductive: both generators' and
         all three queues' invariants, every burst queued for ``aw`` obeys the burst rules;
@@ -355,16 +363,23 @@ class AGCUHarness(Elaboratable):
         which holds vector beat M's high halves when M is next; the outstanding-burst
         counters are the harness's; an idle AGCU has no work left anywhere."""
         agcu = m._named_submodules["dut"][0]
+        # the engines' and the BF16 packer's internals, by name, with the AGCU's
+        internals = dict(internals)
+        owner = {}          # submodule name -> the elaborated engine holding it
+        for engine_module, engine_internals in engines.values():
+            internals.update(engine_internals)
+            owner.update({name: engine_module for name in engine_module._named_submodules})
+        internals.update(open_submodule(agcu, "bf16_packer")[1])
         queues = {}
         for name in ("read_gen", "write_gen"):
             gen = internals[f"submodule:{name}"]
-            module, gen_internals = open_submodule(agcu, name)
+            module, gen_internals = open_submodule(owner[name], name)
             stalled, held = stream_stable(m, gen.bursts, f"{name}_bursts")
             generator_invariants(m, gen, module, gen_internals, stalled, held, limits,
                                  f"{name}: ")
         for name in ("write_addresses", "write_lengths", "read_fifo"):
             fifo = internals[f"submodule:{name}"]
-            _, fifo_internals = open_submodule(agcu, name)
+            _, fifo_internals = open_submodule(owner[name], name)
             slots, head = fifo_invariants(m, fifo, fifo_internals, f"{name}: ")
             queues[name] = (fifo, slots, head)
             if name == "write_addresses":

@@ -11,7 +11,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 import hdl.switch as switch_module
-from hdl.agcu import AGCU, AffineBurstGenerator
+from hdl.agcu import AGCU
+from hdl.agcu_engines import AffineBurstGenerator, ReadEngine, WriteEngine
 from hdl.pmu import AffineAddressGenerator
 from hdl.stream_fifo import StreamFIFO
 
@@ -102,21 +103,26 @@ def broken_merge_order():
         switch_module._next_listed = original
 
 
-class EarlyLastAGCU(AGCU):
-    """An ``AGCU`` whose ``w.last`` comes one beat early on bursts of two or more beats
-    (the ``w`` sender then starts the next burst's beats in the middle of this one)."""
+class EarlyLastWriteEngine(WriteEngine):
+    """A ``WriteEngine`` whose ``w.last`` comes one beat early on bursts of two or more
+    beats (the ``w`` sender then starts the next burst's beats in the middle of this one)."""
 
     def elaborate(self, platform):
         m = super().elaborate(platform)
         driven = {signal.name: signal for signal in m._driving.keys()}
         length = m._named_submodules["write_lengths"][0].o.payload
         beat = driven["w_beat"]
-        m.d.comb += self.axi.w.payload.last.eq((beat == length) | (beat + 1 == length))
+        m.d.comb += self.w.payload.last.eq((beat == length) | (beat + 1 == length))
         return m
 
 
-class BufferGatedReadAGCU(AGCU):
-    """An ``AGCU`` that withdraws ``ar.valid`` while its read buffer is full (a
+class EarlyLastAGCU(AGCU):
+    """An ``AGCU`` with an :class:`EarlyLastWriteEngine`."""
+    write_engine_class = EarlyLastWriteEngine
+
+
+class BufferGatedReadEngine(ReadEngine):
+    """A ``ReadEngine`` that withdraws ``ar.valid`` while its read buffer is full (a
     plausible flow-control shortcut that breaks the rule that ``valid`` stays up until
     ``ready``)."""
 
@@ -125,10 +131,15 @@ class BufferGatedReadAGCU(AGCU):
         driven = {signal.name: signal for signal in m._driving.keys()}
         read_gen = m._named_submodules["read_gen"][0]
         read_fifo = m._named_submodules["read_fifo"][0]
-        m.d.comb += self.axi.ar.valid.eq(
+        m.d.comb += self.ar.valid.eq(
             read_gen.bursts.valid & (driven["reads_in_flight"] < self.max_outstanding) &
             read_fifo.i.ready)
         return m
+
+
+class BufferGatedReadAGCU(AGCU):
+    """An ``AGCU`` with a :class:`BufferGatedReadEngine`."""
+    read_engine_class = BufferGatedReadEngine
 
 
 class PageCrossingGenerator(AffineBurstGenerator):

@@ -135,7 +135,7 @@ PROOFS = [
                   "bursts on a page end, w before aw, BF16 halves, stalls)"),
     Proof("agcu_axi_early_last", lambda: AGCUHarness(**AGCU_SMALL, agcu=EarlyLastAGCU),
           depth=8, quick=True, expect="fail",
-          fails_with="w burst N does not have the length of aw burst N",
+          fails_with="w.last not on beat len of its aw burst",
           summary="mutant: an AGCU whose w.last comes one beat early"),
     Proof("agcu_axi_gated_ar", lambda: AGCUHarness(**AGCU_SMALL, agcu=BufferGatedReadAGCU),
           depth=8, quick=True, expect="fail", fails_with="ar: valid withdrawn before ready",

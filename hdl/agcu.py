@@ -7,29 +7,43 @@ runs the kernel-launch commands: program load, argument load, kernel execute.
 
 Structure
 ---------
-* two :class:`AffineBurstGenerator` (read side, write side): a three-level affine
-  address generator whose beat addresses are coalesced into AXI INCR bursts (at most
-  ``max_burst`` beats, never across 4 KiB);
-* the read engine issues ``ar`` bursts (up to ``max_outstanding`` in flight, ID 0, so
-  data returns in order) and routes ``r`` data to ``vector_out`` (kernel execute), to
-  the write engine (copy) or to the word serializer (``bitstream_out`` for program
-  load, ``scalar_out`` for argument load); with ``load_bf16`` the BF16 expander sends
-  each read beat (``2 * lanes`` packed BF16 values) to ``vector_out`` as two vector
-  beats whose lanes hold ``value << 16``;
-* the write engine issues ``aw`` bursts (up to ``max_outstanding`` in flight) and
-  sends their ``w`` data, independently of the ``aw`` handshake, from ``vector_in``
-  (kernel execute) or from the read engine (copy).
+Submodules, each a ``wiring.Component`` (``hdl/agcu_engines.py`` but the decoder):
+
+* :class:`CommandDecoder`: the command's checks (its :class:`AGCUError`) and patterns;
+* ``ReadEngine``: an ``AffineBurstGenerator`` (a three-level affine address generator
+  whose beat addresses are coalesced into AXI INCR bursts of at most ``max_burst``
+  beats, never across 4 KiB) whose bursts it issues on ``ar`` (up to
+  ``max_outstanding`` in flight, ID 0, so data returns in order); ``r`` into its read
+  buffer;
+* ``WriteEngine``: a generator whose bursts it issues on ``aw`` (up to
+  ``max_outstanding``) while sending their ``w`` data independently of the ``aw``
+  handshake;
+* ``BF16Expander`` (``load_bf16``: each read beat of ``2 * lanes`` packed BF16 values
+  -> two vector beats whose lanes hold ``value << 16``), ``BF16Packer``
+  (``store_bf16``), ``WordSerializer`` (read beats -> ``bitstream_out`` for program
+  load, ``scalar_out`` for argument load).
+
+The AGCU routes the read beats to ``vector_out`` (kernel execute), to the write engine
+(copy) or to the serializer, and the write engine's data from ``vector_in`` or the
+read engine, by the command's mode; it flags the first error and decides completion.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import defaults
+from .agcu_engines import (
+    BF16Expander,
+    BF16Packer,
+    ReadEngine,
+    WordSerializer,
+    WriteEngine,
+    burst_pattern_layout,
+)
 from .interfaces import (
     WORD_BITS,
     AXI4Signature,
-    AXIBurst,
-    AXIResp,
     ConfigPort,
     ConfigRegister,
     ControlToken,
@@ -37,13 +51,9 @@ from .interfaces import (
     scalar_stream,
     vector_stream,
 )
-from .stream_fifo import StreamFIFO
 
-__all__ = ["BURST_BOUNDARY", "AGCUOp", "AGCUError", "pattern_layout", "agcu_config_layout",
-           "agcu_command_layout", "AffineBurstGenerator", "AGCU"]
-
-#: AXI4 bursts never cross a 4 KiB boundary.
-BURST_BOUNDARY = 4096
+__all__ = ["AGCUOp", "AGCUError", "pattern_layout", "agcu_config_layout",
+           "agcu_command_layout", "CommandDecoder", "AGCU"]
 
 
 class AGCUOp(enum.IntEnum, shape=3):
@@ -108,158 +118,120 @@ def agcu_command_layout(addr_width=32):
     })
 
 
-class AffineBurstGenerator(wiring.Component):
-    """Three-level affine address generator with burst coalescing.
-
-    Stage 1 walks the pattern and emits *runs*: when ``stride[0]`` equals the beat
-    size, as many beats of the innermost row as fit before the row end, the next
-    4 KiB boundary and ``max_burst``; otherwise one beat. Stage 2 merges a run into
-    the open burst when it starts where the open burst ends, in the same 4 KiB page,
-    and the sum stays within ``max_burst`` (e.g. rows laid end to end); otherwise it
-    emits the open burst. One run per cycle.
+class CommandDecoder(wiring.Component):
+    """The checks and patterns of a host command, combinationally.
 
     Parameters
     ----------
     addr_width : int
     beat_bytes : int
         Bytes per beat (a power of two).
-    max_burst : int
-        Longest burst in beats (at most 256).
 
     Attributes
     ----------
-    start : In(1)
-        Pulse: load ``pattern`` and start.
-    pattern : In(...)
-        ``base``, ``count`` (3 x 32 bit) and ``stride`` (3 x signed 32 bit).
-    bursts : Out(stream.Signature(...))
-        ``addr`` and ``len`` (beats - 1) of each burst.
-    idle : Out(1)
-        Not started, or every burst has been handed out.
-    wrapped : Out(1)
-        A computed address left ``[0, 2**addr_width)`` (it was used modulo
-        ``2**addr_width``); cleared by ``start``.
+    command : In(agcu_command_layout(addr_width))
+    config : In(agcu_config_layout(addr_width))
+    error : Out(AGCUError)
+        ``NONE``, or why the command is refused, checked in this order: ``COPY``: the
+        length (non-zero, whole beats), then ``src``/``dst`` beat-aligned; the loads:
+        the length (non-zero, whole words), then ``src``; ``EXECUTE``: the enabled
+        patterns' bases and strides aligned, then their counts non-zero; any other
+        opcode ``BAD_OPCODE``.
+    words : Out(32)
+        ``length`` in 32-bit words (program and argument loads).
+    source, dest : Out(burst_pattern_layout(addr_width))
+        The linear patterns of ``src`` and ``dst``: ``length`` in beats, whole beats
+        read (a load's last beat may be partly used), stride one beat.
+    load, store : Out(burst_pattern_layout(addr_width))
+        The configured patterns (kernel execute).
     """
 
-    def __init__(self, *, addr_width=32, beat_bytes=32, max_burst=16):
-        if not 1 <= max_burst <= 256:
-            self._MustUse__silence = True     # a rejected object is not an unused one
-            raise ValueError(f"Maximum burst must be between 1 and 256 beats, not {max_burst}")
-        self._addr_width = addr_width
-        self._beat_bytes = beat_bytes
-        self._max_burst = max_burst
-        self.burst_layout = data.StructLayout({"addr": unsigned(addr_width),
-                                               "len": unsigned(8)})
+    def __init__(self, *, addr_width=32, beat_bytes=32):
+        self.beat_bytes = beat_bytes
+        pattern = burst_pattern_layout(addr_width)
         super().__init__({
-            "start": In(1),
-            "pattern": In(data.StructLayout({
-                "base": unsigned(addr_width),
-                "count": data.ArrayLayout(unsigned(32), 3),
-                "stride": data.ArrayLayout(signed(32), 3),
-            })),
-            "bursts": Out(stream.Signature(self.burst_layout)),
-            "idle": Out(1),
-            "wrapped": Out(1),
+            "command": In(agcu_command_layout(addr_width)),
+            "config": In(agcu_config_layout(addr_width)),
+            "error": Out(AGCUError),
+            "words": Out(32),
+            "source": Out(pattern),
+            "dest": Out(pattern),
+            "load": Out(pattern),
+            "store": Out(pattern),
         })
 
     def elaborate(self, platform):
         m = Module()
-        aw = self._addr_width
-        beat = self._beat_bytes
+        beat = self.beat_bytes
         beat_shift = beat.bit_length() - 1
-        max_burst = self._max_burst
-        page_beats = BURST_BOUNDARY // beat
-
-        pattern = Signal.like(self.pattern)
-        running = Signal()
-        index = [Signal(32, name=f"i{k}") for k in range(3)]
-        row = Signal(aw)        # address of beat (i2, i1, 0)
-        plane = Signal(aw)      # address of beat (i2, 0, 0)
-        addr = Signal(aw)       # address of beat (i2, i1, i0)
-
-        # stage 1: the run starting at addr
-        contiguous = Signal()
-        m.d.comb += contiguous.eq(pattern.stride[0] == beat)
-        row_left = Signal(32)
-        to_page = Signal(range(page_beats + 1))
-        run = Signal(range(max(max_burst, page_beats) + 1))
+        cmd, conf = self.command, self.config
+        beats = Signal(32)
         m.d.comb += [
-            row_left.eq(pattern.count[0] - index[0]),
-            to_page.eq(page_beats - addr[beat_shift:12]),
+            beats.eq(Mux(cmd.op == AGCUOp.COPY, cmd.length >> beat_shift,
+                         (cmd.length + beat - 1) >> beat_shift)),
+            self.words.eq(cmd.length >> 2),
         ]
-        with m.If(~contiguous):
-            m.d.comb += run.eq(1)
-        with m.Elif((row_left <= to_page) & (row_left <= max_burst)):
-            m.d.comb += run.eq(row_left)
-        with m.Elif(to_page <= max_burst):
-            m.d.comb += run.eq(to_page)
-        with m.Else():
-            m.d.comb += run.eq(max_burst)
-
-        # stage 2: the open burst and the output FIFO
-        m.submodules.out_fifo = out_fifo = StreamFIFO(self.burst_layout, 2)
-        wiring.connect(m, out_fifo.o, wiring.flipped(self.bursts))
-        open_valid = Signal()
-        open_addr = Signal(aw)
-        open_beats = Signal(range(max_burst + 1))
-        open_end = Signal(aw)
-        m.d.comb += open_end.eq(open_addr + (open_beats << beat_shift))
-        merge = Signal()
-        m.d.comb += merge.eq(open_valid & (addr == open_end) &
-                             (addr[12:] == open_addr[12:]) &
-                             (open_beats + run <= max_burst))
-        take = Signal()
-        m.d.comb += [
-            take.eq(running & (~open_valid | merge | out_fifo.i.ready)),
-            out_fifo.i.payload.addr.eq(open_addr),
-            out_fifo.i.payload.len.eq(open_beats - 1),
-        ]
-        with m.If(take):
-            with m.If(merge):
-                m.d.sync += open_beats.eq(open_beats + run)
-            with m.Else():
-                m.d.comb += out_fifo.i.valid.eq(open_valid)
-                m.d.sync += [open_valid.eq(1), open_addr.eq(addr), open_beats.eq(run)]
-        with m.Elif(~running & open_valid):
-            m.d.comb += out_fifo.i.valid.eq(1)
-            with m.If(out_fifo.i.ready):
-                m.d.sync += open_valid.eq(0)
-
-        # stage 1 advance; the next address is computed exactly (aw + 2 bits, signed) so
-        # that leaving the address space is reported on ``wrapped``, not hidden
-        next_addr = Signal(signed(aw + 34))
-        with m.If(take):
-            with m.If(index[0] + run < pattern.count[0]):
-                m.d.comb += next_addr.eq(Mux(contiguous, addr + (run << beat_shift),
-                                             addr + pattern.stride[0]))
-                m.d.sync += index[0].eq(index[0] + run)
-            with m.Elif(index[1] + 1 < pattern.count[1]):
-                m.d.comb += next_addr.eq(row + pattern.stride[1])
-                m.d.sync += [index[0].eq(0), index[1].eq(index[1] + 1),
-                             row.eq(row + pattern.stride[1])]
-            with m.Elif(index[2] + 1 < pattern.count[2]):
-                m.d.comb += next_addr.eq(plane + pattern.stride[2])
-                m.d.sync += [index[0].eq(0), index[1].eq(0), index[2].eq(index[2] + 1),
-                             plane.eq(plane + pattern.stride[2]),
-                             row.eq(plane + pattern.stride[2])]
-            with m.Else():
-                m.d.comb += next_addr.eq(addr)
-                m.d.sync += running.eq(0)
-            m.d.sync += addr.eq(next_addr[:aw])
-            with m.If((next_addr < 0) | (next_addr >= 2 ** aw)):
-                m.d.sync += self.wrapped.eq(1)
-
-        with m.If(self.start):
-            m.d.sync += [pattern.eq(self.pattern), running.eq(1), open_valid.eq(0),
-                         row.eq(self.pattern.base), plane.eq(self.pattern.base),
-                         addr.eq(self.pattern.base), self.wrapped.eq(0)]
-            m.d.sync += [i.eq(0) for i in index]
-        m.d.comb += self.idle.eq(~running & ~open_valid & (out_fifo.level == 0))
+        for linear, base in ((self.source, cmd.src), (self.dest, cmd.dst)):
+            m.d.comb += [linear.base.eq(base), linear.count[0].eq(beats),
+                         linear.count[1].eq(1), linear.count[2].eq(1),
+                         linear.stride[0].eq(beat)]
+        for configured, pattern in ((self.load, conf.load), (self.store, conf.store)):
+            m.d.comb += configured.base.eq(pattern.base)
+            for k in range(3):
+                m.d.comb += [configured.count[k].eq(pattern.count[k]),
+                             configured.stride[k].eq(pattern.stride[k])]
+        self._check(m, beat_shift)
         return m
+
+    def _check(self, m, beat_shift):
+        cmd, conf, check = self.command, self.config, self.error
+
+        def misaligned(value):
+            return value[:beat_shift] != 0
+
+        def pattern_bad(pattern):
+            aligned = misaligned(pattern.base)
+            for k in range(3):
+                aligned |= misaligned(pattern.stride[k])
+            empty = Const(0)
+            for k in range(3):
+                empty |= pattern.count[k] == 0
+            return aligned, empty
+
+        load_misaligned, load_empty = pattern_bad(conf.load)
+        store_misaligned, store_empty = pattern_bad(conf.store)
+        with m.Switch(cmd.op):
+            with m.Case(AGCUOp.COPY):
+                with m.If((cmd.length == 0) | misaligned(cmd.length)):
+                    m.d.comb += check.eq(AGCUError.BAD_LENGTH)
+                with m.Elif(misaligned(cmd.src) | misaligned(cmd.dst)):
+                    m.d.comb += check.eq(AGCUError.MISALIGNED)
+            with m.Case(AGCUOp.PROGRAM_LOAD, AGCUOp.ARGUMENT_LOAD):
+                with m.If((cmd.length == 0) | (cmd.length[:2] != 0)):
+                    m.d.comb += check.eq(AGCUError.BAD_LENGTH)
+                with m.Elif(misaligned(cmd.src)):
+                    m.d.comb += check.eq(AGCUError.MISALIGNED)
+            with m.Case(AGCUOp.EXECUTE):
+                with m.If((conf.load_enable & load_misaligned) |
+                          (conf.store_enable & store_misaligned)):
+                    m.d.comb += check.eq(AGCUError.MISALIGNED)
+                with m.Elif((conf.load_enable & load_empty) |
+                            (conf.store_enable & store_empty)):
+                    m.d.comb += check.eq(AGCUError.BAD_CONFIG)
+            with m.Default():
+                m.d.comb += check.eq(AGCUError.BAD_OPCODE)
 
 
 class AGCU(wiring.Component):
     """Address generator and coalescing unit: AXI4 DMA between memory and the array.
+
+    See also
+    --------
+    Engines: ``hdl/agcu_engines.py`` (tests ``tests/test_agcu_engines.py``); encoder:
+    ``software/rdu/units/agcu.py``; functional model: ``AGCUModel`` in
+    ``software/rdu/models/agcu.py`` (commands: ``software/rdu/models/machine.py``; every
+    piece: ``rdu.units.registry.UNITS``); docs:
+    ``docs/agcu.md``; tests: ``tests/test_agcu.py``; tb suite: ``tb/suites/agcu.py``.
 
     Parameters
     ----------
@@ -308,7 +280,7 @@ class AGCU(wiring.Component):
         executes).
     """
 
-    def __init__(self, *, lanes=8, addr_width=32, id_width=4, max_burst=16,
+    def __init__(self, *, lanes=defaults.LANES, addr_width=32, id_width=4, max_burst=16,
                  max_outstanding=16, buffer_depth=32):
         for name, value in (("Maximum outstanding bursts", max_outstanding),
                             ("Buffer depth", buffer_depth)):
@@ -344,304 +316,160 @@ class AGCU(wiring.Component):
             "scalar_count": Out(WORD_BITS),
         })
 
+
+    #: The engines' classes (a formal mutant substitutes its own).
+    read_engine_class = ReadEngine
+    write_engine_class = WriteEngine
+
     def elaborate(self, platform):
         m = Module()
-        beat = self.beat_bytes
-        beat_shift = beat.bit_length() - 1
-        max_out = self.max_outstanding
-        data_width = self.lanes * WORD_BITS
-
         m.submodules.config = config = ConfigRegister(self.config_layout)
         wiring.connect(m, wiring.flipped(self.cfg), config.port)
-        conf = config.value
+        engine_args = dict(addr_width=self.addr_width, id_width=self.id_width,
+                           beat_bytes=self.beat_bytes, max_burst=self.max_burst,
+                           max_outstanding=self.max_outstanding)
+        m.submodules.read_engine = reader = self.read_engine_class(
+            **engine_args, buffer_depth=self.buffer_depth)
+        m.submodules.write_engine = writer = self.write_engine_class(**engine_args)
+        m.submodules.decoder = decoder = CommandDecoder(
+            addr_width=self.addr_width, beat_bytes=self.beat_bytes)
+        m.submodules.bf16_expander = BF16Expander(self.lanes)
+        m.submodules.bf16_packer = BF16Packer(self.lanes)
+        m.submodules.word_serializer = WordSerializer(self.lanes)
+        for channel in ("ar", "r"):
+            wiring.connect(m, getattr(reader, channel), wiring.flipped(getattr(self.axi, channel)))
+        for channel in ("aw", "w", "b"):
+            wiring.connect(m, getattr(writer, channel), wiring.flipped(getattr(self.axi, channel)))
+        m.d.comb += [decoder.command.eq(self.cmd.payload), decoder.config.eq(config.value)]
 
-        gen_args = dict(addr_width=self.addr_width, beat_bytes=beat, max_burst=self.max_burst)
-        m.submodules.read_gen = read_gen = AffineBurstGenerator(**gen_args)
-        m.submodules.write_gen = write_gen = AffineBurstGenerator(**gen_args)
-        m.submodules.read_fifo = read_fifo = StreamFIFO(data_width, self.buffer_depth)
-        m.submodules.write_lengths = write_lengths = StreamFIFO(8, max_out)
+        state = self._state(m)
+        self._accept(m, state, config.value, decoder)
+        self._errors(m, state)
+        self._route(m, state)
+        self._control_ports(m, state)
+        self._completion(m, state)
+        return m
 
-        mode = Signal(AGCUOp.as_shape())
-        busy = Signal()
-        error = Signal(AGCUError)
-        m.d.comb += [self.busy.eq(busy), self.error.eq(error),
-                     self.executing.eq(busy & (mode == AGCUOp.EXECUTE))]
+    def _state(self, m):
+        """The command's registers: a dict by name (the signals keep these names)."""
+        state = {
+            "mode": Signal(AGCUOp.as_shape(), name="mode"),
+            "busy": Signal(name="busy"),
+            "error": Signal(AGCUError, name="error"),
+            "accept": Signal(name="accept"),
+            "expand_bf16": Signal(name="expand_bf16"),  # this execute expands BF16 loads
+            "pack_bf16": Signal(name="pack_bf16"),      # this execute packs BF16 stores
+            "launch_pending": Signal(name="launch_pending"),
+            "wait_done": Signal(name="wait_done"),
+            "done_seen": Signal(name="done_seen"),
+        }
+        busy, mode = state["busy"], state["mode"]
+        m.d.comb += [self.busy.eq(busy), self.error.eq(state["error"]),
+                     self.executing.eq(busy & (mode == AGCUOp.EXECUTE)),
+                     self.cmd.ready.eq(~busy), state["accept"].eq(self.cmd.valid & ~busy)]
+        return state
 
-        def flag(code):
-            with m.If(error == AGCUError.NONE):
-                m.d.sync += error.eq(code)
-
-        # -- command decode ------------------------------------------------------------
+    def _accept(self, m, state, conf, decoder):
+        """Take a command: report a decode error at once, or start the engines."""
+        reader = m._named_submodules["read_engine"][0]
+        writer = m._named_submodules["write_engine"][0]
+        serializer = m._named_submodules["word_serializer"][0]
         cmd = self.cmd.payload
-        check = Signal(4)
-        beats = Signal(32)
-        words = Signal(32)
-        m.d.comb += [
-            beats.eq(Mux(cmd.op == AGCUOp.COPY, cmd.length >> beat_shift,
-                         (cmd.length + beat - 1) >> beat_shift)),
-            words.eq(cmd.length >> 2),
-        ]
-
-        def misaligned(value):
-            return value[:beat_shift] != 0
-
-        def pattern_bad(pattern):
-            aligned = misaligned(pattern.base)
-            for k in range(3):
-                aligned |= misaligned(pattern.stride[k])
-            empty = Const(0)
-            for k in range(3):
-                empty |= pattern.count[k] == 0
-            return aligned, empty
-
-        load_misaligned, load_empty = pattern_bad(conf.load)
-        store_misaligned, store_empty = pattern_bad(conf.store)
-        with m.Switch(cmd.op):
-            with m.Case(AGCUOp.COPY):
-                with m.If((cmd.length == 0) | misaligned(cmd.length)):
-                    m.d.comb += check.eq(AGCUError.BAD_LENGTH)
-                with m.Elif(misaligned(cmd.src) | misaligned(cmd.dst)):
-                    m.d.comb += check.eq(AGCUError.MISALIGNED)
-            with m.Case(AGCUOp.PROGRAM_LOAD, AGCUOp.ARGUMENT_LOAD):
-                with m.If((cmd.length == 0) | (cmd.length[:2] != 0)):
-                    m.d.comb += check.eq(AGCUError.BAD_LENGTH)
-                with m.Elif(misaligned(cmd.src)):
-                    m.d.comb += check.eq(AGCUError.MISALIGNED)
-            with m.Case(AGCUOp.EXECUTE):
-                with m.If((conf.load_enable & load_misaligned) |
-                          (conf.store_enable & store_misaligned)):
-                    m.d.comb += check.eq(AGCUError.MISALIGNED)
-                with m.Elif((conf.load_enable & load_empty) |
-                            (conf.store_enable & store_empty)):
-                    m.d.comb += check.eq(AGCUError.BAD_CONFIG)
-            with m.Default():
-                m.d.comb += check.eq(AGCUError.BAD_OPCODE)
-
-        def linear(gen, base):
-            m.d.comb += [gen.pattern.base.eq(base), gen.pattern.count[0].eq(beats),
-                         gen.pattern.count[1].eq(1), gen.pattern.count[2].eq(1),
-                         gen.pattern.stride[0].eq(beat)]
-
-        def configured(gen, pattern):
-            m.d.comb += gen.pattern.base.eq(pattern.base)
-            for k in range(3):
-                m.d.comb += [gen.pattern.count[k].eq(pattern.count[k]),
-                             gen.pattern.stride[k].eq(pattern.stride[k])]
-
-        accept = Signal()
-        expand_bf16 = Signal()      # this kernel execute expands packed BF16 loads
-        pack_bf16 = Signal()        # this kernel execute packs BF16 stores
-        words_left = Signal(32)
-        launch_pending = Signal()
-        wait_done = Signal()
-        m.d.comb += [self.cmd.ready.eq(~busy), accept.eq(self.cmd.valid & ~busy)]
         with m.If(cmd.op == AGCUOp.EXECUTE):
-            configured(read_gen, conf.load)
-            configured(write_gen, conf.store)
+            m.d.comb += [reader.pattern.eq(decoder.load), writer.pattern.eq(decoder.store)]
         with m.Else():
-            linear(read_gen, cmd.src)
-            linear(write_gen, cmd.dst)
-        with m.If(accept):
-            m.d.sync += [self.done.eq(0), mode.eq(cmd.op), error.eq(AGCUError.NONE)]
+            m.d.comb += [reader.pattern.eq(decoder.source), writer.pattern.eq(decoder.dest)]
+        m.d.comb += serializer.count.eq(decoder.words)
+        check = decoder.error
+        with m.If(state["accept"]):
+            m.d.sync += [self.done.eq(0), state["mode"].eq(cmd.op),
+                         state["error"].eq(AGCUError.NONE)]
             with m.If(check != AGCUError.NONE):
-                m.d.sync += [self.done.eq(1), error.eq(check)]
+                m.d.sync += [self.done.eq(1), state["error"].eq(check)]
             with m.Else():
-                m.d.sync += [busy.eq(1), words_left.eq(words)]
+                m.d.sync += state["busy"].eq(1)
+                m.d.comb += serializer.load.eq(1)
                 with m.Switch(cmd.op):
                     with m.Case(AGCUOp.COPY):
-                        m.d.comb += [read_gen.start.eq(1), write_gen.start.eq(1)]
+                        m.d.comb += [reader.start.eq(1), writer.start.eq(1)]
                     with m.Case(AGCUOp.PROGRAM_LOAD, AGCUOp.ARGUMENT_LOAD):
-                        m.d.comb += read_gen.start.eq(1)
+                        m.d.comb += reader.start.eq(1)
                     with m.Case(AGCUOp.EXECUTE):
-                        m.d.comb += [read_gen.start.eq(conf.load_enable),
-                                     write_gen.start.eq(conf.store_enable)]
-                        m.d.sync += [launch_pending.eq(1), wait_done.eq(conf.wait_done),
-                                     expand_bf16.eq(conf.load_bf16),
-                                     pack_bf16.eq(conf.store_bf16)]
+                        m.d.comb += [reader.start.eq(conf.load_enable),
+                                     writer.start.eq(conf.store_enable)]
+                        m.d.sync += [state["launch_pending"].eq(1),
+                                     state["wait_done"].eq(conf.wait_done),
+                                     state["expand_bf16"].eq(conf.load_bf16),
+                                     state["pack_bf16"].eq(conf.store_bf16)]
 
-        # -- read engine ---------------------------------------------------------------
-        axi = self.axi
-        reads_in_flight = Signal(range(max_out + 1))
-        ar_go = Signal()
-        m.d.comb += [
-            axi.ar.valid.eq(read_gen.bursts.valid & (reads_in_flight < max_out)),
-            axi.ar.payload.addr.eq(read_gen.bursts.payload.addr),
-            axi.ar.payload.len.eq(read_gen.bursts.payload.len),
-            axi.ar.payload.size.eq(beat_shift),
-            axi.ar.payload.burst.eq(AXIBurst.INCR),
-            read_gen.bursts.ready.eq(axi.ar.ready & (reads_in_flight < max_out)),
-            ar_go.eq(axi.ar.valid & axi.ar.ready),
+    def _errors(self, m, state):
+        """The first error of a command wins (of one cycle's, the last flagged here)."""
+        reader = m._named_submodules["read_engine"][0]
+        writer = m._named_submodules["write_engine"][0]
+        error = state["error"]
+        events = [
+            (state["busy"] & (reader.wrapped | writer.wrapped), AGCUError.ADDRESS_WRAP),
+            (reader.slverr, AGCUError.READ_SLVERR),
+            (reader.decerr, AGCUError.READ_DECERR),
+            (writer.slverr, AGCUError.WRITE_SLVERR),
+            (writer.decerr, AGCUError.WRITE_DECERR),
         ]
-        r_last = Signal()
-        m.d.comb += [
-            read_fifo.i.valid.eq(axi.r.valid),
-            read_fifo.i.payload.eq(axi.r.payload.data),
-            axi.r.ready.eq(read_fifo.i.ready),
-            r_last.eq(axi.r.valid & axi.r.ready & axi.r.payload.last),
-        ]
-        m.d.sync += reads_in_flight.eq(reads_in_flight + ar_go - r_last)
-        with m.If(busy & (read_gen.wrapped | write_gen.wrapped)):
-            flag(AGCUError.ADDRESS_WRAP)
-        with m.If(axi.r.valid & axi.r.ready):
-            with m.If(axi.r.payload.resp == AXIResp.SLVERR):
-                flag(AGCUError.READ_SLVERR)
-            with m.Elif(axi.r.payload.resp == AXIResp.DECERR):
-                flag(AGCUError.READ_DECERR)
+        for event, code in events:
+            with m.If(event & (error == AGCUError.NONE)):
+                m.d.sync += error.eq(code)
 
-        # -- write engine --------------------------------------------------------------
-        # A burst leaves the generator into two queues at once: its address for ``aw``
-        # and its length for the ``w`` sender. ``w`` therefore never waits for the
-        # ``aw`` handshake (AXI4 forbids a manager to make WVALID wait for AWREADY).
-        m.submodules.write_addresses = write_addresses = StreamFIFO(
-            write_gen.burst_layout, 2)
-        writes_in_flight = Signal(range(max_out + 1))
-        issue = Signal()
-        m.d.comb += [
-            issue.eq(write_gen.bursts.valid & (writes_in_flight < max_out) &
-                     write_addresses.i.ready & write_lengths.i.ready),
-            write_gen.bursts.ready.eq(issue),
-            write_addresses.i.valid.eq(issue),
-            write_addresses.i.payload.eq(write_gen.bursts.payload),
-            write_lengths.i.valid.eq(issue),
-            write_lengths.i.payload.eq(write_gen.bursts.payload.len),
-            axi.aw.valid.eq(write_addresses.o.valid),
-            axi.aw.payload.addr.eq(write_addresses.o.payload.addr),
-            axi.aw.payload.len.eq(write_addresses.o.payload.len),
-            axi.aw.payload.size.eq(beat_shift),
-            axi.aw.payload.burst.eq(AXIBurst.INCR),
-            write_addresses.o.ready.eq(axi.aw.ready),
-        ]
-        write_data_valid = Signal()
-        write_data = Signal(data_width)
-        write_data_taken = Signal()
-        w_beat = Signal(8)
-        m.d.comb += [
-            axi.w.valid.eq(write_lengths.o.valid & write_data_valid),
-            axi.w.payload.data.eq(write_data),
-            axi.w.payload.strb.eq((1 << beat) - 1),
-            axi.w.payload.last.eq(w_beat == write_lengths.o.payload),
-            write_data_taken.eq(axi.w.valid & axi.w.ready),
-        ]
-        with m.If(write_data_taken):
-            with m.If(axi.w.payload.last):
-                m.d.sync += w_beat.eq(0)
-                m.d.comb += write_lengths.o.ready.eq(1)
-            with m.Else():
-                m.d.sync += w_beat.eq(w_beat + 1)
-        b_go = Signal()
-        m.d.comb += [axi.b.ready.eq(1), b_go.eq(axi.b.valid)]
-        m.d.sync += writes_in_flight.eq(writes_in_flight + issue - b_go)
-        with m.If(b_go):
-            with m.If(axi.b.payload.resp == AXIResp.SLVERR):
-                flag(AGCUError.WRITE_SLVERR)
-            with m.Elif(axi.b.payload.resp == AXIResp.DECERR):
-                flag(AGCUError.WRITE_DECERR)
-
-        # -- data routing --------------------------------------------------------------
-        word_index = Signal(range(self.lanes))
-        word = Signal(WORD_BITS)
-        word_valid = Signal()
-        word_taken = Signal()
-        m.d.comb += word.eq(read_fifo.o.payload.word_select(word_index, WORD_BITS))
-        # BF16 expander: a read beat holds 2 * lanes packed BF16 values (value i in bits
-        # 16i..16i+15); it leaves as two vector beats, values 0..lanes-1 then
-        # lanes..2*lanes-1, each lane ``value << 16``. The beat stays at the head of the
-        # read buffer until its second half is taken (one vector beat per cycle, no
-        # bubble), so the completion rule (read buffer empty) covers expanded beats.
-        second_half = Signal()
-        expanded = Signal(data_width)
-        half_bits = self.lanes * 16
-        for lane in range(self.lanes):
-            m.d.comb += expanded.word_select(lane, WORD_BITS).eq(Mux(
-                second_half,
-                read_fifo.o.payload[half_bits + 16 * lane:half_bits + 16 * (lane + 1)],
-                read_fifo.o.payload[16 * lane:16 * (lane + 1)]) << 16)
-        with m.If(accept):
-            m.d.sync += second_half.eq(0)
-        # BF16 packer state: the high halves of a held first vector beat
-        low_half = Signal(half_bits)
-        low_held = Signal()
-        high_halves = Signal(half_bits)
-        vector_in_bits = Value.cast(self.vector_in.payload)
-        m.d.comb += high_halves.eq(Cat(*(
-            vector_in_bits[WORD_BITS * lane + 16:WORD_BITS * (lane + 1)]
-            for lane in range(self.lanes))))
-        with m.If(accept):
-            m.d.sync += low_held.eq(0)
-        with m.Switch(mode):
+    def _route(self, m, state):
+        """Connect the read beats and the write beats by the command's mode."""
+        reader = m._named_submodules["read_engine"][0]
+        writer = m._named_submodules["write_engine"][0]
+        expander = m._named_submodules["bf16_expander"][0]
+        packer = m._named_submodules["bf16_packer"][0]
+        serializer = m._named_submodules["word_serializer"][0]
+        beats = reader.data
+        m.d.comb += [expander.clear.eq(state["accept"]), packer.clear.eq(state["accept"]),
+                     expander.i.valid.eq(beats.valid), expander.i.payload.eq(beats.payload),
+                     serializer.i.valid.eq(beats.valid),
+                     serializer.i.payload.eq(beats.payload),
+                     packer.burst_waiting.eq(writer.burst_waiting),
+                     packer.i.payload.eq(self.vector_in.payload)]
+        with m.Switch(state["mode"]):
             with m.Case(AGCUOp.EXECUTE):
-                m.d.comb += self.vector_out.valid.eq(read_fifo.o.valid)
-                with m.If(expand_bf16):
-                    m.d.comb += [
-                        self.vector_out.payload.eq(expanded),
-                        read_fifo.o.ready.eq(self.vector_out.ready & second_half),
-                    ]
-                    with m.If(self.vector_out.valid & self.vector_out.ready):
-                        m.d.sync += second_half.eq(~second_half)
+                with m.If(state["expand_bf16"]):
+                    self._join(m, expander.o, self.vector_out)
+                    m.d.comb += beats.ready.eq(expander.i.ready)
                 with m.Else():
-                    m.d.comb += [
-                        self.vector_out.payload.eq(read_fifo.o.payload),
-                        read_fifo.o.ready.eq(self.vector_out.ready),
-                    ]
-                with m.If(pack_bf16):
-                    # BF16 packer: two vector beats make one write beat, the high halves
-                    # of the first beat's lanes in the low half of the data word
-                    # (a first half is taken only while a write burst waits for data:
-                    # never between kernels)
-                    take_low = Signal()
-                    m.d.comb += [
-                        take_low.eq(~low_held & write_lengths.o.valid),
-                        write_data_valid.eq(low_held & self.vector_in.valid),
-                        write_data.eq(Cat(low_half, high_halves)),
-                        self.vector_in.ready.eq(take_low | write_data_taken),
-                    ]
-                    with m.If(self.vector_in.valid & take_low):
-                        m.d.sync += [low_half.eq(high_halves), low_held.eq(1)]
-                    with m.If(write_data_taken):
-                        m.d.sync += low_held.eq(0)
+                    self._join(m, beats, self.vector_out)
+                with m.If(state["pack_bf16"]):
+                    m.d.comb += packer.i.valid.eq(self.vector_in.valid)
+                    self._join(m, packer.o, writer.data)
+                    m.d.comb += self.vector_in.ready.eq(packer.i.ready)
                 with m.Else():
-                    m.d.comb += [
-                        write_data_valid.eq(self.vector_in.valid),
-                        write_data.eq(self.vector_in.payload),
-                        self.vector_in.ready.eq(write_data_taken),
-                    ]
+                    self._join(m, self.vector_in, writer.data)
             with m.Case(AGCUOp.COPY):
-                m.d.comb += [
-                    write_data_valid.eq(read_fifo.o.valid),
-                    write_data.eq(read_fifo.o.payload),
-                    read_fifo.o.ready.eq(write_data_taken),
-                ]
+                self._join(m, beats, writer.data)
             with m.Case(AGCUOp.PROGRAM_LOAD):
-                m.d.comb += [
-                    self.bitstream_out.valid.eq(word_valid),
-                    self.bitstream_out.payload.eq(word),
-                    word_taken.eq(self.bitstream_out.valid & self.bitstream_out.ready),
-                ]
+                self._join(m, serializer.o, self.bitstream_out)
             with m.Case(AGCUOp.ARGUMENT_LOAD):
-                m.d.comb += [
-                    self.scalar_out.valid.eq(word_valid),
-                    self.scalar_out.payload.eq(word),
-                    word_taken.eq(self.scalar_out.valid & self.scalar_out.ready),
-                ]
-        # word serializer: lanes words per beat, words_left in total
-        m.d.comb += word_valid.eq(read_fifo.o.valid & (words_left != 0))
-        with m.If(word_taken):
-            m.d.sync += words_left.eq(words_left - 1)
-            with m.If((word_index == self.lanes - 1) | (words_left == 1)):
-                m.d.sync += word_index.eq(0)
-                m.d.comb += read_fifo.o.ready.eq(1)
-            with m.Else():
-                m.d.sync += word_index.eq(word_index + 1)
+                self._join(m, serializer.o, self.scalar_out)
+        with m.If(serializer.i.ready):
+            m.d.comb += beats.ready.eq(1)
 
-        # -- control and scalar ports --------------------------------------------------
-        done_seen = Signal()
+    @staticmethod
+    def _join(m, source, sink):
+        """Drive stream ``sink`` from stream ``source`` (comb, in the current branch)."""
+        m.d.comb += [sink.valid.eq(source.valid), sink.payload.eq(source.payload),
+                     source.ready.eq(sink.ready)]
+
+    def _control_ports(self, m, state):
+        """The launch token, DONE tokens, and the scalar results."""
+        launch_pending, done_seen = state["launch_pending"], state["done_seen"]
         m.d.comb += [
             self.control_out.valid.eq(launch_pending),
             self.control_out.payload.eq(ControlToken.STEP),
             self.control_in.ready.eq(1),
             self.scalar_in.ready.eq(1),
         ]
-        with m.If(accept):
+        with m.If(state["accept"]):
             m.d.sync += done_seen.eq(0)
         with m.If(self.control_out.valid & self.control_out.ready):
             m.d.sync += launch_pending.eq(0)
@@ -651,13 +479,14 @@ class AGCU(wiring.Component):
             m.d.sync += [self.scalar_result.eq(self.scalar_in.payload),
                          self.scalar_count.eq(self.scalar_count + 1)]
 
-        # -- completion ----------------------------------------------------------------
+    def _completion(self, m, state):
+        """A command ends when both engines are idle, the launch token is out and (with
+        ``wait_done``) a DONE token came back."""
+        reader = m._named_submodules["read_engine"][0]
+        writer = m._named_submodules["write_engine"][0]
         finished = Signal()
-        m.d.comb += finished.eq(
-            read_gen.idle & (reads_in_flight == 0) & (read_fifo.level == 0) &
-            write_gen.idle & (writes_in_flight == 0) & (write_lengths.level == 0) &
-            (write_addresses.level == 0) &
-            ~launch_pending & (~wait_done | done_seen))
-        with m.If(busy & finished & ~read_gen.start & ~write_gen.start):
-            m.d.sync += [busy.eq(0), self.done.eq(1), done_seen.eq(0), wait_done.eq(0)]
-        return m
+        m.d.comb += finished.eq(reader.idle & writer.idle & ~state["launch_pending"] &
+                                (~state["wait_done"] | state["done_seen"]))
+        with m.If(state["busy"] & finished & ~reader.start & ~writer.start):
+            m.d.sync += [state["busy"].eq(0), self.done.eq(1), state["done_seen"].eq(0),
+                         state["wait_done"].eq(0)]

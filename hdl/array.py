@@ -4,12 +4,12 @@ See ``docs/switch.md`` (mesh, edge ports) and ``docs/bitstream.md`` (configurati
 host status) for the documentation.
 """
 
-import importlib
 
 from amaranth import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import defaults
 from .config_net import ConfigNetwork, ConfigStatus, LoaderState, UnitKind
 from .interfaces import (
     NETWORKS,
@@ -135,11 +135,8 @@ class HostPort(wiring.Signature):
 def _resolve_unit(factory):
     if factory is None or callable(factory):
         return factory
-    if isinstance(factory, str) and ":" in factory:
-        module, _, name = factory.partition(":")
-        return getattr(importlib.import_module(module), name)
-    raise TypeError(f"Compute unit must be a class, a callable or 'module:Class', "
-                    f"not {factory!r}")
+    raise TypeError(f"Compute unit must be a class or a callable (e.g. hdl.pcu.PCU, or "
+                    f"rdu.units.registry.PCU_VARIANTS['fpga']), not {factory!r}")
 
 
 def _unit_config_words(unit):
@@ -161,7 +158,7 @@ class TileArray(wiring.Component):
     ----------
     rows, cols : int
     lanes : int
-    compute_unit : class, callable or "module:Class", optional
+    compute_unit : class or callable, optional
         Factory of the compute unit (ports of the PCU: ``vector_in0``, ``vector_in1``,
         ``scalar_in``, ``control_in``, ``vector_out``, ``scalar_out``, ``control_out``,
         ``cfg``; and a ``config_layout`` attribute).
@@ -191,8 +188,10 @@ class TileArray(wiring.Component):
         An AGCU executes a kernel: the watchdog also counts after ``running`` fell (an
         AGCU still waiting for data or a token). ``RDUSystem`` drives it.
     """
-    def __init__(self, rows=4, cols=4, lanes=8, *, compute_unit=None, capacity_bytes=65536,
-                 fifo_depth=FIFO_DEPTH, agcus=2, agcu_config_words=16, idle_timeout=4096):
+    def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
+                 compute_unit=None, capacity_bytes=defaults.PMU_BYTES,
+                 fifo_depth=FIFO_DEPTH, agcus=defaults.AGCUS, agcu_config_words=16,
+                 idle_timeout=4096):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"Array {name} must be an integer, not {value!r}")
@@ -272,12 +271,26 @@ class TileArray(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        rows, cols = self._rows, self._cols
-        host = self.host
+        config = self._configuration(m)
+        # ``active``: the mesh moves data (from start until the configuration changes);
+        # ``running``: from start until a DONE token leaves the array (cycles counted).
+        active = Signal()
+        loaded = config.state == LoaderState.LOADED
+        self._run_control(m, active, loaded)
+        self._watchdog(m, active, loaded)
+        self._connect_units(m, active)
+        self._mesh_links(m)
+        self._edge_ports(m, active)
+        self._perf_select(m)
+        return m
 
+    def _configuration(self, m):
+        """The configuration network, to every unit's, switch's and AGCU's port."""
+        host = self.host
         targets = self.config_targets()
         m.submodules.config = config = ConfigNetwork(
-            targets, rows=rows, cols=cols, lanes=self._lanes, idle_timeout=self._idle_timeout)
+            targets, rows=self._rows, cols=self._cols, lanes=self._lanes,
+            idle_timeout=self._idle_timeout)
         wiring.connect(m, wiring.flipped(self.bitstream), config.bitstream)
         wiring.connect(m, config.readback, wiring.flipped(self.readback))
         m.d.comb += [config.clear.eq(host.config_clear),
@@ -294,13 +307,12 @@ class TileArray(wiring.Component):
             index += 2
         for agcu in range(self._agcus):
             wiring.connect(m, config.ports[index + agcu], wiring.flipped(self.agcu_cfg[agcu]))
+        return config
 
-        # ---- run control -------------------------------------------------------------
-        # ``active``: the mesh moves data (from start until the configuration changes);
-        # ``running``: from start until a DONE token leaves the array (cycles counted).
+    def _run_control(self, m, active, loaded):
+        """``start`` runs a loaded configuration until a DONE token leaves the array."""
+        host = self.host
         running = host.running
-        active = Signal()
-        loaded = config.state == LoaderState.LOADED
         with m.If(host.start & ~running & loaded):
             m.d.sync += [running.eq(1), active.eq(1), host.done.eq(0), host.cycles.eq(0)]
         with m.Elif(~loaded):
@@ -314,9 +326,12 @@ class TileArray(wiring.Component):
         with m.If(running & done_seen):
             m.d.sync += [running.eq(0), host.done.eq(1)]
 
-        # ---- no-progress watchdog --------------------------------------------------------
-        # one counter and an OR tree: cycles since the last transfer on any switch port
-        # (every stream of the mesh, edge ports included, ends at a switch port)
+    def _watchdog(self, m, active, loaded):
+        """The no-progress watchdog: one counter and an OR tree, cycles since the last
+        transfer on any switch port (every stream of the mesh, edge ports included, ends
+        at a switch port)."""
+        host = self.host
+        running = host.running
         moved = Cat(*(switch.moved for switch in self.switches.values())).any()
         holding = Cat(*(switch.holding for switch in self.switches.values()))
         idle = Signal(WATCHDOG_BITS)
@@ -342,7 +357,8 @@ class TileArray(wiring.Component):
         with m.Else():
             m.d.sync += idle.eq(idle + 1)
 
-        # ---- units to switches -------------------------------------------------------
+    def _connect_units(self, m, active):
+        """Each unit to its switch's local ports; the units' errors to the host."""
         unit_errors = []
         for (row, col), unit in self.units.items():
             switch = self.switches[row, col]
@@ -359,24 +375,27 @@ class TileArray(wiring.Component):
             wiring.connect(m, switch.local_control_out, unit.control_in)
             if hasattr(unit, "error"):
                 unit_errors.append(unit.error != 0)
-        m.d.comb += host.unit_error.eq(Cat(*unit_errors).any() if unit_errors else 0)
+        m.d.comb += self.host.unit_error.eq(Cat(*unit_errors).any() if unit_errors else 0)
 
-        # ---- mesh links ----------------------------------------------------------------
+    def _mesh_links(self, m):
+        """Neighbouring switches, both ways, on every network."""
         for (row, col), switch in self.switches.items():
             for network in NETWORKS:
                 outs = getattr(switch, f"{network}_out")
-                if col + 1 < cols:
+                if col + 1 < self._cols:
                     east = getattr(self.switches[row, col + 1], f"{network}_in")
                     wiring.connect(m, outs[EAST], east[WEST])
                     west_out = getattr(self.switches[row, col + 1], f"{network}_out")
                     wiring.connect(m, west_out[WEST], getattr(switch, f"{network}_in")[EAST])
-                if row + 1 < rows:
+                if row + 1 < self._rows:
                     south = getattr(self.switches[row + 1, col], f"{network}_in")
                     wiring.connect(m, outs[SOUTH], south[NORTH])
                     north_out = getattr(self.switches[row + 1, col], f"{network}_out")
                     wiring.connect(m, north_out[NORTH], getattr(switch, f"{network}_in")[SOUTH])
 
-        # ---- edge ports (inputs held off until the array is started) ---------------------------
+    def _edge_ports(self, m, active):
+        """The AGCU edge ports (inputs held off until the array is started)."""
+        rows, cols = self._rows, self._cols
         for network in NETWORKS:
             edge_in = getattr(self, f"agcu_{network}_in")
             edge_out = getattr(self, f"agcu_{network}_out")
@@ -392,7 +411,9 @@ class TileArray(wiring.Component):
                     wiring.connect(m, getattr(switch, f"{network}_out")[side],
                                    wiring.flipped(edge_out[edge]))
 
-        # ---- performance counters -------------------------------------------------------
+    def _perf_select(self, m):
+        """``host.perf_value``: the counter ``host.perf_select`` names, registered."""
+        host = self.host
         counters = self._perf_counters()
         with m.Switch(host.perf_select):
             for number, (_, signal) in enumerate(counters):
@@ -400,4 +421,3 @@ class TileArray(wiring.Component):
                     m.d.sync += host.perf_value.eq(signal)
             with m.Default():
                 m.d.sync += host.perf_value.eq(0)
-        return m

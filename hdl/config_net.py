@@ -1,6 +1,8 @@
 """Configuration network: bitstream loader and checker, addressed configuration bus,
 readback. The format is in ``docs/bitstream.md`` and ``software/rdu/bitstream.py``."""
 
+from types import SimpleNamespace
+
 from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -153,144 +155,46 @@ class ConfigNetwork(wiring.Component):
         m = Module()
         targets = self._targets
         word = self.bitstream.payload
-        take = Signal()
-        m.d.comb += take.eq(self.bitstream.valid & self.bitstream.ready)
-
-        # ---- CRC-32 of the payload, one word per cycle ------------------------------
-        crc = Signal(WORD_BITS, init=0xFFFF_FFFF)
-        crc_next = Signal(WORD_BITS)
+        s = SimpleNamespace(
+            take=Signal(name="take"),
+            crc=Signal(WORD_BITS, init=0xFFFF_FFFF, name="crc"),
+            crc_next=Signal(WORD_BITS, name="crc_next"),
+            crc_expected=Signal(WORD_BITS, name="crc_expected"),
+            header_index=Signal(16, name="header_index"),
+            header_words=Signal(16, name="header_words"),
+            remaining=Signal(WORD_BITS, name="remaining"),     # payload words still to come
+            record_left=Signal(8, name="record_left"),   # words of this record still to come
+            target=Signal(range(len(targets)), name="target"),
+            idle=Signal(range(self._idle_timeout + 1), name="idle"),
+            writing=Signal(name="writing"),
+            write_index=Signal(8, name="write_index"),
+            readback_index=Signal(8, name="readback_index"),
+        )
+        m.d.comb += s.take.eq(self.bitstream.valid & self.bitstream.ready)
+        # CRC-32 of the payload, one word per cycle
         state_masks, data_masks = crc32_word_matrix()
         for i in range(WORD_BITS):
-            m.d.comb += crc_next[i].eq((crc & state_masks[i]).xor() ^
-                                       (word & data_masks[i]).xor())
-        crc_expected = Signal(WORD_BITS)
-
-        header_index = Signal(16)
-        header_words = Signal(16)
-        remaining = Signal(WORD_BITS)           # payload words still to come
-        record_left = Signal(8)                 # words of the current record still to come
-        target = Signal(range(len(targets)))
-        idle = Signal(range(self._idle_timeout + 1))
-
-        # ---- record lookup ----------------------------------------------------------
-        rec_kind, rec_row = word[24:28], word[16:24]
-        rec_col, rec_count = word[8:16], word[:RECORD_COUNT_BITS]
-        hit = Signal()
-        hit_index = Signal(range(len(targets)))
-        hit_words = Signal(9)
-        for index, (kind, row, col, words) in enumerate(targets):
-            with m.If((rec_kind == kind) & (rec_row == row) & (rec_col == col)):
-                m.d.comb += [hit.eq(1), hit_index.eq(index), hit_words.eq(words)]
-        record_ok = hit & (word[28:] == 0) & (rec_count <= hit_words)
-
-        writing = Signal()
-        write_index = Signal(8)
-        readback_index = Signal(8)
+            m.d.comb += s.crc_next[i].eq((s.crc & state_masks[i]).xor() ^
+                                         (word & data_masks[i]).xor())
+        self._record_lookup(m, s)
         for index, port in enumerate(self.ports):
             m.d.comb += [
-                port.write.eq(writing & (target == index)),
-                port.index.eq(Mux(self.readback_busy, readback_index, write_index)),
+                port.write.eq(s.writing & (s.target == index)),
+                port.index.eq(Mux(self.readback_busy, s.readback_index, s.write_index)),
                 port.data.eq(word),
             ]
-
-        def fail(code):
-            return [self.error.eq(code), self.state.eq(LoaderState.ERROR)]
-
-        def finish_check():
-            return Mux(crc_next ^ 0xFFFF_FFFF == crc_expected, LoaderState.LOADED,
-                       LoaderState.ERROR)
-
         m.d.comb += self.bitstream.ready.eq(~self.readback_busy)
-
-        def timeout():
-            # truncation: a bitstream that stops part-way
-            with m.If(self.state == LoaderState.LOADING):
-                m.d.sync += idle.eq(idle + 1)
-                with m.If(idle == self._idle_timeout - 1):
-                    m.d.sync += fail(ConfigStatus.LENGTH)
-                    m.next = "ERROR"
-
         with m.FSM(name="loader"):
             with m.State("HEADER"):
-                with m.If(take):
-                    m.d.sync += [header_index.eq(header_index + 1),
-                                 self.state.eq(LoaderState.LOADING), self.error.eq(0),
-                                 idle.eq(0)]
-                    with m.Switch(header_index):
-                        with m.Case(0):
-                            with m.If(word != MAGIC):
-                                m.d.sync += fail(ConfigStatus.BAD_MAGIC)
-                                m.next = "ERROR"
-                        with m.Case(1):
-                            m.d.sync += header_words.eq(word[16:])
-                            with m.If((word[:16] != VERSION) | (word[16:] < HEADER_WORDS)):
-                                m.d.sync += fail(ConfigStatus.BAD_VERSION)
-                                m.next = "ERROR"
-                        with m.Case(2):
-                            with m.If(word[:24] != self._geometry):
-                                m.d.sync += fail(ConfigStatus.GEOMETRY)
-                                m.next = "ERROR"
-                        with m.Case(3):
-                            m.d.sync += remaining.eq(word)
-                        with m.Case(4):
-                            m.d.sync += crc_expected.eq(word)
-                    with m.If((header_index >= 4) & (header_index + 1 >= header_words)):
-                        m.d.sync += crc.eq(0xFFFF_FFFF)
-                        with m.If(remaining == 0):
-                            # empty payload: the CRC of nothing is 0
-                            with m.If(Mux(header_index == 4, word, crc_expected) == 0):
-                                m.d.sync += self.state.eq(LoaderState.LOADED)
-                                m.next = "DONE"
-                            with m.Else():
-                                m.d.sync += fail(ConfigStatus.CRC)
-                                m.next = "ERROR"
-                        with m.Else():
-                            m.next = "RECORD"
-                with m.Else():
-                    timeout()
+                self._header(m, s)
             with m.State("RECORD"):
-                with m.If(take):
-                    m.d.sync += [crc.eq(crc_next), remaining.eq(remaining - 1), idle.eq(0),
-                                 target.eq(hit_index), record_left.eq(rec_count),
-                                 write_index.eq(0)]
-                    with m.If(~record_ok):
-                        m.d.sync += fail(ConfigStatus.BAD_RECORD)
-                        m.next = "ERROR"
-                    with m.Elif(rec_count + 1 > remaining):
-                        m.d.sync += fail(ConfigStatus.LENGTH)
-                        m.next = "ERROR"
-                    with m.Elif(remaining == 1):
-                        m.d.sync += self.state.eq(finish_check())
-                        with m.If(finish_check() == LoaderState.ERROR):
-                            m.d.sync += self.error.eq(ConfigStatus.CRC)
-                            m.next = "ERROR"
-                        with m.Else():
-                            m.next = "DONE"
-                    with m.Elif(rec_count != 0):
-                        m.next = "DATA"
-                with m.Else():
-                    timeout()
+                self._record(m, s)
             with m.State("DATA"):
-                m.d.comb += writing.eq(take)
-                with m.If(take):
-                    m.d.sync += [crc.eq(crc_next), remaining.eq(remaining - 1), idle.eq(0),
-                                 write_index.eq(write_index + 1),
-                                 record_left.eq(record_left - 1)]
-                    with m.If(remaining == 1):
-                        m.d.sync += self.state.eq(finish_check())
-                        with m.If(finish_check() == LoaderState.ERROR):
-                            m.d.sync += self.error.eq(ConfigStatus.CRC)
-                            m.next = "ERROR"
-                        with m.Else():
-                            m.next = "DONE"
-                    with m.Elif(record_left == 1):
-                        m.next = "RECORD"
-                with m.Else():
-                    timeout()
+                self._data(m, s)
             with m.State("DONE"):
                 # a further word starts a new bitstream (taken in HEADER)
                 m.d.comb += self.bitstream.ready.eq(0)
-                m.d.sync += [header_index.eq(0), idle.eq(0)]
+                m.d.sync += [s.header_index.eq(0), s.idle.eq(0)]
                 with m.If(self.clear):
                     m.d.sync += [self.state.eq(LoaderState.EMPTY), self.error.eq(0)]
                     m.next = "HEADER"
@@ -298,12 +202,126 @@ class ConfigNetwork(wiring.Component):
                     m.next = "HEADER"
             with m.State("ERROR"):
                 # words are discarded until ``clear``
-                m.d.sync += [header_index.eq(0), idle.eq(0)]
+                m.d.sync += [s.header_index.eq(0), s.idle.eq(0)]
                 with m.If(self.clear):
                     m.d.sync += [self.state.eq(LoaderState.EMPTY), self.error.eq(0)]
                     m.next = "HEADER"
+        self._readback(m, s)
+        return m
 
-        # ---- readback -----------------------------------------------------------------
+    def _record_lookup(self, m, s):
+        """The target a record header word names: ``hit``, its index and size, and
+        ``record_ok`` (a known target, reserved bits 0, count within its size)."""
+        word = self.bitstream.payload
+        s.rec_kind, s.rec_row = word[24:28], word[16:24]
+        s.rec_col, s.rec_count = word[8:16], word[:RECORD_COUNT_BITS]
+        hit = Signal()
+        s.hit_index = Signal(range(len(self._targets)), name="hit_index")
+        hit_words = Signal(9)
+        for index, (kind, row, col, words) in enumerate(self._targets):
+            with m.If((s.rec_kind == kind) & (s.rec_row == row) & (s.rec_col == col)):
+                m.d.comb += [hit.eq(1), s.hit_index.eq(index), hit_words.eq(words)]
+        s.record_ok = hit & (word[28:] == 0) & (s.rec_count <= hit_words)
+
+    def _fail(self, code):
+        return [self.error.eq(code), self.state.eq(LoaderState.ERROR)]
+
+    def _timeout(self, m, s):
+        """Truncation: a bitstream that stops part-way (in a loader state, no word)."""
+        with m.If(self.state == LoaderState.LOADING):
+            m.d.sync += s.idle.eq(s.idle + 1)
+            with m.If(s.idle == self._idle_timeout - 1):
+                m.d.sync += self._fail(ConfigStatus.LENGTH)
+                m.next = "ERROR"
+
+    def _finish(self, m, s):
+        """The last payload word: LOADED if the CRC matches, else ERROR (``CRC``)."""
+        finish_check = Mux(s.crc_next ^ 0xFFFF_FFFF == s.crc_expected, LoaderState.LOADED,
+                           LoaderState.ERROR)
+        m.d.sync += self.state.eq(finish_check)
+        with m.If(finish_check == LoaderState.ERROR):
+            m.d.sync += self.error.eq(ConfigStatus.CRC)
+            m.next = "ERROR"
+        with m.Else():
+            m.next = "DONE"
+
+    def _header(self, m, s):
+        """The header words: magic, version and size, geometry, payload length, CRC."""
+        word = self.bitstream.payload
+        header_index = s.header_index
+        with m.If(s.take):
+            m.d.sync += [header_index.eq(header_index + 1),
+                         self.state.eq(LoaderState.LOADING), self.error.eq(0), s.idle.eq(0)]
+            with m.Switch(header_index):
+                with m.Case(0):
+                    with m.If(word != MAGIC):
+                        m.d.sync += self._fail(ConfigStatus.BAD_MAGIC)
+                        m.next = "ERROR"
+                with m.Case(1):
+                    m.d.sync += s.header_words.eq(word[16:])
+                    with m.If((word[:16] != VERSION) | (word[16:] < HEADER_WORDS)):
+                        m.d.sync += self._fail(ConfigStatus.BAD_VERSION)
+                        m.next = "ERROR"
+                with m.Case(2):
+                    with m.If(word[:24] != self._geometry):
+                        m.d.sync += self._fail(ConfigStatus.GEOMETRY)
+                        m.next = "ERROR"
+                with m.Case(3):
+                    m.d.sync += s.remaining.eq(word)
+                with m.Case(4):
+                    m.d.sync += s.crc_expected.eq(word)
+            with m.If((header_index >= 4) & (header_index + 1 >= s.header_words)):
+                m.d.sync += s.crc.eq(0xFFFF_FFFF)
+                with m.If(s.remaining == 0):
+                    # empty payload: the CRC of nothing is 0
+                    with m.If(Mux(header_index == 4, word, s.crc_expected) == 0):
+                        m.d.sync += self.state.eq(LoaderState.LOADED)
+                        m.next = "DONE"
+                    with m.Else():
+                        m.d.sync += self._fail(ConfigStatus.CRC)
+                        m.next = "ERROR"
+                with m.Else():
+                    m.next = "RECORD"
+        with m.Else():
+            self._timeout(m, s)
+
+    def _record(self, m, s):
+        """A record header word: its target and word count."""
+        with m.If(s.take):
+            m.d.sync += [s.crc.eq(s.crc_next), s.remaining.eq(s.remaining - 1), s.idle.eq(0),
+                         s.target.eq(s.hit_index), s.record_left.eq(s.rec_count),
+                         s.write_index.eq(0)]
+            with m.If(~s.record_ok):
+                m.d.sync += self._fail(ConfigStatus.BAD_RECORD)
+                m.next = "ERROR"
+            with m.Elif(s.rec_count + 1 > s.remaining):
+                m.d.sync += self._fail(ConfigStatus.LENGTH)
+                m.next = "ERROR"
+            with m.Elif(s.remaining == 1):
+                self._finish(m, s)
+            with m.Elif(s.rec_count != 0):
+                m.next = "DATA"
+        with m.Else():
+            self._timeout(m, s)
+
+    def _data(self, m, s):
+        """A record's configuration words, written to its target's port."""
+        m.d.comb += s.writing.eq(s.take)
+        with m.If(s.take):
+            m.d.sync += [s.crc.eq(s.crc_next), s.remaining.eq(s.remaining - 1), s.idle.eq(0),
+                         s.write_index.eq(s.write_index + 1),
+                         s.record_left.eq(s.record_left - 1)]
+            with m.If(s.remaining == 1):
+                self._finish(m, s)
+            with m.Elif(s.record_left == 1):
+                m.next = "RECORD"
+        with m.Else():
+            self._timeout(m, s)
+
+    def _readback(self, m, s):
+        """Every target's record header and configuration words on ``readback``."""
+        targets = self._targets
+        readback_index = s.readback_index
         readback_target = Signal(range(len(targets)))
         header_word = Signal(WORD_BITS)
         target_words = Signal(9)
@@ -340,4 +358,3 @@ class ConfigNetwork(wiring.Component):
                         with m.If(last_target):
                             m.d.sync += self.readback_busy.eq(0)
                             m.next = "IDLE"
-        return m

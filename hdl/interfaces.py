@@ -32,7 +32,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = [
-    "WORD_BITS", "NETWORKS",
+    "WORD_BITS", "NETWORKS", "check_lanes", "check_int",
     "vector_layout", "vector_stream", "scalar_stream", "control_stream",
     "ControlToken",
     "ConfigPort", "ConfigRegister", "config_words",
@@ -47,16 +47,26 @@ WORD_BITS = 32
 NETWORKS = ("vector", "scalar", "control")
 
 
-def _check_lanes(lanes):
+def check_lanes(lanes):
+    """Raise unless ``lanes`` is a positive power of two (a vector beat's lane count)."""
     if not isinstance(lanes, int) or isinstance(lanes, bool):
         raise TypeError(f"Lane count must be an integer, not {lanes!r}")
     if lanes < 1 or lanes & (lanes - 1):
         raise ValueError(f"Lane count must be a positive power of two, not {lanes}")
 
 
+def check_int(name, value, low, high):
+    """Raise unless ``value`` is an integer from ``low`` to ``high`` (``name`` says which
+    parameter)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, not {value}")
+
+
 def vector_layout(lanes):
     """Payload of one vector-network beat: ``lanes`` words of 32 bits, lane 0 in the LSBs."""
-    _check_lanes(lanes)
+    check_lanes(lanes)
     return data.ArrayLayout(unsigned(WORD_BITS), lanes)
 
 

@@ -26,11 +26,13 @@ from amaranth import Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from . import defaults
 from .agcu import AGCUError
 from .config_net import ConfigStatus
-from .interfaces import WORD_BITS
+from .interfaces import WORD_BITS, check_int
+from .pcu import PCU
 from .regmap import AXI4LiteRegisters, register_map
-from .sequencer import Sequencer, _check_int
+from .sequencer import Sequencer
 from .system import RDUSystem
 
 __all__ = ["AXI4_CONSTANTS", "ERROR_CODES", "axi4_manager_members", "Sequencer", "RDUIP",
@@ -102,9 +104,10 @@ agcu_positions
         ``IRQ_STATUS.ERROR``).
     """
 
-    def __init__(self, rows=4, cols=4, lanes=8, *, agcus=2, compute_unit="hdl.pcu:PCU",
-                 capacity_bytes=65536, lite_addr_width=12, **system_params):
-        _check_int("AGCU count", agcus, 1, 32)
+    def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
+                 agcus=defaults.AGCUS, compute_unit=PCU, capacity_bytes=defaults.PMU_BYTES,
+                 lite_addr_width=12, **system_params):
+        check_int("AGCU count", agcus, 1, 32)
         self.system = RDUSystem(rows, cols, lanes, agcus=agcus, compute_unit=compute_unit,
                                 capacity_bytes=capacity_bytes, **system_params)
         self.regmap = register_map()
@@ -129,14 +132,21 @@ agcu_positions
     def elaborate(self, platform):
         m = Module()
         system, lite, seq = self.system, self.lite, self.sequencer
-        regs = lite.regs
         soft_reset = Signal()
-        m.d.comb += soft_reset.eq(regs.control_soft_reset)
+        m.d.comb += soft_reset.eq(lite.regs.control_soft_reset)
         m.submodules.system = ResetInserter(soft_reset)(system)
         m.submodules.sequencer = ResetInserter(soft_reset)(seq)
         m.submodules.lite = lite
+        self._lite_port(m)
+        self._axi_ports(m)
+        self._sequencer(m)
+        schedule, busy, ended = self._orchestrator(m)
+        self._status_registers(m, soft_reset, schedule, busy, ended)
+        return m
 
-        # AXI4-Lite port: the same names with the s_axil_ prefix
+    def _lite_port(self, m):
+        """The AXI4-Lite port: the same names with the ``s_axil_`` prefix."""
+        lite = self.lite
         for name in lite.signature.members:
             port, inner = getattr(self, f"s_axil_{name}"), getattr(lite, name)
             if lite.signature.members[name].flow == In:
@@ -144,7 +154,10 @@ agcu_positions
             else:
                 m.d.comb += port.eq(inner)
 
-        # AXI4 manager ports: the system's stream channels, flattened
+
+    def _axi_ports(self, m):
+        """The AXI4 manager ports: the system's stream channels, flattened."""
+        system = self.system
         for k, axi in enumerate(system.axi):
             def port(name, k=k):
                 return getattr(self, f"m{k:02d}_axi_{name}")
@@ -176,7 +189,9 @@ agcu_positions
                          axi.r.valid.eq(port("rvalid")),
                          port("rready").eq(axi.r.ready)]
 
-        # the sequencer drives the commands and the host port
+    def _sequencer(self, m):
+        """The sequencer drives the commands and the host port."""
+        system, seq, regs = self.system, self.sequencer, self.lite.regs
         for k in range(system.agcu_count):
             wiring.connect(m, seq.cmd[k], system.cmd[k])
             m.d.comb += [seq.agcu_busy[k].eq(system.agcu_busy[k]),
@@ -194,9 +209,14 @@ agcu_positions
         m.d.comb += [host.perf_select.eq(regs.perf_select_index),
                      host.readback_start.eq(0),
                      system.readback.ready.eq(1)]
-        # the orchestrator (CONTROL.SCHEDULE_START): the system's orch port; a START and
-        # a SCHEDULE_START are each ignored while the other runs
-        orch = system.orch
+
+    def _orchestrator(self, m):
+        """The orchestrator (``CONTROL.SCHEDULE_START``): the system's ``orch`` port; a
+        START and a SCHEDULE_START are each ignored while the other runs. Returns
+        ``(schedule, busy, ended)``: the last run was a schedule, either runs, the
+        schedule ended this cycle."""
+        seq, regs = self.sequencer, self.lite.regs
+        orch = self.system.orch
         schedule = Signal()              # the last run was a schedule
         was_busy = Signal()
         busy = Signal()
@@ -218,8 +238,12 @@ agcu_positions
                      seq.arg_len.eq(regs.arg_len_length),
                      seq.exec_mask.eq(regs.exec_mask_mask),
                      seq.watchdog_cycles.eq(regs.watchdog_cycles)]
+        return schedule, busy, ended
 
-        # registers the hardware reports
+    def _status_registers(self, m, soft_reset, schedule, busy, ended):
+        """The registers the hardware reports."""
+        system, seq, regs = self.system, self.sequencer, self.lite.regs
+        host, orch = system.host, system.orch
         geometry = self.geometry
         m.d.comb += [
             regs.geometry_rows.eq(geometry["rows"]), regs.geometry_cols.eq(geometry["cols"]),
@@ -249,7 +273,6 @@ agcu_positions
             self.irq.eq(regs.control_irq_enable &
                         (regs.irq_status_done | regs.irq_status_error)),
         ]
-        return m
 
 
 #: The enumeration of ``ERROR.CODE`` for each ``ERROR.SOURCE`` that has codes (the

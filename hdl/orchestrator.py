@@ -18,6 +18,8 @@ Command format (``docs/orchestrator.md``): four little-endian 32-bit words per c
 ``rdu.schedule`` encodes and decodes these words with the definitions of this module.
 """
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.memory import Memory
@@ -25,6 +27,7 @@ from amaranth.lib.wiring import In, Out
 
 from .agcu import AGCUError, AGCUOp, agcu_command_layout
 from .array import WATCHDOG_BITS, HostPort
+from .interfaces import check_int
 from .sequencer import ErrorSource, Sequencer
 
 __all__ = ["ScheduleOp", "ScheduleError", "COMMAND_WORDS", "COMMAND_BYTES", "OP_BITS",
@@ -116,15 +119,15 @@ class ScheduleControl(wiring.Signature):
         })
 
 
-def _check_int(name, value, low, high):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be between {low} and {high}, not {value}")
-
-
 class Orchestrator(wiring.Component):
     """Runs a schedule of commands held in memory, with no host between commands.
+
+    See also
+    --------
+    Encoder: ``software/rdu/schedule.py`` (``Command``, ``encode``); functional model:
+    ``FunctionalMachine.run_schedule`` in ``software/rdu/models/machine.py``; host driver:
+    ``run_orchestrated`` in ``software/rdu/sim/host.py``; docs: ``docs/orchestrator.md``;
+    tests: ``tests/test_orchestrator.py``.
 
     Parameters
     ----------
@@ -156,9 +159,9 @@ class Orchestrator(wiring.Component):
     """
 
     def __init__(self, agcus, *, commands=DEFAULT_COMMANDS, addr_width=32):
-        _check_int("AGCU count", agcus, 1, MAX_AGCUS)
-        _check_int("Schedule memory depth", commands, 1, MAX_COMMANDS)
-        _check_int("Address width", addr_width, 16, 32)
+        check_int("AGCU count", agcus, 1, MAX_AGCUS)
+        check_int("Schedule memory depth", commands, 1, MAX_COMMANDS)
+        check_int("Address width", addr_width, 16, 32)
         self.agcus, self.commands, self.addr_width = agcus, commands, addr_width
         self.sequencer = Sequencer(agcus, addr_width=addr_width)
         super().__init__({
@@ -175,199 +178,236 @@ class Orchestrator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n, ctl, seq = self.agcus, self.control, self.sequencer
-        m.submodules.sequencer = seq
+        m.submodules.sequencer = self.sequencer
         m.submodules.schedule = memory = Memory(shape=unsigned(32 * COMMAND_WORDS),
                                                 depth=self.commands, init=[])
-        write = memory.write_port()
-        read = memory.read_port(transparent_for=())
-        busy, done = Cat(*self.agcu_busy), Cat(*self.agcu_done)
-
-        # -- the sequencer: host port, AGCU status; its commands while it runs --------
-        wiring.connect(m, seq.host, wiring.flipped(self.host))
-        m.d.comb += seq.watchdog_cycles.eq(self.watchdog_cycles)
-        for k in range(n):
-            m.d.comb += [seq.agcu_busy[k].eq(self.agcu_busy[k]),
-                         seq.agcu_done[k].eq(self.agcu_done[k]),
-                         seq.agcu_error[k].eq(self.agcu_error[k])]
-
-        # the command being run: word 0 (op, argument), src, dst, length
-        current = Signal(32 * COMMAND_WORDS)
-        op, argument = current[:OP_BITS], current[OP_BITS:32]
-        src, dst, length = current[32:64], current[64:96], current[96:128]
-        mask_bad = (argument == 0) | (argument >> n != 0)
-        arg_addr, arg_len = Signal(32), Signal(32)
-        m.d.comb += [seq.prog_addr.eq(src), seq.prog_len.eq(length),
-                     seq.arg_addr.eq(arg_addr), seq.arg_len.eq(arg_len),
-                     seq.exec_mask.eq(argument),
-                     # held for the whole sequence (the command stays in current)
-                     seq.skip_execute.eq(op == ScheduleOp.PROGRAM_LOAD),
-                     seq.skip_load.eq(op == ScheduleOp.EXECUTE)]
-
-        # own commands (the fetch's PROGRAM_LOAD, COPY), packed whole (see Sequencer)
-        layout = agcu_command_layout(self.addr_width)
-        own_op = Signal(AGCUOp.as_shape())
-        own_src, own_dst, own_len = Signal(self.addr_width), Signal(self.addr_width), Signal(32)
-        packed = Signal(layout.size)
-        own_valid = Signal(n)
-        m.d.comb += packed.eq((own_op << layout["op"].offset) |
-                              (own_src << layout["src"].offset) |
-                              (own_dst << layout["dst"].offset) |
-                              (own_len << layout["length"].offset))
-        for k in range(n):
-            with m.If(seq.busy):
-                wiring.connect(m, seq.cmd[k], wiring.flipped(self.cmd[k]))
-            with m.Else():
-                m.d.comb += [self.cmd[k].valid.eq(own_valid[k]),
-                             self.cmd[k].payload.eq(packed)]
-
-        # -- status --------------------------------------------------------------------
-        index = Signal(16)
-        count = Signal(16)              # commands in the schedule
-        address = Signal(32)            # of the schedule
-        words = Signal(range(COMMAND_WORDS * self.commands + 1))
-        staged = Signal(32 * (COMMAND_WORDS - 1))
-        m.d.comb += [ctl.index.eq(index), read.addr.eq(index)]
-        with m.If(ctl.busy):
-            m.d.sync += ctl.cycles.eq(ctl.cycles + 1)
-
-        # COPY commands in flight: their AGCU, their command index; the first that ends
-        # with an error is kept and ends the schedule at the next command boundary
-        copying = Signal(n)
-        copy_index = [Signal(16, name=f"copy_index{k}") for k in range(n)]
-        copy_failed = Signal()
-        copy_code, copy_unit, copy_at = Signal(8), Signal(range(n)), Signal(16)
-        issued_copy = Signal(n)
-        ended = Signal(n)
-        m.d.comb += ended.eq(copying & done)
-        m.d.sync += copying.eq((copying & ~ended) | issued_copy)
-        for k in reversed(range(n)):
-            with m.If(ended[k] & (self.agcu_error[k] != AGCUError.NONE) & ~copy_failed):
-                m.d.sync += [copy_failed.eq(1), copy_code.eq(self.agcu_error[k]),
-                             copy_unit.eq(k), copy_at.eq(copy_index[k])]
-
-        def fail(source, code, unit=0, at=index):
-            m.d.sync += [ctl.error_source.eq(source), ctl.error_code.eq(code),
-                         ctl.error_unit.eq(unit), ctl.error_index.eq(at), ctl.error.eq(1),
-                         ctl.busy.eq(0)]
-            m.next = "IDLE"
-
-        def complete():
-            m.d.sync += [index.eq(index + 1), ctl.completed.eq(ctl.completed + 1)]
-            m.next = "FETCH_CMD"
-
-        # -- the schedule's fetch: AGCU 0's words into the schedule memory ---------------
-        m.d.comb += self.bitstream.ready.eq(1)
-        with m.If(self.capture & self.bitstream.valid):
-            m.d.sync += words.eq(words + 1)
-            with m.Switch(words[:2]):
-                for w in range(COMMAND_WORDS - 1):
-                    with m.Case(w):
-                        m.d.sync += staged[32 * w:32 * (w + 1)].eq(self.bitstream.payload)
-                with m.Default():
-                    m.d.comb += [write.addr.eq(words >> 2),
-                                 write.data.eq(Cat(staged, self.bitstream.payload)),
-                                 write.en.eq(words >> 2 < self.commands)]
-
+        s = self._signals(memory)
+        self._connect_sequencer(m, s)
+        self._own_commands(m, s)
+        self._status(m, s)
+        self._copies(m, s)
+        self._fetch_words(m, s)
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(ctl.start):
-                    m.d.sync += [ctl.busy.eq(1), ctl.done.eq(0), ctl.error.eq(0),
-                                 ctl.error_source.eq(ErrorSource.NONE), ctl.error_code.eq(0),
-                                 ctl.error_unit.eq(0), ctl.error_index.eq(0),
-                                 ctl.cycles.eq(0), ctl.completed.eq(0), index.eq(0),
-                                 words.eq(0), count.eq(ctl.length >> 4), address.eq(ctl.addr),
-                                 arg_len.eq(0),
-                                 copy_failed.eq(0)]
-                    with m.If((ctl.length == 0) | (ctl.length[:4] != 0)):
-                        fail(ErrorSource.REQUEST, ScheduleError.BAD_LENGTH, at=FETCH_INDEX)
-                    with m.Elif(ctl.length > COMMAND_BYTES * self.commands):
-                        fail(ErrorSource.REQUEST, ScheduleError.TOO_LONG, at=FETCH_INDEX)
-                    with m.Elif(busy.any()):
-                        for k in reversed(range(n)):      # name the lowest busy AGCU
-                            with m.If(self.agcu_busy[k]):
-                                fail(ErrorSource.STUCK, 0, k, at=FETCH_INDEX)
-                    with m.Else():
-                        m.next = "FETCH"
+                self._idle(m, s)
             with m.State("FETCH"):
-                m.d.comb += [self.capture.eq(1), own_valid.eq(1), own_op.eq(AGCUOp.PROGRAM_LOAD),
-                             own_src.eq(address), own_len.eq(count << 4)]
+                m.d.comb += [self.capture.eq(1), s.own_valid.eq(1),
+                             s.own_op.eq(AGCUOp.PROGRAM_LOAD), s.own_src.eq(s.address),
+                             s.own_len.eq(s.count << 4)]
                 with m.If(self.cmd[0].ready):
                     m.next = "FETCH_WAIT"
             with m.State("FETCH_WAIT"):
                 m.d.comb += self.capture.eq(1)
                 with m.If(self.agcu_done[0]):
                     with m.If(self.agcu_error[0] != AGCUError.NONE):
-                        fail(ErrorSource.AGCU, self.agcu_error[0], 0, at=FETCH_INDEX)
+                        self._fail(m, s, ErrorSource.AGCU, self.agcu_error[0], 0,
+                                   at=FETCH_INDEX)
                     with m.Else():
                         m.next = "FETCH_CMD"
             with m.State("FETCH_CMD"):
                 # the read port's address is index: its data arrives in DECODE
-                with m.If(copy_failed):
-                    fail(ErrorSource.AGCU, copy_code, copy_unit, at=copy_at)
-                with m.Elif(index == count):
-                    fail(ErrorSource.REQUEST, ScheduleError.NO_END)
+                with m.If(s.copy_failed):
+                    self._fail(m, s, ErrorSource.AGCU, s.copy_code, s.copy_unit, at=s.copy_at)
+                with m.Elif(s.index == s.count):
+                    self._fail(m, s, ErrorSource.REQUEST, ScheduleError.NO_END)
                 with m.Else():
                     m.next = "DECODE"
             with m.State("DECODE"):
-                m.d.sync += current.eq(read.data)
+                m.d.sync += s.current.eq(s.read.data)
                 m.next = "DISPATCH"
             with m.State("DISPATCH"):
-                with m.Switch(op):
-                    with m.Case(ScheduleOp.END):
-                        m.next = "FINISH"
-                    with m.Case(ScheduleOp.PROGRAM_LOAD):
-                        m.d.comb += seq.start.eq(1)
-                        m.next = "SEQUENCE"
-                    with m.Case(ScheduleOp.ARGUMENT_LOAD):
-                        m.d.sync += [arg_addr.eq(src), arg_len.eq(length)]
-                        complete()
-                    with m.Case(ScheduleOp.EXECUTE):
-                        with m.If(mask_bad):
-                            fail(ErrorSource.REQUEST, ScheduleError.BAD_MASK)
-                        with m.Else():
-                            m.d.comb += seq.start.eq(1)
-                            m.next = "SEQUENCE"
-                    with m.Case(ScheduleOp.COPY):
-                        with m.If(argument >= n):
-                            fail(ErrorSource.REQUEST, ScheduleError.BAD_AGCU)
-                        with m.Else():
-                            m.next = "COPY"
-                    with m.Case(ScheduleOp.WAIT):
-                        with m.If(mask_bad):
-                            fail(ErrorSource.REQUEST, ScheduleError.BAD_MASK)
-                        with m.Else():
-                            m.next = "WAIT"
-                    with m.Default():
-                        fail(ErrorSource.REQUEST, ScheduleError.BAD_OPCODE)
+                self._dispatch(m, s)
             with m.State("SEQUENCE"):
+                seq = self.sequencer
                 with m.If(seq.error_event):
-                    fail(seq.error_source, seq.error_code, seq.error_unit)
+                    self._fail(m, s, seq.error_source, seq.error_code, seq.error_unit)
                 with m.Elif(seq.done_event):
-                    with m.If(op == ScheduleOp.EXECUTE):
-                        m.d.sync += arg_len.eq(0)         # the arguments were sent
-                    complete()
+                    with m.If(s.op == ScheduleOp.EXECUTE):
+                        m.d.sync += s.arg_len.eq(0)         # the arguments were sent
+                    self._complete(m, s)
             with m.State("COPY"):
-                m.d.comb += [own_op.eq(AGCUOp.COPY), own_src.eq(src), own_dst.eq(dst),
-                             own_len.eq(length)]
-                for k in range(n):
-                    with m.If(argument == k):
-                        m.d.comb += own_valid[k].eq(1)
-                        with m.If(self.cmd[k].ready):
-                            m.d.comb += issued_copy[k].eq(1)
-                            m.d.sync += copy_index[k].eq(index)
-                            complete()
+                self._copy(m, s)
             with m.State("WAIT"):
-                with m.If(copy_failed):
-                    fail(ErrorSource.AGCU, copy_code, copy_unit, at=copy_at)
-                with m.Elif(((copying | busy) & argument[:n]) == 0):
-                    complete()
+                with m.If(s.copy_failed):
+                    self._fail(m, s, ErrorSource.AGCU, s.copy_code, s.copy_unit, at=s.copy_at)
+                with m.Elif(((s.copying | s.agcus_busy) & s.argument[:self.agcus]) == 0):
+                    self._complete(m, s)
             with m.State("FINISH"):
-                with m.If(copy_failed):
-                    fail(ErrorSource.AGCU, copy_code, copy_unit, at=copy_at)
-                with m.Elif(copying == 0):
+                ctl = self.control
+                with m.If(s.copy_failed):
+                    self._fail(m, s, ErrorSource.AGCU, s.copy_code, s.copy_unit, at=s.copy_at)
+                with m.Elif(s.copying == 0):
                     m.d.sync += [ctl.done.eq(1), ctl.busy.eq(0),
                                  ctl.completed.eq(ctl.completed + 1)]
                     m.next = "IDLE"
-        m.d.comb += seq.busy_ok.eq(copying)
+        m.d.comb += self.sequencer.busy_ok.eq(s.copying)
         return m
+
+    def _signals(self, memory):
+        """The orchestrator's registers and wires, by name."""
+        n = self.agcus
+        current = Signal(32 * COMMAND_WORDS, name="current")   # the command being run
+        return SimpleNamespace(
+            write=memory.write_port(), read=memory.read_port(transparent_for=()),
+            agcus_busy=Cat(*self.agcu_busy), agcus_done=Cat(*self.agcu_done),
+            current=current, op=current[:OP_BITS], argument=current[OP_BITS:32],
+            src=current[32:64], dst=current[64:96], length=current[96:128],
+            arg_addr=Signal(32, name="arg_addr"), arg_len=Signal(32, name="arg_len"),
+            # own commands (the fetch's PROGRAM_LOAD, COPY)
+            own_op=Signal(AGCUOp.as_shape(), name="own_op"),
+            own_src=Signal(self.addr_width, name="own_src"),
+            own_dst=Signal(self.addr_width, name="own_dst"),
+            own_len=Signal(32, name="own_len"), own_valid=Signal(n, name="own_valid"),
+            index=Signal(16, name="index"),
+            count=Signal(16, name="count"),             # commands in the schedule
+            address=Signal(32, name="address"),         # of the schedule
+            words=Signal(range(COMMAND_WORDS * self.commands + 1), name="words"),
+            staged=Signal(32 * (COMMAND_WORDS - 1), name="staged"),
+            # COPY commands in flight: their AGCU, their command index; the first that
+            # ends with an error is kept and ends the schedule at the next boundary
+            copying=Signal(n, name="copying"),
+            copy_index=[Signal(16, name=f"copy_index{k}") for k in range(n)],
+            copy_failed=Signal(name="copy_failed"), copy_code=Signal(8, name="copy_code"),
+            copy_unit=Signal(range(n), name="copy_unit"), copy_at=Signal(16, name="copy_at"),
+            issued_copy=Signal(n, name="issued_copy"), ended=Signal(n, name="ended"),
+        )
+
+    def _connect_sequencer(self, m, s):
+        """The sequencer: host port, AGCU status, the current command's fields."""
+        seq = self.sequencer
+        wiring.connect(m, seq.host, wiring.flipped(self.host))
+        m.d.comb += seq.watchdog_cycles.eq(self.watchdog_cycles)
+        for k in range(self.agcus):
+            m.d.comb += [seq.agcu_busy[k].eq(self.agcu_busy[k]),
+                         seq.agcu_done[k].eq(self.agcu_done[k]),
+                         seq.agcu_error[k].eq(self.agcu_error[k])]
+        m.d.comb += [seq.prog_addr.eq(s.src), seq.prog_len.eq(s.length),
+                     seq.arg_addr.eq(s.arg_addr), seq.arg_len.eq(s.arg_len),
+                     seq.exec_mask.eq(s.argument),
+                     # held for the whole sequence (the command stays in current)
+                     seq.skip_execute.eq(s.op == ScheduleOp.PROGRAM_LOAD),
+                     seq.skip_load.eq(s.op == ScheduleOp.EXECUTE)]
+
+    def _own_commands(self, m, s):
+        """The AGCU commands: the sequencer's while it runs, else the orchestrator's own
+        (packed whole, see :class:`hdl.sequencer.Sequencer`)."""
+        layout = agcu_command_layout(self.addr_width)
+        packed = Signal(layout.size)
+        m.d.comb += packed.eq((s.own_op << layout["op"].offset) |
+                              (s.own_src << layout["src"].offset) |
+                              (s.own_dst << layout["dst"].offset) |
+                              (s.own_len << layout["length"].offset))
+        for k in range(self.agcus):
+            with m.If(self.sequencer.busy):
+                wiring.connect(m, self.sequencer.cmd[k], wiring.flipped(self.cmd[k]))
+            with m.Else():
+                m.d.comb += [self.cmd[k].valid.eq(s.own_valid[k]),
+                             self.cmd[k].payload.eq(packed)]
+
+    def _status(self, m, s):
+        ctl = self.control
+        m.d.comb += [ctl.index.eq(s.index), s.read.addr.eq(s.index)]
+        with m.If(ctl.busy):
+            m.d.sync += ctl.cycles.eq(ctl.cycles + 1)
+
+    def _copies(self, m, s):
+        """Track the COPY commands in flight; keep the first that fails."""
+        m.d.comb += s.ended.eq(s.copying & s.agcus_done)
+        m.d.sync += s.copying.eq((s.copying & ~s.ended) | s.issued_copy)
+        for k in reversed(range(self.agcus)):
+            with m.If(s.ended[k] & (self.agcu_error[k] != AGCUError.NONE) & ~s.copy_failed):
+                m.d.sync += [s.copy_failed.eq(1), s.copy_code.eq(self.agcu_error[k]),
+                             s.copy_unit.eq(k), s.copy_at.eq(s.copy_index[k])]
+
+    def _fetch_words(self, m, s):
+        """The schedule's fetch: AGCU 0's words into the schedule memory."""
+        m.d.comb += self.bitstream.ready.eq(1)
+        with m.If(self.capture & self.bitstream.valid):
+            m.d.sync += s.words.eq(s.words + 1)
+            with m.Switch(s.words[:2]):
+                for w in range(COMMAND_WORDS - 1):
+                    with m.Case(w):
+                        m.d.sync += s.staged[32 * w:32 * (w + 1)].eq(self.bitstream.payload)
+                with m.Default():
+                    m.d.comb += [s.write.addr.eq(s.words >> 2),
+                                 s.write.data.eq(Cat(s.staged, self.bitstream.payload)),
+                                 s.write.en.eq(s.words >> 2 < self.commands)]
+
+    def _fail(self, m, s, source, code, unit=0, at=None):
+        """End the schedule with an error (in an FSM state)."""
+        ctl = self.control
+        m.d.sync += [ctl.error_source.eq(source), ctl.error_code.eq(code),
+                     ctl.error_unit.eq(unit), ctl.error_index.eq(s.index if at is None else at),
+                     ctl.error.eq(1), ctl.busy.eq(0)]
+        m.next = "IDLE"
+
+    def _complete(self, m, s):
+        """The current command is done: fetch the next (in an FSM state)."""
+        m.d.sync += [s.index.eq(s.index + 1),
+                     self.control.completed.eq(self.control.completed + 1)]
+        m.next = "FETCH_CMD"
+
+    def _idle(self, m, s):
+        """``start``: check the request, clear the status, fetch."""
+        ctl = self.control
+        with m.If(ctl.start):
+            m.d.sync += [ctl.busy.eq(1), ctl.done.eq(0), ctl.error.eq(0),
+                         ctl.error_source.eq(ErrorSource.NONE), ctl.error_code.eq(0),
+                         ctl.error_unit.eq(0), ctl.error_index.eq(0),
+                         ctl.cycles.eq(0), ctl.completed.eq(0), s.index.eq(0),
+                         s.words.eq(0), s.count.eq(ctl.length >> 4), s.address.eq(ctl.addr),
+                         s.arg_len.eq(0),
+                         s.copy_failed.eq(0)]
+            with m.If((ctl.length == 0) | (ctl.length[:4] != 0)):
+                self._fail(m, s, ErrorSource.REQUEST, ScheduleError.BAD_LENGTH, at=FETCH_INDEX)
+            with m.Elif(ctl.length > COMMAND_BYTES * self.commands):
+                self._fail(m, s, ErrorSource.REQUEST, ScheduleError.TOO_LONG, at=FETCH_INDEX)
+            with m.Elif(s.agcus_busy.any()):
+                for k in reversed(range(self.agcus)):      # name the lowest busy AGCU
+                    with m.If(self.agcu_busy[k]):
+                        self._fail(m, s, ErrorSource.STUCK, 0, k, at=FETCH_INDEX)
+            with m.Else():
+                m.next = "FETCH"
+
+    def _dispatch(self, m, s):
+        """Start the decoded command (or fail it)."""
+        mask_bad = (s.argument == 0) | (s.argument >> self.agcus != 0)
+        with m.Switch(s.op):
+            with m.Case(ScheduleOp.END):
+                m.next = "FINISH"
+            with m.Case(ScheduleOp.PROGRAM_LOAD):
+                m.d.comb += self.sequencer.start.eq(1)
+                m.next = "SEQUENCE"
+            with m.Case(ScheduleOp.ARGUMENT_LOAD):
+                m.d.sync += [s.arg_addr.eq(s.src), s.arg_len.eq(s.length)]
+                self._complete(m, s)
+            with m.Case(ScheduleOp.EXECUTE):
+                with m.If(mask_bad):
+                    self._fail(m, s, ErrorSource.REQUEST, ScheduleError.BAD_MASK)
+                with m.Else():
+                    m.d.comb += self.sequencer.start.eq(1)
+                    m.next = "SEQUENCE"
+            with m.Case(ScheduleOp.COPY):
+                with m.If(s.argument >= self.agcus):
+                    self._fail(m, s, ErrorSource.REQUEST, ScheduleError.BAD_AGCU)
+                with m.Else():
+                    m.next = "COPY"
+            with m.Case(ScheduleOp.WAIT):
+                with m.If(mask_bad):
+                    self._fail(m, s, ErrorSource.REQUEST, ScheduleError.BAD_MASK)
+                with m.Else():
+                    m.next = "WAIT"
+            with m.Default():
+                self._fail(m, s, ErrorSource.REQUEST, ScheduleError.BAD_OPCODE)
+
+    def _copy(self, m, s):
+        """Issue the COPY to its AGCU; done once the AGCU takes it."""
+        m.d.comb += [s.own_op.eq(AGCUOp.COPY), s.own_src.eq(s.src), s.own_dst.eq(s.dst),
+                     s.own_len.eq(s.length)]
+        for k in range(self.agcus):
+            with m.If(s.argument == k):
+                m.d.comb += s.own_valid[k].eq(1)
+                with m.If(self.cmd[k].ready):
+                    m.d.comb += s.issued_copy[k].eq(1)
+                    m.d.sync += s.copy_index[k].eq(s.index)
+                    self._complete(m, s)

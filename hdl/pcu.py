@@ -14,12 +14,13 @@ from amaranth import Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import defaults
 from .clock_gate import gated_domain
 from .fp import Op
 from .interfaces import (
     ConfigPort,
     ConfigRegister,
-    _check_lanes,
+    check_lanes,
     control_stream,
     scalar_stream,
     vector_stream,
@@ -38,8 +39,7 @@ from .pcu_systolic import SharedALU, SystolicArray
 from .special_function import SPECIAL_UNITS
 from .stream_fifo import StreamFIFO
 
-__all__ = ["FIFO_DEPTH", "PCU", "fpga_pcu", "FPGA_PCU_OPTIONS", "check_shared_units",
-           "PCU_KINDS"]
+__all__ = ["FIFO_DEPTH", "PCU", "FPGA_PCU_OPTIONS", "check_shared_units"]
 
 #: Depth of every header and tail FIFO (the default ``fifo_depth``).
 FIFO_DEPTH = 4
@@ -62,9 +62,10 @@ class PCU(wiring.Component):
     ``shared_units``, :class:`hdl.pcu_systolic.SharedALU`.
 
     See also: the configuration :mod:`hdl.pcu_config`; the encoder
-    ``software/rdu/units/pcu.py``; the functional model ``software/rdu/funcmodel.py``
-    (class ``PCU``); the bit-exact reference ``software/rdu/pcu_model.py`` and
-    ``software/rdu/fpmodel.py``; ``docs/pcu.md``; tests ``tests/test_pcu.py``,
+    ``software/rdu/units/pcu.py``; the functional model ``software/rdu/models/pcu.py``
+    (``PCUModel``); the bit-exact reference ``software/rdu/models/pcu_reference.py`` and
+    ``software/rdu/models/fp.py``; all of them in ``rdu.units.registry.UNITS``;
+    ``docs/pcu.md``; tests ``tests/test_pcu.py``,
     ``tests/test_pcu_components.py``, ``tests/test_fp.py`` (bodies in
     ``tb/suites/pcu.py``).
 
@@ -112,9 +113,9 @@ class PCU(wiring.Component):
         (0: none); cleared by a configuration write while idle.
     """
 
-    def __init__(self, lanes=8, stages=4, fifo_depth=FIFO_DEPTH, *, special="pipelined",
-                 shared_units=False):
-        _check_lanes(lanes)
+    def __init__(self, lanes=defaults.LANES, stages=defaults.STAGES, fifo_depth=FIFO_DEPTH, *,
+                 special="pipelined", shared_units=False):
+        check_lanes(lanes)
         check_stages(stages)
         if not isinstance(shared_units, bool):
             raise TypeError(f"Shared units must be a bool, not {shared_units!r}")
@@ -340,21 +341,7 @@ def check_shared_units(lanes, stages):
                          f"{stages} stages for {lanes} lanes")
 
 
-#: The options of the FPGA configuration's PCU (:func:`fpga_pcu`).
+#: The options of the FPGA configuration's PCU (``rdu.units.registry.PCU_VARIANTS["fpga"]``:
+#: the iterating special-function unit and the systolic array on the SIMD ALUs).
 FPGA_PCU_OPTIONS = {"special": "iterative", "shared_units": True}
 
-
-def fpga_pcu(lanes=8, stages=4, fifo_depth=FIFO_DEPTH):
-    """The compute unit of the FPGA configuration (``rdu.apps.fpga``): a :class:`PCU` with
-    both area options, the iterating special-function unit (``special="iterative"``)
-    and the systolic array on the SIMD ALUs (``shared_units``; ``stages >= lanes``).
-    As ``compute_unit="hdl.pcu:fpga_pcu"`` of a :class:`hdl.array.TileArray` or
-    :class:`hdl.system.RDUSystem`."""
-    return PCU(lanes, stages, fifo_depth, **FPGA_PCU_OPTIONS)
-
-
-#: The compute units a system can be built with (``Machine.pcu``, ``rdu run --pcu``):
-#: name -> ``compute_unit`` of :class:`hdl.system.RDUSystem`. ``standard``: the
-#: simulated machines' PCU; ``fpga``: :func:`fpga_pcu` (the same words; exp and the
-#: reciprocal take 13 and 8 cycles per vector).
-PCU_KINDS = {"standard": "hdl.pcu:PCU", "fpga": "hdl.pcu:fpga_pcu"}

@@ -1,8 +1,8 @@
 """The PCU's configuration: its layout, field codes and the sizes they depend on.
 
 One home for what the RTL (:mod:`hdl.pcu` and its components), the encoder
-(``software/rdu/units/pcu.py``), the functional model (``software/rdu/funcmodel.py``) and
-the reference (``software/rdu/pcu_model.py``) read of a PCU's configuration word; the
+(``software/rdu/units/pcu.py``), the functional model (``software/rdu/models/pcu.py``) and
+the reference (``software/rdu/models/pcu_reference.py``) read of a PCU's configuration word; the
 fields are described in ``docs/pcu.md``.
 """
 
@@ -10,7 +10,7 @@ from amaranth import unsigned
 from amaranth.lib import data, enum
 
 from .fp import Op
-from .interfaces import _check_lanes
+from .interfaces import check_lanes
 
 __all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS", "COUNTER_BITS",
            "ACC_DEPTH", "check_stages", "acc_stage_bits", "counter_layout", "stage_layout",
@@ -113,7 +113,7 @@ def pcu_config_layout(lanes, stages):
     counter 0, its ``constant`` on the first iteration of counter 1); ``tail_bf16``:
     round what leaves the tail to BF16 (as ``TO_BF16``), e.g. probabilities on their way
     into a systolic PCU, which reads the high half of each word."""
-    _check_lanes(lanes)
+    check_lanes(lanes)
     check_stages(stages)
     return data.StructLayout({
         "mode": Mode.as_shape(),

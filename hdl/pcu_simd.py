@@ -47,8 +47,8 @@ class SIMDPipeline(wiring.Component):
 
     See also: the PCU that holds it and its configuration (:class:`hdl.pcu.PCU`,
     :mod:`hdl.pcu_config`), the encoder ``software/rdu/units/pcu.py``, the functional
-    model (``software/rdu/funcmodel.py``, class ``PCU``), the reference
-    ``rdu.pcu_model.run_simd`` and ``rdu.fpmodel``, ``docs/pcu.md``, tests
+    model (``software/rdu/models/pcu.py``, ``PCUModel``), the reference
+    ``rdu.models.pcu_reference.run_simd`` and ``rdu.models.fp``, ``docs/pcu.md``, tests
     ``tests/test_pcu_components.py`` and ``tests/test_pcu.py``.
 
     Parameters

@@ -32,8 +32,9 @@ class SystolicArray(wiring.Component):
 
     See also: the PCU that holds it (:class:`hdl.pcu.PCU`, ``mode = SYSTOLIC``), the
     processing element (:class:`hdl.fp.BF16MultiplyAccumulate`), the encoder
-    ``software/rdu/units/pcu.py``, the functional model (``software/rdu/funcmodel.py``,
-    class ``PCU``), the reference ``rdu.pcu_model.run_systolic`` / ``matmul_streams``,
+    ``software/rdu/units/pcu.py``, the functional model (``software/rdu/models/pcu.py``,
+    ``PCUModel``), the reference ``rdu.models.pcu_reference.run_systolic`` /
+    ``matmul_streams``,
     ``docs/pcu.md``, tests ``tests/test_pcu_components.py`` and ``tests/test_pcu.py``.
 
     Parameters

@@ -8,6 +8,7 @@ from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import defaults
 from .interfaces import (
     WORD_BITS,
     ConfigPort,
@@ -22,7 +23,8 @@ from .stream_fifo import StreamFIFO
 
 __all__ = ["ADDRESS_BITS", "BOUND_BITS", "MAX_BUFFERS", "FIFO_DEPTH", "OUTPUT_FIFO_DEPTH",
            "SCALAR_OUT_FIFO_DEPTH", "READ_GATE_CREDITS", "PMUError",
-           "address_generator_layout", "pmu_config_layout", "AffineAddressGenerator", "PMU"]
+           "address_generator_layout", "pmu_config_layout", "AffineAddressGenerator", "bank_of",
+           "BankMapper", "PMUWriteSide", "PMUReadSide", "PMU"]
 
 #: Width of every address, stride and range field (addresses wrap modulo 2**20, so a
 #: stride of ``2**20 - k`` steps backwards by ``k``).
@@ -156,8 +158,383 @@ def _log2(value):
     return value.bit_length() - 1
 
 
+def bank_of(address, skew_shift):
+    """The bank of a physical word address: ``address + (address >> skew_shift)`` (no
+    skew when ``skew_shift`` is 0), modulo the bank count (the caller's width)."""
+    return address + Mux(skew_shift == 0, 0, address >> skew_shift)
+
+
+class BankMapper(wiring.Component):
+    """Where each lane of the beat at ``address`` lives: its bank, its row, whether its
+    word is inside the buffer and whether two lanes share a bank (combinational).
+
+    Lane ``l``'s word is at ``offset_l = address - low + l * lane_stride`` in the buffer
+    (``low`` is ``predicate_low`` with the predicate on, else 0), physical word
+    ``buffer_base + offset_l``, in bank :func:`bank_of` and row ``physical >> log2(lanes)``.
+
+    Parameters
+    ----------
+    lanes : int
+    bank_words : int
+        Words per bank.
+
+    Attributes
+    ----------
+    config : In(pmu_config_layout())
+        ``predicate_*``, ``skew_shift`` and ``buffer_words`` are used.
+    lane_stride, address, buffer_base : In(ADDRESS_BITS)
+    in_predicate : Out(1)
+        The predicate is off, or ``predicate_low <= address < predicate_high``.
+    bank, row : Out(data.ArrayLayout(...))
+        Per lane.
+    conflict : Out(1)
+        Two lanes map to one bank.
+    out_of_range : Out(1)
+        A lane's offset is at least ``buffer_words``.
+    """
+
+    def __init__(self, lanes=8, bank_words=2048):
+        self.lanes = lanes
+        self.bank_words = bank_words
+        super().__init__({
+            "config": In(pmu_config_layout()),
+            "lane_stride": In(ADDRESS_BITS),
+            "address": In(ADDRESS_BITS),
+            "buffer_base": In(ADDRESS_BITS),
+            "in_predicate": Out(1),
+            "bank": Out(data.ArrayLayout(_log2(lanes), lanes)),
+            "row": Out(data.ArrayLayout(range(bank_words), lanes)),
+            "conflict": Out(1),
+            "out_of_range": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, lanes, lane_bits = self.config, self.lanes, _log2(self.lanes)
+        low = Mux(cfg.predicate_enable, cfg.predicate_low, 0)
+        m.d.comb += self.in_predicate.eq(~cfg.predicate_enable | (
+            (self.address >= cfg.predicate_low) & (self.address < cfg.predicate_high)))
+        offset = Signal(ADDRESS_BITS)
+        m.d.comb += offset.eq(self.address - low)
+        out_of_range = []
+        for lane in range(lanes):
+            lane_offset = Signal(ADDRESS_BITS, name=f"offset{lane}")
+            physical = Signal(ADDRESS_BITS, name=f"physical{lane}")
+            m.d.comb += [
+                lane_offset.eq(offset + _times_constant(self.lane_stride, lane)),
+                physical.eq(self.buffer_base + lane_offset),
+                self.bank[lane].eq(bank_of(physical, cfg.skew_shift)),
+                self.row[lane].eq(physical >> lane_bits),
+            ]
+            out_of_range.append(lane_offset >= cfg.buffer_words)
+        m.d.comb += self.conflict.eq(0)
+        for a in range(lanes):
+            for b in range(a + 1, lanes):
+                with m.If(self.bank[a] == self.bank[b]):
+                    m.d.comb += self.conflict.eq(1)
+        m.d.comb += self.out_of_range.eq(Cat(*out_of_range).any())
+        return m
+
+
+def _next_buffer(cfg, index, base):
+    """Step ``index``/``base`` to the next of ``cfg.buffers`` buffers (sync statements)."""
+    wrap = index == cfg.buffers - 1
+    return [index.eq(Mux(wrap, 0, index + 1)),
+            base.eq(Mux(wrap, 0, base + cfg.buffer_words))]
+
+
+class PMUWriteSide(wiring.Component):
+    """The PMU's write side: each beat of ``beats`` goes to the current write buffer at
+    the write generator's address (lanes inside the predicate range only); the last
+    beat of the generator's loop nest ends a pass and moves to the next buffer.
+
+    Parameters
+    ----------
+    lanes, bank_words : int
+        As for :class:`BankMapper`.
+
+    Attributes
+    ----------
+    config : In(pmu_config_layout())
+    config_ok : In(1)
+        The checks common to both sides pass (the side adds its own bounds).
+    beats : In(vector_stream(lanes))
+    room : In(1)
+        A buffer is free to write.
+    healthy : In(1)
+        No sticky error.
+    stop : In(1)
+        An error is raised this cycle (by any side): take nothing.
+    clear : In(1)
+        A configuration write: back to buffer 0, first iteration.
+    error : Out(PMUError)
+        The error this side raises this cycle (``OK``: none): a beat waits with
+        ``write_enable`` and the configuration is bad, or (with room and inside the
+        predicate) two lanes share a bank or a lane is out of the buffer.
+    bank_addr, bank_data : Out(data.ArrayLayout(...))
+        Per bank: the row and the word written there.
+    bank_enable : Out(1)
+        Write every bank (a beat is stored).
+    fire : Out(1)
+        A beat is taken.
+    pass_done : Out(1)
+        ... and it is the last of a pass.
+    mid_pass : Out(1)
+        A pass has begun and not ended.
+    """
+
+    def __init__(self, lanes=8, bank_words=2048):
+        self.lanes = lanes
+        self.bank_words = bank_words
+        super().__init__({
+            "config": In(pmu_config_layout()),
+            "config_ok": In(1),
+            "beats": In(vector_stream(lanes)),
+            "room": In(1),
+            "healthy": In(1),
+            "stop": In(1),
+            "clear": In(1),
+            "error": Out(PMUError),
+            "bank_addr": Out(data.ArrayLayout(range(bank_words), lanes)),
+            "bank_data": Out(data.ArrayLayout(WORD_BITS, lanes)),
+            "bank_enable": Out(1),
+            "fire": Out(1),
+            "pass_done": Out(1),
+            "mid_pass": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, beats = self.config, self.beats
+        m.submodules.write_ag = write_ag = AffineAddressGenerator()
+        m.submodules.mapper = mapper = BankMapper(self.lanes, self.bank_words)
+        buffer_base = Signal(ADDRESS_BITS, name="write_buffer_base")
+        buffer_index = Signal(range(MAX_BUFFERS), name="write_buffer_index")
+        m.d.comb += [write_ag.config.eq(cfg.write), mapper.config.eq(cfg),
+                     mapper.lane_stride.eq(cfg.write.lane_stride),
+                     mapper.address.eq(write_ag.address), mapper.buffer_base.eq(buffer_base)]
+        bounds_ok = (cfg.write.bound[0] != 0) & (cfg.write.bound[1] != 0) & \
+            (cfg.write.bound[2] != 0)
+        in_pred = mapper.in_predicate
+        with m.If(cfg.write_enable & self.healthy & beats.valid):
+            with m.If(~(self.config_ok & bounds_ok)):
+                m.d.comb += self.error.eq(PMUError.BAD_CONFIG)
+            with m.Elif(self.room & in_pred & mapper.conflict):
+                m.d.comb += self.error.eq(PMUError.WRITE_CONFLICT)
+            with m.Elif(self.room & in_pred & mapper.out_of_range):
+                m.d.comb += self.error.eq(PMUError.WRITE_RANGE)
+        m.d.comb += [
+            beats.ready.eq(cfg.write_enable & self.healthy & ~self.stop & self.room),
+            self.fire.eq(beats.valid & beats.ready),
+            self.bank_enable.eq(self.fire & in_pred),
+            write_ag.advance.eq(self.fire),
+            self.pass_done.eq(self.fire & write_ag.last),
+        ]
+        with m.If(self.pass_done):
+            m.d.sync += self.mid_pass.eq(0)
+        with m.Elif(self.fire):
+            m.d.sync += self.mid_pass.eq(1)
+        for bank in range(self.lanes):
+            for lane in range(self.lanes):
+                with m.If(mapper.bank[lane] == bank):
+                    m.d.comb += [self.bank_addr[bank].eq(mapper.row[lane]),
+                                 self.bank_data[bank].eq(beats.payload[lane])]
+        with m.If(self.pass_done):
+            m.d.sync += _next_buffer(cfg, buffer_index, buffer_base)
+        with m.If(self.clear):
+            m.d.sync += [self.mid_pass.eq(0), buffer_index.eq(0), buffer_base.eq(0)]
+            m.d.comb += write_ag.clear.eq(1)
+        return m
+
+
+class PMUReadSide(wiring.Component):
+    """The PMU's read side: once a buffer is full (and, with ``read_gate``, a token came),
+    a pass walks the read generator, reading one beat per iteration inside the predicate
+    range; ``read_repeat`` passes over a buffer release it (a ``STEP`` token, or ``DONE``
+    after ``read_passes`` buffers).
+
+    Attributes
+    ----------
+    config, config_ok, healthy, stop, clear : In
+        As for :class:`PMUWriteSide`.
+    full : In(1)
+        A buffer is written and not released.
+    out_level : In(range(OUTPUT_FIFO_DEPTH + 1))
+        Beats in the output FIFO.
+    error : Out(PMUError)
+        The error this side raises this cycle: a pass may step and the configuration is
+        bad, or (inside the predicate) two lanes share a bank or a lane is out of range.
+    issue : Out(1)
+        Read the banks at ``bank_addr`` this cycle (the scalar lookups may use them
+        otherwise).
+    bank_addr : Out(data.ArrayLayout(...))
+    bank_data : In(data.ArrayLayout(32, lanes))
+        The banks' read data (one cycle after ``issue``).
+    beats : Out(vector_stream(lanes))
+        The beats read (``ready`` unused: ``out_level`` keeps room).
+    release : Out(1)
+        A buffer is released.
+    armed : Out(1)
+        A pass may run.
+    waiting : Out(1)
+        A beat inside the predicate waits for room in the output FIFO.
+    done : Out(1)
+        ``read_passes`` buffers released (sticky until ``clear``).
+    control_in : In(control_stream())
+    control_out : Out(control_stream())
+    """
+
+    def __init__(self, lanes=8, bank_words=2048):
+        self.lanes = lanes
+        self.bank_words = bank_words
+        super().__init__({
+            "config": In(pmu_config_layout()),
+            "config_ok": In(1),
+            "full": In(1),
+            "out_level": In(range(OUTPUT_FIFO_DEPTH + 1)),
+            "healthy": In(1),
+            "stop": In(1),
+            "clear": In(1),
+            "error": Out(PMUError),
+            "issue": Out(1),
+            "bank_addr": Out(data.ArrayLayout(range(bank_words), lanes)),
+            "bank_data": In(data.ArrayLayout(WORD_BITS, lanes)),
+            "beats": Out(vector_stream(lanes)),
+            "release": Out(1),
+            "armed": Out(1),
+            "waiting": Out(1),
+            "done": Out(1),
+            "control_in": In(control_stream()),
+            "control_out": Out(control_stream()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        m.submodules.read_ag = read_ag = AffineAddressGenerator()
+        m.submodules.mapper = mapper = BankMapper(self.lanes, self.bank_words)
+        buffer_base = Signal(ADDRESS_BITS, name="read_buffer_base")
+        buffer_index = Signal(range(MAX_BUFFERS), name="read_buffer_index")
+        m.d.comb += [read_ag.config.eq(cfg.read), mapper.config.eq(cfg),
+                     mapper.lane_stride.eq(cfg.read.lane_stride),
+                     mapper.address.eq(read_ag.address), mapper.buffer_base.eq(buffer_base)]
+        gate_credits = Signal(range(READ_GATE_CREDITS + 1))
+        can_arm = self.full & (~cfg.read_gate | (gate_credits != 0))
+        arm_now = ~self.armed & can_arm
+        step = self._step(m, read_ag, mapper, arm_now)
+        last_pass = self._passes(m, read_ag, step, arm_now, buffer_index, buffer_base)
+        self._tokens(m, step, arm_now, gate_credits, last_pass)
+        with m.If(self.clear):
+            m.d.sync += [self.armed.eq(0), self.done.eq(0), buffer_index.eq(0),
+                         buffer_base.eq(0), gate_credits.eq(0)]
+            m.d.comb += read_ag.clear.eq(1)
+        return m
+
+    def _step(self, m, read_ag, mapper, arm_now):
+        """Check, step the generator and read the banks; returns ``read_step``."""
+        cfg = self.config
+        inflight = Signal()             # a vector read was issued last cycle
+        issued_banks = [Signal(_log2(self.lanes), name=f"issued_bank{lane}")
+                        for lane in range(self.lanes)]
+        read_space = (self.out_level + inflight) < OUTPUT_FIFO_DEPTH
+        read_ready = Signal()
+        m.d.comb += read_ready.eq(cfg.read_enable & self.healthy & ~self.done &
+                                  (self.armed | arm_now))
+        bounds_ok = (cfg.read.bound[0] != 0) & (cfg.read.bound[1] != 0) & \
+            (cfg.read.bound[2] != 0)
+        in_pred = mapper.in_predicate
+        with m.If(read_ready):
+            with m.If(~(self.config_ok & bounds_ok)):
+                m.d.comb += self.error.eq(PMUError.BAD_CONFIG)
+            with m.Elif(in_pred & mapper.conflict):
+                m.d.comb += self.error.eq(PMUError.READ_CONFLICT)
+            with m.Elif(in_pred & mapper.out_of_range):
+                m.d.comb += self.error.eq(PMUError.READ_RANGE)
+        read_step = Signal()            # the read generator advances this cycle
+        m.d.comb += [
+            read_step.eq(read_ready & ~self.stop & (read_space | ~in_pred)),
+            self.issue.eq(read_step & in_pred),
+            read_ag.advance.eq(read_step),
+            self.waiting.eq(read_ready & in_pred & ~read_space),
+        ]
+        for bank in range(self.lanes):
+            for lane in range(self.lanes):
+                with m.If(mapper.bank[lane] == bank):
+                    m.d.comb += self.bank_addr[bank].eq(mapper.row[lane])
+        m.d.sync += inflight.eq(self.issue)
+        with m.If(self.issue):
+            m.d.sync += [issued.eq(bank) for issued, bank in zip(issued_banks, mapper.bank,
+                                                                   strict=True)]
+        for lane in range(self.lanes):
+            with m.Switch(issued_banks[lane]):
+                for bank in range(self.lanes):
+                    with m.Case(bank):
+                        m.d.comb += self.beats.payload[lane].eq(self.bank_data[bank])
+        m.d.comb += self.beats.valid.eq(inflight)
+        return read_step
+
+    def _passes(self, m, read_ag, read_step, arm_now, buffer_index, buffer_base):
+        """Passes, repeats and released buffers; returns ``last_pass``."""
+        cfg = self.config
+        repeat_count = Signal(8)
+        passes_done = Signal(16)
+        read_pass_done = read_step & read_ag.last
+        last_repeat = repeat_count + 1 >= Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
+        m.d.comb += self.release.eq(read_pass_done & last_repeat)
+        last_pass = (cfg.read_passes != 0) & (passes_done + 1 == cfg.read_passes)
+        with m.If(read_pass_done):
+            m.d.sync += self.armed.eq(0)
+            with m.If(last_repeat):
+                m.d.sync += [repeat_count.eq(0), passes_done.eq(passes_done + 1),
+                             *_next_buffer(cfg, buffer_index, buffer_base)]
+                with m.If(last_pass):
+                    m.d.sync += self.done.eq(1)
+            with m.Else():
+                m.d.sync += repeat_count.eq(repeat_count + 1)
+        with m.Elif(read_step & arm_now):
+            m.d.sync += self.armed.eq(1)
+        with m.If(self.clear):
+            m.d.sync += [repeat_count.eq(0), passes_done.eq(0)]
+        return last_pass
+
+    def _tokens(self, m, read_step, arm_now, gate_credits, last_pass):
+        """Read-gate tokens in, buffer-released tokens out."""
+        cfg = self.config
+        step_tokens = Signal(16)        # STEP tokens not yet sent
+        done_token = Signal()           # DONE token not yet sent
+        gate_take = read_step & arm_now & cfg.read_gate
+        gate_give = self.control_in.valid & self.control_in.ready
+        m.d.comb += self.control_in.ready.eq(cfg.read_gate &
+                                             (gate_credits != READ_GATE_CREDITS))
+        m.d.sync += gate_credits.eq(gate_credits + gate_give - gate_take)
+        pending_step = step_tokens != 0
+        m.d.comb += [
+            self.control_out.valid.eq(pending_step | done_token),
+            self.control_out.payload.eq(Mux(pending_step, ControlToken.STEP,
+                                            ControlToken.DONE)),
+        ]
+        token_sent = self.control_out.valid & self.control_out.ready
+        step_sent = token_sent & pending_step
+        step_added = self.release & ~last_pass
+        m.d.sync += step_tokens.eq(step_tokens + step_added - step_sent)
+        with m.If(self.release & last_pass):
+            m.d.sync += done_token.eq(1)
+        with m.If(token_sent & ~pending_step):
+            m.d.sync += done_token.eq(0)
+        with m.If(self.clear):
+            m.d.sync += [step_tokens.eq(0), done_token.eq(0)]
+
+
 class PMU(wiring.Component):
     """Pattern Memory Unit: ``lanes`` SRAM banks, one vector beat in and out per cycle.
+
+    See also
+    --------
+    Encoder: ``software/rdu/units/pmu.py``; functional model: ``PMUModel`` in
+    ``software/rdu/models/pmu.py`` (every piece: ``rdu.units.registry.UNITS``); docs:
+    ``docs/pmu.md``; tests: ``tests/test_pmu.py``
+    and ``tests/test_pmu_sides.py`` (the pieces alone); tb suite: ``tb/suites/pmu.py``
+    (and its Python model, ``PMUModel``).
 
     Parameters
     ----------
@@ -198,7 +575,8 @@ class PMU(wiring.Component):
         Performance counters: beats stored, beats delivered, cycles a write beat waited
         (no free buffer), cycles the reader waited on back-pressure.
     """
-    def __init__(self, lanes=8, capacity_bytes=65536, fifo_depth=FIFO_DEPTH):
+    def __init__(self, lanes=defaults.LANES, capacity_bytes=defaults.PMU_BYTES,
+                 fifo_depth=FIFO_DEPTH):
         if not isinstance(lanes, int) or isinstance(lanes, bool):
             raise TypeError(f"Lane count must be an integer, not {lanes!r}")
         if lanes < 2 or lanes & (lanes - 1):
@@ -246,22 +624,10 @@ class PMU(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self._lanes
-        lane_bits = _log2(lanes)
-        bank_words = self._bank_words
-
         m.submodules.config = config_reg = ConfigRegister(self.config_layout)
         wiring.connect(m, wiring.flipped(self.cfg), config_reg.port)
         cfg = config_reg.value
 
-        # ---- SRAM banks ----------------------------------------------------------------
-        write_ports, read_ports = [], []
-        for bank in range(lanes):
-            mem = memory.Memory(shape=WORD_BITS, depth=bank_words, init=[])
-            m.submodules[f"bank{bank}"] = mem
-            write_ports.append(mem.write_port())
-            read_ports.append(mem.read_port(transparent_for=()))
-
-        # ---- input / output FIFOs ------------------------------------------------------
         m.submodules.vector_in_fifo = vin = StreamFIFO(vector_layout(lanes), self._fifo_depth)
         m.submodules.vector_out_fifo = vout = StreamFIFO(vector_layout(lanes),
                                                          OUTPUT_FIFO_DEPTH)
@@ -272,8 +638,55 @@ class PMU(wiring.Component):
         wiring.connect(m, wiring.flipped(self.scalar_in), sin.i)
         wiring.connect(m, sout.o, wiring.flipped(self.scalar_out))
 
-        # ---- configuration checks ------------------------------------------------------
-        error = self.error
+        m.submodules.write_side = writer = PMUWriteSide(lanes, self._bank_words)
+        m.submodules.read_side = reader = PMUReadSide(lanes, self._bank_words)
+        wiring.connect(m, wiring.flipped(self.control_in), reader.control_in)
+        wiring.connect(m, reader.control_out, wiring.flipped(self.control_out))
+        new_error = Signal(PMUError)   # error raised this cycle (0 = none)
+        full = Signal(range(MAX_BUFFERS + 1))       # buffers written and not yet released
+        config_ok = self._config_ok(m, cfg)
+        for side in (writer, reader):
+            m.d.comb += [side.config.eq(cfg), side.config_ok.eq(config_ok),
+                         side.healthy.eq(self.error == 0), side.stop.eq(new_error != 0),
+                         side.clear.eq(self.cfg.write)]
+        m.d.comb += [writer.room.eq(full < cfg.buffers), reader.full.eq(full != 0),
+                     reader.out_level.eq(vout.level), self.done.eq(reader.done)]
+        wiring.connect(m, vin.o, writer.beats)
+        m.d.comb += [vout.i.valid.eq(reader.beats.valid),
+                     vout.i.payload.eq(reader.beats.payload)]
+        scalar_error = self._banks(m, writer, reader, sin, sout)
+        with m.If(scalar_error != 0):
+            m.d.comb += new_error.eq(scalar_error)
+        with m.Elif(reader.error != 0):
+            m.d.comb += new_error.eq(reader.error)
+        with m.Else():
+            m.d.comb += new_error.eq(writer.error)
+
+        with m.If(writer.pass_done & ~reader.release):
+            m.d.sync += full.eq(full + 1)
+        with m.Elif(reader.release & ~writer.pass_done):
+            m.d.sync += full.eq(full - 1)
+        with m.If(self.cfg.write):
+            # a configuration write restarts the unit with empty buffers
+            m.d.sync += [self.error.eq(0), full.eq(0)]
+        with m.Elif(new_error != 0):
+            m.d.sync += self.error.eq(new_error)
+
+        m.d.comb += self.pending.eq(writer.mid_pass | vin.o.valid | sin.o.valid |
+                                    reader.armed)
+        m.d.sync += [
+            self.beats_written.eq(self.beats_written + writer.fire),
+            self.beats_read.eq(self.beats_read + (self.vector_out.valid &
+                                                  self.vector_out.ready)),
+            self.write_stall_cycles.eq(self.write_stall_cycles +
+                                       (vin.o.valid & ~vin.o.ready)),
+            self.read_stall_cycles.eq(self.read_stall_cycles + reader.waiting),
+        ]
+        return m
+
+    def _config_ok(self, m, cfg):
+        """The configuration checks both sides share: 1..4 buffers that fit the SRAM, a
+        non-zero buffer size, a skew of 0 or in ``log2(lanes)..ADDRESS_BITS - 1``."""
         buffers_ok = (cfg.buffers >= 1) & (cfg.buffers <= MAX_BUFFERS)
         # buffers * buffer_words <= capacity, as one comparison per buffer count (no
         # multiplier on the path from the configuration to the handshakes)
@@ -283,244 +696,52 @@ class PMU(wiring.Component):
                 with m.Case(count):
                     m.d.comb += buffers_fit.eq(
                         cfg.buffer_words <= self._capacity_words // count)
-        common_ok = (buffers_ok & buffers_fit &
-                     (cfg.buffer_words != 0) &
-                     ((cfg.skew_shift == 0) |
-                      ((cfg.skew_shift >= lane_bits) & (cfg.skew_shift < ADDRESS_BITS))))
-        write_cfg_ok = common_ok & (cfg.write.bound[0] != 0) & (cfg.write.bound[1] != 0) & \
-            (cfg.write.bound[2] != 0)
-        read_cfg_ok = common_ok & (cfg.read.bound[0] != 0) & (cfg.read.bound[1] != 0) & \
-            (cfg.read.bound[2] != 0)
+        config_ok = Signal()
+        m.d.comb += config_ok.eq(
+            buffers_ok & buffers_fit & (cfg.buffer_words != 0) &
+            ((cfg.skew_shift == 0) |
+             ((cfg.skew_shift >= _log2(self._lanes)) & (cfg.skew_shift < ADDRESS_BITS))))
+        return config_ok
 
-        new_error = Signal(PMUError)   # error raised this cycle (0 = none)
-
-        # ---- buffer bookkeeping --------------------------------------------------------
-        full = Signal(range(MAX_BUFFERS + 1))       # buffers written and not yet released
-        write_buffer_base = Signal(ADDRESS_BITS)
-        write_buffer_index = Signal(range(MAX_BUFFERS))
-        read_buffer_base = Signal(ADDRESS_BITS)
-        read_buffer_index = Signal(range(MAX_BUFFERS))
-
-        def next_buffer(index, base):
-            wrap = index == cfg.buffers - 1
-            return [index.eq(Mux(wrap, 0, index + 1)),
-                    base.eq(Mux(wrap, 0, base + cfg.buffer_words))]
-
-        def lane_mapping(prefix, global_address, buffer_base):
-            """Per-lane bank, bank row and range check of the beat at ``global_address``."""
-            low = Mux(cfg.predicate_enable, cfg.predicate_low, 0)
-            in_predicate = ~cfg.predicate_enable | (
-                (global_address >= cfg.predicate_low) & (global_address < cfg.predicate_high))
-            offset = Signal(ADDRESS_BITS, name=f"{prefix}_offset")
-            m.d.comb += offset.eq(global_address - low)
-            banks, rows = [], []
-            out_of_range = []
-            for lane in range(lanes):
-                lane_offset = Signal(ADDRESS_BITS, name=f"{prefix}_offset{lane}")
-                physical = Signal(ADDRESS_BITS, name=f"{prefix}_physical{lane}")
-                bank = Signal(lane_bits, name=f"{prefix}_bank{lane}")
-                row = Signal(range(bank_words), name=f"{prefix}_row{lane}")
-                stride = cfg.write.lane_stride if prefix == "write" else cfg.read.lane_stride
-                m.d.comb += [
-                    lane_offset.eq(offset + _times_constant(stride, lane)),
-                    physical.eq(buffer_base + lane_offset),
-                    bank.eq(physical + Mux(cfg.skew_shift == 0, 0,
-                                           physical >> cfg.skew_shift)),
-                    row.eq(physical >> lane_bits),
-                ]
-                out_of_range.append(lane_offset >= cfg.buffer_words)
-                banks.append(bank)
-                rows.append(row)
-            conflict = Signal(name=f"{prefix}_conflict")
-            m.d.comb += conflict.eq(0)
-            for a in range(lanes):
-                for b in range(a + 1, lanes):
-                    with m.If(banks[a] == banks[b]):
-                        m.d.comb += conflict.eq(1)
-            any_out = Signal(name=f"{prefix}_out_of_range")
-            m.d.comb += any_out.eq(Cat(*out_of_range).any())
-            return in_predicate, banks, rows, conflict, any_out
-
-        # ---- write side ----------------------------------------------------------------
-        m.submodules.write_ag = write_ag = AffineAddressGenerator()
-        m.d.comb += write_ag.config.eq(cfg.write)
-        w_in_pred, w_banks, w_rows, w_conflict, w_out = lane_mapping(
-            "write", write_ag.address, write_buffer_base)
-        write_room = full < cfg.buffers
-        write_active = cfg.write_enable & (error == 0) & (new_error == 0)
-        write_fire = Signal()
-        write_store = Signal()
-        write_pass_done = Signal()
-        with m.If(cfg.write_enable & (error == 0) & vin.o.valid):
-            with m.If(~write_cfg_ok):
-                m.d.comb += new_error.eq(PMUError.BAD_CONFIG)
-            with m.Elif(write_room & w_in_pred & w_conflict):
-                m.d.comb += new_error.eq(PMUError.WRITE_CONFLICT)
-            with m.Elif(write_room & w_in_pred & w_out):
-                m.d.comb += new_error.eq(PMUError.WRITE_RANGE)
-        m.d.comb += [
-            vin.o.ready.eq(write_active & write_room),
-            write_fire.eq(vin.o.valid & vin.o.ready),
-            write_store.eq(write_fire & w_in_pred),
-            write_ag.advance.eq(write_fire),
-            write_pass_done.eq(write_fire & write_ag.last),
-        ]
-        mid_pass = Signal()             # a write pass has begun and not ended
-        with m.If(write_pass_done):
-            m.d.sync += mid_pass.eq(0)
-        with m.Elif(write_fire):
-            m.d.sync += mid_pass.eq(1)
+    def _banks(self, m, writer, reader, sin, sout):
+        """The SRAM banks: written by the write side, read by the read side or, when it
+        does not read, by the scalar lookups. Returns the scalar lookups' error."""
+        lanes, lane_bits = self._lanes, _log2(self._lanes)
+        cfg = m._named_submodules["config"][0].value
+        read_ports = []
         for bank in range(lanes):
-            port = write_ports[bank]
-            for lane in range(lanes):
-                with m.If(w_banks[lane] == bank):
-                    m.d.comb += [port.addr.eq(w_rows[lane]),
-                                 port.data.eq(vin.o.payload[lane])]
-            m.d.comb += port.en.eq(write_store)
-        with m.If(write_pass_done):
-            m.d.sync += next_buffer(write_buffer_index, write_buffer_base)
-
-        # ---- read side -----------------------------------------------------------------
-        m.submodules.read_ag = read_ag = AffineAddressGenerator()
-        m.d.comb += read_ag.config.eq(cfg.read)
-        r_in_pred, r_banks, r_rows, r_conflict, r_out = lane_mapping(
-            "read", read_ag.address, read_buffer_base)
-        armed = Signal()                 # a read pass may run (buffer full, gate passed)
-        gate_credits = Signal(range(READ_GATE_CREDITS + 1))
-        repeat_count = Signal(8)
-        passes_done = Signal(16)
-        step_tokens = Signal(16)        # STEP tokens not yet sent
-        done_token = Signal()           # DONE token not yet sent
-        inflight = Signal()             # a vector read was issued last cycle
-        issued_banks = [Signal(lane_bits, name=f"issued_bank{lane}") for lane in range(lanes)]
-
-        read_space = (vout.level + inflight) < OUTPUT_FIFO_DEPTH
-        can_arm = (full != 0) & (~cfg.read_gate | (gate_credits != 0))
-        arm_now = ~armed & can_arm
-        read_ready = Signal()
-        m.d.comb += read_ready.eq(cfg.read_enable & (error == 0) & ~self.done &
-                                  (armed | arm_now))
-        with m.If(read_ready):
-            with m.If(~read_cfg_ok):
-                m.d.comb += new_error.eq(PMUError.BAD_CONFIG)
-            with m.Elif(r_in_pred & r_conflict):
-                m.d.comb += new_error.eq(PMUError.READ_CONFLICT)
-            with m.Elif(r_in_pred & r_out):
-                m.d.comb += new_error.eq(PMUError.READ_RANGE)
-        read_step = Signal()            # the read generator advances this cycle
-        read_issue = Signal()           # ... and reads a beat from the banks
-        m.d.comb += [
-            read_step.eq(read_ready & (new_error == 0) & (read_space | ~r_in_pred)),
-            read_issue.eq(read_step & r_in_pred),
-            read_ag.advance.eq(read_step),
-        ]
-        read_pass_done = read_step & read_ag.last
-        last_repeat = repeat_count + 1 >= Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
-        release = Signal()
-        m.d.comb += release.eq(read_pass_done & last_repeat)
-        last_pass = (cfg.read_passes != 0) & (passes_done + 1 == cfg.read_passes)
-
-        with m.If(read_pass_done):
-            m.d.sync += armed.eq(0)
-            with m.If(last_repeat):
-                m.d.sync += [repeat_count.eq(0), passes_done.eq(passes_done + 1),
-                             *next_buffer(read_buffer_index, read_buffer_base)]
-                with m.If(last_pass):
-                    m.d.sync += [self.done.eq(1), done_token.eq(1)]
-            with m.Else():
-                m.d.sync += repeat_count.eq(repeat_count + 1)
-        with m.Elif(read_step & arm_now):
-            m.d.sync += armed.eq(1)
-
-        # control tokens in (read gate) and out (buffer released)
-        gate_take = read_step & arm_now & cfg.read_gate
-        gate_give = self.control_in.valid & self.control_in.ready
-        m.d.comb += self.control_in.ready.eq(cfg.read_gate & (gate_credits != READ_GATE_CREDITS))
-        m.d.sync += gate_credits.eq(gate_credits + gate_give - gate_take)
-        pending_step = step_tokens != 0
-        m.d.comb += [
-            self.control_out.valid.eq(pending_step | done_token),
-            self.control_out.payload.eq(Mux(pending_step, ControlToken.STEP,
-                                            ControlToken.DONE)),
-        ]
-        token_sent = self.control_out.valid & self.control_out.ready
-        step_sent = token_sent & pending_step
-        step_added = release & ~last_pass
-        m.d.sync += step_tokens.eq(step_tokens + step_added - step_sent)
-        with m.If(token_sent & ~pending_step):
-            m.d.sync += done_token.eq(0)
-
-        with m.If(write_pass_done & ~release):
-            m.d.sync += full.eq(full + 1)
-        with m.Elif(release & ~write_pass_done):
-            m.d.sync += full.eq(full - 1)
-
-        # ---- scalar lookups (use the read ports when the vector reader does not) ---------
+            mem = memory.Memory(shape=WORD_BITS, depth=self._bank_words, init=[])
+            m.submodules[f"bank{bank}"] = mem
+            write_port = mem.write_port()
+            read_ports.append(mem.read_port(transparent_for=()))
+            m.d.comb += [write_port.addr.eq(writer.bank_addr[bank]),
+                         write_port.data.eq(writer.bank_data[bank]),
+                         write_port.en.eq(writer.bank_enable)]
         scalar_inflight = Signal()
         scalar_bank = Signal(lane_bits)
         scalar_address = sin.o.payload
-        scalar_bank_now = Signal(lane_bits)
-        m.d.comb += scalar_bank_now.eq(
-            scalar_address + Mux(cfg.skew_shift == 0, 0, scalar_address >> cfg.skew_shift))
         scalar_issue = Signal()
         scalar_ok = scalar_address < self._capacity_words
-        with m.If(sin.o.valid & (error == 0) & ~scalar_ok):
-            m.d.comb += new_error.eq(PMUError.SCALAR_RANGE)
+        scalar_error = Signal(PMUError)
+        with m.If(sin.o.valid & (self.error == 0) & ~scalar_ok):
+            m.d.comb += scalar_error.eq(PMUError.SCALAR_RANGE)
         m.d.comb += [
-            scalar_issue.eq(sin.o.valid & (error == 0) & scalar_ok & ~read_issue &
+            scalar_issue.eq(sin.o.valid & (self.error == 0) & scalar_ok & ~reader.issue &
                             ((sout.level + scalar_inflight) < 2)),
             sin.o.ready.eq(scalar_issue),
         ]
-
-        for bank in range(lanes):
-            port = read_ports[bank]
-            with m.If(read_issue):
-                for lane in range(lanes):
-                    with m.If(r_banks[lane] == bank):
-                        m.d.comb += port.addr.eq(r_rows[lane])
+        for bank, port in enumerate(read_ports):
+            with m.If(reader.issue):
+                m.d.comb += port.addr.eq(reader.bank_addr[bank])
             with m.Else():
                 m.d.comb += port.addr.eq(scalar_address[lane_bits:])
-            m.d.comb += port.en.eq(1)
-
-        m.d.sync += [inflight.eq(read_issue), scalar_inflight.eq(scalar_issue)]
-        with m.If(read_issue):
-            m.d.sync += [issued.eq(bank) for issued, bank in zip(issued_banks, r_banks,
-                                                                   strict=True)]
+            m.d.comb += [port.en.eq(1), reader.bank_data[bank].eq(port.data)]
+        m.d.sync += scalar_inflight.eq(scalar_issue)
         with m.If(scalar_issue):
-            m.d.sync += scalar_bank.eq(scalar_bank_now)
-        bank_data = [port.data for port in read_ports]
-        for lane in range(lanes):
-            with m.Switch(issued_banks[lane]):
-                for bank in range(lanes):
-                    with m.Case(bank):
-                        m.d.comb += vout.i.payload[lane].eq(bank_data[bank])
+            m.d.sync += scalar_bank.eq(bank_of(scalar_address, cfg.skew_shift))
         with m.Switch(scalar_bank):
-            for bank in range(lanes):
+            for bank, port in enumerate(read_ports):
                 with m.Case(bank):
-                    m.d.comb += sout.i.payload.eq(bank_data[bank])
-        m.d.comb += [vout.i.valid.eq(inflight), sout.i.valid.eq(scalar_inflight)]
-
-        # ---- errors, reconfiguration, counters --------------------------------------------
-        with m.If(self.cfg.write):
-            # a configuration write restarts the unit with empty buffers
-            m.d.sync += [error.eq(0), full.eq(0), armed.eq(0), self.done.eq(0),
-                         mid_pass.eq(0),
-                         write_buffer_index.eq(0), write_buffer_base.eq(0),
-                         read_buffer_index.eq(0), read_buffer_base.eq(0),
-                         repeat_count.eq(0), passes_done.eq(0), gate_credits.eq(0),
-                         step_tokens.eq(0), done_token.eq(0)]
-            m.d.comb += [write_ag.clear.eq(1), read_ag.clear.eq(1)]
-        with m.Elif(new_error != 0):
-            m.d.sync += error.eq(new_error)
-
-        m.d.comb += self.pending.eq(mid_pass | vin.o.valid | sin.o.valid | armed)
-        m.d.sync += [
-            self.beats_written.eq(self.beats_written + write_fire),
-            self.beats_read.eq(self.beats_read + (self.vector_out.valid &
-                                                  self.vector_out.ready)),
-            self.write_stall_cycles.eq(self.write_stall_cycles +
-                                       (vin.o.valid & ~vin.o.ready)),
-            self.read_stall_cycles.eq(self.read_stall_cycles +
-                                      (read_ready & r_in_pred & ~read_space)),
-        ]
-        return m
+                    m.d.comb += sout.i.payload.eq(port.data)
+        m.d.comb += sout.i.valid.eq(scalar_inflight)
+        return scalar_error

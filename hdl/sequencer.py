@@ -7,6 +7,8 @@ register map (``hdl/rdu_ip.rdl``, ``rdu_error_source_e``) encodes; ``tests/test_
 checks that the two agree.
 """
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Module, Signal
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -14,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from .agcu import AGCUError, AGCUOp, agcu_command_layout
 from .array import WATCHDOG_BITS, HostPort
 from .config_net import LoaderState
+from .interfaces import check_int
 
 __all__ = ["ErrorSource", "Sequencer"]
 
@@ -28,13 +31,6 @@ class ErrorSource(enum.IntEnum, shape=4):
     REQUEST = 5     #: a bad request: an execute mask naming no AGCU or a missing one
                     #: (code 0); a bad schedule command (code: ``ScheduleError``)
     STUCK = 6       #: an AGCU still busy from an earlier run; unit: the AGCU
-
-
-def _check_int(name, value, low, high):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be between {low} and {high}, not {value}")
 
 
 class Sequencer(wiring.Component):
@@ -90,7 +86,7 @@ class Sequencer(wiring.Component):
     """
 
     def __init__(self, agcus, *, addr_width=32):
-        _check_int("AGCU count", agcus, 1, 32)
+        check_int("AGCU count", agcus, 1, 32)
         self.agcus = agcus
         self.addr_width = addr_width
         self.sources = ErrorSource
@@ -113,146 +109,166 @@ class Sequencer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n, host, src = self.agcus, self.host, self.sources
-        busy = Cat(*self.agcu_busy)
-        done = Cat(*self.agcu_done)
-        mask = Signal(n)
-        pending = Signal(n)       # EXECUTE not yet accepted
-        issued = Signal(n)        # EXECUTE accepted
-        counter = Signal(32)
-        arg_bit = Signal(n)
+        n, host = self.agcus, self.host
+        s = SimpleNamespace(
+            busy=Cat(*self.agcu_busy), done=Cat(*self.agcu_done),
+            mask=Signal(n, name="mask"),
+            pending=Signal(n, name="pending"),      # EXECUTE not yet accepted
+            issued=Signal(n, name="issued"),        # EXECUTE accepted
+            counter=Signal(32, name="counter"),
+            arg_bit=Signal(n, name="arg_bit"),
+            op=Signal(AGCUOp.as_shape(), name="op"),
+            address=Signal(self.addr_width, name="address"),
+            length=Signal(32, name="length"),
+        )
         m.d.comb += [host.watchdog_cycles.eq(self.watchdog_cycles),
-                     arg_bit.eq(Cat(self.arg_len != 0))]
+                     s.arg_bit.eq(Cat(self.arg_len != 0))]
         # one command word for every AGCU, packed whole (its dst is always 0): fields
         # assigned one by one would leave constant-only slices, which Verilator's lint
         # rejects in the generated Verilog (ALWNEVER)
         layout = agcu_command_layout(self.addr_width)
-        op, address, length = Signal(AGCUOp.as_shape()), Signal(self.addr_width), Signal(32)
         packed = Signal(layout.size)
-        m.d.comb += [address.eq(self.prog_addr),
-                     packed.eq((op << layout["op"].offset) |
-                               (address << layout["src"].offset) |
-                               (length << layout["length"].offset))]
+        m.d.comb += [s.address.eq(self.prog_addr),
+                     packed.eq((s.op << layout["op"].offset) |
+                               (s.address << layout["src"].offset) |
+                               (s.length << layout["length"].offset))]
         for k in range(n):
             m.d.comb += self.cmd[k].payload.eq(packed)
-
-        def fail(source, code, unit=0):
-            m.d.sync += [self.error_source.eq(source), self.error_code.eq(code),
-                         self.error_unit.eq(unit), self.error.eq(1), self.error_event.eq(1),
-                         self.busy.eq(0)]
-            m.next = "IDLE"
-
-        def succeed():
-            m.d.sync += [self.done.eq(1), self.done_event.eq(1), self.busy.eq(0)]
-            m.next = "IDLE"
 
         m.d.sync += [self.done_event.eq(0), self.error_event.eq(0)]
         with m.FSM() as fsm:
             with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [self.busy.eq(1), self.done.eq(0), self.error.eq(0),
-                                 self.error_source.eq(src.NONE), self.error_code.eq(0),
-                                 self.error_unit.eq(0), mask.eq(self.exec_mask)]
-                    bad = ~self.skip_execute & ((self.exec_mask == 0) |
-                                                (self.exec_mask >> n != 0))
-                    stuck = Signal(n)
-                    m.d.comb += stuck.eq(busy & ~self.busy_ok)
-                    with m.If(bad):
-                        fail(src.REQUEST, 0)
-                    with m.Elif(stuck.any()):
-                        # a command would wait for it forever: refuse, naming the lowest
-                        for k in reversed(range(n)):
-                            with m.If(stuck[k]):
-                                fail(src.STUCK, 0, k)
-                    with m.Elif(~self.skip_load):
-                        m.next = "CLEAR"
-                    with m.Elif(self.arg_len != 0):
-                        m.next = "ARGS"
-                    with m.Else():
-                        m.next = "READY"
+                self._idle(m, s)
             with m.State("CLEAR"):
                 m.d.comb += host.config_clear.eq(1)
                 m.next = "LOAD"
             with m.State("LOAD"):
                 cmd = self.cmd[0]
-                m.d.comb += [cmd.valid.eq(1), op.eq(AGCUOp.PROGRAM_LOAD),
-                             length.eq(self.prog_len)]
+                m.d.comb += [cmd.valid.eq(1), s.op.eq(AGCUOp.PROGRAM_LOAD),
+                             s.length.eq(self.prog_len)]
                 with m.If(cmd.ready):
-                    m.d.sync += counter.eq(0)
+                    m.d.sync += s.counter.eq(0)
                     m.next = "LOAD_WAIT"
             with m.State("LOAD_WAIT"):
-                with m.If(self.agcu_done[0] & (host.config_state != LoaderState.LOADING)):
-                    m.d.sync += self.load_cycles.eq(counter)
-                    with m.If(self.agcu_error[0] != AGCUError.NONE):
-                        fail(src.AGCU, self.agcu_error[0], 0)
-                    with m.Elif(host.config_state != LoaderState.LOADED):
-                        fail(src.LOADER, host.error)
-                    with m.Else():
-                        m.next = "LOADED"
-                with m.Else():
-                    m.d.sync += counter.eq(counter + 1)
+                self._load_wait(m, s)
             with m.State("LOADED"):
                 # (a state of its own: skip_execute is a constant in the IP block, and a
                 # constant inside a priority chain makes Verilator's lint see overlapping
                 # case items)
                 with m.If(self.skip_execute):
-                    succeed()
+                    self._succeed(m)
                 with m.Elif(self.arg_len != 0):
                     m.next = "ARGS"
                 with m.Else():
                     m.next = "READY"
             with m.State("ARGS"):
                 cmd = self.cmd[0]
-                m.d.comb += [cmd.valid.eq(1), op.eq(AGCUOp.ARGUMENT_LOAD),
-                             address.eq(self.arg_addr), length.eq(self.arg_len)]
+                m.d.comb += [cmd.valid.eq(1), s.op.eq(AGCUOp.ARGUMENT_LOAD),
+                             s.address.eq(self.arg_addr), s.length.eq(self.arg_len)]
                 with m.If(cmd.ready):
                     m.next = "READY"
             with m.State("READY"):
                 # every executing AGCU idle (AGCU 0 may still be passing arguments: they
                 # enter the array at start, and it takes EXECUTE when it is done)
-                with m.If((busy & mask & ~arg_bit) == 0):
-                    m.d.sync += [pending.eq(mask), issued.eq(0)]
+                with m.If((s.busy & s.mask & ~s.arg_bit) == 0):
+                    m.d.sync += [s.pending.eq(s.mask), s.issued.eq(0)]
                     m.next = "START"
             with m.State("START"):
                 m.d.comb += host.start.eq(1)
-                m.d.sync += counter.eq(0)
+                m.d.sync += s.counter.eq(0)
                 m.next = "RUN"
             with m.State("RUN"):
-                finished = Signal(n)
-                m.d.comb += finished.eq(issued & done)
-                failed = Signal(n)
-                for k in range(n):
-                    m.d.comb += failed[k].eq(finished[k] & (self.agcu_error[k] != AGCUError.NONE))
-                with m.If(failed.any()):
-                    for k in reversed(range(n)):      # the lowest AGCU wins
-                        with m.If(failed[k]):
-                            m.d.sync += [self.error_code.eq(self.agcu_error[k]),
-                                         self.error_unit.eq(k)]
-                    m.d.sync += [self.error_source.eq(src.AGCU), self.error.eq(1),
-                                 self.error_event.eq(1), self.busy.eq(0)]
-                    m.next = "IDLE"
-                with m.Elif(host.watchdog):
-                    fail(src.WATCHDOG, 0, host.watchdog_unit)
-                with m.Elif((pending == 0) & ((finished | ~mask) == (1 << n) - 1)):
-                    m.d.sync += self.run_cycles.eq(counter)
-                    m.next = "DRAIN"
-                with m.Else():
-                    m.d.sync += counter.eq(counter + 1)
+                self._run(m, s)
             with m.State("DRAIN"):
                 with m.If((self.watchdog_cycles == 0) | ~(host.holding | host.units_busy)):
                     with m.If(host.unit_error):
-                        fail(src.UNIT, 0)
+                        self._fail(m, self.sources.UNIT, 0)
                     with m.Else():
-                        succeed()
+                        self._succeed(m)
                 with m.Elif(host.watchdog):
-                    fail(src.WATCHDOG, 0, host.watchdog_unit)
+                    self._fail(m, self.sources.WATCHDOG, 0, host.watchdog_unit)
         # EXECUTE on the first cycle of START (the edge that samples start) and, for an
         # AGCU still busy with the arguments, as soon as it takes it
         for k in range(n):
-            with m.If(pending[k] & (fsm.ongoing("START") | fsm.ongoing("RUN"))):
-                m.d.comb += [self.cmd[k].valid.eq(1), op.eq(AGCUOp.EXECUTE)]
+            with m.If(s.pending[k] & (fsm.ongoing("START") | fsm.ongoing("RUN"))):
+                m.d.comb += [self.cmd[k].valid.eq(1), s.op.eq(AGCUOp.EXECUTE)]
                 with m.If(self.cmd[k].ready):
-                    m.d.sync += [pending[k].eq(0), issued[k].eq(1)]
+                    m.d.sync += [s.pending[k].eq(0), s.issued[k].eq(1)]
         with m.If(self.busy == 0):
-            m.d.sync += pending.eq(0)
+            m.d.sync += s.pending.eq(0)
         return m
+
+    def _fail(self, m, source, code, unit=0):
+        """End the sequence with an error (in an FSM state)."""
+        m.d.sync += [self.error_source.eq(source), self.error_code.eq(code),
+                     self.error_unit.eq(unit), self.error.eq(1), self.error_event.eq(1),
+                     self.busy.eq(0)]
+        m.next = "IDLE"
+
+    def _succeed(self, m):
+        """End the sequence done (in an FSM state)."""
+        m.d.sync += [self.done.eq(1), self.done_event.eq(1), self.busy.eq(0)]
+        m.next = "IDLE"
+
+    def _idle(self, m, s):
+        """``start``: check the request, then load, pass arguments or execute."""
+        n, src = self.agcus, self.sources
+        with m.If(self.start):
+            m.d.sync += [self.busy.eq(1), self.done.eq(0), self.error.eq(0),
+                         self.error_source.eq(src.NONE), self.error_code.eq(0),
+                         self.error_unit.eq(0), s.mask.eq(self.exec_mask)]
+            bad = ~self.skip_execute & ((self.exec_mask == 0) |
+                                        (self.exec_mask >> n != 0))
+            stuck = Signal(n)
+            m.d.comb += stuck.eq(s.busy & ~self.busy_ok)
+            with m.If(bad):
+                self._fail(m, src.REQUEST, 0)
+            with m.Elif(stuck.any()):
+                # a command would wait for it forever: refuse, naming the lowest
+                for k in reversed(range(n)):
+                    with m.If(stuck[k]):
+                        self._fail(m, src.STUCK, 0, k)
+            with m.Elif(~self.skip_load):
+                m.next = "CLEAR"
+            with m.Elif(self.arg_len != 0):
+                m.next = "ARGS"
+            with m.Else():
+                m.next = "READY"
+
+    def _load_wait(self, m, s):
+        """Wait for the program load's AGCU and the loader; time the load."""
+        host, src = self.host, self.sources
+        with m.If(self.agcu_done[0] & (host.config_state != LoaderState.LOADING)):
+            m.d.sync += self.load_cycles.eq(s.counter)
+            with m.If(self.agcu_error[0] != AGCUError.NONE):
+                self._fail(m, src.AGCU, self.agcu_error[0], 0)
+            with m.Elif(host.config_state != LoaderState.LOADED):
+                self._fail(m, src.LOADER, host.error)
+            with m.Else():
+                m.next = "LOADED"
+        with m.Else():
+            m.d.sync += s.counter.eq(s.counter + 1)
+
+    def _run(self, m, s):
+        """The kernel runs: an AGCU error, the watchdog, or every AGCU done -> DRAIN."""
+        n, host, src = self.agcus, self.host, self.sources
+        finished = Signal(n)
+        m.d.comb += finished.eq(s.issued & s.done)
+        failed = Signal(n)
+        for k in range(n):
+            m.d.comb += failed[k].eq(finished[k] & (self.agcu_error[k] != AGCUError.NONE))
+        with m.If(failed.any()):
+            for k in reversed(range(n)):      # the lowest AGCU wins
+                with m.If(failed[k]):
+                    m.d.sync += [self.error_code.eq(self.agcu_error[k]),
+                                 self.error_unit.eq(k)]
+            m.d.sync += [self.error_source.eq(src.AGCU), self.error.eq(1),
+                         self.error_event.eq(1), self.busy.eq(0)]
+            m.next = "IDLE"
+        with m.Elif(host.watchdog):
+            self._fail(m, src.WATCHDOG, 0, host.watchdog_unit)
+        with m.Elif((s.pending == 0) & ((finished | ~s.mask) == (1 << n) - 1)):
+            m.d.sync += self.run_cycles.eq(s.counter)
+            m.next = "DRAIN"
+        with m.Else():
+            m.d.sync += s.counter.eq(s.counter + 1)

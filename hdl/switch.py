@@ -8,6 +8,7 @@ from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import defaults
 from .interfaces import (
     NETWORKS,
     WORD_BITS,
@@ -163,6 +164,14 @@ class Switch(wiring.Component):
     switches have no combinational path around the mesh. The merge position restarts
     while ``enable`` is low and after every configuration write.
 
+    See also
+    --------
+    Encoder: ``software/rdu/units/switch.py``; functional model: ``SwitchNetworkModel`` in
+    ``software/rdu/models/switch.py`` (every piece: ``rdu.units.registry.UNITS``); docs:
+    ``docs/switch.md``; tests:
+    ``tests/test_switch.py``; tb suite: ``tb/suites/switch.py``; formal:
+    ``formal/switch.py``.
+
     Parameters
     ----------
     lanes : int
@@ -199,7 +208,7 @@ class Switch(wiring.Component):
         :data:`hdl.interfaces.NETWORKS` order, ports in :class:`Port` order): what the
         watchdog reports as the first stalled input.
     """
-    def __init__(self, lanes=8, fifo_depth=FIFO_DEPTH):
+    def __init__(self, lanes=defaults.LANES, fifo_depth=FIFO_DEPTH):
         if not isinstance(fifo_depth, int) or isinstance(fifo_depth, bool):
             raise TypeError(f"FIFO depth must be an integer, not {fifo_depth!r}")
         if fifo_depth < 1:

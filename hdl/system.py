@@ -1,17 +1,20 @@
 """RDUSystem: the top level, a :class:`TileArray` with its AGCUs at the edge.
 
-``docs/system.md`` documents the edge assignment, the run sequence and the runtime
-(``tb/suites/system.py:run_program``) that drives it.
+``docs/system.md`` documents the edge assignment, the run sequence and the host driver
+that runs programs on it (``software/rdu/sim/host.py``: ``run_program``,
+``run_programs``, ``HostDriver``).
 """
 
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import defaults
 from .agcu import AGCU, agcu_command_layout, agcu_config_layout
 from .array import HostPort, TileArray
 from .interfaces import NETWORKS, WORD_BITS, AXI4Signature, config_words
 from .orchestrator import DEFAULT_COMMANDS, MAX_AGCUS, Orchestrator, ScheduleControl
+from .pcu import PCU
 from .switch import FIFO_DEPTH
 
 __all__ = ["agcu_position", "agcu_edge", "position_edge", "default_agcu_positions", "RDUSystem"]
@@ -90,7 +93,7 @@ class RDUSystem(wiring.Component):
         Array geometry (:class:`TileArray`).
     agcus : int
         Number of AGCUs, 1 to ``2 * rows`` (AGCU 0 loads programs).
-    compute_unit : class, callable, "module:Class" or None
+    compute_unit : class, callable or None
         Compute unit of the checkerboard's even positions; ``None``: PMUs everywhere.
     capacity_bytes : int
         Capacity of each PMU.
@@ -128,8 +131,9 @@ class RDUSystem(wiring.Component):
         orchestrator: never busy).
     """
 
-    def __init__(self, rows=4, cols=4, lanes=8, *, agcus=2, compute_unit="hdl.pcu:PCU",
-                 capacity_bytes=65536, fifo_depth=FIFO_DEPTH, idle_timeout=4096,
+    def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
+                 agcus=defaults.AGCUS, compute_unit=PCU, capacity_bytes=defaults.PMU_BYTES,
+                 fifo_depth=FIFO_DEPTH, idle_timeout=4096,
                  agcu_positions=None, schedule_commands=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or isinstance(value, bool):

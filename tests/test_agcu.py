@@ -5,7 +5,8 @@ from rdu.memory_map import DDR, HBM
 from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 
-from hdl.agcu import AGCU, AffineBurstGenerator, AGCUError, agcu_config_layout
+from hdl.agcu import AGCU, AGCUError, agcu_config_layout
+from hdl.agcu_engines import AffineBurstGenerator
 from hdl.interfaces import config_words
 from tb.suites.agcu import (
     AGCUGroup,

@@ -13,6 +13,7 @@ from tb.suites.array import (
     array_pmu_transpose,
     array_two_input_unit,
 )
+from tb.test_units import LaneAdderTestUnit
 
 SMALL = {"rows": 2, "cols": 2, "lanes": 4}
 
@@ -53,7 +54,7 @@ def test_array_pmu_transpose_amaranth(seed):
 def test_array_compute_positions_amaranth(seed):
     """A compute-unit factory fills the checkerboard's even positions (here the test-only
     lane adder from tb/, not a PCU); both of its vector inputs are routed."""
-    array = small_array(compute_unit="tb.test_units:LaneAdderTestUnit")
+    array = small_array(compute_unit=LaneAdderTestUnit)
     assert [array.unit_kind(r, c) for r in range(2) for c in range(2)] == [1, 2, 2, 1]
     run_amaranth(array, array_two_input_unit, seed=seed, count=40, offset=12345, **SMALL)
 

@@ -51,7 +51,7 @@ REDECLARATIONS = [
      re.compile(r"\b(STEP|DONE)\b[\w\s,]*=\s*\d"), ()),
     ("the bitstream magic (use hdl.config_net.MAGIC)",
      re.compile(r"\bMAGIC\s*=\s*0x"), ()),
-    ("the burst boundary (use hdl.agcu.BURST_BOUNDARY)",
+    ("the burst boundary (use hdl.agcu_engines.BURST_BOUNDARY)",
      re.compile(r"\bBURST_BOUNDARY\s*=\s*\d"), ()),
     ("PCU codes (use hdl.pcu_config.Mode / Reduce / Tail / Source)",
      re.compile(r"\b(MODE_SIMD|REDUCE_NONE|TAIL_NONE)\b[\w\s,]*=\s*\d"), ()),
@@ -219,8 +219,9 @@ def test_one_checkerboard():
 
     from hdl.array import TileArray, is_compute_position
     from hdl.config_net import UnitKind
+    from hdl.pcu import PCU
     rows, cols = 3, 4
-    hardware = TileArray(rows, cols, 4, compute_unit="hdl.pcu:PCU", capacity_bytes=1024)
+    hardware = TileArray(rows, cols, 4, compute_unit=PCU, capacity_bytes=1024)
     model = FunctionalArray(rows, cols, 4, capacity_bytes=1024)
     geometry = ArrayGeometry(rows, cols, 4)
     for row in range(rows):

@@ -1,4 +1,4 @@
-"""rdu.funcmodel: the item-level functional model against the RTL and against numpy."""
+"""The item-level functional model (rdu.models) against the RTL and against numpy."""
 
 import random
 

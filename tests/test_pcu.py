@@ -206,7 +206,7 @@ def test_special_functions_amaranth(special, seed):
 
 @pytest.mark.verilator
 def test_fpga_pcu_verilator(sim_dir, seed):
-    """The PCU of the FPGA configuration (``hdl.pcu.fpga_pcu``: iterating special
+    """The PCU of the FPGA configuration (``PCU(**FPGA_PCU_OPTIONS)``: iterating special
     unit, systolic array on the SIMD ALUs) on its generated Verilog: matmuls, random
     SIMD configurations and exp / reciprocal, bit-exact against the model under random
     stalls."""

@@ -8,13 +8,16 @@
 * layers point one way: ``hdl`` imports no ``rdu``, the ``rdu`` package imports no test
   harness (``tb``, ``tests``), and only the applications import ``rdu.apps``;
 * no private name (leading underscore) is imported from another module;
-* passes dispatch on a kernel family object, never on a family name string.
+* passes dispatch on a kernel family object, never on a family name string;
+* ``pyproject.toml`` installs the product packages and not the test harness;
+* the layers of ``docs/architecture.md`` (:data:`LAYERS`) point one way.
 
 Run alone: ``python -m pytest tests/test_structure.py -q``; a failure lists every place.
 """
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,3 +191,46 @@ def test_no_kernel_family_string_tests():
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if pattern.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_every_product_package_is_installed_and_nothing_else():
+    """pyproject.toml installs exactly the product packages (the test harness is not)."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    packages.add("sim_models")
+    assert set(setup["packages"]) == packages
+
+
+#: The layers of docs/architecture.md ("Layers"), lowest first: a module imports only
+#: modules of its own layer or below (the longest matching prefix places a module).
+LAYERS = (
+    ("hdl",),
+    ("rdu", "rdu.bitstream", "rdu.memory_map", "rdu.ir", "rdu.mapper", "rdu.affine",
+     "rdu.unitconfig", "rdu.schedule", "rdu.frontend", "rdu.frontend.graph"),
+    ("rdu.models", "rdu.units", "rdu.machine", "rdu.program", "rdu.layout", "rdu.relocate",
+     "rdu.frontend.attention"),
+    ("rdu.compiler",),
+    ("rdu.frontend.kernels", "rdu.frontend.gemm"),
+    ("rdu.sim",),
+    ("rdu.runtime",),
+    ("rdu.apps", "rdu.cli"),
+)
+
+
+def _layer(module):
+    best = None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if _is_package_of(prefix, module) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return best[0] if best else None
+
+
+def test_layers_in_order():
+    """Every module sits in a layer, and none imports a module of a higher layer."""
+    unplaced = sorted(name for name in MODULES if _layer(name) is None)
+    assert not unplaced, f"modules in no layer of LAYERS: {unplaced}"
+    upward = [f"{name} (layer {_layer(name)}) imports {target} (layer {_layer(target)})"
+              for name, targets in sorted(_edges().items()) for target in sorted(targets)
+              if _layer(target) > _layer(name)]
+    assert not upward, "\n".join(upward)

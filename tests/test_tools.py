@@ -266,7 +266,8 @@ def test_generation_converts_each_unit_kind_once():
     import re
 
     from hdl.array import TileArray
-    text = generate_verilog(TileArray(2, 2, 4, compute_unit="hdl.pcu:PCU",
+    from hdl.pcu import PCU
+    text = generate_verilog(TileArray(2, 2, 4, compute_unit=PCU,
                                       capacity_bytes=1024), "tile_array")
     shared = sorted(set(re.findall(r"^module (rdu_(?:unit|switch)_\d+)", text, re.M)))
     assert len(shared) == 3, shared

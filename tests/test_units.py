@@ -2,7 +2,6 @@
 ones the hardware, the compiler, the functional model and ``rdu inspect`` use, and the
 table "A unit's pieces" in docs/architecture.md is the registry's."""
 
-import importlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from rdu.units.registry import PCU_VARIANTS, UNITS, fields_as_stored, unit_layou
 from hdl.array import TileArray
 from hdl.config_net import UnitKind
 from hdl.interfaces import config_words
-from hdl.pcu import PCU, PCU_KINDS
+from hdl.pcu import FPGA_PCU_OPTIONS, PCU
 from hdl.pcu_config import pcu_config_layout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,24 +121,19 @@ def test_switch_decoder_names_routes_and_merges():
     assert named["control"] == {}
 
 
-def _resolved(name):
-    module, _, attribute = PCU_KINDS[name].partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
 def _options(unit):
     return {key: value for key, value in vars(unit).items()
             if isinstance(value, (bool, int, str))}
 
 
-@pytest.mark.parametrize("name", list(PCU_KINDS))
-def test_pcu_variants_build_the_named_compute_units(name):
-    """A PCUVariant object builds what hdl.pcu.PCU_KINDS' string names, and an array
-    takes it as its compute unit."""
-    assert list(PCU_VARIANTS) == list(PCU_KINDS)
+@pytest.mark.parametrize("name, options", [("standard", {}), ("fpga", FPGA_PCU_OPTIONS)])
+def test_pcu_variants_build_the_named_compute_units(name, options):
+    """A PCUVariant object builds the PCU with its options, and an array takes it as its
+    compute unit."""
+    assert list(PCU_VARIANTS) == ["standard", "fpga"]
     variant = PCU_VARIANTS[name]
     assert variant.name == name and variant.rtl is PCU
-    built, named = variant(lanes=4), _resolved(name)(lanes=4)
+    built, named = variant(lanes=4), PCU(lanes=4, **options)
     assert type(built) is type(named)
     assert _options(built) == _options(named)
     array = TileArray(2, 2, 4, compute_unit=variant, capacity_bytes=1024)

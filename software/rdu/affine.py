@@ -11,7 +11,7 @@ loop nest: level 0 innermost, level ``n`` runs ``counts[n]`` iterations, and ite
 Beat ``j`` of the loop is iteration ``(j % c0, (j // c0) % c1, j // (c0 * c1))``. The
 PMU's addresses wrap modulo ``2**ADDRESS_BITS`` (pass ``mask``); the AGCU's do not (an
 address outside the address space is its ``ADDRESS_WRAP`` error). The hardware is in
-``hdl/agcu.py`` (``AffineBurstGenerator``) and ``hdl/pmu.py``
+``hdl/agcu_engines.py`` (``AffineBurstGenerator``) and ``hdl/pmu.py``
 (``AffineAddressGenerator``); the functional model (:mod:`rdu.models.array`), the IR
 (:class:`rdu.ir.AccessPattern`) and the test suites use the functions here.
 

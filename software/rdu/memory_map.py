@@ -18,7 +18,7 @@ error, never an alias.
 
 from dataclasses import dataclass
 
-from hdl.agcu import BURST_BOUNDARY
+from hdl.agcu_engines import BURST_BOUNDARY
 
 __all__ = ["ADDR_WIDTH", "BEAT_BYTES", "BURST_BOUNDARY", "Region",
            "HBM", "DDR", "HOST", "REGIONS", "region_of"]
@@ -27,7 +27,7 @@ __all__ = ["ADDR_WIDTH", "BEAT_BYTES", "BURST_BOUNDARY", "Region",
 ADDR_WIDTH = 32
 #: Bytes per AXI beat with the default 8 lanes (256-bit data bus).
 BEAT_BYTES = 32
-# BURST_BOUNDARY: AXI4 bursts never cross it (the AGCU's, hdl.agcu.BURST_BOUNDARY).
+# BURST_BOUNDARY: AXI4 bursts never cross it (the AGCU's, hdl.agcu_engines.BURST_BOUNDARY).
 
 MiB = 1 << 20
 

@@ -11,12 +11,12 @@ from rdu.sim.stalls import StallPattern
 
 from hdl.agcu import (
     AGCU,
-    BURST_BOUNDARY,
     AGCUError,
     AGCUOp,
     agcu_command_layout,
     agcu_config_layout,
 )
+from hdl.agcu_engines import BURST_BOUNDARY
 from hdl.interfaces import ControlToken
 
 from .common import configure

