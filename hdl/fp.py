@@ -5,14 +5,14 @@ The functions here build combinational logic into a module ``m`` and return a
 :class:`FPLanes` is a streamed, one-register-stage array of ALUs (the building block
 of a SIMD stage, and the unit the randomised bit-exact tests drive).
 
-Number policy (identical in :mod:`rdu.fpmodel`, described in ``docs/pcu.md``):
+Number policy (identical in :mod:`rdu.models.fp`, described in ``docs/pcu.md``):
 denormal inputs are read as zero (DAZ), results whose rounded magnitude is below
 2**-126 are flushed to a zero of the result's sign (FTZ), rounding is to nearest
 even, overflow gives infinity, every NaN result is ``0x7FC00000``. Multiply-add is
 unfused (two roundings).
 
 See also: the special-function units built of these (:mod:`hdl.special_function`), the
-PCU that uses them (:mod:`hdl.pcu`), the reference ``software/rdu/fpmodel.py``, the
+PCU that uses them (:mod:`hdl.pcu`), the reference ``software/rdu/models/fp.py``, the
 formal proofs ``formal/fp.py``, tests ``tests/test_fp.py``.
 """
 

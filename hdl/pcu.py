@@ -5,7 +5,7 @@ The unit's pieces: its configuration (:mod:`hdl.pcu_config`), the counter chain
 (:mod:`hdl.pcu_systolic`), the special-function units (:mod:`hdl.special_function`) and
 the FP operators (:mod:`hdl.fp`); :class:`PCU` wires them. See ``docs/pcu.md`` for the
 configuration layout field by field, the timing, the systolic-mode streaming protocol
-and the error codes. :mod:`rdu.pcu_model` is the bit-exact reference model.
+and the error codes. :mod:`rdu.models.pcu_reference` is the bit-exact reference model.
 """
 
 from types import SimpleNamespace

@@ -28,11 +28,12 @@ def chain_status_layout():
 class CounterChain(wiring.Component):
     """Three nested counters (counter 0 innermost), each counting ``min, min + stride,
     ...`` while below ``max``: one iteration per ``step``, the run's iterations in the
-    order the reference's ``rdu.pcu_model.iterations`` lists them.
+    order the reference's ``rdu.models.pcu_reference.iterations`` lists them.
 
     See also: the configuration (``counters`` of :func:`hdl.pcu_config.pcu_config_layout`,
     ``docs/pcu.md``), the PCU that holds it (:class:`hdl.pcu.PCU`), the reference
-    (``rdu.pcu_model.iterations`` / ``trip_count``), tests ``tests/test_pcu_components.py``.
+    (``rdu.models.pcu_reference.iterations`` / ``trip_count``), tests
+    ``tests/test_pcu_components.py``.
 
     Attributes
     ----------

@@ -6,7 +6,7 @@ per cycle) or run one step per cycle (:class:`SpecialFunctionIterative`, the FPG
 option); both behind :class:`SpecialFunctionSignature` and the same bit for bit.
 
 See also: the algorithms in ``docs/pcu.md`` (Tail special functions), the reference
-``rdu.fpmodel.exp`` / ``rdu.fpmodel.reciprocal``, the PCU that holds one
+``rdu.models.fp.exp`` / ``rdu.models.fp.reciprocal``, the PCU that holds one
 (:class:`hdl.pcu.PCU`, its ``special`` parameter), tests ``tests/test_fp.py`` and
 ``tests/test_pcu.py``.
 """
@@ -29,7 +29,7 @@ class SpecialFunction(enum.IntEnum, shape=2):
 
 
 # Constants (FP32 words); the algorithms are described in docs/pcu.md and mirrored by
-# rdu.fpmodel.exp / rdu.fpmodel.reciprocal.
+# rdu.models.fp.exp / rdu.models.fp.reciprocal.
 _EXP_LOG2E, _EXP_MAGIC = 0x3FB8AA3B, 0x4B400000
 _EXP_LN2_HI, _EXP_LN2_LO = 0x3F317200, 0x35BFBE8E
 _EXP_LOW, _EXP_HIGH = 0xC2D00000, 0x42B20000

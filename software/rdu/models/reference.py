@@ -4,8 +4,8 @@
   :func:`exact_attention` (each family's ``exact`` calls its own,
   :mod:`rdu.compiler.families`): the hardware's arithmetic, bit for bit, from the
   program's input images (so a folded bias and the zero padding are what the hardware sees): the
-  systolic accumulation of :func:`rdu.pcu_reference.systolic_accumulate` in K order, then
-  the epilogue's SIMD stages with :func:`rdu.fp.apply`. Independent of the
+  systolic accumulation of :func:`rdu.models.pcu_reference.systolic_accumulate` in K order, then
+  the epilogue's SIMD stages with :func:`rdu.models.fp.apply`. Independent of the
   functional model and of the RTL.
 * :func:`float64_outputs`: the front-end graph evaluated in float64 on the same BF16
   inputs, with an error budget per element propagated operator by operator (FP32
@@ -122,7 +122,7 @@ def exact_attention(program):
 
 def _lane_tree(words, reduce_max):
     """The PCU's cross-lane reduction of ``(..., lanes)`` words: pairs (0,1), (2,3), ...
-    level by level (:func:`rdu.pcu_reference.reduce_lanes`, vectorised over rows)."""
+    level by level (:func:`rdu.models.pcu_reference.reduce_lanes`, vectorised over rows)."""
     level = words
     while level.shape[-1] > 1:
         left, right = level[..., 0::2], level[..., 1::2]

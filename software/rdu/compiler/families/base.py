@@ -73,7 +73,7 @@ class Family:
 
     def exact(self, program: Program, graph: Graph) -> dict[str, np.ndarray]:
         """``{output: uint32 words}``: the hardware's arithmetic on the program's
-        packed inputs, bit for bit (:mod:`rdu.reference`)."""
+        packed inputs, bit for bit (:mod:`rdu.models.reference`)."""
         raise NotImplementedError
 
 

@@ -14,7 +14,7 @@ loads (three AGCUs). Lowering, two SIMD PCUs fed row by row::
 
 The AGCUs read ``g`` and ``b`` once per row (stride 0 between rows), so no PMU is
 needed; the arithmetic is the FP32 multiply, then the FP32 add, each rounded to nearest
-even, which :func:`rdu.reference.exact_rows` computes bit for bit.
+even, which :func:`rdu.models.reference.exact_rows` computes bit for bit.
 """
 
 from dataclasses import dataclass
