@@ -496,6 +496,15 @@ def fp_lanes_payload(lanes):
     })
 
 
+def check_lane_count(lanes):
+    """Raise unless ``lanes`` is an integer of at least 1 (the FP units take any lane
+    count; a vector beat's must also be a power of two, :func:`hdl.interfaces.check_lanes`)."""
+    if not isinstance(lanes, int) or isinstance(lanes, bool):
+        raise TypeError(f"Lane count must be an integer, not {lanes!r}")
+    if lanes < 1:
+        raise ValueError(f"Lane count must be at least 1, not {lanes}")
+
+
 class FPLanes(wiring.Component):
     """``lanes`` :class:`FPALU` in parallel behind one output register (a pipeline stage).
 
@@ -512,10 +521,7 @@ class FPLanes(wiring.Component):
         Results, one beat per input beat, one cycle later at the earliest.
     """
     def __init__(self, lanes=4):
-        if not isinstance(lanes, int) or isinstance(lanes, bool):
-            raise TypeError(f"Lane count must be an integer, not {lanes!r}")
-        if lanes < 1:
-            raise ValueError(f"Lane count must be at least 1, not {lanes}")
+        check_lane_count(lanes)
         self._lanes = lanes
         super().__init__({
             "i": In(stream.Signature(fp_lanes_payload(lanes))),

@@ -16,7 +16,16 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from .clock_gate import gated_domain
-from .fp import CANONICAL_NAN, POS_INF, fp32_add, fp32_max, fp32_min, fp32_mul, unpack
+from .fp import (
+    CANONICAL_NAN,
+    POS_INF,
+    check_lane_count,
+    fp32_add,
+    fp32_max,
+    fp32_min,
+    fp32_mul,
+    unpack,
+)
 
 __all__ = ["SpecialFunction", "PROGRAMS", "SPECIAL_STEPS", "SpecialFunctionSignature",
            "SpecialFunctionPipeline", "SpecialFunctionIterative", "SPECIAL_UNITS"]
@@ -109,10 +118,7 @@ class _SpecialFunctionUnit(wiring.Component):
     """What the special-function units share: the lane count and their ports."""
 
     def __init__(self, lanes=4):
-        if not isinstance(lanes, int) or isinstance(lanes, bool):
-            raise TypeError(f"Lane count must be an integer, not {lanes!r}")
-        if lanes < 1:
-            raise ValueError(f"Lane count must be at least 1, not {lanes}")
+        check_lane_count(lanes)
         self._lanes = lanes
         super().__init__(SpecialFunctionSignature(lanes))
 

@@ -89,6 +89,19 @@ def uses_in1(config):
                for src in ("src_a", "src_b", "src_c"))
 
 
+
+def apply_tail(config, vec):
+    """The PCU's tail on ``vec``: exp or the reciprocal (``tail``), then the optional
+    rounding to BF16 (``tail_bf16``)."""
+    tail = config.get("tail", 0)
+    if tail == TAIL_EXP:
+        vec = fp.exp(vec)
+    elif tail == TAIL_RECIPROCAL:
+        vec = fp.reciprocal(vec)
+    if config.get("tail_bf16"):
+        vec = fp.to_bf16(vec)
+    return vec
+
 class SimdState:
     """The registers of one SIMD-mode run; :meth:`step` is one counter-chain iteration.
 
@@ -144,13 +157,7 @@ class SimdState:
             self.registers[index] = vec
             if index == self.acc_stage:
                 self.acc[slot] = vec
-        tail = config.get("tail", 0)
-        if tail == TAIL_EXP:
-            vec = fp.exp(vec)
-        elif tail == TAIL_RECIPROCAL:
-            vec = fp.reciprocal(vec)
-        if config.get("tail_bf16"):
-            vec = fp.to_bf16(vec)
+        vec = apply_tail(config, vec)
         vector = reduction = None
         if emits(config, last_inner, last_outer):
             if config.get("vector_out"):
@@ -439,13 +446,7 @@ def _simd_chunk(state, counter0, first, last_inner, vec, other, taken, first_out
             args += [np.zeros((1, 1), dtype=np.uint32)] * (3 - len(args))
             vec = np.broadcast_to(fp.apply(stage.get("op", 0), *args), (n, lanes))
         state.registers[index] = np.array(vec[-1], dtype=np.uint32)
-    tail = config.get("tail", 0)
-    if tail == TAIL_EXP:
-        vec = fp.exp(vec)
-    elif tail == TAIL_RECIPROCAL:
-        vec = fp.reciprocal(vec)
-    if config.get("tail_bf16"):
-        vec = fp.to_bf16(vec)
+    vec = apply_tail(config, vec)
     emitted = vec[emits(config, last_inner,
                         last_inner if last_outer is None else last_outer)]
     vector = np.array(emitted, dtype=np.uint32) if config.get("vector_out") else None
