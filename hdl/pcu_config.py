@@ -13,8 +13,8 @@ from .fp import Op
 from .interfaces import check_lanes
 
 __all__ = ["Mode", "Source", "Reduce", "Tail", "PCUError", "COUNTERS", "COUNTER_BITS",
-           "ACC_DEPTH", "check_stages", "acc_stage_bits", "counter_layout", "stage_layout",
-           "pcu_config_layout"]
+           "ACC_DEPTH", "check_stages", "acc_stage_bits", "row_pad_bits", "counter_layout",
+           "stage_layout", "pcu_config_layout"]
 
 #: Number of nested counters in the counter chain.
 COUNTERS = 3
@@ -104,6 +104,13 @@ def acc_stage_bits(stages):
     return stages.bit_length()
 
 
+def row_pad_bits(lanes):
+    """Width of the ``row_pad`` field: 0 to ``2 * lanes - 1`` padding words a row (a row
+    is padded to whole AXI beats of BF16, ``2 * lanes`` values), so the padding lies in
+    the last iteration of counter 0 and, beyond ``lanes`` words, the one before it."""
+    return (2 * lanes - 1).bit_length()
+
+
 def pcu_config_layout(lanes, stages):
     """Configuration layout of a PCU with ``lanes`` lanes and ``stages`` SIMD stages.
 
@@ -112,7 +119,9 @@ def pcu_config_layout(lanes, stages):
     ``s``'s ``REG`` the accumulator memory (:data:`ACC_DEPTH` words, addressed by
     counter 0, its ``constant`` on the first iteration of counter 1); ``tail_bf16``:
     round what leaves the tail to BF16 (as ``TO_BF16``), e.g. probabilities on their way
-    into a systolic PCU, which reads the high half of each word."""
+    into a systolic PCU, which reads the high half of each word; ``row_pad``: the last
+    ``row_pad`` words of every run of counter 0 on ``vector_in0`` (rows padded to whole
+    beats) enter as stage 0's ``constant`` (:func:`row_pad_bits`)."""
     check_lanes(lanes)
     check_stages(stages)
     return data.StructLayout({
@@ -127,4 +136,5 @@ def pcu_config_layout(lanes, stages):
         "emit_outer": unsigned(1),
         "acc_stage": unsigned(acc_stage_bits(stages)),
         "tail_bf16": unsigned(1),
+        "row_pad": unsigned(row_pad_bits(lanes)),
     })

@@ -173,7 +173,7 @@ class SIMDPipeline(wiring.Component):
             head.emit.eq(config.emit_every |
                          Mux(config.emit_outer, chain.last[1], chain.last[0])),
             head.done.eq(chain.last_all),
-            head.vec.eq(in0.payload),
+            head.vec.eq(self._row_padded(m, in0.payload)),
             head.in1.eq(Mux(uses_in1, in1.payload, 0)),
             head.scalar.eq(Mux(config.scalar_in,
                                Mux(need_scalar, scalar_in.payload, held_scalar), 0)),
@@ -181,6 +181,23 @@ class SIMDPipeline(wiring.Component):
         ]
         return SimpleNamespace(record=record, head=head, tail=tail, advance=advance,
                                out_ready=out_ready)
+
+    def _row_padded(self, m, payload):
+        """``payload`` with the row's padding (``row_pad``: the last words of the run of
+        counter 0, in its last iteration and, beyond ``lanes`` words, the one before)
+        replaced by stage 0's ``constant``: the identity of a reduction stage 0
+        accumulates, so padding never reaches a row's sum or maximum."""
+        lanes, config, chain = self._lanes, self.config, self.chain
+        counter = config.counters[0]
+        last = chain.last[0]
+        second = Signal(name="simd_row_second_last")
+        m.d.comb += second.eq(~last & (chain.values[0] + 2 * counter.stride >= counter.max))
+        padded = Signal(data.ArrayLayout(unsigned(32), lanes), name="simd_row_padded")
+        for lane in range(lanes):
+            pad = (last & (config.row_pad + lane >= lanes)) | \
+                  (second & (config.row_pad + lane >= 2 * lanes))
+            m.d.comb += padded[lane].eq(Mux(pad, config.stages[0].constant, payload[lane]))
+        return padded
 
     def _stages_body(self, body, platform, acc, flow):
         """The stage registers and ALUs into module ``body``; returns the last stage's

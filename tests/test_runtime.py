@@ -11,6 +11,7 @@ from rdu.runtime.watchdog import (
     copy_timeout,
     estimate_cycles,
     launch_timeout,
+    work_cycles,
 )
 from rdu.sim.protocol import (
     CopyDone,
@@ -55,15 +56,19 @@ def test_run_result_fields_are_named():
 @pytest.mark.parametrize("shape", [(16, 16, 16), (64, 64, 64), (96, 200, 128),
                                    (512, 512, 512)])
 def test_watchdog_from_the_program(shape):
-    """No kernel name: the estimate reads the program's MACs and the peak; never below
-    what the runtime allowed a GEMM before (its streamed rows per pass and tile)."""
+    """No kernel name: the estimate reads the program's bitstream (its busiest unit's
+    beats), MACs and the peak; never below what the runtime allowed a GEMM before (its
+    streamed rows per pass and tile)."""
     m, n, k = shape
     program = get_kernel("gemm").compile(Machine(), m=m, n=n, k=k)
     meta = program.meta
     former = meta["passes"] * meta["col_tiles"] * meta["k_pad"] + 4 * meta["m_pad"] + 2000
     assert estimate_cycles(program) >= max(former, WATCHDOG_FLOOR_CYCLES)
+    assert estimate_cycles(program) == WATCHDOG_FLOOR_CYCLES + 4 * work_cycles(program)
+    assert work_cycles(program) >= -(-m * n * k // meta["peak_macs_per_cycle"])
+    # the same MACs on fewer systolic PCUs (the epilogue takes two): more beats a PCU
     other = get_kernel("linear_relu").compile(Machine(), m=m, n=n, k=k)
-    assert estimate_cycles(other) == estimate_cycles(program)     # the same MACs
+    assert work_cycles(other) >= work_cycles(program)
     assert launch_timeout(program) == 4 * estimate_cycles(program) + 20_000
     assert launch_timeout(program, 123) == 123
     assert copy_timeout(4096) == 4 * 4096 + 50_000
@@ -73,8 +78,9 @@ def test_watchdog_of_an_iterative_special_function():
     softmax = get_kernel("softmax")
     standard = softmax.compile(Machine(lanes=4), m=16, n=64)
     iterative = softmax.compile(Machine(lanes=4, pcu="fpga"), m=16, n=64)
-    assert estimate_cycles(standard) == WATCHDOG_FLOOR_CYCLES
-    assert estimate_cycles(iterative) > 10 * WATCHDOG_FLOOR_CYCLES
+    assert estimate_cycles(standard) == WATCHDOG_FLOOR_CYCLES + 4 * work_cycles(standard)
+    assert work_cycles(iterative) == work_cycles(standard) == 16 * 64 // 4
+    assert estimate_cycles(iterative) > 10 * estimate_cycles(standard)
 
 
 def test_host_protocol_round_trip(tmp_path):

@@ -63,7 +63,8 @@ def random_config(rng, stages, max_beats=400):
             "vector_out": int(rng.integers(0, 2)), "reduce": int(rng.integers(0, 3)),
             "tail": int(rng.integers(0, 3)), "emit_outer": int(rng.integers(0, 2)),
             "tail_bf16": int(rng.integers(0, 2)),
-            "acc_stage": int(rng.choice([0, 0, 0, *range(1, stages + 1)]))}
+            "acc_stage": int(rng.choice([0, 0, 0, *range(1, stages + 1)])),
+            "row_pad": int(rng.choice([0, 0, *range(1, 8)]))}
 
 
 def reference(config, lanes, in0, in1, scalars):

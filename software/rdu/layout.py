@@ -21,9 +21,18 @@ import numpy as np
 
 from .models.pcu_reference import bf16_words
 
-__all__ = ["Piece", "Image", "LayoutError"]
+__all__ = ["Piece", "Image", "LayoutError", "padded_row"]
 
 FORMATS = ("bf16", "fp32")
+
+
+def padded_row(length, lanes):
+    """The stored length of a row of ``length`` values that the AGCUs stream as whole
+    AXI beats of BF16 (``2 * lanes`` values): ``length`` rounded up to a multiple of
+    ``2 * lanes``. The padding words enter a reducing PCU as its reduction's identity
+    (the PCU's ``row_pad`` field, ``docs/pcu.md``)."""
+    beat = 2 * lanes
+    return -(-length // beat) * beat
 
 
 class LayoutError(ValueError):

@@ -214,8 +214,9 @@ async def systolic_throughput(bench, *, lanes, stages, size):
             "utilisation": macs / cycles / lanes ** 2}
 
 
-def random_simd_config(rng, stages, max_trips=(4, 3, 2)):
-    """A random valid SIMD configuration (ops, sources, counters, reduce, emit)."""
+def random_simd_config(rng, stages, max_trips=(4, 3, 2), lanes=None):
+    """A random valid SIMD configuration (ops, sources, counters, reduce, emit; with
+    ``lanes``, a row padding ``row_pad`` one time in two)."""
     counters = []
     for trips in max_trips:
         lo = int(rng.integers(0, 5))
@@ -236,6 +237,7 @@ def random_simd_config(rng, stages, max_trips=(4, 3, 2)):
             "reduce": int(rng.integers(0, 3)), "tail": int(rng.choice([0, 0, 0, 1, 2])),
             "emit_outer": int(rng.integers(0, 2)), "tail_bf16": int(rng.integers(0, 2)),
             "acc_stage": int(rng.choice([0, 0, *range(1, stages + 1)])),
+            "row_pad": int(rng.integers(1, 2 * lanes)) if lanes and rng.integers(0, 2) else 0,
             "stages": stage_list}
 
 
@@ -277,7 +279,7 @@ async def simd_random_configs(bench, *, lanes, stages, configs, stall="random"):
     total = 0
     for _ in range(configs):
         total += await run_simd_config(bench, ports, layout, lanes,
-                                       random_simd_config(rng, stages), rng)
+                                       random_simd_config(rng, stages, lanes=lanes), rng)
         assert await bench.read("busy") == 0
         await bench.cycles(1)
     return {"beats": total}

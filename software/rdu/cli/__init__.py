@@ -24,11 +24,27 @@ did not end cleanly, with one line on stderr that says what and where.
 """
 
 import sys
+from importlib import metadata
 
+from rdu.bitstream import VERSION as BITSTREAM_VERSION
 from rdu.cli import coe, compile, inspect, run, speed, sweep, verilog
 from rdu.cli.common import HelpFormatter, Parser, run_command
+from rdu.program import FORMAT as PROGRAM_FORMAT
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "COMMANDS", "version_text"]
+
+#: The distribution that installs the ``rdu`` package (``pyproject.toml``).
+DISTRIBUTION = "rdu-sim"
+
+
+def version_text():
+    """``rdu --version``: the package's version and the file formats it reads and writes."""
+    try:
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        version = "(not installed: run from a source tree)"
+    return (f"rdu {version} ({DISTRIBUTION}); bitstream format {BITSTREAM_VERSION}, "
+            f"program file format {PROGRAM_FORMAT}")
 
 #: The command modules, in the order ``rdu --help`` lists their commands; each has
 #: ``add_parsers(commands)``, which adds its subparsers with their handler as ``func``.
@@ -43,6 +59,9 @@ def build_parser():
                     "inspect them, run them on the functional model or the RTL.",
         epilog="Exit status: 0 ok, 1 a result differs from its reference, 2 bad input or "
                "a run that did not end cleanly (one line on stderr says what and where).")
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="print the package version and the bitstream and program "
+                             "file formats, and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=Parser)
     for command in COMMANDS:

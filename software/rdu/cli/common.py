@@ -16,7 +16,7 @@ import numpy as np
 
 from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
-from rdu.frontend.kernels import KERNELS, get_kernel
+from rdu.frontend.kernels import INPUT_DTYPES, KERNELS, get_kernel
 from rdu.machine import MACHINE_OPTIONS, Machine
 from rdu.program import Program
 from rdu.runtime import RunFailure
@@ -141,8 +141,8 @@ def add_kernel_options(cmd, run):
                                     help=f"{text} (default {default})")
     if run:
         data = cmd.add_argument_group(
-            "data", "the kernel's inputs as float .npy arrays (rounded to BF16); "
-                    "default: random with --seed")
+            "data", f"the kernel's inputs as .npy arrays of {INPUT_DTYPES}, rounded to "
+                    f"BF16; default: random with --seed")
         for tensor in tensors:
             if tensor in params:
                 continue                    # the size option takes it (above)

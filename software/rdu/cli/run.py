@@ -88,19 +88,30 @@ def cmd_run(args):
         shutil.copyfile(result.waves, target)
         report["waves"] = str(target)
     if args.save:
-        save = Path(args.save)
-        for tensor, words in inputs.items():
-            np.save(save / f"{tensor}.npy", np.asarray(words, np.uint32).view(np.float32))
-        for tensor, values in results.items():
-            np.save(save / f"{tensor}.npy", values)
-        (save / "report.json").write_text(json.dumps(report, indent=1))
-        report["saved"] = str(save)
+        save_run(Path(args.save), program, inputs, results, report)
     print_report(report, args.json)
     if not ok:
         raise WrongResult(f"{', '.join(results)} differs from numpy (float64 of the same "
                           f"BF16 inputs) beyond the FP32 accumulation budget (max |err| "
                           f"{max_abs_err:.3g})")
     return 0
+
+
+def save_run(save, program, inputs, results, report):
+    """``--save``: every input and output as a .npy file in ``save``, the report beside
+    them; the report says which dtype each file holds (``report["saved"]``)."""
+    files = {}
+    for tensor, words in inputs.items():
+        np.save(save / f"{tensor}.npy", np.asarray(words, np.uint32).view(np.float32))
+        files[f"{tensor}.npy"] = "float32 (the BF16 input values)"
+    for tensor, values in results.items():
+        np.save(save / f"{tensor}.npy", values)
+        stored = program.tensors.get(tensor, {}).get("dtype")
+        files[f"{tensor}.npy"] = str(np.asarray(values).dtype) + (
+            " (the BF16 output values)" if stored == "bf16" else "")
+    report["saved"] = f"{save}: " + ", ".join(f"{name} {dtype}"
+                                              for name, dtype in files.items())
+    (save / "report.json").write_text(json.dumps(report, indent=1))
 
 
 def cmd_sim(args):

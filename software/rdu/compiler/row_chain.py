@@ -21,6 +21,10 @@ row on the scalar network). Operators become PCUs, walking the graph in order:
   operator with a constant), the tail for ``exp`` / ``reciprocal``, and a ``MAX``
   reduction of its equal lanes to ``scalar_out``.
 
+Rows of any length are padded to whole beats (:func:`rdu.layout.padded_row`); the padding
+words enter a reducing PCU as its stage 0's constant, the reduction's identity (the PCU's
+``row_pad``), so with padding a reduction is always stage 0 of a PCU of its own (``padded``).
+
 A row stream read by a PCU that also needs a scalar computed from that very row (``x -
 max(x)``) must wait for the whole row: the compiler puts a PMU row buffer on that edge
 (``buffers`` rows, so the next rows load while one is read). All PCUs start on the
@@ -76,8 +80,8 @@ class RowChainBuilder:
     """The PCUs of a row group's operators, in order (the rules above): ``build()``
     returns the :class:`RowPCU` list."""
 
-    def __init__(self, group, stages):
-        self.group, self.stages = group, stages
+    def __init__(self, group, stages, padded=False):
+        self.group, self.stages, self.padded = group, stages, padded
         self.pcus = []
         self.row_of = {}            # node -> RowPCU producing it as a row stream
         self.scalar_of = {}         # node -> RowPCU producing it as a scalar
@@ -180,7 +184,8 @@ class RowChainBuilder:
         pcu = self.row_of.get(id(row))
         if not (pcu is not None and not pcu.closed and not pcu.per_row and
                 len(pcu.stages) < self.stages and
-                len(self.users.get(id(row), [])) == 1 and row is not self.group.out_node):
+                len(self.users.get(id(row), [])) == 1 and row is not self.group.out_node
+                and not (self.padded and pcu.stages)):
             pcu = self.new(in0=row)
         pcu.stages.append((op, "PREV", "REG", "PREV", start))
         pcu.reduce = "SUM" if fn == "sum" else "MAX"

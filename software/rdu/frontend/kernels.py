@@ -23,7 +23,8 @@ from .attention import query_rows
 from .gemm import gemm_graph, pack_images, unpack_images
 from .graph import Graph, attention, exp, reciprocal, relu
 
-__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "linear_relu_graph",
+__all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "INPUT_DTYPES",
+           "as_float_array", "to_bf16_words", "linear_relu_graph",
            "softmax_graph", "gemm_bf16_graph", "attention_graph", "mlp_graph"]
 
 
@@ -31,13 +32,29 @@ class KernelInputError(ValueError):
     """User data that does not fit the program (one line: which array, what is wrong)."""
 
 
-def to_bf16_words(array, name):
-    """A float array (any float dtype, ml_dtypes bfloat16 included) as uint32 words with
-    its BF16 rounding (round to nearest even) in the high half."""
+#: The dtypes a kernel's float inputs are accepted in (``rdu run --help``).
+INPUT_DTYPES = ("float64, float32, float16 or bfloat16 (ml_dtypes' bfloat16, or a 2-byte "
+                "void dtype such as np.save writes for it, read as BF16 bits)")
+
+
+def as_float_array(array, name):
+    """``array`` as a float array a kernel takes: a float dtype or BF16 (ml_dtypes'
+    ``bfloat16``; a 2-byte void dtype, ``|V2``, which is how ``np.save`` stores it and
+    ``np.load`` returns it without ml_dtypes, read as BF16 bits)."""
     array = np.asarray(array)
-    if array.dtype.kind not in "fiu" and array.dtype.name != "bfloat16":
-        raise KernelInputError(f"{name}: dtype {array.dtype} is not a number type")
-    values = array.astype(np.float32)
+    if array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.names is None:
+        bits = array.view(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32)
+    if array.dtype.kind != "f" and array.dtype.name != "bfloat16":
+        raise KernelInputError(f"{name}: dtype {array.dtype}; the kernel takes floats: "
+                               f"{INPUT_DTYPES}")
+    return array
+
+
+def to_bf16_words(array, name):
+    """A float array (:func:`as_float_array`) as uint32 words with its BF16 rounding
+    (round to nearest even) in the high half."""
+    values = as_float_array(array, name).astype(np.float32)
     if not np.all(np.isfinite(values)):
         bad = tuple(int(i) for i in np.argwhere(~np.isfinite(values))[0])
         raise KernelInputError(f"{name}: element {bad} is {values[bad]} (inputs must be "
@@ -259,7 +276,8 @@ KERNELS = {
                           "attention: one query per head (decode) or SEQ (prefill)"),
                  "causal": ((False, True), False,
                             "attention, prefill: row r sees keys 0 .. r only")},
-        defaults={"kv_heads": (lambda params: params["heads"], "HEADS")},
+        defaults={"heads": (lambda params: 1, "1"),
+                  "kv_heads": (lambda params: params["heads"], "HEADS")},
         derived=lambda params: {"rows": query_rows(params["mode"], params["seq"])},
         machine={"agcus": 4}),
 }

@@ -102,6 +102,24 @@ def apply_tail(config, vec):
         vec = fp.to_bf16(vec)
     return vec
 
+def pad_row(config, counter0, vecs, lanes):
+    """``vecs`` (vector_in0 beats at counter-0 values ``counter0``) with the row's
+    padding replaced by stage 0's constant, as :class:`hdl.pcu_simd.SIMDPipeline`'s head
+    does: the last ``row_pad`` words of every run of counter 0 (its last iteration and,
+    beyond ``lanes`` words, the one before)."""
+    pad = config.get("row_pad", 0)
+    if not pad:
+        return vecs
+    counter = config["counters"][0]
+    value = np.asarray(counter0, np.int64)[..., None]
+    last = value + counter["stride"] >= counter["max"]
+    second = ~last & (value + 2 * counter["stride"] >= counter["max"])
+    lane = np.arange(lanes)
+    mask = (last & (lane + pad >= lanes)) | (second & (lane + pad >= 2 * lanes))
+    constant = np.uint32(config["stages"][0].get("constant", 0))
+    return np.where(mask, constant, np.asarray(vecs, np.uint32)).astype(np.uint32)
+
+
 class SimdState:
     """The registers of one SIMD-mode run; :meth:`step` is one counter-chain iteration.
 
@@ -129,7 +147,7 @@ class SimdState:
         (:func:`outer_flags`). Returns ``(vector or None, reduction or None)``: what the
         iteration emits."""
         config, lanes = self.config, self.lanes
-        vec = np.asarray(vec, dtype=np.uint32)
+        vec = pad_row(config, counter0, np.asarray(vec, dtype=np.uint32), lanes)
         other = (np.asarray(other, dtype=np.uint32) if self.uses_in1
                  else np.zeros(lanes, dtype=np.uint32))
         if config.get("scalar_in") and first:
@@ -185,6 +203,7 @@ class SimdState:
         if self.acc_stage is not None and not _acc_slots_distinct(self.config):
             return _step_block(self, counter0, first, last_inner, vecs, others, scalars,
                                first_outer, last_outer)
+        vecs = pad_row(self.config, counter0, vecs, self.lanes)
         return simd_block(self, counter0, first, last_inner, vecs, others, scalars,
                           first_outer, last_outer)
 

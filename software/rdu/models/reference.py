@@ -20,7 +20,7 @@ from hdl.fp import Op
 
 from ..frontend.attention import AttentionShape, chain_matrices, unpack_outputs
 from ..frontend.graph import ELEMENTWISE
-from ..layout import Image
+from ..layout import Image, padded_row
 from . import fp, pcu_reference
 
 __all__ = ["exact_matmul", "exact_rows_program", "exact_attention", "exact_rows", "exact_mlp",
@@ -87,8 +87,9 @@ def exact_mlp(program, graph):
     first = next(node for node in graph.live_nodes() if node.op == "matmul" and
                  node is not out)
     chain = graph.extract(f"{graph.name}_activation", {first: "h"}, {"s": cast})
-    m, f = cast.shape
-    activated = exact_rows(chain, {"h": np.asarray(hidden, np.uint32)[:m, :f]},
+    m = cast.shape[0]
+    # the hidden rows with their padding to the second matmul's K (W1's zero columns)
+    activated = exact_rows(chain, {"h": np.asarray(hidden, np.uint32)[:m, :k2]},
                            meta["lanes"])["s"]
     value = pcu_reference.systolic_accumulate(np.asarray(activated, np.uint32)[:, :k2].T.copy(),
                                           logical[w2_name][:k2])
@@ -155,9 +156,13 @@ def exact_rows(graph, inputs, lanes):
         elif node.op == "reduce":
             (x,) = args
             rows, length = x.shape
-            beats = x.reshape(rows, length // lanes, lanes)
             is_max = node.attrs["fn"] == "max"
-            acc = np.full((rows, lanes), fp.NEG_INF if is_max else 0, np.uint32)
+            identity = np.uint32(fp.NEG_INF if is_max else 0)
+            # the padding of the row to whole beats enters as the identity (row_pad)
+            padded = np.full((rows, padded_row(length, lanes)), identity, np.uint32)
+            padded[:, :length] = x
+            beats = padded.reshape(rows, -1, lanes)
+            acc = np.full((rows, lanes), identity, np.uint32)
             combine = fp.fmax if is_max else fp.add
             for j in range(beats.shape[1]):
                 acc = combine(beats[:, j], acc)
@@ -165,8 +170,17 @@ def exact_rows(graph, inputs, lanes):
         else:
             raise ValueError(f"{node.where}: no row-wise reference for {node.op}")
         values[id(node)] = np.asarray(value, np.uint32)
-    return {name: np.broadcast_to(values[id(node)], node.shape)
+    return {name: _as_output(values[id(node)], node.shape)
             for name, node in graph.outputs.items()}
+
+
+def _as_output(value, shape):
+    """An output's words: a per-row scalar or a constant broadcast to ``shape``; rows
+    given wider than the graph's (with their padding: the MLP's hidden rows) as they
+    are."""
+    if value.ndim == 2 and value.shape[1] > shape[1]:
+        return value
+    return np.broadcast_to(value, shape)
 
 
 def _op_code(name):

@@ -1,23 +1,25 @@
 """How long a run may take: the one watchdog estimate of a program and the timeouts
 derived from it, each written once.
 
-The estimate reads only what every program carries (its MACs and the machine's peak
-MACs per cycle, the PCU's special-function period): no kernel or family name. It is
-generous on purpose: a watchdog only has to stop a run that will never end, never a
-correct one.
+The estimate reads only what every program carries: its bitstream (the beats the
+busiest unit will move: every launch, head, pass and chunk the counters and patterns
+run), its MACs and the machine's peak MACs per cycle, the PCU's special-function
+period. No kernel or family name. It is generous on purpose: a watchdog only has to
+stop a run that will never end, never a correct one (``tests/test_watchdog.py``
+compares it with measured cycles; ``python -m benchmarks.watchdog`` sweeps more shapes).
 """
 
-from ..units.registry import PCU_VARIANTS
+from ..units.registry import PCU_VARIANTS, busiest_unit
 
 __all__ = ["WATCHDOG_FLOOR_CYCLES", "COMPUTE_MARGIN", "LAUNCH_TIMEOUT_FACTOR",
            "LAUNCH_TIMEOUT_SLACK", "LAUNCH_OVERHEAD_CYCLES", "COPY_CYCLES_PER_BYTE",
            "COPY_TIMEOUT_SLACK", "SIMULATION_SLACK_CYCLES", "special_function_period",
-           "estimate_cycles", "launch_timeout", "copy_timeout", "programs_timeout"]
+           "work_cycles", "estimate_cycles", "launch_timeout", "copy_timeout", "programs_timeout"]
 
 #: Cycles every program is allowed whatever its size (a small kernel's load, the
 #: pipeline's fill and drain, the memory's latencies).
 WATCHDOG_FLOOR_CYCLES = 100_000
-#: The estimate allows this many times a program's MACs at the array's peak rate.
+#: The estimate allows this many times a program's work (:func:`work_cycles`).
 COMPUTE_MARGIN = 4
 #: A launch's watchdog: ``LAUNCH_TIMEOUT_FACTOR * estimate + LAUNCH_TIMEOUT_SLACK``.
 LAUNCH_TIMEOUT_FACTOR = 4
@@ -38,15 +40,23 @@ def special_function_period(machine):
     return PCU_VARIANTS[machine.pcu].special_function_period
 
 
-def estimate_cycles(program):
-    """A generous cycle count of one execution of ``program``, for watchdogs: the floor
-    times the special-function period, plus :data:`COMPUTE_MARGIN` times its MACs at the
-    array's peak (``meta["macs"]``, ``meta["peak_macs_per_cycle"]``)."""
+def work_cycles(program):
+    """Cycles ``program``'s work takes at least: the larger of its busiest unit's beats
+    (:func:`rdu.units.registry.busiest_unit`, one a cycle) and its MACs at the array's
+    peak (``meta["macs"]``, ``meta["peak_macs_per_cycle"]``)."""
     macs = program.meta.get("macs") or 0
     peak = program.meta.get("peak_macs_per_cycle") or 0
     compute = -(-macs // peak) if macs and peak else 0
-    return (special_function_period(program.machine) * WATCHDOG_FLOOR_CYCLES
-            + COMPUTE_MARGIN * compute)
+    beats, *_ = busiest_unit(program.bitstream, program.machine.stages)
+    return max(compute, beats)
+
+
+def estimate_cycles(program):
+    """A generous cycle count of one execution of ``program``, for watchdogs: the
+    special-function period times the floor plus :data:`COMPUTE_MARGIN` times its
+    :func:`work_cycles`."""
+    return special_function_period(program.machine) * (
+        WATCHDOG_FLOOR_CYCLES + COMPUTE_MARGIN * work_cycles(program))
 
 
 def launch_timeout(program, timeout=None):

@@ -11,7 +11,7 @@ from hdl.agcu import agcu_config_layout
 from ..unitconfig import pack_config
 from .pcu import UnitConfigError
 
-__all__ = ["fields", "encode", "pattern_fields", "IDLE_PATTERN"]
+__all__ = ["fields", "encode", "pattern_fields", "beats", "IDLE_PATTERN"]
 
 IDLE_PATTERN = {"base": 0, "count": [0, 0, 0], "stride": [0, 0, 0]}
 
@@ -39,3 +39,15 @@ def fields(load=None, store=None):
 
 def encode(load=None, store=None):
     return pack_config(agcu_config_layout(), fields(load, store))
+
+
+def beats(fields):
+    """Vector beats one run of decoded AGCU ``fields`` moves on its busier stream (an AXI
+    beat of BF16 is two vector beats, ``docs/agcu.md``); 0 for an idle AGCU."""
+    def pattern(side):
+        total = 1
+        for count in fields[side]["count"]:
+            total *= count
+        return total * (2 if fields[f"{side}_bf16"] else 1)
+    return max(pattern("load") if fields["load_enable"] else 0,
+               pattern("store") if fields["store_enable"] else 0)

@@ -12,15 +12,26 @@ IR data (:attr:`rdu.ir.Compute.config`):
   (:class:`hdl.pcu_config.Reduce` name), ``tail`` (:class:`hdl.pcu_config.Tail` name),
   ``emit_outer`` and ``acc_stage`` (the index of the stage whose ``REG`` is the
   accumulator memory, or None; counter 0 runs at most :data:`hdl.pcu_config.ACC_DEPTH`),
-  ``tail_bf16`` (round the tail's output to BF16).
+  ``tail_bf16`` (round the tail's output to BF16), ``row_pad`` (the padding words at the
+  end of each row on ``vector_in0``, 0 to ``2 * lanes - 1``: they enter as stage 0's
+  constant, the identity of the reduction it accumulates).
 """
 
 from hdl.fp import Op
-from hdl.pcu_config import ACC_DEPTH, COUNTER_BITS, Mode, Reduce, Source, Tail, pcu_config_layout
+from hdl.pcu_config import (
+    ACC_DEPTH,
+    COUNTER_BITS,
+    Mode,
+    Reduce,
+    Source,
+    Tail,
+    pcu_config_layout,
+    row_pad_bits,
+)
 
 from ..unitconfig import code_name, pack_config
 
-__all__ = ["fields", "encode", "idle", "named_fields", "UnitConfigError"]
+__all__ = ["fields", "encode", "idle", "named_fields", "beats", "UnitConfigError"]
 
 
 class UnitConfigError(ValueError):
@@ -73,6 +84,7 @@ def fields(config, stages, where="pcu"):
         "emit_outer": int(bool(config.get("emit_outer"))),
         "acc_stage": _acc_stage(config, program, where),
         "tail_bf16": int(bool(config.get("tail_bf16"))),
+        "row_pad": int(config.get("row_pad", 0)),
     }
 
 
@@ -93,7 +105,12 @@ def _acc_stage(config, program, where):
 
 def encode(config, lanes, stages, where="pcu"):
     """Configuration words of IR ``config``."""
-    return pack_config(pcu_config_layout(lanes, stages), fields(config, stages, where))
+    encoded = fields(config, stages, where)
+    pad = encoded.get("row_pad", 0)
+    if not 0 <= pad < 1 << row_pad_bits(lanes) or pad >= 2 * lanes:
+        raise UnitConfigError(f"{where}: {pad} padding words a row; a row is padded to "
+                              f"whole beats of {2 * lanes} values (0 to {2 * lanes - 1})")
+    return pack_config(pcu_config_layout(lanes, stages), encoded)
 
 
 def idle(lanes, stages):
@@ -112,3 +129,18 @@ def named_fields(fields):
                         **{f"src_{x}": code_name(Source, stage[f"src_{x}"]) for x in "abc"}}
                        for stage in fields["stages"]]
     return named
+
+
+def counter_trips(counter):
+    """Iterations of one decoded counter (0 when it is idle: ``max <= min``)."""
+    span = counter["max"] - counter["min"]
+    return -(-span // counter["stride"]) if span > 0 and counter["stride"] else 0
+
+
+def beats(fields):
+    """Iterations one run of decoded PCU ``fields`` takes (a beat each, at best one a
+    cycle): its counter chain's; 0 for an idle PCU."""
+    trips = 1
+    for counter in fields["counters"]:
+        trips *= counter_trips(counter)
+    return trips

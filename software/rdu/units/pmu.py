@@ -13,7 +13,7 @@ from hdl.pmu import ADDRESS_BITS, BOUND_BITS, MAX_BUFFERS, pmu_config_layout
 from ..unitconfig import pack_config
 from .pcu import UnitConfigError
 
-__all__ = ["fields", "encode", "idle"]
+__all__ = ["fields", "encode", "idle", "beats"]
 
 
 def _generator(pattern, lane_stride, where, side):
@@ -58,3 +58,19 @@ def encode(config, where="pmu"):
 
 def idle():
     return pack_config(pmu_config_layout(), {})
+
+
+def beats(fields):
+    """Vector beats one run of decoded PMU ``fields`` reads (a beat each, at best one a
+    cycle): a read pass over a buffer (the read pattern's iterations), ``read_repeat``
+    passes a buffer, ``read_passes`` buffers; or the beats it writes when it only
+    writes. 0 for an idle PMU."""
+    def pattern(side):
+        total = 1
+        for bound in fields[side]["bound"]:
+            total *= bound
+        return total
+    if fields["read_enable"]:
+        return (pattern("read") * max(1, fields["read_repeat"]) *
+                max(1, fields["read_passes"]))
+    return pattern("write") if fields["write_enable"] else 0

@@ -30,6 +30,7 @@ from hdl.special_function import PROGRAMS, SpecialFunction
 from hdl.switch import Switch, switch_config_layout
 
 from .. import affine
+from ..bitstream import read_bitstream
 from ..models import pcu_reference
 from ..models.agcu import AGCUModel
 from ..models.pcu import PCUModel
@@ -41,12 +42,18 @@ from . import pcu as pcu_encoder
 from . import pmu as pmu_encoder
 from . import switch as switch_encoder
 
-__all__ = ["UnitPieces", "UNITS", "unit_layouts", "fields_as_stored", "PCUVariant", "PCU_VARIANTS"]
+__all__ = ["UnitPieces", "UNITS", "unit_layouts", "fields_as_stored", "no_beats",
+           "busiest_unit", "PCUVariant", "PCU_VARIANTS"]
 
 
 def fields_as_stored(fields):
     """The decoder of a unit whose fields are all numbers (PMU, AGCU)."""
     return fields
+
+
+def no_beats(fields):
+    """The work of a unit that only routes (a switch): none of its own."""
+    return 0
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,10 @@ class UnitPieces:
         The unit's docs page (from the project root).
     tests : tuple of str
         Its pytest file and cocotb suite (from the project root).
+    beats : callable
+        Decoded fields -> the beats one run of the configuration moves through the
+        unit (at best one a cycle: a lower bound of the run's cycles; the watchdog's
+        estimate, :mod:`rdu.runtime.watchdog`).
     """
     kind: UnitKind
     rtl: type
@@ -86,6 +97,7 @@ class UnitPieces:
     reference: object
     docs: str
     tests: tuple = field(default=())
+    beats: object = no_beats
 
     def layout(self, lanes, stages):
         """The configuration layout of this unit in an array of ``lanes`` lanes and
@@ -103,18 +115,35 @@ UNITS = {
     UnitKind.PCU: UnitPieces(
         UnitKind.PCU, PCU, pcu_config_layout, ("lanes", "stages"), pcu_encoder.encode,
         pcu_encoder.named_fields, PCUModel, pcu_reference, "docs/pcu.md",
-        ("tests/test_pcu.py", "tb/suites/pcu.py")),
+        ("tests/test_pcu.py", "tb/suites/pcu.py"), pcu_encoder.beats),
     UnitKind.PMU: UnitPieces(
         UnitKind.PMU, PMU, pmu_config_layout, (), pmu_encoder.encode, fields_as_stored,
-        PMUModel, affine, "docs/pmu.md", ("tests/test_pmu.py", "tb/suites/pmu.py")),
+        PMUModel, affine, "docs/pmu.md", ("tests/test_pmu.py", "tb/suites/pmu.py"),
+        pmu_encoder.beats),
     UnitKind.SWITCH: UnitPieces(
         UnitKind.SWITCH, Switch, switch_config_layout, (), switch_encoder.encode_all,
         switch_encoder.named_fields, SwitchNetworkModel, None, "docs/switch.md",
         ("tests/test_switch.py", "tb/suites/switch.py")),
     UnitKind.AGCU: UnitPieces(
         UnitKind.AGCU, AGCU, agcu_config_layout, (), agcu_encoder.encode, fields_as_stored,
-        AGCUModel, affine, "docs/agcu.md", ("tests/test_agcu.py", "tb/suites/agcu.py")),
+        AGCUModel, affine, "docs/agcu.md", ("tests/test_agcu.py", "tb/suites/agcu.py"),
+        agcu_encoder.beats),
 }
+
+
+def busiest_unit(words, stages):
+    """``(beats, kind, row, col)`` of the unit that moves the most beats in one run of
+    bitstream ``words`` (PCUs of ``stages`` stages): the run takes at least ``beats``
+    cycles."""
+    header, records = read_bitstream(words)
+    lanes = header.geometry.lanes
+    found = (0, None, 0, 0)
+    for record in records:
+        pieces = UNITS[record.kind]
+        beats = pieces.beats(pieces.decode(record.words, lanes, stages))
+        if beats > found[0]:
+            found = (beats, record.kind, record.row, record.col)
+    return found
 
 
 def unit_layouts(lanes, stages):

@@ -14,7 +14,9 @@ buffer is full (the PMU's buffer handshake) while W2 streams in. The activation 
 built by :class:`rdu.compiler.row_chain.RowChainBuilder`, as a row kernel's.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from ...ir import AccessPattern, Kernel
 from ...models import reference
@@ -99,9 +101,9 @@ class MlpTiling:
         return f"mlp: {self.first.describe()}; then {self.second.describe()}"
 
 
-def tile_mlp(group, geometry, machine):
-    """The :class:`MlpTiling` of a :class:`MlpGroup`: both matmuls
-    keep their whole K in a PMU panel, the hidden rows are one row block."""
+def tile_mlp(group, geometry, machine, graph):
+    """The :class:`MlpTiling` of a :class:`MlpGroup` of ``graph``: both matmuls keep
+    their whole K in a PMU panel, the hidden rows are one row block."""
     lanes = geometry.lanes
     where = f"output {group.output!r}"
     if machine.agcus < 3:
@@ -111,17 +113,37 @@ def tile_mlp(group, geometry, machine):
     if m > lanes:
         raise CompileError(f"{where}: a fused MLP keeps its {m} rows in one block of "
                            f"{lanes} (one systolic PCU per matmul): at most {lanes} rows")
-    if f % (2 * lanes):
-        raise CompileError(f"{where}: the hidden size {f} must be a multiple of "
-                           f"{2 * lanes} (the hidden rows fill the second matmul's panel "
-                           f"in whole BF16 beats)")
     first = tile_matmul(group.first, geometry, 1, machine.agcus)
     second = tile_matmul(group.second, geometry, 1, machine.agcus)
+    # the hidden rows fill the second matmul's panel in whole BF16 beats: the first
+    # matmul computes the hidden size padded to the second's K (W1's zero columns; the
+    # activation of them meets W2's zero rows)
+    first = replace(first, col_tiles=second.k_pad // lanes)
+    if first.n_pad > f:
+        _check_padding_activation(graph, group, where, lanes)
     for name, t in (("first", first), ("second", second)):
         if t.chunks > 1:
             raise CompileError(f"{where}: the {name} matmul's K ({t.k}) does not fit one "
                                f"PMU panel ({geometry.pmu_words} words for {lanes} rows)")
     return MlpTiling(first, second)
+
+
+def _check_padding_activation(graph, group, where, lanes):
+    """Raise unless the activation of a hidden padding column (the first matmul's sum of
+    zero products: +0 or -0) is finite, so that its products with W2's zero rows are
+    zeros."""
+    chain = group.chain
+    outputs = {}
+    for zero in (0, 0x80000000):
+        rows = np.full(chain.x.shape, zero, np.uint32)
+        part = graph.extract("padding", {chain.x: "h"}, {"s": chain.out_node})
+        outputs[zero] = reference.exact_rows(part, {"h": rows}, lanes)["s"]
+    values = np.concatenate(list(outputs.values())).view(np.float32)
+    if not np.all(np.isfinite(values)):
+        raise CompileError(f"{where}: the hidden size {group.first.n} is padded to whole "
+                           f"beats of {2 * lanes}, and the activation of a padding column "
+                           f"(0) is not finite: choose a hidden size that is a multiple "
+                           f"of {2 * lanes}")
 
 
 def _panel(kernel, name, t, stream, write, *, block_of):
@@ -217,7 +239,7 @@ class MlpFamily(Family):
         return _match_mlp(graph, name, out)
 
     def tile(self, group, state):
-        return tile_mlp(group, state.geometry, state.machine)
+        return tile_mlp(group, state.geometry, state.machine, state.graph)
 
     def kernel_name(self, graph_name, group, t):
         return f"{graph_name}_{t.first.m}x{t.first.k}x{t.first.n}"

@@ -6,18 +6,18 @@ and of constants; ``sum`` and ``max`` reductions; ``exp``, ``reciprocal``, casts
 ``L / lanes`` beats; row buffers of up to four rows in the PMUs.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ... import affine
 from ...frontend.graph import Node
 from ...ir import AccessPattern, Kernel
-from ...layout import Image, Piece
+from ...layout import Image, Piece, padded_row
 from ...models import reference
 from ..core import CompileError
 from ..group import Group, Lowered
-from ..lower import COUNT_LIMIT, WORD, ceil_div, place_images
+from ..lower import COUNT_LIMIT, WORD, place_images
 from ..row_chain import RowChainBuilder, ancestors
 from .base import Family, pcu_programs, unsupported
 
@@ -33,6 +33,7 @@ class RowGroup(Group):
     nodes: list
     output: str
     out_node: Node | None = None
+    kinds: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def rows(self):
@@ -43,9 +44,20 @@ class RowGroup(Group):
         return self.x.shape[1]
 
     def kind(self, node):
+        """``"const"``, ``"row"`` (the input, or an operator of a row) or ``"scalar"`` (a
+        reduction, or an operator of per-row scalars and constants only): by what the
+        node is made of, since a row of one value has a per-row scalar's shape."""
         if node.op == "const":
             return "const"
-        return "row" if node.shape == self.x.shape else "scalar"
+        if node is self.x or node.op == "input":
+            return "row"
+        if node.op == "reduce":
+            return "scalar"
+        known = self.kinds.get(id(node))
+        if known is None:
+            kinds = {self.kind(parent) for parent in node.inputs}
+            known = self.kinds[id(node)] = "row" if "row" in kinds else "scalar"
+        return known
 
     def describe(self):
         ops = ", ".join(f"{node.attrs.get('fn', node.op)}" for node in self.nodes)
@@ -82,38 +94,46 @@ def _match_rows(graph, name, out):
 
 @dataclass(frozen=True)
 class RowTiling:
-    """A row group streamed row by row: ``rows`` rows of ``length`` values, each row
-    ``beats`` vector beats; row buffers of ``buffers`` rows in the PMUs."""
+    """A row group streamed row by row: ``rows`` rows of ``length`` values, stored and
+    streamed padded to ``padded`` values (whole AXI beats: :func:`rdu.layout.padded_row`),
+    each row ``beats`` vector beats; row buffers of ``buffers`` rows in the PMUs."""
     rows: int
     length: int
     lanes: int
     buffers: int
 
     @property
+    def padded(self):
+        return padded_row(self.length, self.lanes)
+
+    @property
+    def pad(self):
+        """Padding words at the end of each row."""
+        return self.padded - self.length
+
+    @property
     def beats(self):
-        return self.length // self.lanes
+        return self.padded // self.lanes
 
     def describe(self):
-        return (f"rows: {self.rows} rows of {self.length} ({self.beats} beats each), row "
-                f"buffers of {self.buffers} rows")
+        padding = f", padded to {self.padded}" if self.pad else ""
+        return (f"rows: {self.rows} rows of {self.length}{padding} ({self.beats} beats "
+                f"each), row buffers of {self.buffers} rows")
 
 
 def tile_rows(group, geometry):
-    """The tiling of a :class:`RowGroup`."""
+    """The tiling of a :class:`RowGroup`: rows of any length, padded to whole beats."""
     lanes = geometry.lanes
     rows, length = group.rows, group.length
-    if length % (2 * lanes):
-        raise CompileError(f"{group.x.where}: rows of {length} values: a row-wise kernel "
-                           f"streams whole AXI beats, rows must be a multiple of "
-                           f"{2 * lanes} values")
-    if length > geometry.pmu_words:
-        raise CompileError(f"{group.x.where}: a row of {length} values does not fit a PMU "
-                           f"({geometry.pmu_words} words, {length - geometry.pmu_words} "
-                           f"over)")
-    if rows > COUNT_LIMIT or length // lanes > COUNT_LIMIT:
-        raise CompileError(f"{group.x.where}: {rows} rows of {length // lanes} beats exceed "
+    padded = padded_row(length, lanes)
+    if padded > geometry.pmu_words:
+        raise CompileError(f"{group.x.where}: a row of {length} values (padded to {padded}) "
+                           f"does not fit a PMU ({geometry.pmu_words} words, "
+                           f"{padded - geometry.pmu_words} over)")
+    if rows > COUNT_LIMIT or padded // lanes > COUNT_LIMIT:
+        raise CompileError(f"{group.x.where}: {rows} rows of {padded // lanes} beats exceed "
                            f"the 16-bit loop counters")
-    buffers = max(1, min(4, geometry.pmu_words // length))
+    buffers = max(1, min(4, geometry.pmu_words // padded))
     return RowTiling(rows, length, lanes, buffers)
 
 
@@ -142,18 +162,16 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     (:class:`ImagePlan`) may give the input and output images another geometry (the
     producer's or the consumer's in a sequence of kernels): the AGCUs walk it row by
     row."""
-    builder = RowChainBuilder(group, stages)
+    builder = RowChainBuilder(group, stages, padded=tiling.pad > 0)
     pcus = builder.build()
     lanes, beats, rows = tiling.lanes, tiling.beats, tiling.rows
     beat = lanes * WORD
     x, out = group.x, group.output
     fmt = "bf16" if x.dtype == "bf16" else "fp32"
     out_fmt = "bf16" if group.out_node.dtype == "bf16" else "fp32"
-    images = {x.name: Image((rows, group.length), (Piece(x.name, (0, 0), (rows,
-                                                                          group.length)),),
-                            None, None, fmt),
-              out: Image((rows, group.length), (Piece(out, (0, 0), (rows, group.length)),),
-                         None, None, out_fmt)}
+    shape, size = (rows, tiling.padded), (rows, group.length)
+    images = {x.name: Image(shape, (Piece(x.name, (0, 0), size),), None, None, fmt),
+              out: Image(shape, (Piece(out, (0, 0), size),), None, None, out_fmt)}
     for image_name, image in list(images.items()):
         wanted = plan.layout(image_name) if plan else None
         if wanted is not None:
@@ -165,8 +183,8 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     addresses, bitstream_address = place_images(name, images, hbm_size, plan)
     kernel = Kernel(name)
     tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
-    pattern = walk_rows(name, x.name, images[x.name], addresses[x.name], rows, group.length,
-                    beat)
+    pattern = walk_rows(name, x.name, images[x.name], addresses[x.name], rows,
+                        tiling.padded, beat)
     streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
                                   config={"bf16": fmt == "bf16"})}
     launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
@@ -181,7 +199,7 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
         if not needs_delay:
             return streams[id(value)]
         if id(value) not in delayed:
-            words = ceil_div(group.length, lanes) * lanes
+            words = tiling.padded
             linear = AccessPattern(0, (beats, 1, 1), (lanes, 0, 0))
             delayed[id(value)] = kernel.buffer(
                 f"rowbuf{len(delayed)}", words, [streams[id(value)]], buffers=tiling.buffers,
@@ -204,7 +222,9 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
         result = kernel.compute(pcu.name, "map", inputs, config={
             "mode": "simd", "trips": trips, "stages": list(pcu.stages),
             "scalar_in": pcu.scalar is not None, "tail": pcu.tail, "reduce": pcu.reduce,
-            "emit_every": row_out, "vector_out": row_out or pcu.clock_users > 0})
+            "emit_every": row_out, "vector_out": row_out or pcu.clock_users > 0,
+            # a reduction of a padded row: the padding enters as stage 0's identity
+            "row_pad": tiling.pad if pcu.reduce != "NONE" and not pcu.per_row else 0})
         node = kernel.nodes[pcu.name]
         kernel.connect(launch, node, "control_in")
         if pcu.scalar is not None:
@@ -216,7 +236,7 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     final = streams.get(id(group.out_node))
     if final is None:
         raise CompileError(f"{group.out_node.where}: output {out!r} is not a row stream")
-    store = walk_rows(name, out, images[out], addresses[out], rows, group.length, beat)
+    store = walk_rows(name, out, images[out], addresses[out], rows, tiling.padded, beat)
     kernel.store(final, tensors[out], store, name=f"store_{out}",
                  config={"bf16": group.out_node.dtype == "bf16"})
     # a PCU's vector_out nobody reads (a reduction's, when no scalar operator is clocked
@@ -248,7 +268,7 @@ class RowsFamily(Family):
                                    state.machine.stages, state.plan))
 
     def meta(self, group, t, kernel):
-        return {"group": self.name, "rows": t.rows, "length": t.length,
+        return {"group": self.name, "rows": t.rows, "length": t.length, "padded": t.padded,
                 "pcus": kernel.units_needed()["pcu"], "buffers": t.buffers, "macs": 0,
                 "pcu_programs": pcu_programs(kernel)}
 
