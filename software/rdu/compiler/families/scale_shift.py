@@ -166,6 +166,11 @@ class ScaleShiftFamily(Family):
                 inputs[tensor] = image.unpack(program.inputs[spec["image"]][1], tensor)
         return reference.exact_rows(graph, inputs, program.meta["lanes"])
 
+    def work(self, program):
+        """No MACs (SIMD arithmetic only); X, the scale and the shift read, the output
+        written."""
+        return moved_work(program, program.meta["operands"])
+
 
 #: The scale-and-shift family.
 SCALE_SHIFT = ScaleShiftFamily()
