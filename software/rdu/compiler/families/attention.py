@@ -41,7 +41,7 @@ from ...models.fp import NEG_INF
 from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, place_images
-from .base import Family, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
 
 __all__ = ["AttentionGroup", "AttentionFamily", "ATTENTION", "ATTENTION_CHUNK",
            "tile_attention", "lower_attention"]

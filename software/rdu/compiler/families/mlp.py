@@ -22,7 +22,7 @@ from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, WORD, check_layout, place_images
 from ..row_chain import RowChainBuilder
-from .base import Family, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
 from .matmul import MatmulGroup, MatmulTiling, matmul_group, matmul_images, tile_matmul
 from .rows import RowGroup
 

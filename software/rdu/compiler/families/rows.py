@@ -19,7 +19,7 @@ from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import COUNT_LIMIT, WORD, ceil_div, place_images
 from ..row_chain import RowChainBuilder, ancestors
-from .base import Family, pcu_programs, unsupported
+from .base import Family, moved_work, pcu_programs, unsupported
 
 __all__ = ["RowGroup", "RowTiling", "RowsFamily", "ROWS", "tile_rows", "lower_rows",
            "walk_rows"]

@@ -26,7 +26,7 @@ from ...models import reference
 from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, check_layout, place_images
-from .base import Family, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, moved_work, pcu_programs, unsupported
 
 __all__ = ["ScaleShiftGroup", "ScaleShiftTiling", "ScaleShiftFamily", "SCALE_SHIFT"]
 
