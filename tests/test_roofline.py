@@ -15,20 +15,21 @@ import math
 
 import numpy as np
 import pytest
-from hdl import defaults
-from hdl.array import is_compute_position
 from rdu.apps.sweep import Point, Table, read_table, run_point
 from rdu.apps.sweep_plots import plot_table
 from rdu.apps.unfused import compile_unfused
 from rdu.cli import main
-from rdu.compiler.families import family_named
+from rdu.compiler.families import family_named, program_work
 from rdu.compiler.families.attention import ATTENTION
 from rdu.compiler.families.matmul import MATMUL
 from rdu.frontend.kernels import get_kernel
 from rdu.machine import DEFAULT_MACHINE, MACHINE_OPTIONS, Machine
+from rdu.program import Program
 from rdu.roofline import COMPUTE, HBM
 from rdu.runtime import run_kernel, run_sequence
 
+from hdl import defaults
+from hdl.array import is_compute_position
 from sim_models.memory import hbm_model
 
 BF16_BYTES = np.dtype(np.uint16).itemsize      # a BF16 value: the top half of an FP32
@@ -97,6 +98,17 @@ def test_attention_decode_moves_q_k_v_and_o():
     hbm = run.memory_bytes["hbm"]
     assert moved <= hbm["read_bytes"] + hbm["write_bytes"]
     assert line["binding"] == HBM and line["bound_cycles"] == line["hbm_cycles"]
+
+
+def test_a_row_kernels_work_is_its_traffic_and_travels_with_the_program_file(tmp_path):
+    """Softmax: no MACs, X read and Y written once; a program file read back has the
+    same work (it comes from the manifest)."""
+    program, inputs, figures, results, run = _run("softmax", m=8, n=64)
+    moved = inputs["x"].size * BF16_BYTES + results["y"].nbytes
+    assert run.roofline.macs == 0 and run.roofline.hbm_bytes == moved
+    assert run.roofline.binding == HBM
+    program.write(tmp_path / "softmax.rdu")
+    assert program_work(Program.read(tmp_path / "softmax.rdu")) == program_work(program)
 
 
 def _cli(argv):

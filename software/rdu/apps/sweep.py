@@ -368,12 +368,12 @@ def run_point(point, out_dir, *, timeout=None, node=None, keep_runs=False):
         compile_start = time.perf_counter()
         program = kernel.compile(machine, **dict(point.params))
         row["compile_seconds"] = round(time.perf_counter() - compile_start, 3)
+        bound = roofline([program])              # the program's roofline, run or not
     except Exception as error:          # noqa: BLE001 - recorded, the sweep goes on
         row.update(status="compile_error", error=_one_line(error))
         return _finish(row, start)
     row["bitstream_words"] = len(program.bitstream)
     row["pcus_used"] = program.meta.get("pcus")
-    bound = roofline([program])                  # the program's roofline, run or not
     row.update(bound_cycles=bound.bound_cycles, binding=bound.binding)
     programs = out_dir / "programs"
     programs.mkdir(parents=True, exist_ok=True)

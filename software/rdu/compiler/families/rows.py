@@ -250,14 +250,15 @@ class RowsFamily(Family):
     def meta(self, group, t, kernel):
         return {"group": self.name, "rows": t.rows, "length": t.length,
                 "pcus": kernel.units_needed()["pcu"], "buffers": t.buffers, "macs": 0,
-                "operands": [group.x.name], "pcu_programs": pcu_programs(kernel)}
+                "pcu_programs": pcu_programs(kernel)}
 
     def exact(self, program, graph):
         return reference.exact_rows_program(program, graph)
 
     def work(self, program):
         """No MACs (SIMD arithmetic only); the input read, the output written."""
-        return moved_work(program, program.meta["operands"])
+        return moved_work(program, [name for name, spec in program.tensors.items()
+                                    if spec["role"] == "input"])
 
 
 #: The rows family (registered last: it takes what no other family claims).
