@@ -146,7 +146,7 @@ def _roofline(plt, kernel, params, rows, path):
     axes.set_ylim(0, 1.05)
     axes.set_xlabel(" x ".join(p.upper() for p in params))
     axes.set_ylabel("share of the roofline (bound / cycles)")
-    axes.set_title(f"{kernel}: achieved share of the roofline (o compute-, s HBM-bound)")
+    axes.set_title(f"{kernel}: share of the roofline (circles compute-, squares HBM-bound)")
     axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
