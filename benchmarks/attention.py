@@ -11,8 +11,11 @@ checks O bit-exact against the chain's arithmetic and within budget of float64, 
 prints in one table: cycles (start to the last AGCU ``done``), configuration cycles, HBM
 bytes moved (AGCU read and write beats), the share of the HBM peak (32 B/cycle) those
 bytes used, and the share of the array's MAC peak (8 PCUs' worth, 512 MACs a cycle) the
-two products used. Decode's goal is bandwidth (K and V stream once per pass), prefill's
-the MACs. ``--sim model`` checks the points on the functional model (no cycles).
+two products used, and the roofline (``rdu.roofline``: the bound, the larger of the
+attention's MACs / the MAC peak and Q, K, V read once and O written once / the HBM peak,
+what binds, and the share of it achieved: bound / cycles). Decode's goal is bandwidth
+(K and V stream once per pass), prefill's the MACs. ``--sim model`` checks the points
+on the functional model (no cycles: the bound, no share).
 """
 
 import argparse
@@ -36,6 +39,8 @@ def measure(mode, seq, args):
         "kv_heads": args.kv_heads, "ok": figures["ok"], "cycles": figures["cycles"],
         "config_cycles": figures.get("config_cycles"), "hbm_bytes": figures["hbm_bytes"],
         "hbm_peak_share": figures["hbm_peak_share"], "mac_share": figures["utilization"],
+        "bound_cycles": figures["roofline"]["bound_cycles"],
+        "binding": figures["roofline"]["binding"], "share": figures["roofline"]["share"],
         "max_abs_err": figures["max_abs_err"], "chunk": program.meta["chunk"],
         "passes": program.meta["passes"], "sim_seconds": round(result.seconds, 1),
     }
@@ -74,14 +79,17 @@ def main():
         else:
             print(f"{mode:8s} L={seq:5d} ok={row['ok']} cycles={row['cycles']} "
                   f"hbm={row['hbm_bytes']} B share={row['hbm_peak_share']} "
-                  f"macs={row['mac_share']} ({row['sim_seconds']} s)", flush=True)
+                  f"macs={row['mac_share']} bound={row['bound_cycles']} ({row['binding']}) "
+                  f"share={row['share']} ({row['sim_seconds']} s)", flush=True)
     if not args.json:
         print("\n| mode | L | D | heads (K/V) | ok | cycles | config | HBM bytes | HBM peak "
-              "share | MAC peak share |\n|---|---|---|---|---|---|---|---|---|---|")
+              "share | MAC peak share | bound (binds) | share |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['mode']} | {r['seq']} | {r['dim']} | {r['heads']} ({r['kv_heads']}) "
                   f"| {r['ok']} | {r['cycles']} | {r['config_cycles']} | {r['hbm_bytes']} "
-                  f"| {r['hbm_peak_share']} | {r['mac_share']} |")
+                  f"| {r['hbm_peak_share']} | {r['mac_share']} "
+                  f"| {r['bound_cycles']} ({r['binding']}) | {r['share']} |")
         print(f"\n{time.perf_counter() - start:.0f} s in all")
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -28,7 +28,11 @@ latencies, the orchestrator's schedule fetch and commands); the HBM
 bytes of the intermediates' round trip (S and P each written once and read once) and
 the cycles they cost at the HBM peak; and the execution cycles beyond fused ones that
 the round trip does not explain (lost overlap: each kernel fills and drains its
-pipeline alone, and no kernel streams while another runs). Every run is checked (fused:
+pipeline alone, and no kernel streams while another runs); and the roofline
+(``rdu.roofline``, the runs' ``roofline`` figures): the bound of the fused program's work
+and of the unfused programs' work summed (their intermediates through HBM), and the
+share of it each run achieved (bound / the run's cycles: the fused program's execution,
+the unfused schedule's loads, executions and launches). Every run is checked (fused:
 bit-exact against the chain and within budget; unfused: bit-exact against its stages'
 arithmetic chained and within the same float64 budget). A stacked bar plot is written
 when matplotlib is installed (the ``plots`` extra).
@@ -71,7 +75,10 @@ def measure(name, params, args):
            "fused": (HOST_LAUNCH_LATENCY + result.load_cycles + fused["cycles"]) if timed
            else None,
            "fused_load": result.load_cycles, "fused_execute": fused["cycles"],
-           "fused_launch": HOST_LAUNCH_LATENCY}
+           "fused_launch": HOST_LAUNCH_LATENCY,
+           "fused_bound": fused["roofline"]["bound_cycles"],
+           "fused_binding": fused["roofline"]["binding"],
+           "fused_share": fused["roofline"]["share"]}
     peak = hbm_peak_bytes_per_cycle(machine)
     for label, execution in EXECUTIONS:
         sequence = compile_unfused(name, machine, **params)
@@ -81,6 +88,8 @@ def measure(name, params, args):
         row["launches"] = figures["launches"]
         round_trip = _round_trip_bytes(sequence)
         row["round_trip_bytes"] = round_trip
+        row["unfused_bound"] = figures["roofline"]["bound_cycles"]
+        row[f"{label}_share"] = figures["roofline"]["share"]
         if not timed:
             continue
         # the orchestrator is started by one host launch
@@ -189,14 +198,16 @@ def main():
             print(json.dumps(row), flush=True)
         else:
             print(f"{row['point']:28s} ok={row['ok']} fused={row['fused']} "
-                  f"unfused={row.get('unfused')} host={row.get('unfused-host')}",
-                  flush=True)
+                  f"unfused={row.get('unfused')} host={row.get('unfused-host')} "
+                  f"bound={row['fused_bound']} ({row['fused_binding']}) / "
+                  f"{row['unfused_bound']}", flush=True)
     if not args.json and args.sim != "model":
         print("\n| point | ok | fused | unfused (orchestrated) | ratio "
               "(device) | unfused (host) | ratio (device) | configurations | executions "
               "(fused) | launch "
-              "overhead (fused / orch. / host) | intermediates round trip | lost overlap |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "overhead (fused / orch. / host) | intermediates round trip | lost overlap "
+              "| bound (fused / unfused) | share (fused / orch. / host) |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['point']} | {r['ok']} "
                   f"| {r['fused']} | {r['unfused']} | {r['unfused_ratio']}x "
@@ -207,7 +218,9 @@ def main():
                   f"| {r['unfused_execute']} ({r['fused_execute']}) "
                   f"| {r['fused_launch']} / {r['unfused_launch']} / {r['unfused-host_launch']} "
                   f"| {r['round_trip_bytes']} B, {r['round_trip_cycles']} cyc "
-                  f"| {r['unfused_lost_overlap']} |")
+                  f"| {r['unfused_lost_overlap']} "
+                  f"| {r['fused_bound']} ({r['fused_binding']}) / {r['unfused_bound']} "
+                  f"| {r['fused_share']} / {r['unfused_share']} / {r['unfused-host_share']} |")
         path = plot(rows, args.plot)
         print(f"\nplot: {path}" if path else "\nno plot: matplotlib is not installed "
               "(pip install -e '.[plots]')")

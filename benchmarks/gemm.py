@@ -16,7 +16,11 @@ checks C against the bit-exact model, and prints in one table:
   padded K, all PCUs in lockstep), *padding* = the part of those beats spent on zero
   padding, *other* = the rest (first-data latency, systolic fill and drain, the last
   store, and every stall: HBM bandwidth and latency, panels not yet loaded);
-* HBM traffic: bytes moved and the share of the HBM peak (32 B/cycle) it used.
+* HBM traffic: bytes moved and the share of the HBM peak (32 B/cycle,
+  ``Machine.hbm_bytes_per_cycle``) it used;
+* the roofline (``rdu.roofline``, the run's ``RunResult.roofline``): the bound, the larger
+  of M*N*K / the MAC peak and the bytes of A and B read once and C written once / the
+  HBM peak, and the share of it the run achieved (bound / cycles).
 """
 
 import argparse
@@ -27,8 +31,6 @@ import numpy as np
 from rdu.frontend import gemm
 from rdu.mapper import ArrayGeometry
 from rdu.runtime import run_program
-
-HBM_PEAK = 32.0
 
 
 def measure(size, geometry, seed, sim="native"):
@@ -56,7 +58,9 @@ def measure(size, geometry, seed, sim="native"):
         "padding_cycles": round(compute - useful),
         "other_cycles": cycles - compute,
         "hbm_bytes": hbm_bytes,
-        "hbm_share": round(hbm_bytes / (cycles * HBM_PEAK), 3),
+        "hbm_share": round(hbm_bytes / (cycles * program.machine.hbm_bytes_per_cycle), 3),
+        "bound_cycles": result.roofline.bound_cycles, "binding": result.roofline.binding,
+        "share": result.roofline.share,
         "sim_seconds": round(result.seconds, 1),
         "build_seconds": round(result.build_seconds, 1),
     }
@@ -88,12 +92,13 @@ def main():
                   f"seed {args.seed}")
             print(f"{'size':>5} {'ok':>3} {'PCUs':>4} {'cycles':>8} {'config':>7} "
                   f"{'MAC/cyc':>8} {'util':>6} {'util+cfg':>8} {'compute':>8} {'padding':>8} "
-                  f"{'other':>7} {'HBM use':>7} {'sim s':>6}")
+                  f"{'other':>7} {'HBM use':>7} {'bound':>7} {'share':>6} {'sim s':>6}")
         print(f"{row['size']:>5} {'yes' if row['ok'] else 'NO':>3} {row['pcus']:>4} "
               f"{row['cycles']:>8} {row['config_cycles']:>7} {row['macs_per_cycle']:>8} "
               f"{row['utilization']:>6.1%} {row['utilization_with_config']:>8.1%} "
               f"{row['compute_cycles']:>8} {row['padding_cycles']:>8} {row['other_cycles']:>7} "
-              f"{row['hbm_share']:>7.1%} {row['sim_seconds']:>6}", flush=True)
+              f"{row['hbm_share']:>7.1%} {row['bound_cycles']:>7} {row['share']:>6.1%} "
+              f"{row['sim_seconds']:>6}", flush=True)
     if not args.json:
         print(f"total {time.perf_counter() - start:.0f} s")
     if not all(row["ok"] for row in rows):

@@ -31,7 +31,7 @@ An unloaded single-beat read therefore returns exactly ``hit_latency`` (open row
 from dataclasses import dataclass
 
 import numpy as np
-from rdu.memory_map import DDR, HBM, HOST
+from rdu.memory_map import DDR, HBM, HBM_CHANNEL_BYTES_PER_CYCLE, HBM_CHANNELS, HOST
 
 __all__ = ["SparseMemory", "MemoryTiming", "MemoryModel",
            "hbm_model", "ddr_model", "host_link_model", "HOST_LINK_LATENCY",
@@ -271,10 +271,13 @@ class MemoryModel:
 # one 256-bit beat per cycle, what one AGCU port can carry; host link: PCIe-like,
 # ~56x below HBM (SN40L HBM 1.8 TB/s vs PCIe Gen4 x16 ~32 GB/s) with a long latency.
 
-def hbm_model(*, base=HBM.base, size=HBM.size, channels=4, banks=16, row_bytes=1024,
-              hit_latency=100, miss_latency=120, bytes_per_cycle=8.0, interleave=256,
+def hbm_model(*, base=HBM.base, size=HBM.size, channels=HBM_CHANNELS, banks=16,
+              row_bytes=1024, hit_latency=100, miss_latency=120,
+              bytes_per_cycle=HBM_CHANNEL_BYTES_PER_CYCLE, interleave=256,
               write_latency=20, beat_bytes=32):
-    """The HBM model with the project's scaled defaults (4 channels x 8 B/cycle)."""
+    """The HBM model with the project's scaled defaults (:data:`rdu.memory_map.
+    HBM_CHANNELS` channels x :data:`rdu.memory_map.HBM_CHANNEL_BYTES_PER_CYCLE`: 4 x
+    8 B/cycle)."""
     return MemoryModel("hbm", base, size, MemoryTiming(
         channels, banks, row_bytes, hit_latency, miss_latency, bytes_per_cycle, interleave,
         write_latency), beat_bytes)

@@ -18,7 +18,7 @@ from hdl import defaults
 
 from .bitstream import Geometry
 from .mapper import ArrayGeometry
-from .memory_map import DDR, HBM, HOST, Region
+from .memory_map import DDR, HBM, HBM_CHANNEL_BYTES_PER_CYCLE, HBM_CHANNELS, HOST, Region
 from .units.registry import PCU_VARIANTS
 
 __all__ = ["Machine", "MachineError", "DEFAULT_MACHINE", "MACHINE_OPTIONS"]
@@ -171,6 +171,26 @@ class Machine:
     @property
     def beat_bytes(self):
         return 4 * self.lanes
+
+    @property
+    def pcus(self):
+        """PCUs of the array: its compute positions (none when ``compute`` is off)."""
+        return self.array_geometry().capacity()["pcu"] if self.compute else 0
+
+    @property
+    def macs_per_cycle(self):
+        """The array's MAC peak per cycle: every PCU's ``lanes x lanes`` systolic array
+        (:class:`hdl.pcu.PCU`) one multiply-accumulate per PE per cycle (512 on the
+        default 4x4 machine: 8 PCUs of 8 lanes)."""
+        return self.pcus * self.lanes ** 2
+
+    @property
+    def hbm_bytes_per_cycle(self):
+        """The HBM's peak bandwidth in bytes per cycle: all its channels streaming
+        (:data:`rdu.memory_map.HBM_CHANNELS` x :data:`rdu.memory_map.
+        HBM_CHANNEL_BYTES_PER_CYCLE`, what :func:`sim_models.memory.hbm_model` builds
+        the runs' HBM with; 32 on the default machine)."""
+        return HBM_CHANNELS * HBM_CHANNEL_BYTES_PER_CYCLE
 
     def system_params(self):
         """Constructor arguments of the :class:`hdl.system.RDUSystem` of this machine."""

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from hdl.agcu_engines import BURST_BOUNDARY
 
 __all__ = ["ADDR_WIDTH", "BEAT_BYTES", "BURST_BOUNDARY", "Region",
-           "HBM", "DDR", "HOST", "REGIONS", "region_of"]
+           "HBM", "DDR", "HOST", "REGIONS", "region_of", "HBM_CHANNELS",
+           "HBM_CHANNEL_BYTES_PER_CYCLE"]
 
 #: Width of a byte address on the AGCU's AXI4 port.
 ADDR_WIDTH = 32
@@ -55,6 +56,13 @@ DDR = Region("ddr", 0x4000_0000, 256 * MiB)
 HOST = Region("host", 0xC000_0000, 64 * MiB)
 
 REGIONS = (HBM, DDR, HOST)
+
+#: HBM channels of the scaled machine (:func:`sim_models.memory.hbm_model`'s default).
+HBM_CHANNELS = 4
+#: Data bandwidth of one HBM channel in bytes per cycle (the model's default): the HBM's
+#: peak is ``HBM_CHANNELS * HBM_CHANNEL_BYTES_PER_CYCLE`` (32 B a cycle, one 256-bit
+#: beat; :attr:`rdu.machine.Machine.hbm_bytes_per_cycle`).
+HBM_CHANNEL_BYTES_PER_CYCLE = 8.0
 
 
 def region_of(address, regions=REGIONS):

@@ -6,8 +6,9 @@ Each point is compiled, run and checked against numpy by the same path as ``rdu 
 (:func:`rdu.runtime.run_kernel`) in :func:`run_point`, which returns one row of the
 results table (:func:`columns`): the point, its status, its one-line error, and the
 measured figures (cycles, configuration cycles, utilisation, HBM bytes and share of the
-HBM peak, simulation and compile time), with a reference to its program file (manifest
-and bitstream, readable with ``rdu inspect``).
+HBM peak, the roofline's bound, what binds and the share of it achieved
+(:mod:`rdu.roofline`), simulation and compile time), with a reference to its program
+file (manifest and bitstream, readable with ``rdu inspect``).
 
 :func:`run_sweep` runs the points not yet in the table as Ray tasks (one task per point,
 with its own seed and resource request): on a local Ray started for the sweep (the
@@ -45,7 +46,7 @@ from hdl.system import RDUSystem
 
 from ..frontend.kernels import KERNELS, get_kernel
 from ..machine import MACHINE_OPTIONS, Machine
-from ..runtime import BACKENDS, SIMULATORS, run_kernel
+from ..runtime import BACKENDS, SIMULATORS, roofline, run_kernel
 from ..sim.native import build_native
 from ..sim.verilator import build
 
@@ -325,7 +326,8 @@ def load_grid(path, overrides=None):
 
 #: The measured columns of a row, in table order (after the point's own columns).
 FIGURES = ("ok", "cycles", "config_cycles", "utilization", "macs", "peak_macs_per_cycle",
-           "hbm_bytes", "hbm_peak_share", "max_abs_err", "pcus_used", "bitstream_words",
+           "hbm_bytes", "hbm_peak_share", "bound_cycles", "binding", "roofline_share",
+           "max_abs_err", "pcus_used", "bitstream_words",
            "compile_seconds", "sim_seconds", "sim_cycles_per_second",
            "verilator_build_seconds", "switch_vector_stall_cycles",
            "switch_scalar_stall_cycles", "switch_control_stall_cycles",
@@ -366,11 +368,13 @@ def run_point(point, out_dir, *, timeout=None, node=None, keep_runs=False):
         compile_start = time.perf_counter()
         program = kernel.compile(machine, **dict(point.params))
         row["compile_seconds"] = round(time.perf_counter() - compile_start, 3)
+        bound = roofline([program])              # the program's roofline, run or not
     except Exception as error:          # noqa: BLE001 - recorded, the sweep goes on
         row.update(status="compile_error", error=_one_line(error))
         return _finish(row, start)
     row["bitstream_words"] = len(program.bitstream)
     row["pcus_used"] = program.meta.get("pcus")
+    row.update(bound_cycles=bound.bound_cycles, binding=bound.binding)
     programs = out_dir / "programs"
     programs.mkdir(parents=True, exist_ok=True)
     path = programs / f"{point.key}.rdu"
@@ -385,6 +389,7 @@ def run_point(point, out_dir, *, timeout=None, node=None, keep_runs=False):
         row.update(status="run_error", error=_one_line(error))
         return _finish(row, start)
     row.update({name: figures[name] for name in FIGURES if name in figures})
+    row["roofline_share"] = figures["roofline"]["share"]
     if figures["ok"]:
         row["status"] = "ok"
         if not keep_runs:
@@ -456,7 +461,8 @@ class Table:
 
 
 #: Columns kept as text (the others are numbers, ``ok`` a bool).
-TEXT = ("point", "kernel", "tier", "status", "error", "node", "program", "finished")
+TEXT = ("point", "kernel", "tier", "status", "error", "node", "program", "finished",
+        "binding")
 
 
 def _typed(name, text):

@@ -3,11 +3,15 @@
 * ``utilization-<kernel>.png``: utilisation over rows x columns, one panel per kernel
   (each cell the mean over that geometry's points, with their count);
 * ``cycles-<kernel>.png``: cycles against problem size (the product of the kernel's
-  shape parameters: M N K for a GEMM, M N for softmax), one line per machine.
+  shape parameters: M N K for a GEMM, M N for softmax), one line per machine;
+* ``roofline-<kernel>.png``: the achieved share of the roofline (``roofline_share``:
+  the bound over the measured cycles, :mod:`rdu.roofline`) against problem size, one
+  line per machine, each point marked with what binds (``o`` compute, ``s`` HBM).
 
-Both come from the rows that have cycles: the RTL tier's (``verilator``), with status
-``ok``. ``traffic-<kernel>.png``: HBM bytes against problem size per machine, from every
-``ok`` row (the functional model measures traffic too).
+All three come from the rows that have cycles: the RTL tiers' (``verilator``,
+``native``, ``ip``), with status ``ok``. ``traffic-<kernel>.png``: HBM bytes against
+problem size per machine, from every ``ok`` row (the functional model measures traffic
+too).
 """
 
 from collections import defaultdict
@@ -57,6 +61,8 @@ def plot_table(table, directory):
             written.append(_utilization(plt, kernel, timed, directory))
             written.append(_versus_size(plt, kernel, params, timed, "cycles", "cycles",
                                         directory / f"cycles-{kernel}.png"))
+            written.append(_roofline(plt, kernel, params, timed,
+                                     directory / f"roofline-{kernel}.png"))
         written.append(_versus_size(plt, kernel, params, mine, "hbm_bytes",
                                     "HBM bytes (execution)",
                                     directory / f"traffic-{kernel}.png"))
@@ -110,6 +116,37 @@ def _versus_size(plt, kernel, params, rows, column, label, path):
     axes.set_xlabel(" x ".join(p.upper() for p in params))
     axes.set_ylabel(label)
     axes.set_title(f"{kernel}: {label} against problem size")
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+#: The marker of each binding resource on the roofline plot.
+MARKERS = {"compute": "o", "HBM": "s"}
+
+
+def _roofline(plt, kernel, params, rows, path):
+    """The achieved share of the roofline against problem size, a line per machine."""
+    lines = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row["roofline_share"] is not None:
+            lines[_machine_label(row)][_size(row, params)].append(row)
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    for machine, points in sorted(lines.items()):
+        sizes = sorted(points)
+        shares = [sum(r["roofline_share"] for r in points[s]) / len(points[s])
+                  for s in sizes]
+        (line,) = axes.plot(sizes, shares, label=machine)
+        for size, share in zip(sizes, shares, strict=True):
+            axes.plot(size, share, MARKERS.get(points[size][0]["binding"], "x"),
+                      color=line.get_color())
+    axes.set_xscale("log")
+    axes.set_ylim(0, 1.05)
+    axes.set_xlabel(" x ".join(p.upper() for p in params))
+    axes.set_ylabel("share of the roofline (bound / cycles)")
+    axes.set_title(f"{kernel}: share of the roofline (circles compute-, squares HBM-bound)")
     axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

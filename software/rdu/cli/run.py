@@ -18,6 +18,7 @@ from rdu.cli.common import (
     print_report,
     program_for,
 )
+from rdu.roofline import describe as describe_roofline
 from rdu.runtime import BACKENDS, SIMULATORS, run_kernel, run_sequence
 
 #: ``--execution`` -> how :func:`rdu.runtime.run_sequence` launches the programs.
@@ -89,7 +90,8 @@ def cmd_run(args):
         report["waves"] = str(target)
     if args.save:
         save_run(Path(args.save), program, inputs, results, report)
-    print_report(report, args.json)
+    print_report(report if args.json else
+                 {**report, "roofline": describe_roofline(report["roofline"])}, args.json)
     if not ok:
         raise WrongResult(f"{', '.join(results)} differs from numpy (float64 of the same "
                           f"BF16 inputs) beyond the FP32 accumulation budget (max |err| "

@@ -47,7 +47,7 @@ def emit(state):
     meta = {
         "kernel": state.graph.name, "lanes": geometry.lanes,
         "tiling": "; ".join(tiling.describe() for tiling in state.tilings),
-        "peak_macs_per_cycle": geometry.capacity()["pcu"] * geometry.lanes ** 2,
+        "peak_macs_per_cycle": machine.macs_per_cycle,
         "placement": {name: str(site) for name, site in sites.items()},
         "row_blocks": dict(state.blocks), "mapping": mapping.report(),
         "addresses": dict(addresses),

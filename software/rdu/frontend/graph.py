@@ -42,9 +42,11 @@ import os
 from dataclasses import dataclass, field
 
 __all__ = ["FrontendError", "Node", "Tensor", "Graph", "matmul", "maximum", "minimum",
-           "relu", "exp", "reciprocal", "attention", "DTYPES", "ELEMENTWISE"]
+           "relu", "exp", "reciprocal", "attention", "DTYPES", "DTYPE_BYTES", "ELEMENTWISE"]
 
 DTYPES = ("bf16", "fp32")
+#: Bytes of one element of each dtype as stored in memory.
+DTYPE_BYTES = {"bf16": 2, "fp32": 4}
 MEMORIES = ("hbm", "ddr")
 #: Element-wise binary operators -> the PCU's :class:`hdl.fp.Op` name.
 ELEMENTWISE = {"add": "ADD", "sub": "SUB", "mul": "MUL", "max": "MAX", "min": "MIN"}

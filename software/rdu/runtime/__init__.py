@@ -13,10 +13,11 @@ Modules: :mod:`~rdu.runtime.launch` (:func:`run_programs`, :func:`run_schedule`)
 :mod:`~rdu.runtime.kernel_runs` (:func:`run_kernel`, :func:`run_sequence`: runs checked
 against the reference), :mod:`~rdu.runtime.steps` (schedule steps and checks),
 :mod:`~rdu.runtime.orchestrate` (an orchestrated schedule's commands and plan),
-:mod:`~rdu.runtime.results` (:class:`RunResult` and friends), :mod:`~rdu.runtime.watchdog`
-(the one watchdog estimate and its timeouts), :mod:`~rdu.runtime.backend` (the contract
-and registry), :mod:`~rdu.runtime.rtl` (build and host-body runs). The messages between
-the runtime and the host bodies are :mod:`rdu.sim.protocol`.
+:mod:`~rdu.runtime.results` (:class:`RunResult` and friends, :func:`roofline`),
+:mod:`~rdu.runtime.watchdog` (the one watchdog estimate and its timeouts),
+:mod:`~rdu.runtime.backend` (the contract and registry), :mod:`~rdu.runtime.rtl` (build
+and host-body runs). The messages between the runtime and the host bodies are
+:mod:`rdu.sim.protocol`.
 
 :func:`run_programs` launches a sequence of programs on one machine with one memory
 (configuration cleared and reloaded before each, memory kept): a later program reads
@@ -40,7 +41,7 @@ from .launch import (
     system_params,
 )
 from .orchestrate import orchestration_files
-from .results import RunFailure, RunResult, ScheduleResult, StepResult
+from .results import RunFailure, RunResult, ScheduleResult, StepResult, roofline
 from .steps import EXECUTIONS, Copy, Launch, Write, check_machine
 from .watchdog import estimate_cycles
 
@@ -49,7 +50,7 @@ __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS
            "system_params", "check_machine", "Launch", "Copy", "Write", "StepResult",
            "ScheduleResult", "EXECUTIONS", "run_schedule", "orchestration_files",
            "run_sequence", "BACKENDS", "Backend", "RunOptions", "backend_named",
-           "register_backend", "orchestrating_backends", "estimate_cycles"]
+           "register_backend", "orchestrating_backends", "estimate_cycles", "roofline"]
 
 #: The registered back ends' names (``--sim`` choices), in the order they are offered.
 SIMULATORS = tuple(BACKENDS)

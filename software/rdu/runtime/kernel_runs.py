@@ -18,8 +18,10 @@ def run_kernel(kernel, program, inputs, sim="model", *, seed=1, **options):
     point of ``rdu sweep`` measure.
 
     Returns ``(figures, results, run)``: ``figures`` a dict (``ok``, ``max_abs_err``,
-    ``cycles``, ``utilization``, ``hbm_bytes``, ``hbm_peak_share``, ...; cycle figures
-    are ``None`` on the functional model), ``results`` the outputs as float arrays,
+    ``cycles``, ``utilization``, ``hbm_bytes``, ``hbm_peak_share``, ``roofline`` (the
+    program's :meth:`rdu.roofline.Roofline.to_json`: ``macs``, ``hbm_bytes``,
+    ``bound_cycles``, ``binding``, ``share``...), ...; cycle figures and the share are
+    ``None`` on the functional model), ``results`` the outputs as float arrays,
     ``run`` the :class:`RunResult`. ``options`` go to :func:`run_program`."""
     kernel.pack(program, inputs)
     result = run_program(program, sim, seed=seed, **options)
@@ -40,6 +42,7 @@ def run_kernel(kernel, program, inputs, sim="model", *, seed=1, **options):
         "hbm_bytes": hbm_bytes,
         "hbm_peak_share": (round(hbm_bytes / (cycles * hbm_peak_bytes_per_cycle(
             program.machine)), 4) if cycles and hbm_bytes is not None else None),
+        "roofline": result.roofline.to_json(),
         "sim_seconds": round(result.seconds, 3),
     }
     figures.update(backend_named(sim).counter_figures(result))
@@ -57,7 +60,8 @@ def run_sequence(kernel, sequence, inputs, sim="model", *, seed=1, timeout=None,
     float64 budget; ``cycles``: the whole schedule (:class:`ScheduleResult`: every
     program load and execution, the host's launch latencies or the orchestrator's
     fetch and commands); ``load_cycles``, ``execute_cycles``, ``host_launch_cycles``,
-    ``launches``, ``stages`` (per stage: name, load and execute cycles))."""
+    ``launches``, ``roofline`` (the programs' work summed, against the schedule's
+    cycles), ``stages`` (per stage: name, load and execute cycles))."""
     sequence.pack(inputs)
     machine = sequence.programs[0].machine
     steps = run_schedule([Launch(program) for program in sequence.programs], sim,
@@ -89,6 +93,7 @@ def run_sequence(kernel, sequence, inputs, sim="model", *, seed=1, timeout=None,
         "hbm_bytes": hbm_bytes,
         "hbm_peak_share": (round(hbm_bytes / (cycles * hbm_peak_bytes_per_cycle(machine)), 4)
                            if cycles and hbm_bytes is not None else None),
+        "roofline": steps.roofline.to_json(),
         "stages": [{"name": stage.name, "program": stage.program.name,
                     "load_cycles": load, "execute_cycles": execute, "cycles": step.cycles}
                    for stage, step, load, execute in zip(sequence.stages, steps, loads,

@@ -7,10 +7,9 @@ writes, issued by the host or by the on-chip orchestrator. Each checks its argum
 then hands the run to the back end named by ``sim`` (:data:`rdu.runtime.BACKENDS`).
 """
 
-from sim_models.memory import hbm_model
-
 from .backend import BACKENDS, RunOptions, backend_named, names_text
 from .orchestrate import orchestrate
+from .results import roofline
 from .steps import EXECUTIONS, Launch, check_launch_latency, check_machine, check_steps
 
 __all__ = ["run_program", "run_programs", "run_schedule", "system_params",
@@ -23,9 +22,10 @@ def system_params(program):
 
 
 def hbm_peak_bytes_per_cycle(machine):
-    """The HBM's peak bandwidth behind ``machine``'s AGCUs in bytes per cycle: what the
-    memory model the runs use is built with (:func:`sim_models.memory.hbm_model`)."""
-    return hbm_model(beat_bytes=machine.beat_bytes).timing.peak_bytes_per_cycle
+    """The HBM's peak bandwidth behind ``machine``'s AGCUs in bytes per cycle
+    (:attr:`rdu.machine.Machine.hbm_bytes_per_cycle`: what the memory model the runs use
+    is built with, :func:`sim_models.memory.hbm_model`)."""
+    return machine.hbm_bytes_per_cycle
 
 
 def run_program(program, sim="model", **options):
@@ -68,8 +68,11 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
     if not programs:
         raise ValueError("no program to run")
     machine = check_machine(programs, machine)
-    return backend.run_programs(programs, machine, RunOptions(
+    results = backend.run_programs(programs, machine, RunOptions(
         seed=seed, work_dir=work_dir, waves=waves, timeout=timeout, progress=progress))
+    for program, result in zip(programs, results, strict=True):
+        result.roofline = roofline([program], result.cycles)
+    return results
 
 
 def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, memory=None,
@@ -118,11 +121,24 @@ def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, mem
     options = RunOptions(seed=seed, work_dir=work_dir, memory=memory, timeout=timeout,
                          progress=progress, launch_latency=launch_latency)
     if execution == "host":
-        return backend.run_schedule(steps, machine, options)
-    if not backend.orchestrates:
+        results = backend.run_schedule(steps, machine, options)
+    elif not backend.orchestrates:
         raise ValueError(f"an orchestrated schedule runs on sim "
                          f"{names_text(orchestrating_backends())}")
-    return backend.run_orchestrated(steps, orchestrate(steps, machine), machine, options)
+    else:
+        results = backend.run_orchestrated(steps, orchestrate(steps, machine), machine,
+                                           options)
+    return _with_rooflines(steps, results, programs)
+
+
+def _with_rooflines(steps, results, programs):
+    """``results`` (a :class:`ScheduleResult`) with the roofline of each launch and of
+    the whole schedule (its programs' work summed, against its cycles)."""
+    for step, result in zip(steps, results, strict=True):
+        if isinstance(step, Launch) and result.launch is not None:
+            result.launch.roofline = roofline([step.program], result.launch.cycles)
+    results.roofline = roofline(programs, results.cycles)
+    return results
 
 
 def orchestrating_backends():

@@ -11,7 +11,7 @@ from .mlp import MLP
 from .rows import ROWS
 from .scale_shift import SCALE_SHIFT
 
-__all__ = ["FAMILIES", "Family", "family_named"]
+__all__ = ["FAMILIES", "Family", "family_named", "program_work"]
 
 #: Every kernel family, in the order their fusion rules are tried.
 FAMILIES: tuple[Family, ...] = (
@@ -30,3 +30,9 @@ def family_named(name):
             return family
     raise KeyError(f"no kernel family {name!r} (families: "
                    f"{', '.join(f.name for f in FAMILIES)})")
+
+
+def program_work(program):
+    """The :class:`~rdu.roofline.Work` of ``program``: its family's
+    (:meth:`Family.work`, the family ``meta["group"]`` names)."""
+    return family_named(program.meta["group"]).work(program)

@@ -41,7 +41,7 @@ from ...models.fp import NEG_INF
 from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, place_images
-from .base import Family, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
 
 __all__ = ["AttentionGroup", "AttentionFamily", "ATTENTION", "ATTENTION_CHUNK",
            "tile_attention", "lower_attention"]
@@ -262,6 +262,18 @@ class AttentionFamily(Family):
 
     def exact(self, program, graph):
         return reference.exact_attention(program)
+
+    def work(self, program):
+        """``2 D`` MACs (a score and its share of ``O``) per head and query-key pair the
+        query sees (Q ``H x R x D``, K ``G x L x D``; causal: row ``r`` sees keys ``0 ..
+        r``); padding, masked keys and idle lanes are not work. Q, K and V read, O
+        written."""
+        q, k, _ = program.meta["operands"]
+        heads, rows, dim = tensor_shape(program, q)
+        seq = tensor_shape(program, k)[1]
+        pairs = (sum(min(row + 1, seq) for row in range(rows)) if program.meta["causal"]
+                 else rows * seq)
+        return moved_work(program, program.meta["operands"], 2 * dim * heads * pairs)
 
 
 #: The attention family (registered first: attention fuses on its own).

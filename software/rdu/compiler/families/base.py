@@ -11,11 +11,14 @@ output's graph and lets the first that does :meth:`~Family.fuse` it into a group
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from ...frontend.graph import DTYPE_BYTES
 from ...ir import Kernel
+from ...roofline import Work
 from ..core import Compilation, CompileError
 from ..group import Group, Lowered, Tiling
 
@@ -23,7 +26,8 @@ if TYPE_CHECKING:
     from ...frontend.graph import Graph, Node
     from ...program import Program
 
-__all__ = ["Family", "pcu_programs", "unsupported", "is_bf16_input"]
+__all__ = ["Family", "pcu_programs", "unsupported", "is_bf16_input", "tensor_shape",
+           "moved_work"]
 
 
 class Family:
@@ -76,6 +80,13 @@ class Family:
         packed inputs, bit for bit (:mod:`rdu.models.reference`)."""
         raise NotImplementedError
 
+    def work(self, program: Program) -> Work:
+        """What ``program`` (of this family) must do at least, from its manifest: the
+        MACs of its operators as written and the HBM bytes of reading each input and
+        writing each output once in its stored dtype (:mod:`rdu.roofline`;
+        :func:`moved_work` counts the bytes)."""
+        raise NotImplementedError
+
 
 def pcu_programs(kernel: Kernel) -> dict:
     """``{node: config}`` of the kernel's PCUs (the manifest's ``pcu_programs``)."""
@@ -90,3 +101,18 @@ def unsupported(node: Node, why: str) -> CompileError:
 def is_bf16_input(node: Node) -> bool:
     """Whether ``node`` is a graph input in BF16 (what the loads stream)."""
     return node.op == "input" and node.dtype == "bf16"
+
+
+def tensor_shape(program: Program, name: str) -> tuple:
+    """The shape of tensor ``name`` in ``program``'s manifest (the user's, unpadded)."""
+    return tuple(program.tensors[name]["shape"])
+
+
+def moved_work(program: Program, inputs, macs: int = 0) -> Work:
+    """:class:`~rdu.roofline.Work` of ``macs`` and the HBM bytes of reading each tensor of
+    ``inputs`` once and writing each of the program's outputs once, at their manifest
+    shapes in their stored dtype (:data:`rdu.frontend.graph.DTYPE_BYTES`)."""
+    names = [name for name in inputs if name is not None] + list(program.outputs)
+    moved = sum(math.prod(tensor_shape(program, name))
+                * DTYPE_BYTES[program.tensors[name]["dtype"]] for name in names)
+    return Work(macs=macs, hbm_bytes=moved)

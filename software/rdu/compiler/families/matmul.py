@@ -55,7 +55,7 @@ from ...models import reference
 from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, f32_word, place_images
-from .base import Family, is_bf16_input, unsupported
+from .base import Family, is_bf16_input, moved_work, tensor_shape, unsupported
 
 __all__ = ["MatmulGroup", "MatmulTiling", "MatmulFamily", "MATMUL", "tile_matmul",
            "matmul_images", "lower_matmul", "matmul_group", "epilogue_step"]
@@ -428,6 +428,13 @@ class MatmulFamily(Family):
 
     def exact(self, program, graph):
         return reference.exact_matmul(program, graph)
+
+    def work(self, program):
+        """``M N K`` MACs (A ``M x K``, B ``K x N``; a folded bias is an addition, not
+        a MAC); A, B and the bias read, the output written."""
+        a, b = program.meta["operands"]
+        (m, k), n = tensor_shape(program, a), tensor_shape(program, b)[1]
+        return moved_work(program, [a, b, program.meta["bias"]], m * n * k)
 
 
 #: The matmul family (registered in :data:`rdu.compiler.families.FAMILIES`).

@@ -24,7 +24,7 @@ from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, WORD, check_layout, place_images
 from ..row_chain import RowChainBuilder
-from .base import Family, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
 from .matmul import MatmulGroup, MatmulTiling, matmul_group, matmul_images, tile_matmul
 from .rows import RowGroup
 
@@ -259,6 +259,14 @@ class MlpFamily(Family):
 
     def exact(self, program, graph):
         return reference.exact_mlp(program, graph)
+
+    def work(self, program):
+        """``2 M D F`` MACs (X ``M x D`` times W1 ``D x F``, the hidden rows times W2
+        ``F x D``); X, W1 and W2 read, the output written (the hidden rows stay in the
+        array)."""
+        x, w1, _ = program.meta["operands"]
+        (m, d), f = tensor_shape(program, x), tensor_shape(program, w1)[1]
+        return moved_work(program, program.meta["operands"], 2 * m * d * f)
 
 
 #: The mlp family.

@@ -19,7 +19,7 @@ from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import COUNT_LIMIT, WORD, place_images
 from ..row_chain import RowChainBuilder, ancestors
-from .base import Family, pcu_programs, unsupported
+from .base import Family, moved_work, pcu_programs, unsupported
 
 __all__ = ["RowGroup", "RowTiling", "RowsFamily", "ROWS", "tile_rows", "lower_rows",
            "walk_rows"]
@@ -274,6 +274,11 @@ class RowsFamily(Family):
 
     def exact(self, program, graph):
         return reference.exact_rows_program(program, graph)
+
+    def work(self, program):
+        """No MACs (SIMD arithmetic only); the input read, the output written."""
+        return moved_work(program, [name for name, spec in program.tensors.items()
+                                    if spec["role"] == "input"])
 
 
 #: The rows family (registered last: it takes what no other family claims).

@@ -26,7 +26,7 @@ from ...models import reference
 from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, check_layout, place_images
-from .base import Family, is_bf16_input, pcu_programs, unsupported
+from .base import Family, is_bf16_input, moved_work, pcu_programs, unsupported
 
 __all__ = ["ScaleShiftGroup", "ScaleShiftTiling", "ScaleShiftFamily", "SCALE_SHIFT"]
 
@@ -165,6 +165,11 @@ class ScaleShiftFamily(Family):
                 image = Image.from_json(program.meta["images"][spec["image"]])
                 inputs[tensor] = image.unpack(program.inputs[spec["image"]][1], tensor)
         return reference.exact_rows(graph, inputs, program.meta["lanes"])
+
+    def work(self, program):
+        """No MACs (SIMD arithmetic only); X, the scale and the shift read, the output
+        written."""
+        return moved_work(program, program.meta["operands"])
 
 
 #: The scale-and-shift family.
