@@ -116,6 +116,11 @@ def _versus_size(plt, kernel, params, rows, column, label, path):
     axes.set_xlabel(" x ".join(p.upper() for p in params))
     axes.set_ylabel(label)
     axes.set_title(f"{kernel}: {label} against problem size")
+    return _save(plt, figure, axes, path)
+
+
+def _save(plt, figure, axes, path):
+    """Write ``figure`` (its legend, a tight layout) to ``path``; returns ``path``."""
     axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -147,8 +152,4 @@ def _roofline(plt, kernel, params, rows, path):
     axes.set_xlabel(" x ".join(p.upper() for p in params))
     axes.set_ylabel("share of the roofline (bound / cycles)")
     axes.set_title(f"{kernel}: share of the roofline (circles compute-, squares HBM-bound)")
-    axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return _save(plt, figure, axes, path)
