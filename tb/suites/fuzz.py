@@ -258,29 +258,35 @@ def verdict(program, model, result):
     return "stop" if result["outcome"] in STOPS else "OTHER"
 
 
-def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=None):
+def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=None,
+            native=False, timeout=6000):
     """Run ``programs`` in one Verilator simulation (:func:`run_cases`) and compare each
     with its model outcome (``models``). A case whose outputs differ is run again alone
     in a fresh simulation: the PMU SRAM is not cleared by reset, and a damaged read
     pattern that reads words this program never wrote sees the previous case's data
     where the model (a fresh machine) sees zeroes; equal outputs then give ``"equal on
-    fresh SRAM"``. Returns ``(results, verdicts, stats)``."""
+    fresh SRAM"``. ``native``: on the native runner (:mod:`rdu.sim.native`; no
+    ``faults``) instead of cocotb; ``timeout``: the host's watchdog of each launch in
+    cycles. Returns ``(results, verdicts, stats)``."""
     from pathlib import Path
 
+    from rdu.sim.native import run_native
     from rdu.sim.runner import run_verilator
+    run = run_native if native else run_verilator
     work_dir = Path(work_dir)
     dirs = [str(program.save(work_dir / program.name)) for program in programs]
-    stats = run_verilator(built, run_cases, work_dir / "run", seed=seed, watchdog=10**9,
-                          program_dirs=dirs, perf_counters=perf_counters, faults=faults)
+    stats = run(built, run_cases, work_dir / "run", seed=seed, watchdog=10**9,
+                program_dirs=dirs, perf_counters=perf_counters, faults=faults,
+                case_timeout=timeout)
     results = stats.result
     verdicts = []
     for index, (program, model, result) in enumerate(zip(programs, models, results,
                                                          strict=True)):
         found = verdict(program, model, result) if model is not None else None
         if found == "DIFFERENT":
-            alone = run_verilator(built, run_cases, work_dir / f"alone_{program.name}",
-                                  seed=seed, watchdog=10**9, program_dirs=[dirs[index]],
-                                  perf_counters=perf_counters).result[0]
+            alone = run(built, run_cases, work_dir / f"alone_{program.name}", seed=seed,
+                        watchdog=10**9, program_dirs=[dirs[index]],
+                        perf_counters=perf_counters, case_timeout=timeout).result[0]
             if verdict(program, model, alone) == "equal":
                 found = "equal on fresh SRAM"
         verdicts.append(found)
@@ -299,12 +305,14 @@ def rtl_outcome(message):
 
 
 async def run_cases(bench, program_dirs, *, timeout=6000, watchdog_cycles=1500,
-                    faults=None, perf_counters=None, load_timeout=20_000):
+                    faults=None, perf_counters=None, load_timeout=20_000, case_timeout=None):
     """Bench body: run the saved programs one after the other on one system, each from a
     clean machine (memory zeroed, system reset after every case) and catch each
     :class:`RunError`. ``faults`` is ``None`` or one fault specification (or ``None``)
-    per program. Returns one ``{"outcome", "message"}`` or ``{"outcome": "outputs",
+    per program; ``case_timeout`` (when given) replaces ``timeout`` (the runners take
+    ``timeout`` for themselves). Returns one ``{"outcome", "message"}`` or ``{"outcome": "outputs",
     "outputs", "cycles"}`` per program."""
+    timeout = case_timeout or timeout
     programs = [Program.load(directory) for directory in program_dirs]
     driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters)
     results = []
