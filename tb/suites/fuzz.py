@@ -43,11 +43,14 @@ SHAPES = ((4, 4, 8), (5, 7, 9))
 #: Outcome names shared by both sides (the model's error classes map onto them).
 OUTCOMES = ("outputs", "loader", "unit_error", "agcu_error", "deadlock", "hw_watchdog",
             "host_watchdog", "no_end", "other")
+#: (Orchestrator schedules, :mod:`tb.suites.fuzz_schedule`, add ``request``: the
+#: orchestrator refused a command, and ``stuck``: an AGCU busy at start.)
 #: The RTL outcomes that correspond to a model outcome (the model's deadlock is the
 #: array's watchdog; a run the model stops after ``max_items`` never ends on the RTL).
 CORRESPONDING = {"outputs": {"outputs"}, "loader": {"loader"},
                  "unit_error": {"unit_error"}, "agcu_error": {"agcu_error"},
-                 "deadlock": {"hw_watchdog"}, "no_end": {"host_watchdog", "hw_watchdog"}}
+                 "deadlock": {"hw_watchdog"}, "no_end": {"host_watchdog", "hw_watchdog"},
+                 "request": {"request"}, "stuck": {"stuck"}}
 
 
 def leaves(shape, base=0):
@@ -190,7 +193,8 @@ TARGETS = (
                (dict(m=3, n=16), dict(m=2, n=32))),
     FuzzTarget("mlp", MLP, "mlp", KERNEL_MACHINE, (dict(m=2, d=16, f=32),)),
     FuzzTarget("attention_decode", ATTENTION, "attention", KERNEL_MACHINE,
-               (dict(seq=8, dim=16, heads=2, kv_heads=1), dict(seq=13, dim=16, heads=1, kv_heads=1))),
+               (dict(seq=8, dim=16, heads=2, kv_heads=1),
+                dict(seq=13, dim=16, heads=1, kv_heads=1))),
     FuzzTarget("attention_prefill", ATTENTION, "attention", KERNEL_MACHINE,
                (dict(mode="prefill", seq=8, dim=16, heads=1, kv_heads=1),
                 dict(mode="prefill", seq=6, dim=16, heads=2, kv_heads=1, causal=True))),

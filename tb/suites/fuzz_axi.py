@@ -264,7 +264,8 @@ async def _soft_reset(fuzz):
         await fuzz.read(register.offset)
 
 
-async def run_axi_fuzz(bench, program_dir, *, transactions=300, seed=1, pause=True):
+async def run_axi_fuzz(bench, program_dir, *, transactions=300, fuzz_seed=1,
+                       pause=True):
     """Bench body (under cocotb, the IP top): ``transactions`` random actions (about one
     AXI4-Lite access each; a run is several). Returns ``{"counts", "outcomes",
     "problems"}``: what was done, how the runs ended, every disagreement with the
@@ -276,7 +277,7 @@ async def run_axi_fuzz(bench, program_dir, *, transactions=300, seed=1, pause=Tr
             await driver.write(address, words)
     await driver.write(program.bitstream_address, program.bitstream)
     await bench.cycles(5)
-    fuzz = _Fuzzer(bench, driver, program, random.Random(seed))
+    fuzz = _Fuzzer(bench, driver, program, random.Random(fuzz_seed))
     fuzz.shadow["CONTROL"] = 0
     actions = 0
     while sum(fuzz.counts[name] for name in ("reads", "writes")) < transactions:
