@@ -1,20 +1,28 @@
-"""Configuration fuzzing campaign: damaged bitstreams of small compiled GEMMs on the
-functional model and on the RTL, outcomes tabulated.
+"""Fuzzing campaigns: damaged bitstreams of every kernel family, damaged orchestrator
+schedules, random AXI4-Lite traffic on the IP's registers; on the functional model and
+on the RTL, outcomes tabulated.
 
-Run: ``.venv/bin/python -m benchmarks.fuzz`` (1000 cases on the model, the first 200 of
-them on the RTL under Verilator, in one simulation; ``--model N``, ``--rtl N``,
-``--seed S``, ``--rtl 0`` for the model only). The machine is the 2x2 PCU/PMU
-checkerboard with 4 lanes (``tb.suites.fuzz.GEOMETRY``), GEMMs 4x4x8 and 5x7x9 in turn,
-damaged by ``tb.suites.fuzz.mutate`` (field values changed with the CRC recomputed, bits
-flipped with or without the CRC fixed, truncated or extended).
+Run: ``.venv/bin/python -m benchmarks.fuzz [--family NAME|all] [--cases N] [--rtl N]
+[--seed S] [--axi N] [--sim native|verilator]``.
 
-Prints the model's outcomes, then for the RTL cases a table of (model outcome, RTL
-outcome) with the verdict of ``tb.suites.fuzz.run_rtl``: ``equal`` where both produced
-outputs and they are equal, ``equal on fresh SRAM`` where they were equal only when the
-case ran alone (the previous case's PMU SRAM contents were read), ``DIFFERENT`` where
-they are not, ``stop`` where the RTL ended in an error status or a watchdog stop. Exit
-status 1 if any case disagrees silently (RTL outputs different from the model's, or RTL
-outputs where the model has none) or ends otherwise.
+* ``--family``: ``all`` (default), a registered kernel family (``matmul``, ``rows``,
+  ``mlp``, ``attention``: its targets in ``tb.suites.fuzz.TARGETS``), one target
+  (``gemm``, ``linear_relu``, ``softmax``, ``mlp``, ``attention_decode``,
+  ``attention_prefill``), ``schedule`` (damaged orchestrator schedules,
+  ``tb.suites.fuzz_schedule``) or ``none``.
+* ``--cases N``: damaged cases per target on the model (default 100); ``--rtl N``: the
+  first N of them on the RTL, all in one simulation per target (default 10; 0: model
+  only); ``--sim``: the native runner (default, faster) or cocotb + Verilator.
+* ``--axi N``: N random AXI4-Lite accesses on the IP top (``tb.suites.fuzz_axi``; 0:
+  none, the default).
+
+Prints, per target, the model's outcome classes and the RTL's: ``error status`` (the
+loader, a unit, an AGCU, or for schedules the orchestrator's request checks),
+``watchdog stop`` (the array's watchdog; on the model, its deadlock or item limit),
+``outputs`` (on the RTL: equal to the model's), ``hangs`` (the host's bounded wait
+expired: the RTL neither ended nor stopped) and ``disagreements`` (RTL outputs
+different from the model's, or where the model has none). Progress goes to stderr.
+Exit status 1 on any disagreement or AXI4-Lite problem.
 """
 
 import argparse
@@ -25,17 +33,22 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from rdu.compiler.families import FAMILIES
 
 from hdl.system import RDUSystem
-from tb.suites.fuzz import (
-    ACCEPTED,
-    CORRESPONDING,
-    OUTCOMES,
-    base_programs,
-    fuzz_programs,
-    model_outcome,
-    run_rtl,
+from tb.suites.fuzz import ACCEPTED, CORRESPONDING, model_outcome, run_rtl, select_targets
+from tb.suites.fuzz_schedule import (
+    model_schedule_outcome,
+    run_schedules_rtl,
+    schedule_cases,
 )
+
+ERROR_STATUS = ("loader", "unit_error", "agcu_error", "request", "stuck")
+MODEL_COLUMNS = ("target", "family", "cases", "error status", "watchdog stop",
+                 "outputs, as undamaged", "outputs, other", "other", "seconds")
+RTL_COLUMNS = ("target", "family", "cases", "error status", "watchdog stop",
+               "outputs = model", "hangs", "disagreements", "same class as model",
+               "cycles", "seconds")
 
 
 def _print_table(title, header, rows):
@@ -44,67 +57,179 @@ def _print_table(title, header, rows):
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:
         print("| " + " | ".join(str(value) for value in row) + " |")
+    sys.stdout.flush()
+
+
+def _progress(text):
+    print(f"[fuzz] {text}", file=sys.stderr, flush=True)
+
+
+def _model_runs(name, cases, run):
+    """Each case's model outcome, with progress on long runs."""
+    start, outcomes = time.perf_counter(), []
+    for index, case in enumerate(cases):
+        outcomes.append(run(case))
+        if (index + 1) % 100 == 0 and index + 1 < len(cases):
+            _progress(f"{name}: model {index + 1}/{len(cases)}, "
+                      f"{time.perf_counter() - start:.0f} s")
+    return outcomes, time.perf_counter() - start
+
+
+def _model_row(name, family, models, undamaged, seconds):
+    counts = Counter()
+    for (outcome, detail), reference in zip(models, undamaged, strict=True):
+        if outcome == "outputs":
+            same = all(np.array_equal(detail[key], reference[key]) for key in detail)
+            counts["outputs, as undamaged" if same else "outputs, other"] += 1
+        elif outcome in ERROR_STATUS:
+            counts["error status"] += 1
+        elif outcome in ("deadlock", "no_end"):
+            counts["watchdog stop"] += 1
+        else:
+            counts["other"] += 1
+    return (name, family, len(models), *(counts[column] for column in MODEL_COLUMNS[3:8]),
+            f"{seconds:.1f}")
+
+
+def _rtl_row(name, family, models, results, verdicts, stats, seconds, problems):
+    counts = Counter()
+    for index, (model, result, verdict) in enumerate(zip(models, results, verdicts,
+                                                         strict=False)):
+        rtl = result["outcome"]
+        if verdict not in ACCEPTED + ("same status",):
+            counts["disagreements"] += 1
+            problems.append(f"{name} case {index}: {verdict}: model {model[0]}, RTL {rtl} "
+                            f"{result.get('message', result.get('status', ''))}")
+        elif rtl == "outputs":
+            counts["outputs = model"] += 1
+        elif rtl in ERROR_STATUS:
+            counts["error status"] += 1
+        elif rtl == "hw_watchdog":
+            counts["watchdog stop"] += 1
+        else:
+            counts["hangs"] += 1
+        counts["same class as model"] += rtl in CORRESPONDING.get(model[0], ())
+    return (name, family, len(results), *(counts[column] for column in RTL_COLUMNS[3:9]),
+            stats.cycles, f"{seconds:.0f}")
+
+
+def _built(machine, sim):
+    from rdu.sim.verilator import build
+    params = machine.system_params()
+    return build(RDUSystem, progress=True, **params), RDUSystem(**params).perf_counter_names()
+
+
+def kernel_campaign(target, args, work_dir, rows, problems):
+    """One target's damaged bitstreams: model, then the first ``args.rtl`` on the RTL."""
+    programs = target.programs(args.cases, args.seed)
+    undamaged = [model_outcome(base)[1] for base in target.bases(args.seed)]
+    models, seconds = _model_runs(target.name, programs, model_outcome)
+    rows["model"].append(_model_row(target.name, target.family.name, models,
+                                    [undamaged[p.meta["base"]] for p in programs], seconds))
+    if not args.rtl:
+        return
+    _progress(f"{target.name}: {min(args.rtl, len(programs))} cases on the RTL "
+              f"({args.sim})")
+    built, names = _built(target.machine, args.sim)
+    start = time.perf_counter()
+    results, verdicts, stats = run_rtl(built, programs[:args.rtl], models[:args.rtl],
+                                       work_dir / target.name, seed=args.seed,
+                                       perf_counters=names, native=args.sim == "native",
+                                       timeout=30_000)
+    rows["rtl"].append(_rtl_row(target.name, target.family.name, models, results,
+                                verdicts, stats, time.perf_counter() - start, problems))
+
+
+def schedule_campaign(args, work_dir, rows, problems):
+    """Damaged orchestrator schedules: model, then the first ``args.rtl`` on the RTL."""
+    from tb.suites.fuzz import SMALL_MACHINE
+    plan, regions, cases = schedule_cases(args.cases, args.seed)
+    models, seconds = _model_runs("schedule", cases,
+                                  lambda case: model_schedule_outcome(plan, regions, case))
+    undamaged = model_schedule_outcome(plan, regions, type(cases[0])(
+        "base", plan.words, 4 * plan.words.size, "none"))[1] if cases else {}
+    rows["model"].append(_model_row("schedule", "orchestrator", models,
+                                    [undamaged] * len(models), seconds))
+    if not args.rtl:
+        return
+    _progress(f"schedule: {min(args.rtl, len(cases))} cases on the RTL ({args.sim})")
+    built, _ = _built(SMALL_MACHINE, args.sim)
+    start = time.perf_counter()
+    results, verdicts, stats = run_schedules_rtl(built, plan, regions, cases[:args.rtl],
+                                                 models[:args.rtl], work_dir / "schedule",
+                                                 seed=args.seed,
+                                                 native=args.sim == "native")
+    rows["rtl"].append(_rtl_row("schedule", "orchestrator", models, results, verdicts,
+                                stats, time.perf_counter() - start, problems))
+    kinds = Counter((case.kind, model[0], result["outcome"]) for case, model, result in
+                    zip(cases, models, results, strict=False))
+    _print_table("Schedules on the RTL by damage (kind, model, RTL)",
+                 ("damage", "model", "RTL", "cases"),
+                 [(*key, count) for key, count in sorted(kinds.items())])
+
+
+def axi_campaign(args, work_dir, problems):
+    """``args.axi`` random AXI4-Lite accesses on the 2x2 IP top."""
+    from rdu.sim.runner import run_verilator
+    from rdu.sim.verilator import build
+
+    from hdl.ip import RDUIP
+    from tb.suites.fuzz import SMALL_MACHINE, TARGETS
+    from tb.suites.fuzz_axi import run_axi_fuzz
+    program = next(t for t in TARGETS if t.machine == SMALL_MACHINE).bases(args.seed)[0]
+    directory = program.save(work_dir / "axi_program")
+    built = build(RDUIP, toplevel="rdu_ip", progress=True, **SMALL_MACHINE.system_params())
+    _progress(f"AXI4-Lite: {args.axi} accesses on the IP top")
+    start = time.perf_counter()
+    stats = run_verilator(built, run_axi_fuzz, work_dir / "axi", seed=args.seed,
+                          watchdog=10**9, program_dir=str(directory),
+                          transactions=args.axi, fuzz_seed=args.seed)
+    result = stats.result
+    _print_table(f"AXI4-Lite on the IP top ({time.perf_counter() - start:.0f} s, "
+                 f"{stats.cycles} cycles)", ("what", "count"),
+                 [*result["counts"].items(),
+                  *((f"run ended {name}", count) for name, count in
+                    sorted(result["outcomes"].items())),
+                  ("problems", len(result["problems"]))])
+    problems.extend(f"AXI4-Lite: {text}" for text in result["problems"])
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=int, default=1000, help="cases on the model")
-    parser.add_argument("--rtl", type=int, default=200, help="of them on the RTL")
+    parser.add_argument("--family", default="all",
+                        help="all, a kernel family, a target, schedule or none")
+    parser.add_argument("--cases", "--model", type=int, default=100,
+                        help="damaged cases per target on the model")
+    parser.add_argument("--rtl", type=int, default=10, help="of them on the RTL")
+    parser.add_argument("--sim", choices=("native", "verilator"), default="native")
+    parser.add_argument("--axi", type=int, default=0, help="AXI4-Lite accesses on the IP")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
     args = parser.parse_args(argv)
-    programs = fuzz_programs(args.model, args.seed)
-    start = time.perf_counter()
-    model = [model_outcome(program) for program in programs]
-    model_seconds = time.perf_counter() - start
-    undamaged = [model_outcome(base)[1] for base in base_programs(args.seed)]
-    counts = Counter()
-    for program, (outcome, detail) in zip(programs, model, strict=True):
-        if outcome == "outputs":
-            reference = undamaged[program.meta["base"]]
-            same = all(np.array_equal(detail[name], reference[name]) for name in detail)
-            outcome = "outputs, as undamaged" if same else "outputs, different"
-        counts[outcome] += 1
-    names = ["outputs, as undamaged", "outputs, different", *OUTCOMES[1:]]
-    _print_table(f"Functional model: {args.model} damaged bitstreams (seed {args.seed}, "
-                 f"{model_seconds:.1f} s)", ["outcome", "cases"],
-                 [(outcome, counts[outcome]) for outcome in names if counts[outcome]])
-    if not args.rtl:
-        return 0
-    from rdu.sim.verilator import build
-    rtl_programs = programs[:args.rtl]
-    params = rtl_programs[0].machine.system_params()
-    built = build(RDUSystem, **params)
-    names = RDUSystem(**params).perf_counter_names()
+    targets = select_targets(args.family, FAMILIES)
+    schedule = args.family in ("all", "schedule")
+    if not targets and not schedule and args.family != "none":
+        parser.error(f"--family {args.family}: no such family or target")
+    rows, problems = {"model": [], "rtl": []}, []
     with tempfile.TemporaryDirectory() as temporary:
-        start = time.perf_counter()
-        results, verdicts, stats = run_rtl(built, rtl_programs, model[:args.rtl],
-                                           Path(args.dir or temporary), seed=args.seed,
-                                           perf_counters=names)
-        rtl_seconds = time.perf_counter() - start
-    table, bad, other = Counter(), [], []
-    for program, (outcome, _), result, found in zip(rtl_programs, model, results, verdicts,
-                                                    strict=False):
-        rtl = result["outcome"]
-        if found not in ACCEPTED:
-            bad.append((program.name, found, result.get("message", "")))
-        elif rtl not in CORRESPONDING.get(outcome, ()):
-            other.append((program.name, outcome, result.get("message", "")))
-        table[outcome, rtl, found] += 1
-    _print_table(f"RTL (Verilator): {args.rtl} of them in one simulation ({rtl_seconds:.0f} "
-                 f"s, {stats.cycles} cycles, {stats.cycles_per_second:.0f} cycles/s)",
-                 ["model", "RTL", "verdict", "same outcome", "cases"],
-                 [(m, r, v, "yes" if r in CORRESPONDING.get(m, ()) else "no", count)
-                  for (m, r, v), count in sorted(table.items())])
-    agree = sum(count for (m, r, _), count in table.items()
-                if r in CORRESPONDING.get(m, ()))
-    print(f"\ncorresponding outcomes (model deadlock = RTL watchdog, ...): {agree} of "
-          f"{args.rtl}; silent disagreements: {len(bad)}")
-    for name, verdict, message in bad:
-        print(f"  {name}: {verdict} {message}")
-    for name, outcome, message in other:
-        print(f"  {name}: model {outcome}; RTL: {message}")
-    return 1 if bad else 0
+        work_dir = Path(args.dir or temporary)
+        if args.cases:
+            for target in targets:
+                kernel_campaign(target, args, work_dir, rows, problems)
+            if schedule:
+                schedule_campaign(args, work_dir, rows, problems)
+        if rows["model"]:
+            _print_table(f"Functional model (seed {args.seed})", MODEL_COLUMNS,
+                         rows["model"])
+        if rows["rtl"]:
+            _print_table(f"RTL ({args.sim}; outcome classes of the RTL)", RTL_COLUMNS,
+                         rows["rtl"])
+        if args.axi:
+            axi_campaign(args, work_dir, problems)
+    print(f"\ndisagreements and problems: {len(problems)}")
+    for text in problems:
+        print(f"  {text}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .agcu import AGCUError, AGCUOp, agcu_command_layout
-from .array import WATCHDOG_BITS, HostPort
+from .array import WATCHDOG_BITS, WATCHDOG_NONE, HostPort
 from .config_net import LoaderState
 from .interfaces import check_int
 
@@ -168,9 +168,14 @@ class Sequencer(wiring.Component):
                 with m.If(cmd.ready):
                     m.next = "READY"
             with m.State("READY"):
+                # no configuration (an orchestrator's EXECUTE before any PROGRAM_LOAD):
+                # the array ignores start and nothing would ever move; stopped at once
+                # as the watchdog would stop a stall outside the mesh (found by fuzzing)
+                with m.If(host.config_state != LoaderState.LOADED):
+                    self._fail(m, self.sources.WATCHDOG, 0, WATCHDOG_NONE)
                 # every executing AGCU idle (AGCU 0 may still be passing arguments: they
                 # enter the array at start, and it takes EXECUTE when it is done)
-                with m.If((s.busy & s.mask & ~s.arg_bit) == 0):
+                with m.Elif((s.busy & s.mask & ~s.arg_bit) == 0):
                     m.d.sync += [s.pending.eq(s.mask), s.issued.eq(0)]
                     m.next = "START"
             with m.State("START"):

@@ -1,21 +1,29 @@
-"""Configuration fuzzing: damaged bitstreams of small compiled GEMMs, run on the
-functional model and on the RTL (:class:`hdl.system.RDUSystem` through the host
-driver), outcomes compared.
+"""Configuration fuzzing: damaged bitstreams of small compiled kernels of every kernel
+family (:data:`TARGETS`), run on the functional model and on the RTL
+(:class:`hdl.system.RDUSystem` through the host driver), outcomes compared.
 
 Every case must end in a loader, unit or AGCU error status, a watchdog stop, or
 outputs; where both the model and the RTL produce outputs they must be equal (no
-silent disagreement). ``tests/test_fuzz.py`` runs a campaign of 60 cases under
-Verilator in one simulation; ``benchmarks/fuzz.py`` a larger one.
+silent disagreement). ``tests/test_fuzz.py`` runs small campaigns, ``benchmarks/fuzz.py``
+larger ones; damaged orchestrator schedules are :mod:`tb.suites.fuzz_schedule`, the IP's
+AXI4-Lite registers :mod:`tb.suites.fuzz_axi`.
 """
 
 import random
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib import data
 from rdu.bitstream import BitstreamError, Geometry, payload_crc, read_bitstream, write_bitstream
+from rdu.compiler.families.attention import ATTENTION
+from rdu.compiler.families.matmul import MATMUL
+from rdu.compiler.families.mlp import MLP
+from rdu.compiler.families.rows import ROWS
 from rdu.frontend import gemm
+from rdu.frontend.kernels import KERNELS
+from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry
 from rdu.models.machine import FunctionalMachine
 from rdu.models.shared import CommandError, LoaderError, ModelDeadlock, ModelError, UnitError
@@ -25,7 +33,9 @@ from rdu.sim.memory_system import FaultInjector
 
 __all__ = ["GEOMETRY", "SHAPES", "leaves", "flip_fix_crc", "mutate", "base_programs",
            "fuzz_programs", "verdict", "run_rtl", "ACCEPTED",
-           "model_outcome", "rtl_outcome", "run_cases", "OUTCOMES", "CORRESPONDING"]
+           "model_outcome", "rtl_outcome", "run_cases", "OUTCOMES", "CORRESPONDING",
+           "FuzzTarget", "TARGETS", "SMALL_MACHINE", "KERNEL_MACHINE", "select_targets",
+           "damaged_programs", "STOPS"]
 
 #: The fuzzed machine: 2x2 (PCU, PMU checkerboard), 4 lanes, 16 KiB PMUs.
 GEOMETRY = ArrayGeometry(2, 2, 4, pmu_words=4096)
@@ -33,11 +43,14 @@ SHAPES = ((4, 4, 8), (5, 7, 9))
 #: Outcome names shared by both sides (the model's error classes map onto them).
 OUTCOMES = ("outputs", "loader", "unit_error", "agcu_error", "deadlock", "hw_watchdog",
             "host_watchdog", "no_end", "other")
+#: (Orchestrator schedules, :mod:`tb.suites.fuzz_schedule`, add ``request``: the
+#: orchestrator refused a command, and ``stuck``: an AGCU busy at start.)
 #: The RTL outcomes that correspond to a model outcome (the model's deadlock is the
 #: array's watchdog; a run the model stops after ``max_items`` never ends on the RTL).
 CORRESPONDING = {"outputs": {"outputs"}, "loader": {"loader"},
                  "unit_error": {"unit_error"}, "agcu_error": {"agcu_error"},
-                 "deadlock": {"hw_watchdog"}, "no_end": {"host_watchdog", "hw_watchdog"}}
+                 "deadlock": {"hw_watchdog"}, "no_end": {"host_watchdog", "hw_watchdog"},
+                 "request": {"request"}, "stuck": {"stuck"}}
 
 
 def leaves(shape, base=0):
@@ -108,23 +121,95 @@ def base_programs(seed, shapes=SHAPES):
 def fuzz_programs(count, seed, shapes=SHAPES):
     """``count`` programs ``fuzz<i>``: the :func:`base_programs` in turn (``meta["base"]``
     is the index), bitstreams damaged by :func:`mutate` (seeded)."""
+    return damaged_programs(base_programs(seed, shapes), count, seed)
+
+
+def damaged_programs(bases, count, seed, prefix="fuzz"):
+    """``count`` programs ``<prefix><i>``: the undamaged ``bases`` (one machine) in turn
+    (``meta["base"]`` is the index), bitstreams damaged by :func:`mutate` (seeded)."""
     rng = random.Random(seed)
-    bases = base_programs(seed, shapes)
     machine = bases[0].machine
     layouts = FunctionalMachine(machine).array.layouts
     field_leaves = {kind: list(leaves(data.Layout.cast(layout)))
                     for kind, layout in layouts.items()}
-    geometry = Geometry(GEOMETRY.rows, GEOMETRY.cols, GEOMETRY.lanes)
+    geometry = Geometry(machine.rows, machine.cols, machine.lanes)
     programs = []
     for index in range(count):
         base = bases[index % len(bases)]
         programs.append(Program(
-            name=f"fuzz{index}", machine=base.machine,
+            name=f"{prefix}{index}", machine=base.machine,
             bitstream=mutate(rng, base.bitstream, field_leaves, geometry),
             bitstream_address=base.bitstream_address, inputs=dict(base.inputs),
             outputs=dict(base.outputs), execute=list(base.execute),
             meta={**base.meta, "base": index % len(bases)}))
     return programs
+
+
+# -- the fuzzed kernels of every family -----------------------------------------------------
+
+#: The 2x2 PCU/PMU machine of :data:`GEOMETRY` (two AGCUs): the GEMM campaign's.
+SMALL_MACHINE = Machine(GEOMETRY.rows, GEOMETRY.cols, GEOMETRY.lanes, pmu_bytes=16384)
+#: The default 4x4 machine with four AGCUs: what the fused attention and MLP kernels need
+#: (``KERNELS["attention"].machine``; the Verilator build of the attention tests).
+KERNEL_MACHINE = Machine(**KERNELS["attention"].machine)
+
+
+@dataclass(frozen=True)
+class FuzzTarget:
+    """What one campaign damages: kernel ``kernel`` (a :data:`KERNELS` name) compiled for
+    ``machine`` at each shape of ``shapes`` (keyword dicts), undamaged inputs of the
+    seed; ``family``: the kernel family object its programs belong to (checked)."""
+    name: str
+    family: object
+    kernel: str
+    machine: Machine
+    shapes: tuple = field(default_factory=tuple)
+
+    def bases(self, seed):
+        """The undamaged programs (inputs of ``seed + index`` packed)."""
+        kernel = KERNELS[self.kernel]
+        programs = []
+        for index, shape in enumerate(self.shapes):
+            program, _ = kernel.random_program(self.machine, seed + index, **shape)
+            if program.meta["group"] != self.family.name:
+                raise ValueError(f"{self.name}: {program.name} is of family "
+                                 f"{program.meta['group']}, not {self.family.name}")
+            programs.append(program)
+        return programs
+
+    def programs(self, count, seed):
+        """``count`` damaged programs ``<name><i>`` (:func:`damaged_programs`)."""
+        return damaged_programs(self.bases(seed), count, seed, prefix=self.name)
+
+
+#: Every fuzzed kernel: each family's kernels at small shapes (GEMM and linear-relu on
+#: the 2x2 machine, the fused row, MLP and attention kernels on the 4x4 one).
+TARGETS = (
+    FuzzTarget("gemm", MATMUL, "gemm", SMALL_MACHINE,
+               tuple(dict(m=m, n=n, k=k) for m, n, k in SHAPES)),
+    FuzzTarget("linear_relu", MATMUL, "linear_relu", SMALL_MACHINE,
+               (dict(m=4, n=4, k=8), dict(m=5, n=6, k=9))),
+    FuzzTarget("softmax", ROWS, "softmax", KERNEL_MACHINE,
+               (dict(m=3, n=16), dict(m=2, n=32))),
+    FuzzTarget("mlp", MLP, "mlp", KERNEL_MACHINE, (dict(m=2, d=16, f=32),)),
+    FuzzTarget("attention_decode", ATTENTION, "attention", KERNEL_MACHINE,
+               (dict(seq=8, dim=16, heads=2, kv_heads=1),
+                dict(seq=13, dim=16, heads=1, kv_heads=1))),
+    FuzzTarget("attention_prefill", ATTENTION, "attention", KERNEL_MACHINE,
+               (dict(mode="prefill", seq=8, dim=16, heads=1, kv_heads=1),
+                dict(mode="prefill", seq=6, dim=16, heads=2, kv_heads=1, causal=True))),
+)
+
+
+def select_targets(name, families):
+    """The :data:`TARGETS` a ``--family`` choice names: ``"all"``, a target's own name, or
+    a registered family's name (``families``: :data:`rdu.compiler.families.FAMILIES`;
+    the targets whose family is that object)."""
+    chosen = [target for target in TARGETS if name in ("all", target.name)]
+    for family in families:
+        if family.name == name:
+            chosen = [target for target in TARGETS if target.family is family]
+    return chosen
 
 
 def model_outcome(program, max_items=200_000):
@@ -177,29 +262,35 @@ def verdict(program, model, result):
     return "stop" if result["outcome"] in STOPS else "OTHER"
 
 
-def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=None):
+def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=None,
+            native=False, timeout=6000):
     """Run ``programs`` in one Verilator simulation (:func:`run_cases`) and compare each
     with its model outcome (``models``). A case whose outputs differ is run again alone
     in a fresh simulation: the PMU SRAM is not cleared by reset, and a damaged read
     pattern that reads words this program never wrote sees the previous case's data
     where the model (a fresh machine) sees zeroes; equal outputs then give ``"equal on
-    fresh SRAM"``. Returns ``(results, verdicts, stats)``."""
+    fresh SRAM"``. ``native``: on the native runner (:mod:`rdu.sim.native`; no
+    ``faults``) instead of cocotb; ``timeout``: the host's watchdog of each launch in
+    cycles. Returns ``(results, verdicts, stats)``."""
     from pathlib import Path
 
+    from rdu.sim.native import run_native
     from rdu.sim.runner import run_verilator
+    run = run_native if native else run_verilator
     work_dir = Path(work_dir)
     dirs = [str(program.save(work_dir / program.name)) for program in programs]
-    stats = run_verilator(built, run_cases, work_dir / "run", seed=seed, watchdog=10**9,
-                          program_dirs=dirs, perf_counters=perf_counters, faults=faults)
+    stats = run(built, run_cases, work_dir / "run", seed=seed, watchdog=10**9,
+                program_dirs=dirs, perf_counters=perf_counters, faults=faults,
+                case_timeout=timeout)
     results = stats.result
     verdicts = []
     for index, (program, model, result) in enumerate(zip(programs, models, results,
                                                          strict=True)):
         found = verdict(program, model, result) if model is not None else None
         if found == "DIFFERENT":
-            alone = run_verilator(built, run_cases, work_dir / f"alone_{program.name}",
-                                  seed=seed, watchdog=10**9, program_dirs=[dirs[index]],
-                                  perf_counters=perf_counters).result[0]
+            alone = run(built, run_cases, work_dir / f"alone_{program.name}", seed=seed,
+                        watchdog=10**9, program_dirs=[dirs[index]],
+                        perf_counters=perf_counters, case_timeout=timeout).result[0]
             if verdict(program, model, alone) == "equal":
                 found = "equal on fresh SRAM"
         verdicts.append(found)
@@ -218,12 +309,14 @@ def rtl_outcome(message):
 
 
 async def run_cases(bench, program_dirs, *, timeout=6000, watchdog_cycles=1500,
-                    faults=None, perf_counters=None, load_timeout=20_000):
+                    faults=None, perf_counters=None, load_timeout=20_000, case_timeout=None):
     """Bench body: run the saved programs one after the other on one system, each from a
     clean machine (memory zeroed, system reset after every case) and catch each
     :class:`RunError`. ``faults`` is ``None`` or one fault specification (or ``None``)
-    per program. Returns one ``{"outcome", "message"}`` or ``{"outcome": "outputs",
+    per program; ``case_timeout`` (when given) replaces ``timeout`` (the runners take
+    ``timeout`` for themselves). Returns one ``{"outcome", "message"}`` or ``{"outcome": "outputs",
     "outputs", "cycles"}`` per program."""
+    timeout = case_timeout or timeout
     programs = [Program.load(directory) for directory in program_dirs]
     driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters)
     results = []
