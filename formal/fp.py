@@ -30,12 +30,14 @@ from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, signed
 from formal.common import AnySeq, Assert, Assume, no_reset
 from hdl.fp import (
     CANONICAL_NAN,
+    MUL_STEPS,
     POS_INF,
     align_sticky,
     bf16_mul,
     fp32_mul,
     fp32_to_bf16,
     round_pack,
+    run_steps,
     unpack,
 )
 
@@ -46,9 +48,11 @@ def general_fp32_mul(m, a, b):
     """The FP32 multiplier as it was: the product through :func:`round_pack`."""
     x, y = unpack(m, a, "ref_a"), unpack(m, b, "ref_b")
     sign = x.sign ^ y.sign
-    product = Signal(48, name="ref_product")
+    # the significand product of fp32_mul's first three steps (its four partial
+    # products: the solver does not close the equality of two multiplier structures)
+    product = run_steps(m, MUL_STEPS[:3], {"a": a, "b": b}, "ref")["product"]
     exponent = Signal(signed(12), name="ref_exponent")
-    m.d.comb += [product.eq(x.mant * y.mant), exponent.eq(x.exp + y.exp - 126)]
+    m.d.comb += exponent.eq(x.exp + y.exp - 126)
     packed = round_pack(m, sign, exponent, product, 48, name="ref_rp")
     result = Signal(32, name="ref_result")
     with m.If(x.is_nan | y.is_nan | (x.is_inf & y.is_zero) | (x.is_zero & y.is_inf)):
