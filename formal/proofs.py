@@ -7,7 +7,13 @@ machine with z3; ``docs/formal.md`` lists them with the measured times.
 from formal.agcu import AGCUHarness, BurstGeneratorHarness
 from formal.driver import Proof
 from formal.fifo import FIFOHarness
-from formal.fp import AlignHarness, BF16ProductHarness, BF16RoundHarness, FP32ProductHarness
+from formal.fp import (
+    AlignHarness,
+    BF16ProductHarness,
+    BF16RoundHarness,
+    FP32ProductHarness,
+    PipelineHarness,
+)
 from formal.mutants import (
     BufferGatedReadAGCU,
     DroppingFIFO,
@@ -20,6 +26,7 @@ from formal.mutants import (
 )
 from formal.pmu import AddressGeneratorHarness
 from formal.switch import SwitchNetworkHarness
+from hdl.fp_latency import DEFAULT_LATENCY, FPKind
 
 __all__ = ["AGCU_GENERATOR", "AGCU_SMALL", "MERGE_CONFIG", "PROOFS", "by_name"]
 
@@ -169,6 +176,16 @@ PROOFS = [
     Proof("bf16_product_broken", lambda: BF16ProductHarness(broken=True), mode="bmc",
           depth=1, quick=True, expect="fail", fails_with="bf16_mul differs from fp32_mul",
           summary="mutant: a BF16 product that does not flush results below 2**-126"),
+    *[Proof(f"fp_pipelined_{kind.value}", lambda kind=kind: PipelineHarness(kind),
+            mode="prove", depth=DEFAULT_LATENCY[kind] + 1,
+            summary=f"hdl.fp_pipelined's {kind.value} at its default latency L = "
+                    f"{DEFAULT_LATENCY[kind]}: o on cycle t + L is the combinational "
+                    f"operator of i on cycle t, o.valid is i.valid of cycle t, every input")
+      for kind in FPKind],
+    Proof("fp_pipelined_add_skewed", lambda: PipelineHarness(FPKind.ADD, broken=True),
+          mode="bmc", depth=DEFAULT_LATENCY[FPKind.ADD] + 1, quick=True, expect="fail",
+          fails_with="pipelined result differs from the combinational operator",
+          summary="mutant: a pipelined adder whose NaN flag skips its first register"),
 ]
 
 

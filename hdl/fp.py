@@ -225,7 +225,8 @@ def round_pack(m, sign, exponent, mant, width, precision=24, name="rp"):
 
 def step_product_bits(m, s, name):
     """Rounding of a 48-bit ``product`` that is 0 or has its MSB at bit 47 or 46: the
-    24 bits ``kept``, ``high`` (MSB at 47) and whether to round up."""
+    24 bits ``kept``, ``high`` (MSB at 47) and whether to round up; ``zero`` (a zero
+    result) is ``product == 0`` unless the bundle has it."""
     product = s["product"]
     high = product[47]
     kept = Signal(24, name=f"{name}_kept")
@@ -237,7 +238,8 @@ def step_product_bits(m, s, name):
         sticky.eq(Mux(high, product[:23] != 0, product[:22] != 0)),
     ]
     return {**keep(s, "sign", "exponent", *SPECIALS), "high": high, "kept": kept,
-            "round_up": guard & (sticky | kept[0]), "zero": product == 0}
+            "round_up": guard & (sticky | kept[0]),
+            "zero": s["zero"] if "zero" in s else product == 0}
 
 
 def step_product_round(m, s, name):
@@ -282,7 +284,10 @@ def step_add_order(m, s, name):
     """Addition 1: unpack ``a`` and ``b``, which is larger in magnitude, special results."""
     x, y = unpack(m, s["a"], f"{name}_a"), unpack(m, s["b"], f"{name}_b")
     swap = Signal(name=f"{name}_swap")
-    m.d.comb += swap.eq(y.magnitude > x.magnitude)
+    # the raw words' magnitudes, not the DAZ-ed ones (no zeroing before the comparator):
+    # they differ only when both exponent fields are 0, and then both significands are
+    # 0 and the sum is a zero of sign both_negative, whichever is taken as the larger
+    m.d.comb += swap.eq(s["b"][:31] > s["a"][:31])
     return {"swap": swap, "x_sign": x.sign, "x_exp": x.exp, "x_mant": x.mant,
             "y_sign": y.sign, "y_exp": y.exp, "y_mant": y.mant,
             # an exact zero is -0 only if both operands are -0 (round to nearest)
@@ -345,22 +350,26 @@ PRODUCT_SPLIT = 18
 
 def step_mul_partial(m, s, name):
     """Multiplication 1: unpack, the four partial products of the 24-bit significands
-    (18 x 18, 18 x 6, 6 x 18, 6 x 6), the exponent sum, the special results."""
+    (18 x 18, 18 x 6, 6 x 18, 6 x 6), the exponent sum, the special results.
+
+    The significands go to the multipliers as ``1.frac`` without DAZ's zeroing (no logic
+    before them); a zero operand sets ``zero`` instead, which makes the result a zero."""
     x, y = unpack(m, s["a"], f"{name}_a"), unpack(m, s["b"], f"{name}_b")
+    a_mant, b_mant = Cat(s["a"][:23], Const(1, 1)), Cat(s["b"][:23], Const(1, 1))
     lo = PRODUCT_SPLIT
     sign = Signal(name=f"{name}_sign")
     exponent = Signal(signed(12), name=f"{name}_exponent")
     m.d.comb += [sign.eq(x.sign ^ y.sign), exponent.eq(x.exp + y.exp - 126)]
-    return {"sign": sign, "exponent": exponent,
-            "pp_ll": x.mant[:lo] * y.mant[:lo], "pp_lh": x.mant[:lo] * y.mant[lo:],
-            "pp_hl": x.mant[lo:] * y.mant[:lo], "pp_hh": x.mant[lo:] * y.mant[lo:],
+    return {"sign": sign, "exponent": exponent, "zero": x.is_zero | y.is_zero,
+            "pp_ll": a_mant[:lo] * b_mant[:lo], "pp_lh": a_mant[:lo] * b_mant[lo:],
+            "pp_hl": a_mant[lo:] * b_mant[:lo], "pp_hh": a_mant[lo:] * b_mant[lo:],
             "nan": x.is_nan | y.is_nan | (x.is_inf & y.is_zero) | (x.is_zero & y.is_inf),
             "inf": x.is_inf | y.is_inf, "inf_sign": sign}
 
 
 def step_mul_middle(m, s, name):
     """Multiplication 2: the sum of the two middle partial products."""
-    return {**keep(s, "sign", "exponent", "pp_ll", "pp_hh", *SPECIALS),
+    return {**keep(s, "sign", "exponent", "zero", "pp_ll", "pp_hh", *SPECIALS),
             "pp_mid": s["pp_lh"] + s["pp_hl"]}
 
 
@@ -369,7 +378,7 @@ def step_mul_sum(m, s, name):
     not overlap: they are concatenated, the middle sum added at bit 18)."""
     product = Signal(48, name=f"{name}_product")
     m.d.comb += product.eq(Cat(s["pp_ll"], s["pp_hh"]) + (s["pp_mid"] << PRODUCT_SPLIT))
-    return {**keep(s, "sign", "exponent", *SPECIALS), "product": product}
+    return {**keep(s, "sign", "exponent", "zero", *SPECIALS), "product": product}
 
 
 #: :func:`fp32_mul` step by step: partial products | middle sum | product | rounding

@@ -30,7 +30,7 @@ class FPKind(enum.Enum):
     BF16_MUL = "bf16_mul"       #: BF16 x BF16 -> FP32 (exact), the systolic MAC's product
 
 
-_MUL, _ADD = 4, 6
+_MUL, _ADD = 4, 7
 
 #: Register stages of each kind of operator (``MADD``: the multiplier's then the adder's).
 DEFAULT_LATENCY = {

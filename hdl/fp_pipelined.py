@@ -60,13 +60,17 @@ class StagePipeline:
         m.d.sync += reg.eq(value)
         return reg
 
+    def register_bundle(self, m, bundle, number, name):
+        """The registers after step ``number``: one per value of ``bundle``."""
+        return {key: self.register(m, value, f"{name}_s{number}_{key}")
+                for key, value in bundle.items()}
+
     def build(self, m, bundle, valid, name):
         """Returns ``(last step's dict, valid)``, both ``len(cuts)`` cycles late."""
         for number, step in enumerate(self.steps, 1):
             bundle = step(m, bundle, name)
             if number in self.cuts:
-                bundle = {key: self.register(m, value, f"{name}_s{number}_{key}")
-                          for key, value in bundle.items()}
+                bundle = self.register_bundle(m, bundle, number, name)
                 delayed = Signal(name=f"{name}_s{number}_valid")
                 m.d.sync += delayed.eq(valid)
                 valid = delayed
@@ -148,7 +152,7 @@ class PipelinedFP32Add(PipelinedOperator):
     STEPS = ADD_STEPS
     OPERANDS = {"a": 32, "b": 32}
     CUTS = {1: (8,), 2: (4, 8), 3: (3, 6, 8), 4: (2, 4, 6, 8), 5: (2, 3, 4, 6, 8),
-            6: (1, 2, 3, 4, 6, 8), 7: (1, 2, 3, 4, 5, 6, 8), 8: (1, 2, 3, 4, 5, 6, 7, 8)}
+            6: (2, 3, 4, 6, 7, 8), 7: (1, 2, 3, 4, 6, 7, 8), 8: (1, 2, 3, 4, 5, 6, 7, 8)}
 
 
 class PipelinedFP32Mul(PipelinedOperator):
@@ -163,19 +167,24 @@ class PipelinedFP32Mul(PipelinedOperator):
 
 
 class PipelinedFP32Compare(PipelinedOperator):
-    """FP32 ``max``, ``min``, ``lt``, ``le``, ``eq`` of ``a`` and ``b`` at once
+    """FP32 ``max``, ``min``, ``<``, ``<=``, ``==`` of ``a`` and ``b`` at once
     (:func:`hdl.fp.fp32_max`, ``fp32_min``, ``fp32_compare``) in up to 2 stages: order |
-    select. ``o.payload`` is a struct of the five."""
+    select. ``o.payload`` is a struct of the five: ``max``, ``min`` (32 bits), ``less``,
+    ``less_equal``, ``equal`` (1 bit)."""
     KIND = FPKind.COMPARE
     STEPS = COMPARE_STEPS
     OPERANDS = {"a": 32, "b": 32}
-    RESULTS = {"max": 32, "min": 32, "lt": 1, "le": 1, "eq": 1}
+    #: payload field: (the step's key, width)
+    RESULTS = {"max": ("max", 32), "min": ("min", 32), "less": ("lt", 1),
+               "less_equal": ("le", 1), "equal": ("eq", 1)}
 
     def result_shape(self):
-        return data.StructLayout({key: unsigned(w) for key, w in self.RESULTS.items()})
+        return data.StructLayout({field: unsigned(width)
+                                  for field, (_, width) in self.RESULTS.items()})
 
     def connect_result(self, m, out):
-        m.d.comb += [self.o.payload[key].eq(out[key]) for key in self.RESULTS]
+        m.d.comb += [self.o.payload[field].eq(out[key])
+                     for field, (key, _) in self.RESULTS.items()]
 
 
 class PipelinedFP32ToBF16(PipelinedOperator):
