@@ -2,9 +2,11 @@
 
 The functions here build combinational logic into a module ``m`` and return a
 32-bit ``Signal``; each operator is a list of steps (``ADD_STEPS``, ``MUL_STEPS``, ...)
-that the function runs back to back and :mod:`hdl.fp_pipelined` separates by registers; :class:`FPALU` puts them behind an operation code, and
-:class:`FPLanes` is a streamed, one-register-stage array of ALUs (the building block
-of a SIMD stage, and the unit the randomised bit-exact tests drive).
+that the function runs back to back and :mod:`hdl.fp_pipelined` separates by
+registers (the latencies: :mod:`hdl.fp_latency`); :class:`FPALU` puts the functions
+behind an operation code, and :class:`FPLanes` is a streamed, one-register-stage array
+of ALUs (the building block of a SIMD stage, and the unit the randomised bit-exact tests
+drive).
 
 Number policy (identical in :mod:`rdu.models.fp`, described in ``docs/pcu.md``):
 denormal inputs are read as zero (DAZ), results whose rounded magnitude is below
@@ -401,8 +403,11 @@ def fp32_mul(m, a, b, name="mul"):
 
 # -- comparisons, minimum and maximum: 2 steps -------------------------------------------------
 
-def _ordered_less(m, x, y, name):
-    """``x < y`` for non-NaN DAZ-ed operands, with -0 == +0."""
+def _ordered_less(m, a, b, x, y, name):
+    """``x < y`` for the non-NaN DAZ-ed operands ``x``, ``y`` of the words ``a``, ``b``,
+    with -0 == +0. The magnitudes compared are the raw words' (no zeroing before the
+    comparators): they differ from the DAZ-ed ones only when an exponent field is 0,
+    and then the order is the same unless both are, which is the case of two zeros."""
     less = Signal(name=name)
     both_zero = x.is_zero & y.is_zero
     with m.If(both_zero):
@@ -410,9 +415,9 @@ def _ordered_less(m, x, y, name):
     with m.Elif(x.sign != y.sign):
         m.d.comb += less.eq(x.sign)
     with m.Elif(x.sign):
-        m.d.comb += less.eq(x.magnitude > y.magnitude)
+        m.d.comb += less.eq(a[:31] > b[:31])
     with m.Else():
-        m.d.comb += less.eq(x.magnitude < y.magnitude)
+        m.d.comb += less.eq(a[:31] < b[:31])
     return less
 
 
@@ -423,9 +428,11 @@ def _daz_word(x):
 def step_compare_order(m, s, name):
     """Comparison 1: unpack ``a`` and ``b``, ``less`` and ``equal`` (-0 == +0), NaN."""
     x, y = unpack(m, s["a"], f"{name}_a"), unpack(m, s["b"], f"{name}_b")
-    less = _ordered_less(m, x, y, f"{name}_less")
+    less = _ordered_less(m, s["a"], s["b"], x, y, f"{name}_less")
     equal = Signal(name=f"{name}_equal")
-    m.d.comb += equal.eq((x.is_zero & y.is_zero) | (_daz_word(x) == _daz_word(y)))
+    # raw words: unequal DAZ-ed words are unequal raw ones, equal raw ones equal DAZ-ed
+    # ones, and equal DAZ-ed words from unequal raw ones are two zeros
+    m.d.comb += equal.eq((x.is_zero & y.is_zero) | (s["a"] == s["b"]))
     return {"x": _daz_word(x), "y": _daz_word(y), "x_sign": x.sign, "y_sign": y.sign,
             "both_zero": x.is_zero & y.is_zero, "less": less, "equal": equal,
             "nan": x.is_nan | y.is_nan}
