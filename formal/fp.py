@@ -27,8 +27,9 @@ normalising, gives the same 32 bits as :func:`hdl.fp.round_pack` at precision 8;
 ``PipelineHarness``: each pipelined operator of :mod:`hdl.fp_pipelined` at its default
 latency ``L`` gives, on cycle ``t + L``, the result of the combinational operator of
 :mod:`hdl.fp` on the operands of cycle ``t``, and ``o.valid`` is ``i.valid`` of cycle
-``t``, for every input sequence (k-induction of depth ``L + 1``: the pipeline holds no
-state older than ``L`` cycles); ``broken=True``: one value skips its first register.
+``t``, for every input sequence (BMC of depth ``L + 1`` from reset: the pipeline has no
+feedback, so its result on cycle ``L`` depends on the operands of cycle 0 alone, as on
+cycle ``t + L`` on those of ``t``); ``broken=True``: one value skips its first register.
 """
 
 from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, Value, signed

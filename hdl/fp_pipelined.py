@@ -220,8 +220,7 @@ class PipelinedFP32MultiplyAdd(PipelinedOperator):
     latency : int or None
         The whole latency (default :data:`~hdl.fp_latency.DEFAULT_LATENCY` of ``MADD``).
     mul_latency : int or None
-        The multiplier's share (default: its kind's default, within what ``latency``
-        leaves).
+        The multiplier's share (default :meth:`default_mul_latency`).
     """
     KIND = FPKind.MADD
     STEPS = MUL_STEPS + ADD_STEPS
@@ -231,12 +230,28 @@ class PipelinedFP32MultiplyAdd(PipelinedOperator):
         if latency is None:
             latency = DEFAULT_LATENCY[self.KIND]
         check_int("latency", latency, 0, self.max_latency())
-        low = max(0, latency - PipelinedFP32Add.max_latency())
         if mul_latency is None:
-            mul_latency = max(low, min(DEFAULT_LATENCY[FPKind.MUL], latency))
-        check_int("mul_latency", mul_latency, low, min(latency, PipelinedFP32Mul.max_latency()))
+            mul_latency = self.default_mul_latency(latency)
+        check_int("mul_latency", mul_latency, max(0, latency - PipelinedFP32Add.max_latency()),
+                  min(latency, PipelinedFP32Mul.max_latency()))
         self._mul_latency = mul_latency
         super().__init__(latency)
+
+    @staticmethod
+    def default_mul_latency(latency):
+        """The multiplier's default share of ``latency``: its kind's default, but at
+        least one stage left to the adder (the result registered), and no more left to it
+        than its 8 steps take."""
+        low = max(0, latency - PipelinedFP32Add.max_latency())
+        return max(low, min(DEFAULT_LATENCY[FPKind.MUL], latency - 1))
+
+    @classmethod
+    def cuts(cls, latency, mul_latency=None):
+        """The step numbers (of ``MUL_STEPS + ADD_STEPS``) followed by a register."""
+        if mul_latency is None:
+            mul_latency = cls.default_mul_latency(latency)
+        return PipelinedFP32Mul.cuts(mul_latency) + tuple(
+            len(MUL_STEPS) + cut for cut in PipelinedFP32Add.cuts(latency - mul_latency))
 
     def elaborate(self, platform):
         m = Module()

@@ -4,8 +4,6 @@ cycles after its operands, and equals both the combinational operator of hdl.fp 
 same operands, in the same simulation) and the reference model rdu.models.fp. The
 argument checks, the latency table (hdl.fp_latency) and the register placement."""
 
-from collections import deque
-
 import numpy as np
 import pytest
 from amaranth import Elaboratable, Module, Value
@@ -141,6 +139,7 @@ def test_register_placement():
             if latency:
                 assert max(cuts) == len(cls.STEPS), (kind, latency)
     assert PipelinedFP32Mul.cuts(2) == (1, 6)      # partial products registered
+    assert PipelinedFP32MultiplyAdd.cuts(11) == (1, 3, 5, 6, 7, 8, 9, 10, 12, 13, 14)
     assert spread_cuts(8, 3) == (3, 6, 8) and spread_cuts(2, 2) == (1, 2)
 
 
