@@ -5,7 +5,8 @@ command line runs and checks against onnxruntime (:mod:`rdu.onnx.kernel`).
 ``onnx`` and ``onnxruntime`` are imported when a model is read, not with this package.
 """
 
-from .importer import OnnxImportError, import_model
+from .importer import import_model
 from .kernel import KERNEL_NAME, OnnxKernel, onnx_kernel
+from .values import OnnxImportError
 
 __all__ = ["OnnxImportError", "import_model", "OnnxKernel", "onnx_kernel", "KERNEL_NAME"]

@@ -16,7 +16,8 @@ import numpy as np
 from ..frontend.kernels import Kernel, KernelInputError, to_bf16_words
 from ..models import pcu_reference as pcu_model
 from ..models import reference
-from .importer import core_shape, import_model
+from .importer import import_model
+from .values import core_shape
 
 __all__ = ["OnnxKernel", "onnx_kernel", "KERNEL_NAME", "onnxruntime_outputs", "compare",
            "rounded_model"]

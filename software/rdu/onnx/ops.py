@@ -11,7 +11,7 @@ Concat, Constant arithmetic) costs nothing on the machine.
 import numpy as np
 
 from ..frontend.graph import exp, matmul, reciprocal, relu
-from .importer import Const, Value, core_shape
+from .values import Const, Value, core_shape
 
 __all__ = ["CONVERTERS", "FOLDS", "ATTRIBUTES", "convert_node", "supported_operators"]
 
