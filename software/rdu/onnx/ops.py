@@ -268,6 +268,11 @@ def convert_unsqueeze(imp, node, attrs, x, axes=None):
     return [_relayout(imp, x, shape)]
 
 
+def convert_shape(imp, node, attrs, x):
+    """The ONNX shape of a tensor, a constant (shapes are static)."""
+    return [Const(_fold_shape(attrs, np.empty(x.shape, np.int8)), None, node.output[0])]
+
+
 def convert_constant(imp, node, attrs):
     from onnx import numpy_helper
     if "value" in attrs:
@@ -364,7 +369,7 @@ CONVERTERS = {
     "ReduceSum": convert_reduce_sum, "ReduceMean": convert_reduce_mean,
     "Transpose": convert_transpose, "Reshape": convert_reshape,
     "Squeeze": convert_squeeze, "Unsqueeze": convert_unsqueeze,
-    "Constant": convert_constant,
+    "Constant": convert_constant, "Shape": convert_shape,
 }
 
 #: The attributes each operator may carry (any other is refused).
@@ -405,7 +410,7 @@ def convert_node(imp, node):
         imp.fail(f"operator domain {node.domain!r}", "the default ONNX domain")
     if node.op_type not in CONVERTERS and node.op_type not in FOLDS:
         imp.fail(f"operator {node.op_type} is not supported",
-                 ", ".join(supported_operators()) + " (and Shape, Gather, Concat of "
+                 ", ".join(supported_operators()) + " (and Gather, Concat of "
                  "constants)")
     attrs = _attrs(node)
     allowed = ATTRIBUTES.get(node.op_type, ())
