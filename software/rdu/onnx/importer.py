@@ -38,7 +38,7 @@ def load_model(source):
         try:
             model = onnx.load(str(path))
         except FileNotFoundError:
-            raise OnnxImportError(f"{path}: no such file") from None
+            raise OnnxImportError(f"{source}: no such file") from None
         except Exception as error:      # a protobuf DecodeError and the like
             raise OnnxImportError(f"{path}: not an ONNX model ({error})") from None
         return model, path.name
@@ -211,10 +211,14 @@ def import_model(source):
         name = importer.fresh(info.name)
         tensor = importer.call(importer.graph.input, name, core_shape(shape, keep=2))
         importer.values[info.name] = Value(tensor, shape)
+        tensor.node.where = f"{label}: input {info.name}"
         data[name], shapes[name], elems[name] = info.name, shape, elem
     for node in graph.node:
         importer.node = node
+        first = len(importer.graph.nodes)
         convert_node(importer, node)
+        for created in importer.graph.nodes[first:]:     # the compiler's errors name it
+            created.where = f"{label}: node {node.name or node.output[0]} ({node.op_type})"
     importer.node = None
     outputs = {}
     for info in graph.output:
