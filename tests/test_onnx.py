@@ -97,6 +97,20 @@ def mlp_model(m=8, d=32, f=64):
                        initializer(rng, "w2", (f, d), 0.2)])
 
 
+def half_weights_model(m=8, k=32, n=16):
+    """``x W + b`` with W a float16 and b a bfloat16 initializer, each cast to float
+    (a widening: the machine holds them as BF16 and onnxruntime gets them so)."""
+    import ml_dtypes
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float16), "w")
+    b = numpy_helper.from_array(rng.standard_normal(n).astype(ml_dtypes.bfloat16), "b")
+    nodes = [helper.make_node("Cast", ["w"], ["w32"], name="w_float", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["b"], ["b32"], name="b_float", to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["x", "w32"], ["h"], name="matmul"),
+             helper.make_node("Add", ["h", "b32"], ["y"], name="bias")]
+    return make_model(nodes, [info("x", [1, m, k])], [info("y", [1, m, n])], [w, b])
+
+
 def folded_shape_model(m=4, n=16):
     """Softmax of ``x`` reshaped by a shape computed from ``Shape`` (folded at import)."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
@@ -126,8 +140,10 @@ def run_on_model(model, seed=3):
     (inverse_square_model, "rows"),
     (mlp_model, "mlp"),
     (folded_shape_model, "rows"),
+    (half_weights_model, "matmul"),
 ], ids=["linear_relu", "softmax", "softmax_decomposed_opset17",
-        "softmax_decomposed_opset18", "inverse_square", "mlp_silu", "folded_shape"])
+        "softmax_decomposed_opset18", "inverse_square", "mlp_silu", "folded_shape",
+        "half_weights"])
 def test_model_runs_and_agrees_with_onnxruntime(build, family):
     """Each model compiles into its family, runs bit-exact and within the float64
     budget, and agrees with onnxruntime within twice that budget."""
@@ -224,6 +240,10 @@ def test_cli_run_with_input_file_and_program_file(tmp_path, capsys):
     np.save(tmp_path / "bad.npy", np.zeros((4, 31), np.float32))
     assert main(["run", str(path), "--input", f"x={tmp_path / 'bad.npy'}"]) == 2
     assert "shape (4, 31), the model takes x as (1, 4, 32)" in capsys.readouterr().err
+    assert main(["run", "softmax", "--m", "4", "--n", "32", "--input",
+                 f"x={tmp_path / 'x.npy'}"]) == 2
+    assert "--input NAME=FILE.npy gives an ONNX model's inputs; softmax takes --x X.npy" \
+        in capsys.readouterr().err
 
 
 def test_cli_native_run(tmp_path, capsys):

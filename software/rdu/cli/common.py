@@ -208,6 +208,10 @@ def kernel_params(args, kernel, arrays):
 
 def _user_arrays(args, kernel, arrays, sources):
     """Read the kernel's input arrays the options name into ``arrays``, with where from."""
+    if getattr(args, "input", None):
+        raise CommandError(f"--input NAME=FILE.npy gives an ONNX model's inputs; "
+                           f"{kernel.name} takes "
+                           f"{' '.join(f'--{t} {t.upper()}.npy' for t in kernel.inputs)}")
     for tensor in kernel.inputs:
         path = getattr(args, tensor, None)
         if path:

@@ -355,6 +355,8 @@ FOLDS = {
     "ReduceMean": _fold_reduce(np.mean),
 }
 
+_FLOAT = 1       # onnx.TensorProto.FLOAT (a cast to it widens: the values stay)
+
 #: Operators that keep a constant's values as they are (only moved): the weight they
 #: become is still the initializer's values, rounded to BF16 on the machine.
 RELAYOUTS = ("Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze")
@@ -400,7 +402,8 @@ def _fold(imp, node, attrs, values):
         imp.fail(f"cannot fold constants ({error})")
     if np.asarray(result).dtype.kind == "f" or np.asarray(result).dtype.name == "bfloat16":
         result = np.asarray(result, np.float32)
-    origin = values[0].origin if node.op_type in RELAYOUTS else None
+    widening = node.op_type == "Cast" and attrs["to"] == _FLOAT
+    origin = values[0].origin if node.op_type in RELAYOUTS or widening else None
     return [Const(np.asarray(result), origin, node.output[0])]
 
 
