@@ -111,6 +111,27 @@ def half_weights_model(m=8, k=32, n=16):
     return make_model(nodes, [info("x", [1, m, k])], [info("y", [1, m, n])], [w, b])
 
 
+def gemm_beta_model(m=8, k=32, n=16):
+    """``-(x W^T + C / 2)``: a power-of-two ``beta`` folds into C's values, ``Neg`` is
+    an epilogue stage."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Gemm", ["x", "W", "C"], ["h"], name="gemm", transB=1,
+                              beta=0.5),
+             helper.make_node("Neg", ["h"], ["y"], name="neg")]
+    return make_model(nodes, [info("x", [m, k])], [info("y", [m, n])],
+                      [initializer(rng, "W", (n, k)), initializer(rng, "C", (1, n))])
+
+
+def constant_first_model(m=4, n=16):
+    """``1 - exp(-x)`` after an identity Transpose: a constant as the first operand."""
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], name="same", perm=[0, 1]),
+             helper.make_node("Neg", ["xt"], ["n"], name="neg"),
+             helper.make_node("Exp", ["n"], ["e"], name="exp"),
+             helper.make_node("Sub", ["one", "e"], ["y"], name="one_minus")]
+    return make_model(nodes, [info("x", [m, n])], [info("y", [m, n])], [one])
+
+
 def folded_shape_model(m=4, n=16):
     """Softmax of ``x`` reshaped by a shape computed from ``Shape`` (folded at import)."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
@@ -141,9 +162,11 @@ def run_on_model(model, seed=3):
     (mlp_model, "mlp"),
     (folded_shape_model, "rows"),
     (half_weights_model, "matmul"),
+    (gemm_beta_model, "matmul"),
+    (constant_first_model, "rows"),
 ], ids=["linear_relu", "softmax", "softmax_decomposed_opset17",
         "softmax_decomposed_opset18", "inverse_square", "mlp_silu", "folded_shape",
-        "half_weights"])
+        "half_weights", "gemm_beta", "constant_first"])
 def test_model_runs_and_agrees_with_onnxruntime(build, family):
     """Each model compiles into its family, runs bit-exact and within the float64
     budget, and agrees with onnxruntime within twice that budget."""

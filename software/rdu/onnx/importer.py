@@ -124,8 +124,9 @@ class Importer:
         return Value(tensor, tuple(array.shape))
 
     def operand(self, value, other_shape):
-        """An operand of an element-wise operator with a tensor: a number when ``value``
-        is a constant of equal elements that does not widen the result, else a tensor."""
+        """An operand of an element-wise operator with a tensor of ONNX shape
+        ``other_shape``: a number when ``value`` is a constant of equal elements that
+        does not widen that shape, else a tensor (a weight input)."""
         if isinstance(value, Const):
             array = np.asarray(value.array, np.float64)
             widens = np.broadcast_shapes(array.shape, other_shape) != tuple(other_shape)

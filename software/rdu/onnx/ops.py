@@ -36,8 +36,8 @@ def _last_axis(imp, axis, rank, what):
 def _binary(imp, a, b, function):
     """``function(x, y)`` of two values, at least one a tensor."""
     shape = tuple(np.broadcast_shapes(_shape(a), _shape(b)))
-    x, _ = imp.operand(a, shape) if isinstance(a, Const) else (a.tensor, a.shape)
-    y, _ = imp.operand(b, shape) if isinstance(b, Const) else (b.tensor, b.shape)
+    x, _ = imp.operand(a, _shape(b)) if isinstance(a, Const) else (a.tensor, a.shape)
+    y, _ = imp.operand(b, _shape(a)) if isinstance(b, Const) else (b.tensor, b.shape)
     return Value(imp.call(function, x, y), shape)
 
 
@@ -154,9 +154,12 @@ def convert_gemm(imp, node, attrs, a, b, c=None):
         out = Value(imp.call(lambda t: t * alpha, out.tensor), out.shape)
     if c is not None:
         if beta != 1.0:
-            if isinstance(c, Const):
-                c = Const(np.asarray(c.array, np.float32) * np.float32(beta), None, c.name)
+            if isinstance(c, Const) and abs(np.frexp(beta)[0]) == 0.5:
+                # a power of two scales BF16 values exactly: still C's values
+                c = Const(np.asarray(c.array, np.float32) * np.float32(beta), c.origin,
+                          c.name)
             else:
+                c = imp.tensor(c)
                 c = Value(imp.call(lambda t: t * beta, c.tensor), c.shape)
         out = _binary(imp, out, c, lambda x, y: x + y)
     return [out]
@@ -217,6 +220,8 @@ def convert_transpose(imp, node, attrs, x):
         perm = list(range(rank))[::-1]
     perm = list(perm)
     moved = [i for i, p in enumerate(perm) if p != i]
+    if not moved:
+        return [x]                                  # the identity permutation
     if sorted(moved) != [rank - 2, rank - 1] or rank < 2:
         imp.fail(f"perm {perm}", "transposes of the last two axes of a matrix")
     x = _matrix(imp, x, "transposed tensor")
