@@ -263,6 +263,9 @@ def test_cli_run_with_input_file_and_program_file(tmp_path, capsys):
     np.save(tmp_path / "bad.npy", np.zeros((4, 31), np.float32))
     assert main(["run", str(path), "--input", f"x={tmp_path / 'bad.npy'}"]) == 2
     assert "shape (4, 31), the model takes x as (1, 4, 32)" in capsys.readouterr().err
+    assert main(["run", str(path), "--m", "4"]) == 2
+    assert "an ONNX model's shapes and inputs are its own (--m is for kernels by name" \
+        in capsys.readouterr().err
     assert main(["run", "softmax", "--m", "4", "--n", "32", "--input",
                  f"x={tmp_path / 'x.npy'}"]) == 2
     assert "--input NAME=FILE.npy gives an ONNX model's inputs; softmax takes --x X.npy" \

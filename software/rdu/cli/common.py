@@ -254,6 +254,11 @@ def _onnx_program(args):
     """``rdu run``/``compile MODEL.onnx``: import the model, compile it."""
     if getattr(args, "execution", "fused") != "fused":
         raise CommandError(f"{args.target}: an ONNX model runs fused (--execution fused)")
+    for name in sorted({p for k in KERNELS.values() for p in (*k.params, *k.inputs)}):
+        if getattr(args, name, None) is not None:
+            raise CommandError(f"{args.target}: an ONNX model's shapes and inputs are its "
+                               f"own (--{name.replace('_', '-')} is for kernels by name; "
+                               f"inputs: --input NAME=FILE.npy)")
     kernel = onnx_kernel(args.target)
     arrays, sources = _onnx_arrays(args, kernel)
     return kernel, _compile(args, kernel, {}), arrays, sources
