@@ -210,7 +210,7 @@ LAYERS = (
     ("rdu.models", "rdu.units", "rdu.machine", "rdu.program", "rdu.layout", "rdu.relocate",
      "rdu.frontend.attention"),
     ("rdu.compiler",),
-    ("rdu.frontend.kernels", "rdu.frontend.gemm"),
+    ("rdu.frontend.kernels", "rdu.frontend.gemm", "rdu.onnx"),
     ("rdu.sim",),
     ("rdu.runtime",),
     ("rdu.apps", "rdu.cli"),

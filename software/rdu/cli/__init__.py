@@ -1,7 +1,8 @@
 """The ``rdu`` command line: one module per command, each adding its subparser.
 
-``rdu run``      compile a kernel (or read a program file), run it on the functional
-                 model or the RTL, check it against numpy (:mod:`rdu.cli.run`)
+``rdu run``      compile a kernel or an ONNX model (or read a program file), run it on
+                 the functional model or the RTL, check it against numpy (and an ONNX
+                 model against onnxruntime, :mod:`rdu.onnx`) (:mod:`rdu.cli.run`)
 ``rdu sim``      the main job: a GEMM on the default machine under Verilator
                  (:mod:`rdu.cli.run`)
 ``rdu compile``  compile a kernel into a program file (manifest + bitstream)

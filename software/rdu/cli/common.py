@@ -18,6 +18,8 @@ from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
 from rdu.frontend.kernels import INPUT_DTYPES, KERNELS, get_kernel
 from rdu.machine import MACHINE_OPTIONS, Machine
+from rdu.onnx import KERNEL_NAME as ONNX_KERNEL
+from rdu.onnx import onnx_kernel
 from rdu.program import Program
 from rdu.runtime import RunFailure
 from rdu.units.registry import PCU_VARIANTS
@@ -106,8 +108,10 @@ def machine_for(args, defaults=None):
 def add_kernel_options(cmd, run):
     """The target, the kernel shape and choice options, the input arrays (``run``: the
     target may be a program file) and the machine options of ``rdu run``/``compile``."""
-    cmd.add_argument("target", metavar="KERNEL" if not run else "KERNEL|PROGRAM",
-                     help=f"kernel to compile ({', '.join(sorted(KERNELS))})"
+    cmd.add_argument("target", metavar="KERNEL|MODEL.onnx" if not run
+                     else "KERNEL|MODEL.onnx|PROGRAM",
+                     help=f"kernel to compile ({', '.join(sorted(KERNELS))}), or an ONNX "
+                          f"model (docs/onnx.md)"
                      + (", or a program file written by 'rdu compile'" if run else ""))
     kinds = "; ".join(f"{k.name}: {k.help}" for k in KERNELS.values())
     shapes = cmd.add_argument_group(f"kernel shape ({kinds})")
@@ -149,6 +153,9 @@ def add_kernel_options(cmd, run):
             users = [k.name for k in KERNELS.values() if tensor in k.inputs]
             data.add_argument(f"--{tensor}", metavar=f"{tensor.upper()}.npy",
                               help=f"{tensor.upper()} ({', '.join(users)})")
+        data.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                          help="an ONNX model's input NAME (repeatable; every input or "
+                               "none: random with --seed)")
     add_machine_options(cmd, defaults=False)
 
 
@@ -201,6 +208,10 @@ def kernel_params(args, kernel, arrays):
 
 def _user_arrays(args, kernel, arrays, sources):
     """Read the kernel's input arrays the options name into ``arrays``, with where from."""
+    if getattr(args, "input", None):
+        raise CommandError(f"--input NAME=FILE.npy gives an ONNX model's inputs; "
+                           f"{kernel.name} takes "
+                           f"{' '.join(f'--{t} {t.upper()}.npy' for t in kernel.inputs)}")
     for tensor in kernel.inputs:
         path = getattr(args, tensor, None)
         if path:
@@ -208,11 +219,58 @@ def _user_arrays(args, kernel, arrays, sources):
             sources[tensor] = f"--{tensor} {path}"
 
 
+def _onnx_arrays(args, kernel):
+    """``(arrays, sources)`` of ``--input NAME=FILE.npy`` for an ONNX model's inputs."""
+    arrays, sources = {}, {}
+    for text in getattr(args, "input", None) or ():
+        name, equals, path = text.partition("=")
+        if not equals or not name or not path:
+            raise CommandError(f"--input {text}: give NAME=FILE.npy")
+        if name not in kernel.data_inputs():
+            raise CommandError(f"--input {text}: the model has no input {name!r}; its "
+                               f"inputs: {', '.join(kernel.data_inputs())}")
+        arrays[name] = load_array(path, f"--input {name}")
+        sources[name] = f"--input {text}"
+    return arrays, sources
+
+
+def _compile(args, kernel, params):
+    """Compile ``kernel`` with the pass options of ``rdu compile`` and ``--dump-after``."""
+    state = []
+    program = kernel.compile(machine_for(args, kernel.machine), state=state,
+                             passes=getattr(args, "passes_selected", None),
+                             skip=getattr(args, "passes_skipped", ()), **params)
+    compilation = args.compilation = state[0]
+    dump = getattr(args, "dump_after", None)
+    if dump:
+        for name, text in compilation.dumps.items():
+            if dump in (name, "all"):
+                print(f"== after {name} ({compilation.seconds[name] * 1000:.1f} ms)\n"
+                      f"{text}", file=sys.stderr)
+    return program
+
+
+def _onnx_program(args):
+    """``rdu run``/``compile MODEL.onnx``: import the model, compile it."""
+    if getattr(args, "execution", "fused") != "fused":
+        raise CommandError(f"{args.target}: an ONNX model runs fused (--execution fused)")
+    for name in sorted({p for k in KERNELS.values() for p in (*k.params, *k.inputs)}):
+        if getattr(args, name, None) is not None:
+            raise CommandError(f"{args.target}: an ONNX model's shapes and inputs are its "
+                               f"own (--{name.replace('_', '-')} is for kernels by name; "
+                               f"inputs: --input NAME=FILE.npy)")
+    kernel = onnx_kernel(args.target)
+    arrays, sources = _onnx_arrays(args, kernel)
+    return kernel, _compile(args, kernel, {}), arrays, sources
+
+
 def program_for(args):
-    """The program of ``rdu run``/``compile``: compiled from the kernel's options or
-    read from a program file; the user's arrays (``--a``...) with it."""
+    """The program of ``rdu run``/``compile``: compiled from the kernel's options (or an
+    ONNX model) or read from a program file; the user's arrays (``--a``...) with it."""
     arrays, sources = {}, {}
     target = args.target
+    if target.endswith(".onnx"):
+        return _onnx_program(args)
     if target in KERNELS:
         kernel = get_kernel(target)
         _user_arrays(args, kernel, arrays, sources)
@@ -221,18 +279,7 @@ def program_for(args):
             kernel.graph(params)            # the kernel's own checks of its shape
             return kernel, compile_unfused(kernel.name, machine_for(args, kernel.machine),
                                            **params), arrays, sources
-        state = []
-        program = kernel.compile(machine_for(args, kernel.machine), state=state,
-                                 passes=getattr(args, "passes_selected", None),
-                                 skip=getattr(args, "passes_skipped", ()), **params)
-        compilation = args.compilation = state[0]
-        dump = getattr(args, "dump_after", None)
-        if dump:
-            for name, text in compilation.dumps.items():
-                if dump in (name, "all"):
-                    print(f"== after {name} ({compilation.seconds[name] * 1000:.1f} ms)\n"
-                          f"{text}", file=sys.stderr)
-        return kernel, program, arrays, sources
+        return kernel, _compile(args, kernel, params), arrays, sources
     if getattr(args, "execution", "fused") != "fused":
         raise CommandError(f"{target}: a program file is one configuration; --execution "
                            f"{args.execution} compiles a kernel by name")
@@ -240,7 +287,11 @@ def program_for(args):
         raise CommandError(f"{target}: a bare bitstream carries no shapes or tensors; "
                            f"compile a program file with 'rdu compile ... -o FILE.rdu'")
     program = Program.read(target)
-    kernel = get_kernel(program.kernel)
+    if program.kernel == ONNX_KERNEL:
+        kernel = onnx_kernel(program.params["model"])
+        arrays, sources = _onnx_arrays(args, kernel)
+    else:
+        kernel = get_kernel(program.kernel)
     for name in (*kernel.params, *kernel.choices):
         given = size_option(args, name) if name in kernel.params else getattr(args, name,
                                                                                 None)
@@ -254,7 +305,8 @@ def program_for(args):
         difference = program.machine.mismatch(wanted)
         if difference:
             raise CommandError(f"{target} was compiled for another machine: {difference}")
-    _user_arrays(args, kernel, arrays, sources)
+    if program.kernel != ONNX_KERNEL:
+        _user_arrays(args, kernel, arrays, sources)
     return kernel, program, arrays, sources
 
 

@@ -23,8 +23,9 @@ def pass_selection(args):
     naming a pass that does not exist or whose input a skipped pass writes."""
     passes = [name.strip() for name in args.passes.split(",")] if args.passes else None
     skip = tuple(args.skip or ())
-    if (passes or skip) and args.target not in KERNELS:
-        raise CommandError(f"{args.target}: --passes and --skip compile a kernel by name")
+    if (passes or skip) and args.target not in KERNELS and not args.target.endswith(".onnx"):
+        raise CommandError(f"{args.target}: --passes and --skip compile a kernel by name "
+                           f"or a model")
     try:
         names = select_passes(PIPELINE, passes, skip)
     except PassSelectionError as error:

@@ -52,10 +52,10 @@ def cmd_run(args):
     if unfused and args.waves:
         raise CommandError("--waves is for --execution fused (one program)")
     kernel, program, arrays, sources = program_for(args)
-    if arrays and set(arrays) != set(kernel.inputs):
-        missing = sorted(set(kernel.inputs) - set(arrays))
+    if arrays and set(arrays) != set(kernel.data_inputs()):
+        missing = sorted(set(kernel.data_inputs()) - set(arrays))
         raise CommandError(f"give every input or none: missing "
-                           f"{', '.join('--' + m for m in missing)}")
+                           f"{', '.join(kernel.input_option(m) for m in missing)}")
     inputs = (kernel.user_inputs(program, arrays, sources) if arrays
               else kernel.random_inputs(program, args.seed))
     if unfused:
@@ -68,8 +68,12 @@ def cmd_run(args):
                                               seed=args.seed, waves=bool(args.waves),
                                               progress=not args.json, timeout=args.timeout)
     ok, max_abs_err = figures["ok"], figures["max_abs_err"]
+    agrees, others = kernel.references(program, inputs, results)   # onnxruntime's
+    figures = {key: value for name, value in figures.items()
+               for key, value in ((name, value), *(others.items() if name == "max_abs_err"
+                                                   else ()))}
     report = {
-        "ok": ok,
+        "ok": ok and agrees,
         "kernel": kernel.describe(program),
         "sim": args.sim,
         "execution": execution,
@@ -92,6 +96,10 @@ def cmd_run(args):
         save_run(Path(args.save), program, inputs, results, report)
     print_report(report if args.json else
                  {**report, "roofline": describe_roofline(report["roofline"])}, args.json)
+    if ok and not agrees:
+        raise WrongResult(f"{', '.join(results)} differs from onnxruntime's (on the same "
+                          f"BF16 inputs and weights) beyond twice the float64 budget "
+                          f"(max |err| {others['max_abs_err_onnxruntime']:.3g})")
     if not ok:
         raise WrongResult(f"{', '.join(results)} differs from numpy (float64 of the same "
                           f"BF16 inputs) beyond the FP32 accumulation budget (max |err| "

@@ -233,6 +233,19 @@ class Kernel:
             ok = ok and np.array_equal(np.asarray(results[name]).view(np.uint32), words)
         return ok, error
 
+    def data_inputs(self):
+        """The inputs a run supplies (every input of a kernel by name)."""
+        return list(self.inputs)
+
+    def input_option(self, name):
+        """The option that gives input ``name``."""
+        return f"--{name}"
+
+    def references(self, program, inputs, results):
+        """``(ok, figures)`` of checks beyond :meth:`check` (none; a model imported from
+        ONNX is checked against onnxruntime, :class:`rdu.onnx.kernel.OnnxKernel`)."""
+        return True, {}
+
     def describe(self, program):
         p = program.params
         return f"{self.name} " + " ".join(f"{k.upper()}={v}" for k, v in p.items())

@@ -1,0 +1,235 @@
+"""An ONNX model as a front-end :class:`~rdu.frontend.graph.Graph` (``docs/onnx.md``).
+
+:func:`import_model` walks the model's nodes in order, converting each with its
+operator's converter (:data:`rdu.onnx.ops.CONVERTERS`). A value is either a front-end
+:class:`~rdu.frontend.graph.Tensor` (it depends on a graph input) or a
+:class:`Const` (it depends only on initializers, constants and shapes: folded with
+numpy at import time). A constant that meets a tensor becomes a front-end number when
+all its elements are equal, else a graph input (a *weight*: its values come from the
+model, rounded to BF16 as the machine holds them).
+
+Shapes: static, batch 1. A tensor's front-end shape is its ONNX shape with leading
+size-1 dimensions dropped (a data input keeps two dimensions, a weight one), so an ONNX
+``(1, M, N)`` activation is an ``(M, N)`` matrix; :class:`Value` keeps the ONNX shape
+beside it. Anything else is refused in one line naming the model, the node and what is
+not supported (:class:`OnnxImportError`).
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..frontend.graph import FrontendError, Graph
+from .ops import convert_node
+from .values import Const, OnnxImportError, Value, core_shape, identifier
+
+__all__ = ["Importer", "Imported", "import_model", "OPSET_RANGE", "load_model"]
+
+#: The default-domain opsets the importer reads (inclusive).
+OPSET_RANGE = (17, 23)
+
+
+def load_model(source):
+    """``(ModelProto, label)`` of a path or a ModelProto (``label`` names it in errors)."""
+    import onnx
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        try:
+            model = onnx.load(str(path))
+        except FileNotFoundError:
+            raise OnnxImportError(f"{source}: no such file") from None
+        except Exception as error:      # a protobuf DecodeError and the like
+            raise OnnxImportError(f"{path}: not an ONNX model ({error})") from None
+        return model, path.name
+    return source, f"{source.graph.name or 'model'}.onnx"
+
+
+@dataclass
+class Imported:
+    """What :func:`import_model` returns.
+
+    ``graph``: the front-end graph; ``data``: ``{front-end name: ONNX name}`` of the
+    inputs a run supplies; ``weights``: ``{front-end name: float32 array}`` of the
+    inputs the model supplies (front-end shape, not yet rounded); ``onnx_shapes``:
+    ``{front-end name: ONNX shape}`` of every input and output; ``outputs``:
+    ``{front-end name: ONNX name}``; ``held``: the initializers the machine holds in
+    BF16 (the onnxruntime reference rounds them the same way); ``model``: the
+    ModelProto; ``label``: its file name."""
+    graph: Graph
+    data: dict
+    weights: dict
+    onnx_shapes: dict
+    outputs: dict
+    held: set
+    model: object
+    label: str
+    elem_types: dict = field(default_factory=dict)
+
+
+class Importer:
+    """The state of one import: the values by ONNX name, the graph being built."""
+
+    def __init__(self, model, label):
+        self.model, self.label = model, label
+        name = identifier(model.graph.name or Path(label).stem)
+        self.graph = Graph(name if name.replace("_", "").isalnum() else "onnx_model")
+        self.values = {}            # ONNX name -> Const | Value
+        self.weights = {}           # front-end name -> float32 array
+        self.held = set()
+        self.names = set()
+        self.node = None
+
+    # -- errors ----------------------------------------------------------------------------
+    def fail(self, what, supported=""):
+        """Raise the one-line error of the node being converted."""
+        node = self.node
+        where = (f"node {node.name or (node.output[0] if node.output else '?')} "
+                 f"({node.op_type})" if node is not None else "graph")
+        text = f"{self.label}: {where}: {what}"
+        raise OnnxImportError(text + (f"; supported: {supported}" if supported else ""))
+
+    # -- names -----------------------------------------------------------------------------
+    def fresh(self, name):
+        base = identifier(name)
+        text, count = base, 1
+        while text in self.names:
+            count += 1
+            text = f"{base}_{count}"
+        self.names.add(text)
+        return text
+
+    # -- values ----------------------------------------------------------------------------
+    def get(self, name):
+        if name not in self.values:
+            self.fail(f"input {name!r} is not defined before this node")
+        return self.values[name]
+
+    def tensor(self, value):
+        """A :class:`Value` for ``value``: a constant becomes a weight input."""
+        if isinstance(value, Value):
+            return value
+        array = np.asarray(value.array)
+        if array.dtype.kind not in "fiu" and array.dtype.name != "bfloat16":
+            self.fail(f"constant {value.name!r} of dtype {array.dtype} used as a tensor")
+        shape = core_shape(array.shape, keep=1)
+        name = self.fresh(value.name or "weight")
+        try:
+            tensor = self.graph.input(name, shape)
+        except FrontendError as error:
+            self.fail(f"weight {value.name!r}: {error}")
+        self.weights[name] = np.asarray(array, np.float32).reshape(shape)
+        if value.origin:
+            self.held.add(value.origin)
+        return Value(tensor, tuple(array.shape))
+
+    def operand(self, value, other_shape):
+        """An operand of an element-wise operator with a tensor of ONNX shape
+        ``other_shape``: a number when ``value`` is a constant of equal elements that
+        does not widen that shape, else a tensor (a weight input)."""
+        if isinstance(value, Const):
+            array = np.asarray(value.array, np.float64)
+            widens = np.broadcast_shapes(array.shape, other_shape) != tuple(other_shape)
+            if array.size and not widens and np.all(array == array.flat[0]):
+                return float(array.flat[0]), array.shape
+            value = self.tensor(value)
+        return value.tensor, value.shape
+
+    def call(self, function, *args):
+        """A front-end operator, its :class:`FrontendError` as the node's error."""
+        try:
+            return function(*args)
+        except FrontendError as error:
+            self.fail(str(error).split(": ", 1)[-1])
+
+
+def _check_opset(model, label):
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            low, high = OPSET_RANGE
+            if not low <= opset.version <= high:
+                raise OnnxImportError(f"{label}: opset {opset.version}; supported: "
+                                      f"opsets {low} to {high}")
+            return opset.version
+    raise OnnxImportError(f"{label}: no default-domain opset; supported: opsets "
+                          f"{OPSET_RANGE[0]} to {OPSET_RANGE[1]}")
+
+
+def _static_shape(importer, info):
+    import onnx
+    tensor_type = info.type.tensor_type
+    if not info.type.HasField("tensor_type"):
+        importer.fail(f"input {info.name!r} is not a tensor")
+    elem = tensor_type.elem_type
+    if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+        importer.fail(f"input {info.name!r} has element type "
+                      f"{onnx.TensorProto.DataType.Name(elem)}", "float and float16 inputs")
+    dims = []
+    for dim in tensor_type.shape.dim:
+        if not dim.HasField("dim_value") or dim.dim_value < 1:
+            importer.fail(f"input {info.name!r} has a dynamic dimension "
+                          f"{dim.dim_param or '?'}", "static shapes (batch 1)")
+        dims.append(dim.dim_value)
+    if not dims:
+        importer.fail(f"input {info.name!r} is a scalar", "tensors of one or more "
+                      "dimensions")
+    if len(core_shape(dims, keep=2)) > 2:
+        importer.fail(f"input {info.name!r} of shape {tuple(dims)} has a leading dimension "
+                      f"{dims[0]} over 1", "batch 1: matrices with leading size-1 "
+                      "dimensions")
+    return tuple(dims), elem
+
+
+def _initializers(importer, graph):
+    from onnx import TensorProto, numpy_helper
+    floats = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+    for init in graph.initializer:
+        array = numpy_helper.to_array(init)
+        if init.data_type in floats:
+            array = np.asarray(array, np.float32)
+            importer.values[init.name] = Const(array, init.name, init.name)
+        elif init.data_type in (TensorProto.INT64, TensorProto.INT32):
+            importer.values[init.name] = Const(np.asarray(array, np.int64), None, init.name)
+        else:
+            importer.fail(f"initializer {init.name!r} of type "
+                          f"{TensorProto.DataType.Name(init.data_type)}",
+                          "float32, float16 and bfloat16 initializers (int64 ones as "
+                          "shapes and axes)")
+
+
+def import_model(source):
+    """Import an ONNX model (a path or a ModelProto): an :class:`Imported`."""
+    model, label = load_model(source)
+    _check_opset(model, label)
+    importer = Importer(model, label)
+    graph = model.graph
+    _initializers(importer, graph)
+    data, shapes, elems = {}, {}, {}
+    for info in graph.input:
+        if info.name in importer.values:
+            continue                          # an initializer listed as an input too
+        shape, elem = _static_shape(importer, info)
+        name = importer.fresh(info.name)
+        tensor = importer.call(importer.graph.input, name, core_shape(shape, keep=2))
+        importer.values[info.name] = Value(tensor, shape)
+        tensor.node.where = f"{label}: input {info.name}"
+        data[name], shapes[name], elems[name] = info.name, shape, elem
+    for node in graph.node:
+        importer.node = node
+        first = len(importer.graph.nodes)
+        convert_node(importer, node)
+        for created in importer.graph.nodes[first:]:     # the compiler's errors name it
+            created.where = f"{label}: node {node.name or node.output[0]} ({node.op_type})"
+    importer.node = None
+    outputs = {}
+    for info in graph.output:
+        value = importer.get(info.name)
+        if isinstance(value, Const):
+            importer.fail(f"output {info.name!r} depends on no input (a constant)")
+        name = importer.fresh(info.name)
+        importer.call(importer.graph.output, name, value.tensor)
+        outputs[name], shapes[name] = info.name, value.shape
+    for name, array in importer.weights.items():
+        shapes[name] = array.shape
+    return Imported(importer.graph, data, importer.weights, shapes, outputs,
+                    importer.held, model, label, elems)

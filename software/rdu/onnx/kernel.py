@@ -1,0 +1,170 @@
+"""An imported ONNX model as a :class:`~rdu.frontend.kernels.Kernel`: compiled, packed,
+run and checked like any kernel (bit-exact against its family's reference, within the
+float64 budget of its graph), and checked against onnxruntime (:meth:`OnnxKernel.references`).
+
+The onnxruntime reference runs the model itself, on the same inputs: the data inputs
+rounded to BF16, and the initializers the machine holds (the weights) rounded to BF16
+(both as float32). Its result is within the float64 budget of the graph as the
+machine's is, so the two agree within twice the budget (:func:`compare`).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..frontend.kernels import Kernel, KernelInputError, to_bf16_words
+from ..models import pcu_reference as pcu_model
+from ..models import reference
+from .importer import import_model
+from .values import core_shape
+
+__all__ = ["OnnxKernel", "onnx_kernel", "KERNEL_NAME", "onnxruntime_outputs", "compare",
+           "rounded_model"]
+
+#: The kernel name a program compiled from an ONNX model records (its params: the model).
+KERNEL_NAME = "onnx"
+
+
+def _bf16(array):
+    """float32 ``array`` rounded to BF16 (round to nearest even), as float32."""
+    array = np.asarray(array, np.float32)
+    return pcu_model.bf16_words(array).view(np.float32).reshape(array.shape)
+
+
+def rounded_model(imported):
+    """A copy of the model with the initializers the machine holds rounded to BF16 (in
+    their own element type)."""
+    from onnx import numpy_helper
+    model = type(imported.model)()
+    model.CopyFrom(imported.model)
+    for init in model.graph.initializer:
+        if init.name in imported.held:
+            array = numpy_helper.to_array(init)
+            rounded = _bf16(np.asarray(array, np.float32)).astype(array.dtype)
+            init.CopyFrom(numpy_helper.from_array(rounded, init.name))
+    return model
+
+
+def onnxruntime_outputs(imported, inputs):
+    """``{front-end output: float64 array (front-end shape)}``: onnxruntime (CPU, one
+    thread) on the data inputs ``{front-end name: uint32 BF16 words}`` and the rounded
+    weights."""
+    import onnxruntime
+    from onnx import TensorProto
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(rounded_model(imported).SerializeToString(),
+                                           options, providers=["CPUExecutionProvider"])
+    feed = {}
+    for name, onnx_name in imported.data.items():
+        values = np.asarray(inputs[name], np.uint32).view(np.float32)
+        values = values.reshape(imported.onnx_shapes[name])
+        if imported.elem_types.get(name) == TensorProto.FLOAT16:
+            values = values.astype(np.float16)
+        feed[onnx_name] = values
+    names = list(imported.outputs)
+    results = session.run([imported.outputs[n] for n in names], feed)
+    graph_outputs = imported.graph.outputs
+    return {name: np.asarray(value, np.float64).reshape(graph_outputs[name].shape)
+            for name, value in zip(names, results, strict=True)}
+
+
+def compare(graph, inputs, results, others):
+    """``(ok, max_abs_err)`` of ``results`` against ``others`` (onnxruntime's): every
+    element within twice its float64 budget (each is within one of float64)."""
+    ok, worst = True, 0.0
+    for name, (_, budget) in reference.float64_outputs(graph, inputs).items():
+        got = np.asarray(results[name], np.float64)
+        error = np.abs(got - others[name])
+        if error.size:
+            worst = max(worst, float(error.max()))
+        ok = ok and bool(np.all(error <= 2 * budget))
+    return ok, worst
+
+
+@dataclass(frozen=True)
+class OnnxKernel(Kernel):
+    """A kernel from an ONNX model (:func:`onnx_kernel`): no shape parameters; the
+    data inputs are the model's, the weights come from its initializers."""
+    imported: object = None         # rdu.onnx.importer.Imported
+    model_path: str = ""
+
+    def shape(self, tensor, params):
+        graph = self.imported.graph
+        node = graph.inputs.get(tensor) or graph.outputs[tensor]
+        return node.shape
+
+    def graph(self, params):
+        return self.imported.graph
+
+    def compile(self, machine, state=None, passes=None, skip=(), **params):
+        return super().compile(machine, state=state, passes=passes, skip=skip,
+                               model=self.model_path)
+
+    def weight_words(self):
+        return {name: to_bf16_words(array, name)
+                for name, array in self.imported.weights.items()}
+
+    def random_inputs(self, program, seed):
+        """Standard normal BF16 data inputs (in the model's input order, one seeded
+        generator), the weights from the model."""
+        rng = np.random.default_rng(seed)
+        words = {name: pcu_model.bf16_words(rng.standard_normal(self.shape(name, None)))
+                 for name in self.imported.data}
+        return {**words, **self.weight_words()}
+
+    def user_inputs(self, program, arrays, sources):
+        """``{name: words}`` of the data inputs ``arrays`` (keyed by ONNX name, of the
+        ONNX shape or without its leading size-1 dimensions), the weights with them."""
+        by_onnx = {onnx: name for name, onnx in self.imported.data.items()}
+        words = {}
+        for onnx_name, array in arrays.items():
+            name = by_onnx[onnx_name]
+            shape = self.shape(name, None)
+            given = tuple(np.shape(array))
+            if core_shape(given) != core_shape(shape):
+                raise KernelInputError(
+                    f"{sources[onnx_name]}: shape {given}, the model takes {onnx_name} "
+                    f"as {self.imported.onnx_shapes[name]}")
+            words[name] = to_bf16_words(np.reshape(array, shape), sources[onnx_name])
+        return {**words, **self.weight_words()}
+
+    def data_inputs(self):
+        """The ONNX names of the inputs a run supplies."""
+        return list(self.imported.data.values())
+
+    def input_option(self, name):
+        return f"--input {name}=FILE.npy"
+
+    def references(self, program, inputs, results):
+        """``(ok, figures)``: the result against onnxruntime's on the same inputs."""
+        others = onnxruntime_outputs(self.imported, inputs)
+        ok, error = compare(self.imported.graph, inputs, results, others)
+        return ok, {"max_abs_err_onnxruntime": error}
+
+    def describe(self, program):
+        graph = self.imported.graph
+        shapes = ", ".join(f"{onnx} {list(self.imported.onnx_shapes[name])}"
+                           for name, onnx in self.imported.data.items())
+        return f"onnx {self.imported.label} ({graph.name}: {shapes})"
+
+
+def machine_defaults(graph):
+    """Machine parameters a model needs by default: the fused kernels' four AGCUs for
+    a graph of two matrix products (the MLP) or attention, else none."""
+    ops = [node.op for node in graph.live_nodes()]
+    return {"agcus": 4} if ops.count("matmul") > 1 or "attention" in ops else {}
+
+
+def onnx_kernel(path):
+    """The :class:`OnnxKernel` of the model at ``path`` (or a ModelProto)."""
+    imported = import_model(path)
+    graph = imported.graph
+    return OnnxKernel(KERNEL_NAME, (), {name: () for name in graph.inputs},
+                      {name: () for name in graph.outputs},
+                      f"the ONNX model {imported.label}",
+                      machine=machine_defaults(graph), imported=imported,
+                      model_path=str(Path(path).resolve()) if isinstance(path, (str, Path))
+                      else "")
