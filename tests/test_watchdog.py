@@ -21,8 +21,15 @@ def test_the_estimate_grows_with_the_work_it_reads_from_the_bitstream():
     program = kernel.compile(Machine(), m=4096, n=1024)
     beats, *_ = busiest_unit(program.bitstream, program.machine.stages)
     assert beats == 4096 * 1024 // Machine().lanes
-    assert work_cycles(program) == beats
     assert estimate_cycles(program) > WATCHDOG_FLOOR_CYCLES + 2 * beats
+    assert work_cycles(program) == beats == program.meta["busiest_beats"]
+    # a bitstream damaged after compilation (fuzzing) keeps the compiled estimate
+    estimate = estimate_cycles(program)
+    program.bitstream = list(program.bitstream)
+    program.bitstream[5] ^= 0xFFFF
+    assert estimate_cycles(program) == estimate
+    del program.meta["busiest_beats"]                   # an older program file
+    assert work_cycles(program) == 0 < estimate_cycles(program)
     attention = get_kernel("attention")
     one, eight = (attention.compile(Machine(**attention.machine), mode="prefill", seq=64,
                                     dim=16, heads=heads, kv_heads=1) for heads in (1, 8))

@@ -7,6 +7,7 @@ group's family adds its own facts (:meth:`rdu.compiler.families.base.Family.meta
 """
 
 from ..program import Program
+from ..units.registry import busiest_unit
 from .core import register
 from .encode import agcu_index
 
@@ -48,6 +49,8 @@ def emit(state):
         "kernel": state.graph.name, "lanes": geometry.lanes,
         "tiling": "; ".join(tiling.describe() for tiling in state.tilings),
         "peak_macs_per_cycle": machine.macs_per_cycle,
+        # the beats of the busiest unit: at least as many cycles (the watchdog's estimate)
+        "busiest_beats": busiest_unit(state.bitstream, machine.stages)[0],
         "placement": {name: str(site) for name, site in sites.items()},
         "row_blocks": dict(state.blocks), "mapping": mapping.report(),
         "addresses": dict(addresses),
