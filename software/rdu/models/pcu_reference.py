@@ -89,7 +89,6 @@ def uses_in1(config):
                for src in ("src_a", "src_b", "src_c"))
 
 
-
 def apply_tail(config, vec):
     """The PCU's tail on ``vec``: exp or the reciprocal (``tail``), then the optional
     rounding to BF16 (``tail_bf16``)."""
@@ -101,6 +100,7 @@ def apply_tail(config, vec):
     if config.get("tail_bf16"):
         vec = fp.to_bf16(vec)
     return vec
+
 
 def pad_row(config, counter0, vecs, lanes):
     """``vecs`` (vector_in0 beats at counter-0 values ``counter0``) with the row's

@@ -29,6 +29,7 @@ from hdl.pcu_config import (
     row_pad_bits,
 )
 
+from ..models.pcu_reference import trip_count
 from ..unitconfig import code_name, pack_config
 
 __all__ = ["fields", "encode", "idle", "named_fields", "beats", "UnitConfigError"]
@@ -131,16 +132,14 @@ def named_fields(fields):
     return named
 
 
-def counter_trips(counter):
-    """Iterations of one decoded counter (0 when it is idle: ``max <= min``)."""
-    span = counter["max"] - counter["min"]
-    return -(-span // counter["stride"]) if span > 0 and counter["stride"] else 0
-
-
 def beats(fields):
     """Iterations one run of decoded PCU ``fields`` takes (a beat each, at best one a
-    cycle): its counter chain's; 0 for an idle PCU."""
+    cycle): its counter chain's (:func:`rdu.models.pcu_reference.trip_count`); 0 for a
+    PCU whose counters do not run (an idle PCU's are all zero)."""
     trips = 1
     for counter in fields["counters"]:
-        trips *= counter_trips(counter)
+        try:
+            trips *= trip_count(counter)
+        except ValueError:
+            return 0
     return trips
