@@ -349,7 +349,10 @@ class HostDriver:
             if cycles >= timeout:
                 raise RunError(f"{what} not finished after {timeout} cycles (AGCU 0 "
                                f"done={done}, configuration state {state})")
-            cycles += await bench.advance_until_change(["agcu_done.0"], timeout - cycles)
+            # the DMA may end before the loader's verdict (a bitstream cut short: the
+            # loader waits ``idle_timeout`` cycles for words): watch both
+            cycles += await bench.advance_until_change(["agcu_done.0", "host.config_state"],
+                                                       timeout - cycles)
         code = await bench.read("agcu_error.0")
         if code != AGCUError.NONE:
             record = self._memory_error(0)
