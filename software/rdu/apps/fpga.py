@@ -331,8 +331,14 @@ def main(argv=None):
     parser.add_argument("--no-pnr", dest="pnr", action="store_false",
                         help="synthesis only: cell counts, no placement, utilisation or "
                              "Fmax (for a design too big for the device or to route)")
+    parser.add_argument("--xilinx", action="store_true",
+                        help="instead: an AMD/Xilinx UltraScale+ synthesis estimate "
+                             "(synth_xilinx: LUT, FF, DSP48E2, BRAM; no Fmax), written to "
+                             "xilinx-report.md")
     args = parser.parse_args(argv)
     out_dir = Path(args.output) if args.output else project_root() / "build" / "fpga"
+    if args.xilinx:
+        return _main_xilinx(args.designs, out_dir)
     try:
         results, failures = run_flow(args.designs or None, freq_mhz=args.freq,
                                      out_dir=out_dir, pnr=args.pnr)
@@ -350,6 +356,33 @@ def main(argv=None):
     print(f"written: {out_dir / 'report.md'}")
     for _, message in failures:
         print(f"rdu.apps.fpga: {message}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _main_xilinx(designs, out_dir):
+    """``--xilinx``: the UltraScale+ estimate of ``designs`` (default: the units and the
+    2x2 system), its report in ``out_dir/xilinx-report.md``."""
+    from .fpga_xilinx import synthesize_xilinx, xilinx_report
+
+    names = designs or ["switch", "pmu", "agcu", "fp_lanes", "systolic_mac", "pcu",
+                        "fpga_pcu", "system_2x2"]
+    unknown = [name for name in names if name not in FPGA_UNITS]
+    if unknown:
+        print(f"rdu.apps.fpga: unknown FPGA design {unknown[0]!r}; known: "
+              f"{', '.join(FPGA_UNITS)}", file=sys.stderr)
+        return 2
+    results, failures = [], []
+    for name in names:
+        try:
+            results.append(synthesize_xilinx(name, out_dir=out_dir))
+        except FpgaError as error:
+            failures.append((name, str(error)))
+            print(f"[fpga] {name}: {error}", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = xilinx_report(results, failures)
+    (out_dir / "xilinx-report.md").write_text(report)
+    print(report)
+    print(f"written: {out_dir / 'xilinx-report.md'}")
     return 1 if failures else 0
 
 
