@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from amaranth import Cat, Const, Elaboratable, Module, Signal, Value
@@ -87,6 +88,12 @@ FPGA_UNITS = {
     "system_2x2_lanes2": (RDUSystem,
                           {"rows": 2, "cols": 2, "lanes": 2, "agcus": 2,
                            "capacity_bytes": 16384, "compute_unit": PCU_VARIANTS["fpga"]}),
+    # 2 lanes and the fewest stages the shared units allow (stages >= lanes): the
+    # smallest PCU that still holds every kind of unit (docs/fpga.md, "Fit")
+    "system_2x2_lanes2_stages2": (RDUSystem,
+                                  {"rows": 2, "cols": 2, "lanes": 2, "agcus": 2,
+                                   "capacity_bytes": 16384,
+                                   "compute_unit": partial(PCU_VARIANTS["fpga"], stages=2)}),
     # the FPGA IP block (docs/ip.md): the same system behind flat AXI4 / AXI4-Lite ports
     "ip_2x2": (RDUIP,
                {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
@@ -387,4 +394,7 @@ def _main_xilinx(designs, out_dir):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the module's own copy, not ``__main__``'s: rdu.apps.fpga_xilinx raises
+    # rdu.apps.fpga.FpgaError, which a second copy of this module would not catch
+    from rdu.apps.fpga import main as module_main
+    sys.exit(module_main())
