@@ -3,9 +3,10 @@
 For users with the vendor tools and an UltraScale+ board: the cell counts (LUT6 and
 smaller LUTs, flip-flops, DSP48E2, block RAM, LUT RAM, carry cells) of the designs of
 :data:`rdu.apps.fpga.FPGA_UNITS` in the same :class:`rdu.apps.fpga.PinHarness`, from
-``synth_xilinx -family xcup`` (its LUT mapping by ``abc``: :data:`_SCRIPT`). There is no open placer for these parts here, so no
-utilisation of a device, no routing and no Fmax: these are **synthesis estimates**, and
-the vendor's own synthesis (with retiming and its DSP packing) will differ.
+``synth_xilinx -family xcup`` (its LUT mapping by ``abc``: :data:`_SCRIPT`). There is
+no open placer for these parts here, so no utilisation of a device, no routing and no
+Fmax: these are **synthesis estimates**, and the vendor's own synthesis (with retiming
+and its DSP packing) will differ.
 
 ``python -m rdu.apps.fpga --xilinx [design ...]`` runs it (``docs/fpga.md``, "UltraScale+
 synthesis estimate"); results are cached like the ECP5 flow's, in
