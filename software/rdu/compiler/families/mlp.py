@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...ir import AccessPattern, Kernel
+from ...ir import AccessPattern, BlockOffset, Kernel
 from ...models import reference
 from ..core import CompileError
 from ..group import Group, Lowered
-from ..lower import BF16, WORD, check_layout, place_images
+from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, place_images
 from ..row_chain import RowChainBuilder
 from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
 from .matmul import MatmulGroup, MatmulTiling, matmul_group, matmul_images, tile_matmul
@@ -88,44 +88,79 @@ def _match_mlp(graph, name, out):
 
 @dataclass(frozen=True)
 class MlpTiling:
-    """Two matmuls on one systolic PCU each (one row block of ``lanes`` rows), the
-    activation chain between them."""
+    """Two matmuls, each over ``splits[i]`` systolic PCUs that share its A panel and
+    split its column tiles (PCU ``p`` of ``s`` computes tiles ``p, p + s, ...``, its B
+    stream from an AGCU of its own), the activation chain between them."""
     first: MatmulTiling
     second: MatmulTiling
+    splits: tuple = (1, 1)
 
     @property
     def macs(self):
         return self.first.macs + self.second.macs
 
     def describe(self):
-        return f"mlp: {self.first.describe()}; then {self.second.describe()}"
+        return (f"mlp: {self.first.describe()}; then {self.second.describe()}; column "
+                f"tiles over {self.splits[0]} and {self.splits[1]} systolic PCUs")
 
 
-def tile_mlp(group, geometry, machine, graph):
+def weight_splits(machine, lanes, chain_pcus, pcus):
+    """``(s1, s2)``: the systolic PCUs of each matmul, each with a B stream (an AGCU) of
+    its own. A BF16 B stream brings ``lanes`` values (``2 lanes`` HBM bytes) a cycle, as
+    much as one systolic PCU takes (``docs/agcu.md``, ``docs/pcu.md``), so a matmul needs
+    ``hbm_bytes_per_cycle / (2 lanes)`` of them (2 on the default machine) to stream its
+    weights at the HBM peak. X takes one AGCU; every other AGCU streams weights; the
+    matmuls run one after the other, so each gets half of them (the first the odd one)."""
+    peak = max(1, ceil_div(machine.hbm_bytes_per_cycle, lanes * BF16))
+    streams = machine.agcus - 1
+    free = pcus - chain_pcus
+    s1 = s2 = 1
+    while s1 + s2 < min(streams, free) and min(s1, s2) < peak:
+        if s1 <= s2:
+            s1 += 1
+        else:
+            s2 += 1
+    return s1, s2
+
+
+def tile_mlp(group, geometry, machine, graph, stages):
     """The :class:`MlpTiling` of a :class:`MlpGroup` of ``graph``: both matmuls keep
-    their whole K in a PMU panel, the hidden rows are one row block."""
+    their whole K in a PMU panel, the hidden rows are one row block, each matmul's
+    column tiles spread over the PCUs :func:`weight_splits` gives it."""
     lanes = geometry.lanes
     where = f"output {group.output!r}"
     if machine.agcus < 3:
         raise CompileError(f"{where}: a fused MLP loads A, W1 and W2 at once: it needs 3 "
                            f"AGCUs, the machine has {machine.agcus} (--agcus)")
-    m, f = group.first.m, group.first.n
-    if m > lanes:
-        raise CompileError(f"{where}: a fused MLP keeps its {m} rows in one block of "
-                           f"{lanes} (one systolic PCU per matmul): at most {lanes} rows")
+    f = group.first.n
+    chain_pcus = len(RowChainBuilder(group.chain, stages).build())
+    capacity = geometry.capacity()["pcu"]
+    if chain_pcus + 2 > capacity:
+        raise CompileError(f"{where}: two matmuls and an activation of {chain_pcus} PCUs "
+                           f"need {chain_pcus + 2} PCUs, the array has {capacity}")
+    s1, s2 = weight_splits(machine, lanes, chain_pcus, capacity)
     first = tile_matmul(group.first, geometry, 1, machine.agcus)
     second = tile_matmul(group.second, geometry, 1, machine.agcus)
     # the hidden rows fill the second matmul's panel in whole BF16 beats: the first
     # matmul computes the hidden size padded to the second's K (W1's zero columns; the
-    # activation of them meets W2's zero rows)
-    first = replace(first, col_tiles=second.k_pad // lanes)
+    # activation of them meets W2's zero rows); each matmul's column tiles are padded to
+    # a multiple of its PCUs (zero columns of W1 / W2)
+    hidden_tiles = second.k_pad // lanes
+    while hidden_tiles % s1:
+        s1 -= 1
+    first = replace(first, col_tiles=hidden_tiles)
+    second = replace(second, col_tiles=ceil_div(second.col_tiles, s2) * s2)
     if first.n_pad > f:
         _check_padding_activation(graph, group, where, lanes)
     for name, t in (("first", first), ("second", second)):
         if t.chunks > 1:
             raise CompileError(f"{where}: the {name} matmul's K ({t.k}) does not fit one "
                                f"PMU panel ({geometry.pmu_words} words for {lanes} rows)")
-    return MlpTiling(first, second)
+    if first.col_tiles * first.passes > COUNT_LIMIT:
+        raise CompileError(f"{where}: {first.passes} row blocks of {first.col_tiles} hidden "
+                           f"column tiles exceed the 16-bit pass counter of a PMU "
+                           f"({COUNT_LIMIT})")
+    return MlpTiling(first, second, (s1, s2))
 
 
 def _check_padding_activation(graph, group, where, lanes):
@@ -146,22 +181,50 @@ def _check_padding_activation(graph, group, where, lanes):
                            f"of {2 * lanes}")
 
 
-def _panel(kernel, name, t, stream, write, *, block_of):
-    """The A panel PMU of tiling ``t`` fed by ``stream`` with ``write`` (one block)."""
-    read = AccessPattern(0, (t.k_pad, t.col_tiles, 1), (1, 0, 0))
-    return kernel.buffer(name, t.panel_words, [stream], buffers=t.buffers,
-                         block_of=block_of, config={
-                             "write": write, "write_lanes": 1, "read": read,
-                             "read_lanes": t.k_pitch, "buffers": t.buffers,
-                             "buffer_words": t.panel_words, "read_repeat": 1,
-                             "read_passes": t.passes,
-                             "skew_shift": t.k_pitch.bit_length() - 1,
-                             "predicate": (0, t.panel_words)})
+def _panel(kernel, name, t, stream, write, tiles):
+    """The A panel PMU of tiling ``t`` fed by ``stream`` with ``write`` (one block), read
+    once for each of ``tiles`` column tiles."""
+    read = AccessPattern(0, (t.k_pad, tiles, 1), (1, 0, 0))
+    return kernel.buffer(name, t.panel_words, [stream], buffers=t.buffers, config={
+        "write": write, "write_lanes": 1, "read": read, "read_lanes": t.k_pitch,
+        "buffers": t.buffers, "buffer_words": t.panel_words, "read_repeat": 1,
+        "read_passes": t.passes, "skew_shift": t.k_pitch.bit_length() - 1,
+        "predicate": (0, t.panel_words)})
+
+
+def _matmul(kernel, prefix, t, split, panel, tensor, address, first_block):
+    """The ``split`` systolic PCUs ``{prefix}_p`` of tiling ``t``: each reads the panel
+    (multicast) and a B stream of its own; the PCU that is row block ``b`` of the merge
+    (:mod:`rdu.compiler.bind`, ``first_block`` for the first) computes column tiles
+    ``b - first_block``, then every ``split``-th. Returns the result stream (merged tile
+    by tile in column-tile order) and the first B load's launch token."""
+    lanes = t.lanes
+    beat = lanes * WORD
+    tile_bytes = t.k_pad * lanes * BF16         # one column tile of B, packed BF16
+    tiles = t.col_tiles // split
+    results, launch = [], None
+    for p in range(split):
+        load = f"load_{tensor.name}_{p}"
+        stream = kernel.load(tensor, AccessPattern(
+            BlockOffset(address - first_block * tile_bytes, tile_bytes),
+            (t.k_pad // 2, tiles, t.passes), (beat, split * tile_bytes, 0)), name=load,
+            config={"bf16": True})
+        kernel.nodes[load].block_of = f"{prefix}_{p}"
+        if launch is None:
+            launch = kernel.output(kernel.nodes[load], "control_out")
+        results.append(kernel.compute(f"{prefix}_{p}", "matmul", [panel, stream], config={
+            "mode": "systolic", "trips": (t.k_pad, tiles, t.passes)}))
+        kernel.connect(launch, kernel.nodes[f"{prefix}_{p}"], "control_in")
+    kernel.row_groups.append([f"{prefix}_{p}" for p in range(split)])
+    if split == 1:
+        return results[0], launch
+    return kernel.merge(f"{prefix}_tiles", results, [lanes] * split), launch
 
 
 def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
     """``(kernel, images, addresses, bitstream_address)`` of an MLP group."""
     t1, t2 = tiling.first, tiling.second
+    s1, s2 = tiling.splits
     lanes = t1.lanes
     beat = lanes * WORD
     first, second = group.first, group.second
@@ -172,24 +235,25 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
         check_layout(name, plan, image_name, image)
     addresses, bitstream_address = place_images(name, images, hbm_size, plan)
     kernel = Kernel(name)
+    kernel.row_groups = []
     tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
     rows = t1.rows_per_pass
     x = kernel.load(tensors[first.a.name], AccessPattern(
-        addresses[first.a.name], (t1.k_pad // (2 * lanes), rows, 1),
-        (beat, t1.k_pad * BF16, 0)), name="load_x", config={"bf16": True})
-    w1 = kernel.load(tensors[first.b.name], AccessPattern(
-        addresses[first.b.name], (t1.k_pad // 2, t1.col_tiles, 1),
-        (beat, t1.k_pad * lanes * BF16, 0)), name="load_w1", config={"bf16": True})
-    w2 = kernel.load(tensors[second.b.name], AccessPattern(
-        addresses[second.b.name], (t2.k_pad // 2, t2.col_tiles, 1),
-        (beat, t2.k_pad * lanes * BF16, 0)), name="load_w2", config={"bf16": True})
-    launch1 = kernel.output(kernel.nodes["load_w1"], "control_out")
-    launch2 = kernel.output(kernel.nodes["load_w2"], "control_out")
+        addresses[first.a.name], (t1.k_pad // (2 * lanes), rows, t1.passes),
+        (beat, t1.k_pad * BF16, rows * t1.k_pad * BF16)), name="load_x",
+        config={"bf16": True})
     x_panel = _panel(kernel, "x_panel", t1, x, AccessPattern(
-        0, (t1.k_pad // lanes, rows, 1), (lanes, t1.k_pitch, 0)), block_of=None)
-    hidden = kernel.compute("matmul1", "matmul", [x_panel, w1], config={
-        "mode": "systolic", "trips": (t1.k_pad, t1.col_tiles, 1)})
-    kernel.connect(launch1, kernel.nodes["matmul1"], "control_in")
+        0, (t1.k_pad // lanes, rows, 1), (lanes, t1.k_pitch, 0)), t1.col_tiles // s1)
+    hidden, launch1 = _matmul(kernel, "matmul1", t1, s1, x_panel, tensors[first.b.name],
+                              addresses[first.b.name], 0)
+    if s1 > 1:
+        # a merged stream has one consumer; the activation may read the hidden rows
+        # twice (SiLU: h * r(h)): a PMU passes the tiles on, four buffers of one tile
+        tile = AccessPattern(0, (rows, 1, 1), (lanes, 0, 0))
+        hidden = kernel.buffer("hidden", 4 * rows * lanes, [hidden], buffers=4, config={
+            "write": tile, "write_lanes": 1, "read": tile, "read_lanes": 1,
+            "buffers": 4, "buffer_words": rows * lanes, "read_repeat": 1,
+            "read_passes": t1.col_tiles * t1.passes})
     # the activation, beat by beat: rows of a column tile, tile after tile
     builder = RowChainBuilder(group.chain, stages)
     pcus = builder.build()
@@ -203,7 +267,7 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
         if pcu.in1 is not None:
             inputs.append(streams[id(pcu.in1)])
         streams[id(pcu.row_value)] = kernel.compute(pcu.name, "map", inputs, config={
-            "mode": "simd", "trips": (rows, t1.col_tiles, 1), "stages": list(pcu.stages),
+            "mode": "simd", "trips": (rows, t1.col_tiles, t1.passes), "stages": list(pcu.stages),
             "scalar_in": False, "tail": pcu.tail, "reduce": "NONE", "emit_every": True,
             "vector_out": True})
         kernel.connect(launch1, kernel.nodes[pcu.name], "control_in")
@@ -212,15 +276,13 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
         raise CompileError(f"{name}: the activation's result is not a row stream")
     # beat (tile j, row r) holds hidden columns 8j .. 8j + 7 of row r
     h_panel = _panel(kernel, "h_panel", t2, activated, AccessPattern(
-        0, (rows, t1.col_tiles, 1), (t2.k_pitch, lanes, 0)), block_of=None)
-    result = kernel.compute("matmul2", "matmul", [h_panel, w2], config={
-        "mode": "systolic", "trips": (t2.k_pad, t2.col_tiles, 1)})
-    kernel.connect(launch2, kernel.nodes["matmul2"], "control_in")
+        0, (rows, t1.col_tiles, 1), (t2.k_pitch, lanes, 0)), t2.col_tiles // s2)
+    result, _ = _matmul(kernel, "matmul2", t2, s2, h_panel, tensors[second.b.name],
+                        addresses[second.b.name], s1)
     out = group.output
     kernel.store(result, tensors[out], AccessPattern(
-        addresses[out], (rows, t2.col_tiles, 1), (beat, t2.m_pad * beat, 0)),
+        addresses[out], (rows, t2.col_tiles, t2.passes), (beat, t2.m_pad * beat, rows * beat)),
         name=f"store_{out}", config={"bf16": False})
-    kernel.row_groups = []
     kernel.streams = [s for s in kernel.streams if s.sinks or s.network == "control"]
     return kernel, images, addresses, bitstream_address
 
@@ -239,7 +301,8 @@ class MlpFamily(Family):
         return _match_mlp(graph, name, out)
 
     def tile(self, group, state):
-        return tile_mlp(group, state.geometry, state.machine, state.graph)
+        return tile_mlp(group, state.geometry, state.machine, state.graph,
+                        state.machine.stages)
 
     def kernel_name(self, graph_name, group, t):
         return f"{graph_name}_{t.first.m}x{t.first.k}x{t.first.n}"
