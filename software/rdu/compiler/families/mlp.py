@@ -221,6 +221,27 @@ def _matmul(kernel, prefix, t, split, panel, tensor, address, first_block):
     return kernel.merge(f"{prefix}_tiles", results, [lanes] * split), launch
 
 
+def _late(kernel, streams, readers, value, pcu, rows, lanes, t):
+    """The stream of ``value`` for activation PCU ``pcu``: a value that an earlier PCU of
+    the chain reads too (SiLU's ``h``, read by the first PCU and by the last, ``h * r``)
+    reaches the later readers through a PMU of four one-tile buffers, which takes the
+    beats while the earlier reader's results travel down the chain; without it the
+    multicast holds the value until the last reader takes it, one beat per trip
+    through the chain."""
+    if readers[id(value)][0] is pcu:
+        return streams[id(value)]
+    key = ("late", id(value))
+    if key not in streams:
+        tile = AccessPattern(0, (rows, 1, 1), (lanes, 0, 0))
+        streams[key] = kernel.buffer(
+            f"late{sum(isinstance(k, tuple) for k in streams)}", 4 * rows * lanes,
+            [streams[id(value)]], buffers=4, config={
+                "write": tile, "write_lanes": 1, "read": tile, "read_lanes": 1,
+                "buffers": 4, "buffer_words": rows * lanes, "read_repeat": 1,
+                "read_passes": t.col_tiles * t.passes})
+    return streams[key]
+
+
 def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
     """``(kernel, images, addresses, bitstream_address)`` of an MLP group."""
     t1, t2 = tiling.first, tiling.second
@@ -255,21 +276,24 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
             "buffers": 4, "buffer_words": rows * lanes, "read_repeat": 1,
             "read_passes": t1.col_tiles * t1.passes})
     # the activation, beat by beat: rows of a column tile, tile after tile
-    builder = RowChainBuilder(group.chain, stages)
-    pcus = builder.build()
+    pcus = RowChainBuilder(group.chain, stages).build()
     streams = {id(group.chain.x): hidden}
+    readers = {}
+    for pcu in pcus:
+        for value in (pcu.in0, pcu.in1):
+            if value is not None:
+                readers.setdefault(id(value), []).append(pcu)
     for index, pcu in enumerate(pcus):
         if pcu.scalar is not None or pcu.reduce != "NONE" or pcu.per_row:
             raise CompileError(f"{name}: the operators between the matmuls must be "
                                f"element-wise (no reductions, no per-row scalars)")
         pcu.name = f"act{index}"
-        inputs = [streams[id(pcu.in0)]]
-        if pcu.in1 is not None:
-            inputs.append(streams[id(pcu.in1)])
+        inputs = [_late(kernel, streams, readers, value, pcu, rows, lanes, t1)
+                  for value in (pcu.in0, pcu.in1) if value is not None]
         streams[id(pcu.row_value)] = kernel.compute(pcu.name, "map", inputs, config={
-            "mode": "simd", "trips": (rows, t1.col_tiles, t1.passes), "stages": list(pcu.stages),
-            "scalar_in": False, "tail": pcu.tail, "reduce": "NONE", "emit_every": True,
-            "vector_out": True})
+            "mode": "simd", "trips": (rows, t1.col_tiles, t1.passes),
+            "stages": list(pcu.stages), "scalar_in": False, "tail": pcu.tail,
+            "reduce": "NONE", "emit_every": True, "vector_out": True})
         kernel.connect(launch1, kernel.nodes[pcu.name], "control_in")
     activated = streams.get(id(group.chain.out_node))
     if activated is None:
