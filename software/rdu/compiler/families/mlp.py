@@ -340,6 +340,7 @@ class MlpFamily(Family):
         return {
             "group": self.name, "m": t1.m, "d": t1.k, "f": t1.n, "pcus":
             kernel.units_needed()["pcu"], "k_pad": [t1.k_pad, t2.k_pad], "macs": t.macs,
+            "splits": list(t.splits), "passes": t1.passes,
             "operands": [group.first.a.name, group.first.b.name, group.second.b.name],
             "chain": [node.describe() for node in group.chain.nodes],
             "pcu_programs": pcu_programs(kernel)}
