@@ -88,12 +88,18 @@ def _match_mlp(graph, name, out):
 
 @dataclass(frozen=True)
 class MlpTiling:
-    """Two matmuls, each over ``splits[i]`` systolic PCUs that share its A panel and
-    split its column tiles (PCU ``p`` of ``s`` computes tiles ``p, p + s, ...``, its B
-    stream from an AGCU of its own), the activation chain between them."""
+    """Two matmuls and the activation chain between them. A pass covers ``blocks`` row
+    blocks of ``lanes`` rows, one systolic PCU per row block and matmul (the B stream
+    multicast to them, as a GEMM's); with one row block, a matmul's column tiles may
+    instead spread over ``splits[i]`` PCUs that share its A panel (PCU ``p`` of ``s``
+    computes tiles ``p, p + s, ...``, its B stream from an AGCU of its own)."""
     first: MatmulTiling
     second: MatmulTiling
     splits: tuple = (1, 1)
+
+    @property
+    def blocks(self):
+        return self.first.pcus
 
     @property
     def macs(self):
@@ -104,16 +110,18 @@ class MlpTiling:
                 f"tiles over {self.splits[0]} and {self.splits[1]} systolic PCUs")
 
 
-def weight_splits(machine, lanes, chain_pcus, pcus):
-    """``(s1, s2)``: the systolic PCUs of each matmul, each with a B stream (an AGCU) of
-    its own. A BF16 B stream brings ``lanes`` values (``2 lanes`` HBM bytes) a cycle, as
-    much as one systolic PCU takes (``docs/agcu.md``, ``docs/pcu.md``), so a matmul needs
-    ``hbm_bytes_per_cycle / (2 lanes)`` of them (2 on the default machine) to stream its
-    weights at the HBM peak. X takes one AGCU; every other AGCU streams weights; the
-    matmuls run one after the other, so each gets half of them (the first the odd one)."""
+def weight_splits(machine, lanes, free, limit=None):
+    """``(s1, s2)``: the systolic PCUs of each matmul of one row block, each with a B
+    stream (an AGCU) of its own. A BF16 B stream brings ``lanes`` values (``2 lanes``
+    HBM bytes) a cycle, as much as one systolic PCU takes (``docs/agcu.md``,
+    ``docs/pcu.md``), so a matmul needs ``hbm_bytes_per_cycle / (2 lanes)`` of them (2 on
+    the default machine) to stream its weights at the HBM peak. X takes one AGCU; every
+    other AGCU streams weights; the matmuls run one after the other, so each gets half
+    of them (the first the odd one); ``free``: the PCUs the activation leaves."""
     peak = max(1, ceil_div(machine.hbm_bytes_per_cycle, lanes * BF16))
+    if limit is not None:
+        peak = min(peak, limit)
     streams = machine.agcus - 1
-    free = pcus - chain_pcus
     s1 = s2 = 1
     while s1 + s2 < min(streams, free) and min(s1, s2) < peak:
         if s1 <= s2:
@@ -123,28 +131,35 @@ def weight_splits(machine, lanes, chain_pcus, pcus):
     return s1, s2
 
 
-def tile_mlp(group, geometry, machine, graph, stages):
+def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
     """The :class:`MlpTiling` of a :class:`MlpGroup` of ``graph``: both matmuls keep
-    their whole K in a PMU panel, the hidden rows are one row block, each matmul's
-    column tiles spread over the PCUs :func:`weight_splits` gives it."""
+    their whole K in a PMU panel. One row block: each matmul's column tiles spread over
+    the PCUs :func:`weight_splits` gives it; more rows: as many row blocks a pass as
+    the PCUs the activation leaves hold two at a time (one per matmul), at most
+    ``max_pcus``, each weight read once a pass."""
     lanes = geometry.lanes
     where = f"output {group.output!r}"
     if machine.agcus < 3:
         raise CompileError(f"{where}: a fused MLP loads A, W1 and W2 at once: it needs 3 "
                            f"AGCUs, the machine has {machine.agcus} (--agcus)")
-    f = group.first.n
+    m, f = group.first.m, group.first.n
     chain_pcus = len(RowChainBuilder(group.chain, stages).build())
-    capacity = geometry.capacity()["pcu"]
-    if chain_pcus + 2 > capacity:
+    capacity = geometry.capacity()
+    free = capacity["pcu"] - chain_pcus
+    if free < 2:
         raise CompileError(f"{where}: two matmuls and an activation of {chain_pcus} PCUs "
-                           f"need {chain_pcus + 2} PCUs, the array has {capacity}")
-    s1, s2 = weight_splits(machine, lanes, chain_pcus, capacity)
-    first = tile_matmul(group.first, geometry, 1, machine.agcus)
-    second = tile_matmul(group.second, geometry, 1, machine.agcus)
+                           f"need {chain_pcus + 2} PCUs, the array has {capacity['pcu']}")
+    # PMUs: an A panel per row block and matmul, the hidden tiles, the delayed h
+    blocks = min(free // 2, (capacity["pmu"] - 2) // 2, ceil_div(m, lanes),
+                 max_pcus or free)
+    splits = (1, 1) if blocks > 1 else weight_splits(machine, lanes, free, max_pcus)
+    first = tile_matmul(group.first, geometry, max(1, blocks), machine.agcus)
+    second = tile_matmul(group.second, geometry, max(1, blocks), machine.agcus)
     # the hidden rows fill the second matmul's panel in whole BF16 beats: the first
     # matmul computes the hidden size padded to the second's K (W1's zero columns; the
     # activation of them meets W2's zero rows); each matmul's column tiles are padded to
     # a multiple of its PCUs (zero columns of W1 / W2)
+    s1, s2 = splits
     hidden_tiles = second.k_pad // lanes
     while hidden_tiles % s1:
         s1 -= 1
@@ -157,7 +172,7 @@ def tile_mlp(group, geometry, machine, graph, stages):
             raise CompileError(f"{where}: the {name} matmul's K ({t.k}) does not fit one "
                                f"PMU panel ({geometry.pmu_words} words for {lanes} rows)")
     if first.col_tiles * first.passes > COUNT_LIMIT:
-        raise CompileError(f"{where}: {first.passes} row blocks of {first.col_tiles} hidden "
+        raise CompileError(f"{where}: {first.passes} passes of {first.col_tiles} hidden "
                            f"column tiles exceed the 16-bit pass counter of a PMU "
                            f"({COUNT_LIMIT})")
     return MlpTiling(first, second, (s1, s2))
@@ -181,44 +196,60 @@ def _check_padding_activation(graph, group, where, lanes):
                            f"of {2 * lanes}")
 
 
-def _panel(kernel, name, t, stream, write, tiles):
-    """The A panel PMU of tiling ``t`` fed by ``stream`` with ``write`` (one block), read
-    once for each of ``tiles`` column tiles."""
-    read = AccessPattern(0, (t.k_pad, tiles, 1), (1, 0, 0))
-    return kernel.buffer(name, t.panel_words, [stream], buffers=t.buffers, config={
-        "write": write, "write_lanes": 1, "read": read, "read_lanes": t.k_pitch,
-        "buffers": t.buffers, "buffer_words": t.panel_words, "read_repeat": 1,
-        "read_passes": t.passes, "skew_shift": t.k_pitch.bit_length() - 1,
-        "predicate": (0, t.panel_words)})
+def _panels(kernel, name, t, stream, write, tiles, matmul, first_block):
+    """The A panel PMUs of tiling ``t``, one per row block, fed by ``stream`` (multicast)
+    with ``write``; panel ``p`` keeps the row block of ``{matmul}_p`` (its place in the
+    merge order less ``first_block``, :mod:`rdu.compiler.bind`), read once for each of
+    ``tiles`` column tiles."""
+    words = t.panel_words
+    panels = []
+    for p in range(t.pcus):
+        low = BlockOffset(-first_block * words, words) if t.pcus > 1 else 0
+        high = BlockOffset((1 - first_block) * words, words) if t.pcus > 1 else words
+        panels.append(kernel.buffer(
+            f"{name}{p}" if t.pcus > 1 else name, words, [stream], buffers=t.buffers,
+            block_of=f"{matmul}_{p}" if t.pcus > 1 else None, config={
+                "write": write, "write_lanes": 1,
+                "read": AccessPattern(low, (t.k_pad, tiles, 1), (1, 0, 0)),
+                "read_lanes": t.k_pitch, "buffers": t.buffers, "buffer_words": words,
+                "read_repeat": 1, "read_passes": t.passes,
+                "skew_shift": t.k_pitch.bit_length() - 1, "predicate": (low, high)}))
+    return panels
 
 
-def _matmul(kernel, prefix, t, split, panel, tensor, address, first_block):
-    """The ``split`` systolic PCUs ``{prefix}_p`` of tiling ``t``: each reads the panel
-    (multicast) and a B stream of its own; the PCU that is row block ``b`` of the merge
-    (:mod:`rdu.compiler.bind`, ``first_block`` for the first) computes column tiles
-    ``b - first_block``, then every ``split``-th. Returns the result stream (merged tile
-    by tile in column-tile order) and the first B load's launch token."""
+def _matmul(kernel, prefix, t, split, panels, tensor, address, first_block):
+    """The systolic PCUs ``{prefix}_p`` of tiling ``t``: one per row block, reading its
+    panel, the B stream multicast to them; or, with one row block, ``split`` of them
+    reading the one panel (multicast), each with a B stream of its own: the PCU that is
+    row block ``b`` of the merge (:mod:`rdu.compiler.bind`; ``first_block`` for the
+    first) computes column tiles ``b - first_block``, then every ``split``-th. Returns
+    the result stream (merged tile by tile) and the first B load's launch token."""
     lanes = t.lanes
     beat = lanes * WORD
     tile_bytes = t.k_pad * lanes * BF16         # one column tile of B, packed BF16
     tiles = t.col_tiles // split
-    results, launch = [], None
-    for p in range(split):
+    count = max(split, len(panels))
+    results, launch, stream = [], None, None
+    for p in range(count):
         load = f"load_{tensor.name}_{p}"
-        stream = kernel.load(tensor, AccessPattern(
-            BlockOffset(address - first_block * tile_bytes, tile_bytes),
-            (t.k_pad // 2, tiles, t.passes), (beat, split * tile_bytes, 0)), name=load,
-            config={"bf16": True})
-        kernel.nodes[load].block_of = f"{prefix}_{p}"
+        if split > 1 or p == 0:
+            start = (BlockOffset(address - first_block * tile_bytes, tile_bytes)
+                     if split > 1 else address)
+            stream = kernel.load(tensor, AccessPattern(
+                start, (t.k_pad // 2, tiles, t.passes), (beat, split * tile_bytes, 0)),
+                name=load, config={"bf16": True})
+            if split > 1:
+                kernel.nodes[load].block_of = f"{prefix}_{p}"
         if launch is None:
             launch = kernel.output(kernel.nodes[load], "control_out")
-        results.append(kernel.compute(f"{prefix}_{p}", "matmul", [panel, stream], config={
-            "mode": "systolic", "trips": (t.k_pad, tiles, t.passes)}))
+        results.append(kernel.compute(
+            f"{prefix}_{p}", "matmul", [panels[p % len(panels)], stream], config={
+                "mode": "systolic", "trips": (t.k_pad, tiles, t.passes)}))
         kernel.connect(launch, kernel.nodes[f"{prefix}_{p}"], "control_in")
-    kernel.row_groups.append([f"{prefix}_{p}" for p in range(split)])
-    if split == 1:
+    kernel.row_groups.append([f"{prefix}_{p}" for p in range(count)])
+    if count == 1:
         return results[0], launch
-    return kernel.merge(f"{prefix}_tiles", results, [lanes] * split), launch
+    return kernel.merge(f"{prefix}_tiles", results, [lanes] * count), launch
 
 
 def _late(kernel, streams, readers, value, pcu, rows, lanes, t):
@@ -263,11 +294,13 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
         addresses[first.a.name], (t1.k_pad // (2 * lanes), rows, t1.passes),
         (beat, t1.k_pad * BF16, rows * t1.k_pad * BF16)), name="load_x",
         config={"bf16": True})
-    x_panel = _panel(kernel, "x_panel", t1, x, AccessPattern(
-        0, (t1.k_pad // lanes, rows, 1), (lanes, t1.k_pitch, 0)), t1.col_tiles // s1)
-    hidden, launch1 = _matmul(kernel, "matmul1", t1, s1, x_panel, tensors[first.b.name],
+    x_panels = _panels(kernel, "x_panel", t1, x, AccessPattern(
+        0, (t1.k_pad // lanes, rows, 1), (lanes, t1.k_pitch, 0)), t1.col_tiles // s1,
+        "matmul1", 0)
+    hidden, launch1 = _matmul(kernel, "matmul1", t1, s1, x_panels, tensors[first.b.name],
                               addresses[first.b.name], 0)
-    if s1 > 1:
+    producers = max(s1, t1.pcus)
+    if producers > 1:
         # a merged stream has one consumer; the activation may read the hidden rows
         # twice (SiLU: h * r(h)): a PMU passes the tiles on, four buffers of one tile
         tile = AccessPattern(0, (rows, 1, 1), (lanes, 0, 0))
@@ -298,14 +331,17 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
     activated = streams.get(id(group.chain.out_node))
     if activated is None:
         raise CompileError(f"{name}: the activation's result is not a row stream")
-    # beat (tile j, row r) holds hidden columns 8j .. 8j + 7 of row r
-    h_panel = _panel(kernel, "h_panel", t2, activated, AccessPattern(
-        0, (rows, t1.col_tiles, 1), (t2.k_pitch, lanes, 0)), t2.col_tiles // s2)
-    result, _ = _matmul(kernel, "matmul2", t2, s2, h_panel, tensors[second.b.name],
-                        addresses[second.b.name], s1)
+    # beat (tile j, row block b, row r) holds hidden columns 8j .. 8j + 7 of row r of
+    # block b: row block b's panel holds it at row r, column 8j
+    h_panels = _panels(kernel, "h_panel", t2, activated, AccessPattern(
+        0, (lanes, t2.pcus, t1.col_tiles), (t2.k_pitch, t2.panel_words, lanes)),
+        t2.col_tiles // s2, "matmul2", producers)
+    result, _ = _matmul(kernel, "matmul2", t2, s2, h_panels, tensors[second.b.name],
+                        addresses[second.b.name], producers)
     out = group.output
     kernel.store(result, tensors[out], AccessPattern(
-        addresses[out], (rows, t2.col_tiles, t2.passes), (beat, t2.m_pad * beat, rows * beat)),
+        addresses[out], (rows, t2.col_tiles, t2.passes),
+        (beat, t2.m_pad * beat, rows * beat)),
         name=f"store_{out}", config={"bf16": False})
     kernel.streams = [s for s in kernel.streams if s.sinks or s.network == "control"]
     return kernel, images, addresses, bitstream_address
@@ -326,7 +362,11 @@ class MlpFamily(Family):
 
     def tile(self, group, state):
         return tile_mlp(group, state.geometry, state.machine, state.graph,
-                        state.machine.stages)
+                        state.machine.stages, state.max_pcus)
+
+    def fewer_pcus(self, tiling):
+        most = max(tiling.blocks, *tiling.splits)
+        return most - 1 if most > 1 else None
 
     def kernel_name(self, graph_name, group, t):
         return f"{graph_name}_{t.first.m}x{t.first.k}x{t.first.n}"
@@ -340,7 +380,7 @@ class MlpFamily(Family):
         return {
             "group": self.name, "m": t1.m, "d": t1.k, "f": t1.n, "pcus":
             kernel.units_needed()["pcu"], "k_pad": [t1.k_pad, t2.k_pad], "macs": t.macs,
-            "splits": list(t.splits), "passes": t1.passes,
+            "splits": list(t.splits), "blocks": t.blocks, "passes": t1.passes,
             "operands": [group.first.a.name, group.first.b.name, group.second.b.name],
             "chain": [node.describe() for node in group.chain.nodes],
             "pcu_programs": pcu_programs(kernel)}
