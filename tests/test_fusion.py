@@ -104,22 +104,23 @@ def test_unfused_kernels_on_the_model(name, params, launches, seed):
     assert figures["ok"], figures["max_abs_err"]
 
 
-@pytest.mark.parametrize("m,d,f,agcus,splits", [
-    (8, 64, 256, 5, [2, 2]), (5, 40, 96, 4, [2, 1]), (1, 16, 32, 3, [1, 1]),
-    (20, 24, 56, 5, [2, 2])])
-def test_fused_mlp_on_the_model(m, d, f, agcus, splits, seed):
+@pytest.mark.parametrize("m,d,f,agcus,splits,blocks", [
+    (8, 64, 256, 5, [2, 2], 1), (5, 40, 96, 4, [2, 1], 1), (1, 16, 32, 3, [1, 1], 1),
+    (20, 24, 56, 5, [1, 1], 2)])
+def test_fused_mlp_on_the_model(m, d, f, agcus, splits, blocks, seed):
     """``Y = SiLU(X W1) W2`` as one configuration (the hidden rows wait in a PMU as the
     second matmul's A panel): bit-exact against the two matmuls' and the activation's
-    arithmetic, within the float64 budget; only Y is written. Each matmul's column tiles
-    spread over as many systolic PCUs as there are AGCUs to stream its weights (one
-    AGCU for X, the rest split between W1 and W2, at most two each: the HBM peak), and
-    more rows than one block are row blocks one after the other."""
+    arithmetic, within the float64 budget; only Y is written. One row block: each
+    matmul's column tiles spread over as many systolic PCUs as there are AGCUs to stream
+    its weights (one AGCU for X, the rest split between W1 and W2, at most two each: the
+    HBM peak); more rows: passes of two row blocks (one PCU per block and matmul)."""
     from rdu.runtime import run_kernel
     kernel = get_kernel("mlp")
     program = kernel.compile(Machine(**{**kernel.machine, "agcus": agcus}), m=m, d=d, f=f)
-    assert program.meta["group"] == "mlp" and program.meta["splits"] == splits
-    assert program.meta["pcus"] == 3 + sum(splits)     # SiLU: three SIMD PCUs
-    assert program.meta["passes"] == -(-m // 8)
+    meta = program.meta
+    assert meta["group"] == "mlp" and meta["splits"] == splits and meta["blocks"] == blocks
+    assert meta["pcus"] == 3 + (sum(splits) if blocks == 1 else 2 * blocks)  # SiLU: 3
+    assert meta["passes"] == -(-m // (8 * blocks))
     inputs = kernel.random_inputs(program, seed)
     figures, results, run = run_kernel(kernel, program, inputs, "model")
     assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
@@ -137,7 +138,7 @@ def test_fused_mlp_refusals():
     from rdu.frontend.graph import Graph, exp, relu
     kernel = get_kernel("mlp")
     machine = Machine(**kernel.machine)
-    for params, agcus, message in ((dict(m=2048, d=16, f=2048), 5, "16-bit pass counter"),
+    for params, agcus, message in ((dict(m=4112, d=16, f=2048), 5, "16-bit pass counter"),
                                    (dict(m=8, d=64, f=256), 2, "it needs 3 AGCUs")):
         with pytest.raises(CompileError, match=message):
             kernel.compile(machine.replace(agcus=agcus), **params)
