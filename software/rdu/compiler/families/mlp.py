@@ -2,16 +2,23 @@
 element-wise operators between them (an activation: SiLU, GELU, ...) in one
 configuration (``docs/fusion.md``)::
 
-    load_x --> x_panel (PMU) --> matmul1 (systolic) <-- load_w1
-    matmul1 --> act0 .. actN (SIMD PCUs: the element-wise chain, then the BF16 cast)
-            --> h_panel (PMU: the activated rows, column tile by column tile)
-    h_panel --> matmul2 (systolic) <-- load_w2
-    matmul2 --> store_y
+    load_x --> x_panel(s) (PMU) --> matmul1_p (systolic) <-- load_w1_p
+    matmul1_* --merge--> hidden (PMU) --> act0 .. actN (SIMD PCUs: the element-wise
+            chain, then the BF16 cast; a value read twice reaches its later reader
+            through a PMU, ``late``)
+            --> h_panel(s) (PMU: the activated rows, column tile by column tile)
+    h_panel(s) --> matmul2_p (systolic) <-- load_w2_p
+    matmul2_* --merge--> store_y
 
-Both matmuls are one row block (``lanes`` rows) on one systolic PCU; the activated rows
-never leave the array: they fill the second matmul's A panel, which it reads once its
-buffer is full (the PMU's buffer handshake) while W2 streams in. The activation chain is
-built by :class:`rdu.compiler.row_chain.RowChainBuilder`, as a row kernel's.
+One row block (``lanes`` rows): each matmul's column tiles spread over up to
+``hbm_bytes_per_cycle / (2 lanes)`` systolic PCUs sharing its A panel, each with a B
+stream (an AGCU) of its own, so the weights stream at the HBM peak (one BF16 stream is
+what one systolic PCU takes, half the peak). More rows: passes of row blocks, one PCU per
+block and matmul, B multicast, A panels kept by the PMUs' address predicate. The
+activated rows never leave the array: they fill the second matmul's A panels, which it
+reads once a buffer is full (the PMU's buffer handshake) while W2 streams in. The
+activation chain is built by :class:`rdu.compiler.row_chain.RowChainBuilder`, as a row
+kernel's.
 """
 
 from dataclasses import dataclass, replace
