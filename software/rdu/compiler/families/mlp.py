@@ -35,7 +35,8 @@ from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape,
 from .matmul import MatmulGroup, MatmulTiling, matmul_group, matmul_images, tile_matmul
 from .rows import RowGroup
 
-__all__ = ["MlpGroup", "MlpTiling", "MlpFamily", "MLP", "tile_mlp", "lower_mlp"]
+__all__ = ["MlpGroup", "MlpTiling", "MlpFamily", "MLP", "MAX_ROW_BLOCKS", "tile_mlp",
+           "lower_mlp", "weight_splits"]
 
 
 @dataclass
@@ -91,6 +92,11 @@ def _match_mlp(graph, name, out):
     group1 = matmul_group(first, "%hidden")
     second = MatmulGroup(cast, w2, output=name, nodes=[out])
     return MlpGroup(group1, RowGroup(first, chain, "%activated", cast), second, name)
+
+
+#: Row blocks a pass at most: merges of more result streams rarely route (on the 8x8
+#: array, 9 to 14 blocks found no placement in 60 annealed tries each, 8 did).
+MAX_ROW_BLOCKS = 8
 
 
 @dataclass(frozen=True)
@@ -156,9 +162,12 @@ def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
     if free < 2:
         raise CompileError(f"{where}: two matmuls and an activation of {chain_pcus} PCUs "
                            f"need {chain_pcus + 2} PCUs, the array has {capacity['pcu']}")
-    # PMUs: an A panel per row block and matmul, the hidden tiles, the delayed h
-    blocks = min(free // 2, (capacity["pmu"] - 2) // 2, ceil_div(m, lanes),
-                 max_pcus or free)
+    # PMUs: an A panel per row block and matmul, the hidden tiles, the delayed h; the
+    # activation takes one beat a cycle, and a pass's first matmul makes `lanes` beats
+    # per block every K steps
+    k_beats = ceil_div(group.first.k, 2 * lanes) * 2
+    blocks = min(free // 2, (capacity["pmu"] - 2) // 2, ceil_div(m, lanes), k_beats,
+                 MAX_ROW_BLOCKS, max_pcus or free)
     splits = (1, 1) if blocks > 1 else weight_splits(machine, lanes, free, max_pcus)
     first = tile_matmul(group.first, geometry, max(1, blocks), machine.agcus)
     second = tile_matmul(group.second, geometry, max(1, blocks), machine.agcus)
@@ -178,10 +187,10 @@ def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
         if t.chunks > 1:
             raise CompileError(f"{where}: the {name} matmul's K ({t.k}) does not fit one "
                                f"PMU panel ({geometry.pmu_words} words for {lanes} rows)")
-    if first.col_tiles * first.passes > COUNT_LIMIT:
-        raise CompileError(f"{where}: {first.passes} passes of {first.col_tiles} hidden "
-                           f"column tiles exceed the 16-bit pass counter of a PMU "
-                           f"({COUNT_LIMIT})")
+    if first.col_tiles * first.passes * first.pcus > COUNT_LIMIT:
+        raise CompileError(f"{where}: {first.passes} passes of {first.pcus} row blocks of "
+                           f"{first.col_tiles} hidden column tiles exceed the 16-bit pass "
+                           f"counter of a PMU ({COUNT_LIMIT})")
     return MlpTiling(first, second, (s1, s2))
 
 
@@ -259,24 +268,31 @@ def _matmul(kernel, prefix, t, split, panels, tensor, address, first_block):
     return kernel.merge(f"{prefix}_tiles", results, [lanes] * count), launch
 
 
-def _late(kernel, streams, readers, value, pcu, rows, lanes, t):
+def _relay(kernel, name, stream, lanes, t):
+    """A PMU passing ``stream`` on through four buffers of ``lanes`` beats (one row
+    block's column tile): a buffer is read once it is full, so a small one adds little
+    latency, and four of them take up to four tiles while the reader is held."""
+    tile = AccessPattern(0, (lanes, 1, 1), (lanes, 0, 0))
+    return kernel.buffer(name, 4 * lanes * lanes, [stream], buffers=4, config={
+        "write": tile, "write_lanes": 1, "read": tile, "read_lanes": 1, "buffers": 4,
+        "buffer_words": lanes * lanes, "read_repeat": 1,
+        "read_passes": t.col_tiles * t.passes * t.pcus})
+
+
+def _late(kernel, streams, readers, value, pcu, lanes, t):
     """The stream of ``value`` for activation PCU ``pcu``: a value that an earlier PCU of
     the chain reads too (SiLU's ``h``, read by the first PCU and by the last, ``h * r``)
-    reaches the later readers through a PMU of four one-tile buffers, which takes the
-    beats while the earlier reader's results travel down the chain; without it the
-    multicast holds the value until the last reader takes it, one beat per trip
-    through the chain."""
+    reaches the later readers through a :func:`_relay`, which takes the beats while the
+    earlier reader's results travel down the chain; without it the multicast holds the
+    value until the last reader takes it, one beat per trip through the chain. (A
+    buffer larger than what the chain's FIFOs hold would deadlock: the later reader
+    waits for a full buffer while the chain waits for it.)"""
     if readers[id(value)][0] is pcu:
         return streams[id(value)]
     key = ("late", id(value))
     if key not in streams:
-        tile = AccessPattern(0, (rows, 1, 1), (lanes, 0, 0))
-        streams[key] = kernel.buffer(
-            f"late{sum(isinstance(k, tuple) for k in streams)}", 4 * rows * lanes,
-            [streams[id(value)]], buffers=4, config={
-                "write": tile, "write_lanes": 1, "read": tile, "read_lanes": 1,
-                "buffers": 4, "buffer_words": rows * lanes, "read_repeat": 1,
-                "read_passes": t.col_tiles * t.passes})
+        streams[key] = _relay(kernel, f"late{sum(isinstance(k, tuple) for k in streams)}",
+                              streams[id(value)], lanes, t)
     return streams[key]
 
 
@@ -309,12 +325,8 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
     producers = max(s1, t1.pcus)
     if producers > 1:
         # a merged stream has one consumer; the activation may read the hidden rows
-        # twice (SiLU: h * r(h)): a PMU passes the tiles on, four buffers of one tile
-        tile = AccessPattern(0, (rows, 1, 1), (lanes, 0, 0))
-        hidden = kernel.buffer("hidden", 4 * rows * lanes, [hidden], buffers=4, config={
-            "write": tile, "write_lanes": 1, "read": tile, "read_lanes": 1,
-            "buffers": 4, "buffer_words": rows * lanes, "read_repeat": 1,
-            "read_passes": t1.col_tiles * t1.passes})
+        # twice (SiLU: h * r(h)): a PMU passes the tiles on
+        hidden = _relay(kernel, "hidden", hidden, lanes, t1)
     # the activation, beat by beat: rows of a column tile, tile after tile
     pcus = RowChainBuilder(group.chain, stages).build()
     streams = {id(group.chain.x): hidden}
@@ -328,7 +340,7 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
             raise CompileError(f"{name}: the operators between the matmuls must be "
                                f"element-wise (no reductions, no per-row scalars)")
         pcu.name = f"act{index}"
-        inputs = [_late(kernel, streams, readers, value, pcu, rows, lanes, t1)
+        inputs = [_late(kernel, streams, readers, value, pcu, lanes, t1)
                   for value in (pcu.in0, pcu.in1) if value is not None]
         streams[id(pcu.row_value)] = kernel.compute(pcu.name, "map", inputs, config={
             "mode": "simd", "trips": (rows, t1.col_tiles, t1.passes),
