@@ -244,18 +244,21 @@ def test_unfused_on_verilator(sim_dir, seed):
 
 @pytest.mark.verilator
 def test_fused_mlp_on_verilator(sim_dir, seed):
-    """The fused MLP on the 4x4 RTL with four AGCUs (the attention tests' build): two
-    row blocks, W1's column tiles over two PCUs (merged), W2's on one: the functional
-    model's words, bit-exact against the arithmetic, within budget of float64; only Y
-    is written."""
+    """The fused MLP on the 4x4 RTL with four AGCUs (the attention tests' build), both
+    mappings: 6 rows (one row block, W1's column tiles over two PCUs merged, W2's on
+    one) and 12 rows (a pass of two row blocks, one PCU each per matmul): the
+    functional model's words, bit-exact against the arithmetic, within budget of
+    float64; only Y is written."""
     from rdu.runtime import run_kernel
     kernel = get_kernel("mlp")
-    program = kernel.compile(Machine(**get_kernel("attention").machine), m=12, d=32, f=64)
-    assert program.meta["splits"] == [2, 1] and program.meta["passes"] == 2
-    inputs = kernel.random_inputs(program, seed)
-    figures, results, run = run_kernel(kernel, program, inputs, "verilator", seed=seed,
-                                       work_dir=sim_dir / "mlp")
-    model = run_kernel(kernel, program, inputs, "model")[1]
-    assert np.array_equal(results["y"].view(np.uint32), model["y"].view(np.uint32))
-    assert figures["ok"], figures["max_abs_err"]
-    assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]
+    machine = Machine(**get_kernel("attention").machine)
+    for m, splits, blocks in ((6, [2, 1], 1), (12, [1, 1], 2)):
+        program = kernel.compile(machine, m=m, d=32, f=64)
+        assert program.meta["splits"] == splits and program.meta["blocks"] == blocks
+        inputs = kernel.random_inputs(program, seed)
+        figures, results, run = run_kernel(kernel, program, inputs, "verilator", seed=seed,
+                                           work_dir=sim_dir / f"mlp{m}")
+        model = run_kernel(kernel, program, inputs, "model")[1]
+        assert np.array_equal(results["y"].view(np.uint32), model["y"].view(np.uint32))
+        assert figures["ok"], figures["max_abs_err"]
+        assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]
