@@ -128,6 +128,19 @@ def test_fused_mlp_on_the_model(m, d, f, agcus, splits, blocks, seed):
     assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]
 
 
+def test_fused_mlp_on_a_larger_array(seed):
+    """On the 8x8 array a pass holds more row blocks (40 rows: 5 blocks, one pass, the
+    results of five PCUs merged): bit-exact on the model, within budget."""
+    from rdu.runtime import run_kernel
+    kernel = get_kernel("mlp")
+    program = kernel.compile(Machine(agcus=5, rows=8, cols=8), m=40, d=64, f=48)
+    assert program.meta["blocks"] == 5 and program.meta["passes"] == 1
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, _ = run_kernel(kernel, program, inputs, "model")
+    assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
+    assert figures["ok"], figures["max_abs_err"]
+
+
 def test_fused_mlp_refusals():
     """What the fused MLP cannot hold is one line each: more row blocks of hidden tiles
     than a PMU's pass counter counts, too few AGCUs, operators after the second matmul,
