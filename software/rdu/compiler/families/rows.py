@@ -1,9 +1,12 @@
 """The rows family: a graph with no matmul whose operators all work row by row on one
 input of shape ``(R, L)`` (element-wise operators of rows, of per-row scalars ``(R, 1)``
-and of constants; ``sum`` and ``max`` reductions; ``exp``, ``reciprocal``, casts) is a
-:class:`RowGroup`, streamed row by row through a chain of SIMD PCUs
+and of constants; ``sum`` and ``max`` reductions; ``exp``, ``reciprocal``, ``rsqrt``,
+casts) is a :class:`RowGroup`, streamed row by row through a chain of SIMD PCUs
 (:mod:`rdu.compiler.row_chain`): the input streams from HBM row by row, each row
-``L / lanes`` beats; row buffers of up to four rows in the PMUs.
+``L / lanes`` beats; row buffers of up to four rows in the PMUs. Inputs of shape
+``(L,)`` are per-column *vectors* (a normalisation's weight): each streams from an AGCU
+of its own again for every row (row stride 0), a row operand like the input's rows
+(RMSNorm ``x * rsqrt(mean(x * x) + eps) * w``).
 """
 
 from dataclasses import dataclass, field
@@ -28,12 +31,14 @@ __all__ = ["RowGroup", "RowTiling", "RowsFamily", "ROWS", "tile_rows", "lower_ro
 @dataclass
 class RowGroup(Group):
     """``out = f(x)`` row by row: ``nodes`` in order, each a row ``(R, L)`` or a per-row
-    scalar ``(R, 1)`` value."""
+    scalar ``(R, 1)`` value; ``vectors`` the inputs of shape ``(L,)`` (read again for
+    every row)."""
     x: Node
     nodes: list
     output: str
     out_node: Node | None = None
     kinds: dict = field(default_factory=dict, repr=False, compare=False)
+    vectors: list = field(default_factory=list)
 
     @property
     def rows(self):
@@ -71,11 +76,18 @@ _ROW_OPS = ("binary", "unary", "reduce", "const")
 def _match_rows(graph, name, out):
     nodes = [node for node in graph.live_nodes() if node.op not in ("input", "const")]
     inputs = [node for node in graph.live_nodes() if node.op == "input"]
-    if len(inputs) != 1 or len(inputs[0].shape) != 2:
+    matrices = [node for node in inputs if len(node.shape) == 2]
+    if len(matrices) != 1:
         raise unsupported(out, f"output {name!r}: a row-wise kernel takes one input "
                            f"matrix (got {', '.join(i.name for i in inputs) or 'none'})")
-    x = inputs[0]
+    x = matrices[0]
     rows, length = x.shape
+    vectors = [node for node in inputs if node is not x]
+    for vector in vectors:
+        if vector.shape != (length,):
+            raise unsupported(vector, f"output {name!r}: input {vector.name!r} of shape "
+                              f"{vector.shape}: a row-wise kernel's other inputs are "
+                              f"vectors of a row's {length} values")
     for node in nodes:
         if node.op not in _ROW_OPS:
             raise unsupported(node, f"output {name!r}: {node.op} is not a row-wise "
@@ -89,7 +101,7 @@ def _match_rows(graph, name, out):
     if out.shape != (rows, length):
         raise unsupported(out, f"output {name!r}: a row-wise kernel's output must be "
                            f"rows {(rows, length)}, not {out.shape}")
-    return RowGroup(x, nodes, name, out)
+    return RowGroup(x, nodes, name, out, vectors=vectors)
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,10 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     shape, size = (rows, tiling.padded), (rows, group.length)
     images = {x.name: Image(shape, (Piece(x.name, (0, 0), size),), None, None, fmt),
               out: Image(shape, (Piece(out, (0, 0), size),), None, None, out_fmt)}
+    for vector in group.vectors:
+        images[vector.name] = Image(
+            (1, tiling.padded), (Piece(vector.name, (0, 0), (1, group.length)),), None, None,
+            "bf16" if vector.dtype == "bf16" else "fp32")
     for image_name, image in list(images.items()):
         wanted = plan.layout(image_name) if plan else None
         if wanted is not None:
@@ -188,6 +204,16 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
                                   config={"bf16": fmt == "bf16"})}
     launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
+    for vector in group.vectors:          # the same row again for every row
+        row = walk_rows(name, vector.name, images[vector.name], addresses[vector.name], 1,
+                        tiling.padded, beat)
+        if tuple(row.counts[1:]) != (1, 1):
+            raise CompileError(f"{name}: vector {vector.name!r} "
+                               f"({images[vector.name].describe()}) is not one run of beats")
+        pattern = AccessPattern(row.start, (row.counts[0], rows, 1), (row.strides[0], 0, 0))
+        streams[id(vector)] = kernel.load(
+            tensors[vector.name], pattern, name=f"load_{vector.name}",
+            config={"bf16": images[vector.name].format == "bf16"})
     scalar_streams = {}
     delayed = {}
 
