@@ -13,7 +13,7 @@ from rdu.compiler.check import check_kernel
 from rdu.frontend import gemm
 from rdu.frontend.graph import FrontendError, Graph, exp, relu
 from rdu.frontend.kernels import KERNELS, Kernel
-from rdu.layout import Image, Piece
+from rdu.layout import Image, Piece, padded_row
 from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry
 from rdu.runtime import run_program, run_programs
@@ -265,7 +265,8 @@ def test_rmsnorm_structure():
     """RMSNorm, one configuration: the squares and their sum on one PCU, the scalar
     chain ``rsqrt(sum * (1 / n) + eps)`` on one per-row PCU (two stages and the RSQRT
     tail), the normalisation and the weight (a vector read again for every row, on
-    IN1) behind a row buffer; with padded rows the sum gets a PCU of its own."""
+    IN1, loaded once into a PMU that reads it for every row) behind a row buffer; with
+    padded rows the sum gets a PCU of its own."""
     for n, pcus in ((64, 3), (40, 4)):
         state = []
         KERNELS["rmsnorm"].compile(Machine(), state=state, m=4, n=n)
@@ -282,6 +283,9 @@ def test_rmsnorm_structure():
                  and node.name.startswith("load_")]
         assert sorted(node.name for node in loads) == ["load_w", "load_x"]
         assert sum(1 for name in kernel.nodes if name.startswith("rowbuf")) == 1
+        weight = kernel.nodes["vector0"].config           # loaded once, read every row
+        assert weight["read"].counts == (padded_row(n, 8) // 8, 4, 1)
+        assert weight["read"].strides[1] == 0 and weight["read_passes"] == 1
 
 
 def test_row_kernel_that_does_not_fit_says_what_ran_out():

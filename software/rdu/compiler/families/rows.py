@@ -4,9 +4,9 @@ and of constants; ``sum`` and ``max`` reductions; ``exp``, ``reciprocal``, ``rsq
 casts) is a :class:`RowGroup`, streamed row by row through a chain of SIMD PCUs
 (:mod:`rdu.compiler.row_chain`): the input streams from HBM row by row, each row
 ``L / lanes`` beats; row buffers of up to four rows in the PMUs. Inputs of shape
-``(L,)`` are per-column *vectors* (a normalisation's weight): each streams from an AGCU
-of its own again for every row (row stride 0), a row operand like the input's rows
-(RMSNorm ``x * rsqrt(mean(x * x) + eps) * w``).
+``(L,)`` are per-column *vectors* (a normalisation's weight): each is loaded once (an
+AGCU load of its own) into a PMU that streams it again for every row, a row operand like
+the input's rows (RMSNorm ``x * rsqrt(mean(x * x) + eps) * w``).
 """
 
 from dataclasses import dataclass, field
@@ -204,16 +204,18 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
                                   config={"bf16": fmt == "bf16"})}
     launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
-    for vector in group.vectors:          # the same row again for every row
-        row = walk_rows(name, vector.name, images[vector.name], addresses[vector.name], 1,
-                        tiling.padded, beat)
-        if tuple(row.counts[1:]) != (1, 1):
-            raise CompileError(f"{name}: vector {vector.name!r} "
-                               f"({images[vector.name].describe()}) is not one run of beats")
-        pattern = AccessPattern(row.start, (row.counts[0], rows, 1), (row.strides[0], 0, 0))
-        streams[id(vector)] = kernel.load(
-            tensors[vector.name], pattern, name=f"load_{vector.name}",
+    for index, vector in enumerate(group.vectors):
+        # loaded once into a PMU, which streams it again for every row
+        load = kernel.load(tensors[vector.name], walk_rows(
+            name, vector.name, images[vector.name], addresses[vector.name], 1,
+            tiling.padded, beat), name=f"load_{vector.name}",
             config={"bf16": images[vector.name].format == "bf16"})
+        streams[id(vector)] = kernel.buffer(
+            f"vector{index}", tiling.padded, [load], buffers=1, config={
+                "write": AccessPattern(0, (beats, 1, 1), (lanes, 0, 0)), "write_lanes": 1,
+                "read": AccessPattern(0, (beats, rows, 1), (lanes, 0, 0)), "read_lanes": 1,
+                "buffers": 1, "buffer_words": tiling.padded, "read_repeat": 1,
+                "read_passes": 1})
     scalar_streams = {}
     delayed = {}
 
