@@ -6,8 +6,8 @@
         [--plot build/fusion/fusion.png] [--json]
 
 Each point runs attention (decode, prefill) or an MLP block (``Y = SiLU(X W1) W2``)
-three ways on the default 4x4 array with 4 AGCUs (``rdu run attention|mlp --execution
-...``, ``docs/fusion.md``):
+three ways on the 4x4 array with the kernel's AGCUs (4 for attention, 5 for the MLP;
+``rdu run attention|mlp --execution ...``, ``docs/fusion.md``):
 
 * ``fused``: one configuration (``docs/attention.md``; the MLP's hidden rows wait in a
   PMU);
@@ -147,7 +147,7 @@ def plot(rows, path):
                     va="bottom", fontsize=8)
     ax.set_xticks(range(len(rows)), labels)
     ax.set_ylabel("cycles (program loads included)")
-    ax.set_title("4x4 array, 4 AGCUs: fused | unfused (orchestrated) | unfused (host)",
+    ax.set_title("4x4 array: fused | unfused (orchestrated) | unfused (host)",
                  fontsize=9)
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=c, label=t) for c, t in (

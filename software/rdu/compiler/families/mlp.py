@@ -2,33 +2,41 @@
 element-wise operators between them (an activation: SiLU, GELU, ...) in one
 configuration (``docs/fusion.md``)::
 
-    load_x --> x_panel (PMU) --> matmul1 (systolic) <-- load_w1
-    matmul1 --> act0 .. actN (SIMD PCUs: the element-wise chain, then the BF16 cast)
-            --> h_panel (PMU: the activated rows, column tile by column tile)
-    h_panel --> matmul2 (systolic) <-- load_w2
-    matmul2 --> store_y
+    load_x --> x_panel(s) (PMU) --> matmul1_p (systolic) <-- load_w1_p
+    matmul1_* --merge--> hidden (PMU) --> act0 .. actN (SIMD PCUs: the element-wise
+            chain, then the BF16 cast; a value read twice reaches its later reader
+            through a PMU, ``late``)
+            --> h_panel(s) (PMU: the activated rows, column tile by column tile)
+    h_panel(s) --> matmul2_p (systolic) <-- load_w2_p
+    matmul2_* --merge--> store_y
 
-Both matmuls are one row block (``lanes`` rows) on one systolic PCU; the activated rows
-never leave the array: they fill the second matmul's A panel, which it reads once its
-buffer is full (the PMU's buffer handshake) while W2 streams in. The activation chain is
-built by :class:`rdu.compiler.row_chain.RowChainBuilder`, as a row kernel's.
+One row block (``lanes`` rows): each matmul's column tiles spread over up to
+``hbm_bytes_per_cycle / (2 lanes)`` systolic PCUs sharing its A panel, each with a B
+stream (an AGCU) of its own, so the weights stream at the HBM peak (one BF16 stream is
+what one systolic PCU takes, half the peak). More rows: passes of row blocks, one PCU per
+block and matmul, B multicast, A panels kept by the PMUs' address predicate. The
+activated rows never leave the array: they fill the second matmul's A panels, which it
+reads once a buffer is full (the PMU's buffer handshake) while W2 streams in. The
+activation chain is built by :class:`rdu.compiler.row_chain.RowChainBuilder`, as a row
+kernel's.
 """
 
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...ir import AccessPattern, Kernel
+from ...ir import AccessPattern, BlockOffset, Kernel
 from ...models import reference
 from ..core import CompileError
 from ..group import Group, Lowered
-from ..lower import BF16, WORD, check_layout, place_images
+from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, place_images
 from ..row_chain import RowChainBuilder
 from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
 from .matmul import MatmulGroup, MatmulTiling, matmul_group, matmul_images, tile_matmul
 from .rows import RowGroup
 
-__all__ = ["MlpGroup", "MlpTiling", "MlpFamily", "MLP", "tile_mlp", "lower_mlp"]
+__all__ = ["MlpGroup", "MlpTiling", "MlpFamily", "MLP", "MAX_ROW_BLOCKS", "tile_mlp",
+           "lower_mlp", "weight_splits"]
 
 
 @dataclass
@@ -86,46 +94,104 @@ def _match_mlp(graph, name, out):
     return MlpGroup(group1, RowGroup(first, chain, "%activated", cast), second, name)
 
 
+#: Row blocks a pass at most: merges of more result streams rarely route (on the 8x8
+#: array, 9 to 14 blocks found no placement in 60 annealed tries each, 8 did).
+MAX_ROW_BLOCKS = 8
+
+
 @dataclass(frozen=True)
 class MlpTiling:
-    """Two matmuls on one systolic PCU each (one row block of ``lanes`` rows), the
-    activation chain between them."""
+    """Two matmuls and the activation chain between them. A pass covers ``blocks`` row
+    blocks of ``lanes`` rows, one systolic PCU per row block and matmul (the B stream
+    multicast to them, as a GEMM's); with one row block, a matmul's column tiles may
+    instead spread over ``splits[i]`` PCUs that share its A panel (PCU ``p`` of ``s``
+    computes tiles ``p, p + s, ...``, its B stream from an AGCU of its own)."""
     first: MatmulTiling
     second: MatmulTiling
+    splits: tuple = (1, 1)
+
+    @property
+    def blocks(self):
+        return self.first.pcus
 
     @property
     def macs(self):
         return self.first.macs + self.second.macs
 
     def describe(self):
-        return f"mlp: {self.first.describe()}; then {self.second.describe()}"
+        return (f"mlp: {self.first.describe()}; then {self.second.describe()}; column "
+                f"tiles over {self.splits[0]} and {self.splits[1]} systolic PCUs")
 
 
-def tile_mlp(group, geometry, machine, graph):
+def weight_splits(machine, lanes, free, limit=None):
+    """``(s1, s2)``: the systolic PCUs of each matmul of one row block, each with a B
+    stream (an AGCU) of its own. A BF16 B stream brings ``lanes`` values (``2 lanes``
+    HBM bytes) a cycle, as much as one systolic PCU takes (``docs/agcu.md``,
+    ``docs/pcu.md``), so a matmul needs ``hbm_bytes_per_cycle / (2 lanes)`` of them (2 on
+    the default machine) to stream its weights at the HBM peak. X takes one AGCU; every
+    other AGCU streams weights; the matmuls run one after the other, so each gets half
+    of them (the first the odd one); ``free``: the PCUs the activation leaves."""
+    peak = max(1, ceil_div(machine.hbm_bytes_per_cycle, lanes * BF16))
+    if limit is not None:
+        peak = min(peak, limit)
+    streams = machine.agcus - 1
+    s1 = s2 = 1
+    while s1 + s2 < min(streams, free) and min(s1, s2) < peak:
+        if s1 <= s2:
+            s1 += 1
+        else:
+            s2 += 1
+    return s1, s2
+
+
+def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
     """The :class:`MlpTiling` of a :class:`MlpGroup` of ``graph``: both matmuls keep
-    their whole K in a PMU panel, the hidden rows are one row block."""
+    their whole K in a PMU panel. One row block: each matmul's column tiles spread over
+    the PCUs :func:`weight_splits` gives it; more rows: as many row blocks a pass as
+    the PCUs the activation leaves hold two at a time (one per matmul), at most
+    ``max_pcus``, each weight read once a pass."""
     lanes = geometry.lanes
     where = f"output {group.output!r}"
     if machine.agcus < 3:
         raise CompileError(f"{where}: a fused MLP loads A, W1 and W2 at once: it needs 3 "
                            f"AGCUs, the machine has {machine.agcus} (--agcus)")
     m, f = group.first.m, group.first.n
-    if m > lanes:
-        raise CompileError(f"{where}: a fused MLP keeps its {m} rows in one block of "
-                           f"{lanes} (one systolic PCU per matmul): at most {lanes} rows")
-    first = tile_matmul(group.first, geometry, 1, machine.agcus)
-    second = tile_matmul(group.second, geometry, 1, machine.agcus)
+    chain_pcus = len(RowChainBuilder(group.chain, stages).build())
+    capacity = geometry.capacity()
+    free = capacity["pcu"] - chain_pcus
+    if free < 2:
+        raise CompileError(f"{where}: two matmuls and an activation of {chain_pcus} PCUs "
+                           f"need {chain_pcus + 2} PCUs, the array has {capacity['pcu']}")
+    # PMUs: an A panel per row block and matmul, the hidden tiles, the delayed h; the
+    # activation takes one beat a cycle, and a pass's first matmul makes `lanes` beats
+    # per block every K steps
+    k_beats = ceil_div(group.first.k, 2 * lanes) * 2
+    blocks = min(free // 2, (capacity["pmu"] - 2) // 2, ceil_div(m, lanes), k_beats,
+                 MAX_ROW_BLOCKS, max_pcus or free)
+    splits = (1, 1) if blocks > 1 else weight_splits(machine, lanes, free, max_pcus)
+    first = tile_matmul(group.first, geometry, max(1, blocks), machine.agcus)
+    second = tile_matmul(group.second, geometry, max(1, blocks), machine.agcus)
     # the hidden rows fill the second matmul's panel in whole BF16 beats: the first
     # matmul computes the hidden size padded to the second's K (W1's zero columns; the
-    # activation of them meets W2's zero rows)
-    first = replace(first, col_tiles=second.k_pad // lanes)
+    # activation of them meets W2's zero rows); each matmul's column tiles are padded to
+    # a multiple of its PCUs (zero columns of W1 / W2)
+    s1, s2 = splits
+    hidden_tiles = second.k_pad // lanes
+    while hidden_tiles % s1:
+        s1 -= 1
+    first = replace(first, col_tiles=hidden_tiles)
+    second = replace(second, col_tiles=ceil_div(second.col_tiles, s2) * s2)
     if first.n_pad > f:
         _check_padding_activation(graph, group, where, lanes)
     for name, t in (("first", first), ("second", second)):
         if t.chunks > 1:
             raise CompileError(f"{where}: the {name} matmul's K ({t.k}) does not fit one "
                                f"PMU panel ({geometry.pmu_words} words for {lanes} rows)")
-    return MlpTiling(first, second)
+    if first.col_tiles * first.passes * first.pcus > COUNT_LIMIT:
+        raise CompileError(f"{where}: {first.passes} passes of {first.pcus} row blocks of "
+                           f"{first.col_tiles} hidden column tiles exceed the 16-bit pass "
+                           f"counter of a PMU ({COUNT_LIMIT})")
+    return MlpTiling(first, second, (s1, s2))
 
 
 def _check_padding_activation(graph, group, where, lanes):
@@ -146,22 +212,94 @@ def _check_padding_activation(graph, group, where, lanes):
                            f"of {2 * lanes}")
 
 
-def _panel(kernel, name, t, stream, write, *, block_of):
-    """The A panel PMU of tiling ``t`` fed by ``stream`` with ``write`` (one block)."""
-    read = AccessPattern(0, (t.k_pad, t.col_tiles, 1), (1, 0, 0))
-    return kernel.buffer(name, t.panel_words, [stream], buffers=t.buffers,
-                         block_of=block_of, config={
-                             "write": write, "write_lanes": 1, "read": read,
-                             "read_lanes": t.k_pitch, "buffers": t.buffers,
-                             "buffer_words": t.panel_words, "read_repeat": 1,
-                             "read_passes": t.passes,
-                             "skew_shift": t.k_pitch.bit_length() - 1,
-                             "predicate": (0, t.panel_words)})
+def _panels(kernel, name, t, stream, write, tiles, matmul, first_block):
+    """The A panel PMUs of tiling ``t``, one per row block, fed by ``stream`` (multicast)
+    with ``write``; panel ``p`` keeps the row block of ``{matmul}_p`` (its place in the
+    merge order less ``first_block``, :mod:`rdu.compiler.bind`), read once for each of
+    ``tiles`` column tiles."""
+    words = t.panel_words
+    panels = []
+    for p in range(t.pcus):
+        low = BlockOffset(-first_block * words, words) if t.pcus > 1 else 0
+        high = BlockOffset((1 - first_block) * words, words) if t.pcus > 1 else words
+        panels.append(kernel.buffer(
+            f"{name}{p}" if t.pcus > 1 else name, words, [stream], buffers=t.buffers,
+            block_of=f"{matmul}_{p}" if t.pcus > 1 else None, config={
+                "write": write, "write_lanes": 1,
+                "read": AccessPattern(low, (t.k_pad, tiles, 1), (1, 0, 0)),
+                "read_lanes": t.k_pitch, "buffers": t.buffers, "buffer_words": words,
+                "read_repeat": 1, "read_passes": t.passes,
+                "skew_shift": t.k_pitch.bit_length() - 1, "predicate": (low, high)}))
+    return panels
+
+
+def _matmul(kernel, prefix, t, split, panels, tensor, address, first_block):
+    """The systolic PCUs ``{prefix}_p`` of tiling ``t``: one per row block, reading its
+    panel, the B stream multicast to them; or, with one row block, ``split`` of them
+    reading the one panel (multicast), each with a B stream of its own: the PCU that is
+    row block ``b`` of the merge (:mod:`rdu.compiler.bind`; ``first_block`` for the
+    first) computes column tiles ``b - first_block``, then every ``split``-th. Returns
+    the result stream (merged tile by tile) and the first B load's launch token."""
+    lanes = t.lanes
+    beat = lanes * WORD
+    tile_bytes = t.k_pad * lanes * BF16         # one column tile of B, packed BF16
+    tiles = t.col_tiles // split
+    count = max(split, len(panels))
+    results, launch, stream = [], None, None
+    for p in range(count):
+        load = f"load_{tensor.name}_{p}"
+        if split > 1 or p == 0:
+            start = (BlockOffset(address - first_block * tile_bytes, tile_bytes)
+                     if split > 1 else address)
+            stream = kernel.load(tensor, AccessPattern(
+                start, (t.k_pad // 2, tiles, t.passes), (beat, split * tile_bytes, 0)),
+                name=load, config={"bf16": True})
+            if split > 1:
+                kernel.nodes[load].block_of = f"{prefix}_{p}"
+        if launch is None:
+            launch = kernel.output(kernel.nodes[load], "control_out")
+        results.append(kernel.compute(
+            f"{prefix}_{p}", "matmul", [panels[p % len(panels)], stream], config={
+                "mode": "systolic", "trips": (t.k_pad, tiles, t.passes)}))
+        kernel.connect(launch, kernel.nodes[f"{prefix}_{p}"], "control_in")
+    kernel.row_groups.append([f"{prefix}_{p}" for p in range(count)])
+    if count == 1:
+        return results[0], launch
+    return kernel.merge(f"{prefix}_tiles", results, [lanes] * count), launch
+
+
+def _relay(kernel, name, stream, lanes, t):
+    """A PMU passing ``stream`` on through four buffers of ``lanes`` beats (one row
+    block's column tile): a buffer is read once it is full, so a small one adds little
+    latency, and four of them take up to four tiles while the reader is held."""
+    tile = AccessPattern(0, (lanes, 1, 1), (lanes, 0, 0))
+    return kernel.buffer(name, 4 * lanes * lanes, [stream], buffers=4, config={
+        "write": tile, "write_lanes": 1, "read": tile, "read_lanes": 1, "buffers": 4,
+        "buffer_words": lanes * lanes, "read_repeat": 1,
+        "read_passes": t.col_tiles * t.passes * t.pcus})
+
+
+def _late(kernel, streams, readers, value, pcu, lanes, t):
+    """The stream of ``value`` for activation PCU ``pcu``: a value that an earlier PCU of
+    the chain reads too (SiLU's ``h``, read by the first PCU and by the last, ``h * r``)
+    reaches the later readers through a :func:`_relay`, which takes the beats while the
+    earlier reader's results travel down the chain; without it the multicast holds the
+    value until the last reader takes it, one beat per trip through the chain. (A
+    buffer larger than what the chain's FIFOs hold would deadlock: the later reader
+    waits for a full buffer while the chain waits for it.)"""
+    if readers[id(value)][0] is pcu:
+        return streams[id(value)]
+    key = ("late", id(value))
+    if key not in streams:
+        streams[key] = _relay(kernel, f"late{sum(isinstance(k, tuple) for k in streams)}",
+                              streams[id(value)], lanes, t)
+    return streams[key]
 
 
 def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
     """``(kernel, images, addresses, bitstream_address)`` of an MLP group."""
     t1, t2 = tiling.first, tiling.second
+    s1, s2 = tiling.splits
     lanes = t1.lanes
     beat = lanes * WORD
     first, second = group.first, group.second
@@ -172,55 +310,58 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
         check_layout(name, plan, image_name, image)
     addresses, bitstream_address = place_images(name, images, hbm_size, plan)
     kernel = Kernel(name)
+    kernel.row_groups = []
     tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
     rows = t1.rows_per_pass
     x = kernel.load(tensors[first.a.name], AccessPattern(
-        addresses[first.a.name], (t1.k_pad // (2 * lanes), rows, 1),
-        (beat, t1.k_pad * BF16, 0)), name="load_x", config={"bf16": True})
-    w1 = kernel.load(tensors[first.b.name], AccessPattern(
-        addresses[first.b.name], (t1.k_pad // 2, t1.col_tiles, 1),
-        (beat, t1.k_pad * lanes * BF16, 0)), name="load_w1", config={"bf16": True})
-    w2 = kernel.load(tensors[second.b.name], AccessPattern(
-        addresses[second.b.name], (t2.k_pad // 2, t2.col_tiles, 1),
-        (beat, t2.k_pad * lanes * BF16, 0)), name="load_w2", config={"bf16": True})
-    launch1 = kernel.output(kernel.nodes["load_w1"], "control_out")
-    launch2 = kernel.output(kernel.nodes["load_w2"], "control_out")
-    x_panel = _panel(kernel, "x_panel", t1, x, AccessPattern(
-        0, (t1.k_pad // lanes, rows, 1), (lanes, t1.k_pitch, 0)), block_of=None)
-    hidden = kernel.compute("matmul1", "matmul", [x_panel, w1], config={
-        "mode": "systolic", "trips": (t1.k_pad, t1.col_tiles, 1)})
-    kernel.connect(launch1, kernel.nodes["matmul1"], "control_in")
+        addresses[first.a.name], (t1.k_pad // (2 * lanes), rows, t1.passes),
+        (beat, t1.k_pad * BF16, rows * t1.k_pad * BF16)), name="load_x",
+        config={"bf16": True})
+    x_panels = _panels(kernel, "x_panel", t1, x, AccessPattern(
+        0, (t1.k_pad // lanes, rows, 1), (lanes, t1.k_pitch, 0)), t1.col_tiles // s1,
+        "matmul1", 0)
+    hidden, launch1 = _matmul(kernel, "matmul1", t1, s1, x_panels, tensors[first.b.name],
+                              addresses[first.b.name], 0)
+    producers = max(s1, t1.pcus)
+    if producers > 1:
+        # a merged stream has one consumer; the activation may read the hidden rows
+        # twice (SiLU: h * r(h)): a PMU passes the tiles on
+        hidden = _relay(kernel, "hidden", hidden, lanes, t1)
     # the activation, beat by beat: rows of a column tile, tile after tile
-    builder = RowChainBuilder(group.chain, stages)
-    pcus = builder.build()
+    pcus = RowChainBuilder(group.chain, stages).build()
     streams = {id(group.chain.x): hidden}
+    readers = {}
+    for pcu in pcus:
+        for value in (pcu.in0, pcu.in1):
+            if value is not None:
+                readers.setdefault(id(value), []).append(pcu)
     for index, pcu in enumerate(pcus):
         if pcu.scalar is not None or pcu.reduce != "NONE" or pcu.per_row:
             raise CompileError(f"{name}: the operators between the matmuls must be "
                                f"element-wise (no reductions, no per-row scalars)")
         pcu.name = f"act{index}"
-        inputs = [streams[id(pcu.in0)]]
-        if pcu.in1 is not None:
-            inputs.append(streams[id(pcu.in1)])
+        inputs = [_late(kernel, streams, readers, value, pcu, lanes, t1)
+                  for value in (pcu.in0, pcu.in1) if value is not None]
         streams[id(pcu.row_value)] = kernel.compute(pcu.name, "map", inputs, config={
-            "mode": "simd", "trips": (rows, t1.col_tiles, 1), "stages": list(pcu.stages),
-            "scalar_in": False, "tail": pcu.tail, "reduce": "NONE", "emit_every": True,
-            "vector_out": True})
+            "mode": "simd", "trips": (rows, t1.col_tiles, t1.passes),
+            "stages": list(pcu.stages), "scalar_in": False, "tail": pcu.tail,
+            "reduce": "NONE", "emit_every": True, "vector_out": True})
         kernel.connect(launch1, kernel.nodes[pcu.name], "control_in")
     activated = streams.get(id(group.chain.out_node))
     if activated is None:
         raise CompileError(f"{name}: the activation's result is not a row stream")
-    # beat (tile j, row r) holds hidden columns 8j .. 8j + 7 of row r
-    h_panel = _panel(kernel, "h_panel", t2, activated, AccessPattern(
-        0, (rows, t1.col_tiles, 1), (t2.k_pitch, lanes, 0)), block_of=None)
-    result = kernel.compute("matmul2", "matmul", [h_panel, w2], config={
-        "mode": "systolic", "trips": (t2.k_pad, t2.col_tiles, 1)})
-    kernel.connect(launch2, kernel.nodes["matmul2"], "control_in")
+    # beat (tile j, row block b, row r) holds hidden columns 8j .. 8j + 7 of row r of
+    # block b: row block b's panel holds it at row r, column 8j
+    h_panels = _panels(kernel, "h_panel", t2, activated, AccessPattern(
+        0, (lanes, t2.pcus, t1.col_tiles), (t2.k_pitch, t2.panel_words, lanes)),
+        t2.col_tiles // s2, "matmul2", producers)
+    result, _ = _matmul(kernel, "matmul2", t2, s2, h_panels, tensors[second.b.name],
+                        addresses[second.b.name], producers)
     out = group.output
     kernel.store(result, tensors[out], AccessPattern(
-        addresses[out], (rows, t2.col_tiles, 1), (beat, t2.m_pad * beat, 0)),
+        addresses[out], (rows, t2.col_tiles, t2.passes),
+        (beat, t2.m_pad * beat, rows * beat)),
         name=f"store_{out}", config={"bf16": False})
-    kernel.row_groups = []
     kernel.streams = [s for s in kernel.streams if s.sinks or s.network == "control"]
     return kernel, images, addresses, bitstream_address
 
@@ -239,7 +380,12 @@ class MlpFamily(Family):
         return _match_mlp(graph, name, out)
 
     def tile(self, group, state):
-        return tile_mlp(group, state.geometry, state.machine, state.graph)
+        return tile_mlp(group, state.geometry, state.machine, state.graph,
+                        state.machine.stages, state.max_pcus)
+
+    def fewer_pcus(self, tiling):
+        most = max(tiling.blocks, *tiling.splits)
+        return most - 1 if most > 1 else None
 
     def kernel_name(self, graph_name, group, t):
         return f"{graph_name}_{t.first.m}x{t.first.k}x{t.first.n}"
@@ -253,6 +399,7 @@ class MlpFamily(Family):
         return {
             "group": self.name, "m": t1.m, "d": t1.k, "f": t1.n, "pcus":
             kernel.units_needed()["pcu"], "k_pad": [t1.k_pad, t2.k_pad], "macs": t.macs,
+            "splits": list(t.splits), "blocks": t.blocks, "passes": t1.passes,
             "operands": [group.first.a.name, group.first.b.name, group.second.b.name],
             "chain": [node.describe() for node in group.chain.nodes],
             "pcu_programs": pcu_programs(kernel)}

@@ -218,14 +218,37 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
                 "read_passes": 1})
     scalar_streams = {}
     delayed = {}
+    readers = {}
+    for pcu in pcus:
+        for value in (None if pcu.in0_clock else pcu.in0, pcu.in1):
+            if value is not None:
+                readers.setdefault(id(value), []).append(pcu)
+    # a relay's buffer: the largest divisor of a row's beats up to one tile of beats
+    relay = max(size for size in range(1, min(lanes, beats) + 1) if beats % size == 0)
 
     def row_stream(value, consumer):
         """The stream of row ``value`` for PCU ``consumer`` (through a row buffer when the
-        consumer needs a scalar computed from that row)."""
+        consumer needs a scalar computed from that row; through a relay when an earlier
+        PCU of the chain reads the value too)."""
         needs_delay = consumer.scalar is not None and \
             id(value) in ancestors(consumer.scalar) | {id(consumer.scalar)}
         if not needs_delay:
-            return streams[id(value)]
+            if readers.get(id(value), [consumer])[0] is consumer or \
+                    rows * beats // relay > COUNT_LIMIT:
+                return streams[id(value)]
+            if ("relay", id(value)) not in delayed:
+                # the later reader waits for the earlier one's results down the chain;
+                # the multicast would hold each beat until it takes it (about one beat
+                # per trip through the chain): four small buffers take the beats
+                # meanwhile (no larger than the chain's FIFOs, or they deadlock)
+                pattern = AccessPattern(0, (relay, 1, 1), (lanes, 0, 0))
+                delayed[("relay", id(value))] = kernel.buffer(
+                    f"relay{len(delayed)}", 4 * relay * lanes, [streams[id(value)]],
+                    buffers=4, config={
+                        "write": pattern, "write_lanes": 1, "read": pattern,
+                        "read_lanes": 1, "buffers": 4, "buffer_words": relay * lanes,
+                        "read_repeat": 1, "read_passes": rows * beats // relay})
+            return delayed[("relay", id(value))]
         if id(value) not in delayed:
             words = tiling.padded
             linear = AccessPattern(0, (beats, 1, 1), (lanes, 0, 0))
