@@ -169,19 +169,13 @@ def walk_rows(name, image_name, image, address, rows, length, beat):
     return AccessPattern(start, counts, strides)
 
 
-def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
-    """``(kernel, images, addresses, bitstream_address)`` of a row group; ``plan``
-    (:class:`ImagePlan`) may give the input and output images another geometry (the
-    producer's or the consumer's in a sequence of kernels): the AGCUs walk it row by
-    row."""
-    builder = RowChainBuilder(group, stages, padded=tiling.pad > 0)
-    pcus = builder.build()
-    lanes, beats, rows = tiling.lanes, tiling.beats, tiling.rows
-    beat = lanes * WORD
+def _row_images(name, group, tiling, plan):
+    """``{tensor: Image}`` of a row group: the input and output matrices padded to whole
+    beats, each vector one padded row; ``plan`` may give them another geometry."""
     x, out = group.x, group.output
     fmt = "bf16" if x.dtype == "bf16" else "fp32"
     out_fmt = "bf16" if group.out_node.dtype == "bf16" else "fp32"
-    shape, size = (rows, tiling.padded), (rows, group.length)
+    shape, size = (tiling.rows, tiling.padded), (tiling.rows, group.length)
     images = {x.name: Image(shape, (Piece(x.name, (0, 0), size),), None, None, fmt),
               out: Image(shape, (Piece(out, (0, 0), size),), None, None, out_fmt)}
     for vector in group.vectors:
@@ -196,26 +190,48 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
                                    f"other kernel has it as {wanted.format}")
             images[image_name] = Image(wanted.shape, image.pieces, wanted.split,
                                        wanted.perm, wanted.format)
+    return images
+
+
+def _vector_streams(kernel, name, group, tiling, images, addresses, tensors):
+    """``{id(vector): stream}``: each vector loaded once into a PMU, which streams it
+    again for every row (its read pattern's second level, of stride 0)."""
+    lanes, beats = tiling.lanes, tiling.beats
+    streams = {}
+    for index, vector in enumerate(group.vectors):
+        load = kernel.load(tensors[vector.name], walk_rows(
+            name, vector.name, images[vector.name], addresses[vector.name], 1,
+            tiling.padded, lanes * WORD), name=f"load_{vector.name}",
+            config={"bf16": images[vector.name].format == "bf16"})
+        streams[id(vector)] = kernel.buffer(
+            f"vector{index}", tiling.padded, [load], buffers=1, config={
+                "write": AccessPattern(0, (beats, 1, 1), (lanes, 0, 0)), "write_lanes": 1,
+                "read": AccessPattern(0, (beats, tiling.rows, 1), (lanes, 0, 0)),
+                "read_lanes": 1, "buffers": 1, "buffer_words": tiling.padded,
+                "read_repeat": 1, "read_passes": 1})
+    return streams
+
+
+def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
+    """``(kernel, images, addresses, bitstream_address)`` of a row group; ``plan``
+    (:class:`ImagePlan`) may give the input and output images another geometry (the
+    producer's or the consumer's in a sequence of kernels): the AGCUs walk it row by
+    row."""
+    builder = RowChainBuilder(group, stages, padded=tiling.pad > 0)
+    pcus = builder.build()
+    lanes, beats, rows = tiling.lanes, tiling.beats, tiling.rows
+    beat = lanes * WORD
+    x, out = group.x, group.output
+    images = _row_images(name, group, tiling, plan)
     addresses, bitstream_address = place_images(name, images, hbm_size, plan)
     kernel = Kernel(name)
     tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
     pattern = walk_rows(name, x.name, images[x.name], addresses[x.name], rows,
                         tiling.padded, beat)
     streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
-                                  config={"bf16": fmt == "bf16"})}
+                                  config={"bf16": images[x.name].format == "bf16"})}
     launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
-    for index, vector in enumerate(group.vectors):
-        # loaded once into a PMU, which streams it again for every row
-        load = kernel.load(tensors[vector.name], walk_rows(
-            name, vector.name, images[vector.name], addresses[vector.name], 1,
-            tiling.padded, beat), name=f"load_{vector.name}",
-            config={"bf16": images[vector.name].format == "bf16"})
-        streams[id(vector)] = kernel.buffer(
-            f"vector{index}", tiling.padded, [load], buffers=1, config={
-                "write": AccessPattern(0, (beats, 1, 1), (lanes, 0, 0)), "write_lanes": 1,
-                "read": AccessPattern(0, (beats, rows, 1), (lanes, 0, 0)), "read_lanes": 1,
-                "buffers": 1, "buffer_words": tiling.padded, "read_repeat": 1,
-                "read_passes": 1})
+    streams.update(_vector_streams(kernel, name, group, tiling, images, addresses, tensors))
     scalar_streams = {}
     delayed = {}
     readers = {}
