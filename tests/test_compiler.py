@@ -10,8 +10,10 @@ import pytest
 from rdu.bitstream import to_bytes
 from rdu.compiler import PIPELINE, CompileError, compile_graph
 from rdu.compiler.check import check_kernel
+from rdu.compiler.families.rows import RowGroup
+from rdu.compiler.row_chain import RowChainBuilder
 from rdu.frontend import gemm
-from rdu.frontend.graph import FrontendError, Graph, exp, relu
+from rdu.frontend.graph import FrontendError, Graph, exp, reciprocal, relu
 from rdu.frontend.kernels import KERNELS, Kernel
 from rdu.layout import Image, Piece, padded_row
 from rdu.machine import Machine
@@ -286,6 +288,33 @@ def test_rmsnorm_structure():
         weight = kernel.nodes["vector0"].config           # loaded once, read every row
         assert weight["read"].counts == (padded_row(n, 8) // 8, 4, 1)
         assert weight["read"].strides[1] == 0 and weight["read_passes"] == 1
+
+
+def test_row_chain_joins_either_row_operand_while_in1_is_free():
+    """``w * h`` joins h's PCU (w on IN1); a PCU whose IN1 is taken does not take a
+    third row: SwiGLU's ``silu(g) * u`` gets a PCU of its own (g and 1 / (1 + exp(-g))
+    on one, u on the next), which the BF16 cast joins."""
+    graph = Graph("gated")
+    g, u = graph.input("g", (8, 64)), graph.input("u", (8, 64))
+    silu = g * reciprocal(exp(g * -1.0) + 1.0)
+    out = (silu * u).astype("bf16")
+    graph.output("y", out)
+    nodes = [n for n in graph.live_nodes() if n.op not in ("input", "const")]
+    pcus = RowChainBuilder(RowGroup(g.node, nodes, "y", out.node), 4).build()
+    assert [(p.tail, [stage[:3] for stage in p.stages]) for p in pcus] == [
+        ("EXP", [("MUL", "PREV", "CONST")]), ("RECIPROCAL", [("ADD", "PREV", "CONST")]),
+        ("NONE", [("MUL", "PREV", "IN1")]),
+        ("NONE", [("MUL", "PREV", "IN1"), ("TO_BF16", "PREV", "PREV")])]
+    assert pcus[2].in1 is pcus[1].row_value and pcus[3].in1 is u.node
+    # the weight first: w * h joins h's PCU
+    graph = Graph("scaled")
+    x, w = graph.input("x", (4, 32)), graph.input("w", (32,))
+    out = w * (x * 2.0)
+    graph.output("y", out)
+    nodes = [n for n in graph.live_nodes() if n.op not in ("input", "const")]
+    pcu, = RowChainBuilder(RowGroup(x.node, nodes, "y", out.node), 4).build()
+    assert [stage[:3] for stage in pcu.stages] == [("MUL", "PREV", "CONST"),
+                                                   ("MUL", "IN1", "PREV")]
 
 
 def test_row_kernel_that_does_not_fit_says_what_ran_out():

@@ -132,6 +132,11 @@ class RowChainBuilder:
         if len(self.users.get(id(row), [])) != 1 or row is self.group.out_node:
             return False
         scalars = [i for i in node.inputs if self.group.kind(i) == "scalar"]
+        # another row operand needs IN1: free, or already that row
+        others = {id(i) for i in node.inputs if self.group.kind(i) == "row" and i is not row
+                  and i is not pcu.in1}
+        if len(others) > (pcu.in1 is None):
+            return False
         return not scalars or pcu.scalar in (None, scalars[0])
 
     def row_pcu_for(self, node, row):
