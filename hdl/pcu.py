@@ -78,11 +78,11 @@ class PCU(wiring.Component):
     fifo_depth : int
         Depth of every header and tail FIFO (at least 1).
     special : str
-        The exp / reciprocal unit of the tail (a key of
+        The exp / reciprocal / rsqrt unit of the tail (a key of
         :data:`hdl.special_function.SPECIAL_UNITS`): ``"pipelined"`` (default: one vector
         per cycle, :class:`hdl.special_function.SpecialFunctionPipeline`) or
         ``"iterative"`` (the FPGA area option: one multiply-add per lane, a vector every
-        13 cycles for exp and 8 for reciprocal,
+        13 cycles for exp, 8 for reciprocal and 12 for rsqrt,
         :class:`hdl.special_function.SpecialFunctionIterative`); the same results bit for
         bit.
     shared_units : bool

@@ -56,6 +56,7 @@ class Tail(enum.IntEnum, shape=2):
     NONE = 0
     EXP = 1         #: e**x (the PCU's ``special`` unit: :data:`hdl.special_function.SPECIAL_UNITS`)
     RECIPROCAL = 2  #: 1/x (the same unit)
+    RSQRT = 3       #: 1/sqrt(x) (the same unit)
 
 
 class PCUError(enum.IntEnum, shape=3):
@@ -67,7 +68,8 @@ class PCUError(enum.IntEnum, shape=3):
     BAD_ACC_STAGE = 4   #: ``acc_stage`` names no stage (it is above ``stages``); code 4
                         #: was ``BAD_SOURCE`` until every 3-bit code became a source
     BAD_REDUCE = 5      #: ``reduce`` is not a :class:`Reduce`
-    BAD_TAIL = 6        #: ``tail`` is not a :class:`Tail`
+    BAD_TAIL = 6        #: ``tail`` is not a :class:`Tail`: no longer raised since every
+                        #: 2-bit code is one (``RSQRT`` took the last, 3)
     WRITE_WHILE_BUSY = 7    #: a configuration write arrived during a run (it was dropped)
 
 

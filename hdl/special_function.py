@@ -1,4 +1,5 @@
-"""The PCU's special-function units: exp and reciprocal of FP32 lanes.
+"""The PCU's special-function units: exp, reciprocal and reciprocal square root of FP32
+lanes.
 
 The programs of unfused multiply-adds (:data:`PROGRAMS`) built of the operators of
 :mod:`hdl.fp`, unrolled into a pipeline (:class:`SpecialFunctionPipeline`, one vector
@@ -6,7 +7,7 @@ per cycle) or run one step per cycle (:class:`SpecialFunctionIterative`, the FPG
 option); both behind :class:`SpecialFunctionSignature` and the same bit for bit.
 
 See also: the algorithms in ``docs/pcu.md`` (Tail special functions), the reference
-``rdu.models.fp.exp`` / ``rdu.models.fp.reciprocal``, the PCU that holds one
+``rdu.models.fp.exp`` / ``reciprocal`` / ``rsqrt``, the PCU that holds one
 (:class:`hdl.pcu.PCU`, its ``special`` parameter), tests ``tests/test_fp.py`` and
 ``tests/test_pcu.py``.
 """
@@ -35,16 +36,21 @@ class SpecialFunction(enum.IntEnum, shape=2):
     NONE = 0
     EXP = 1
     RECIPROCAL = 2
+    RSQRT = 3
 
 
 # Constants (FP32 words); the algorithms are described in docs/pcu.md and mirrored by
-# rdu.models.fp.exp / rdu.models.fp.reciprocal.
+# rdu.models.fp.exp / reciprocal / rsqrt.
 _EXP_LOG2E, _EXP_MAGIC = 0x3FB8AA3B, 0x4B400000
 _EXP_LN2_HI, _EXP_LN2_LO = 0x3F317200, 0x35BFBE8E
 _EXP_LOW, _EXP_HIGH = 0xC2D00000, 0x42B20000
 _EXP_COEFFS = [0x39500D01, 0x3AB60B61, 0x3C088889, 0x3D2AAAAB, 0x3E2AAAAB, 0x3F000000,
                0x3F800000, 0x3F800000]
 _RCP_A, _RCP_B = 0xBFF0F0F1, 0x4034B4B5
+#: rsqrt's seed: the minimax quadratic of 1/sqrt(2 h) for h = m / 2 in [1/8, 1/2)
+#: (relative error 0.024), coefficients of h**2, h, 1.
+_RSQ_C2, _RSQ_C1, _RSQ_C0 = 0x40D1BC98, 0xC0D24348, 0x402AEEF8
+_HALF = 0x3F000000
 _ONE, _NEG_ZERO, _SIGN = 0x3F800000, 0x80000000, 0x80000000
 
 # Programs: one unfused multiply-add per step, dst = a * b + c. Operands name a
@@ -61,7 +67,15 @@ _RCP_PROGRAM = [("r1", "x", _RCP_A, _RCP_B)] + [   # y0 = 48/17 - 32/17 * m
     step for _ in range(3) for step in (("r2", "r1", "nx", _ONE),   # e = 1 - m * y
                                         ("r1", "r1", "r2", "r1"))   # y = y + y * e
 ]
-PROGRAMS = {SpecialFunction.EXP: _EXP_PROGRAM, SpecialFunction.RECIPROCAL: _RCP_PROGRAM}
+# rsqrt: "x" holds h = m / 2 (m in [1/4, 1), the exponent's parity folded into it)
+_RSQ_PROGRAM = [("r1", "x", _RSQ_C2, _RSQ_C1),      # quadratic seed y0 by Horner
+                ("r1", "r1", "x", _RSQ_C0)] + [
+    step for _ in range(3) for step in (("r2", "nx", "r1", _NEG_ZERO),   # -h * y
+                                        ("r2", "r2", "r1", _HALF),       # (1 - m y^2) / 2
+                                        ("r1", "r1", "r2", "r1"))        # y += y * that
+]
+PROGRAMS = {SpecialFunction.EXP: _EXP_PROGRAM, SpecialFunction.RECIPROCAL: _RCP_PROGRAM,
+            SpecialFunction.RSQRT: _RSQ_PROGRAM}
 
 
 def _scale_exponent(m, p, n, name):
@@ -89,7 +103,7 @@ _SPECIAL_REGISTERS = ("r1", "r2", "r3")
 
 
 class SpecialFunctionSignature(wiring.Signature):
-    """The port contract of the PCU's special-function units (exp / reciprocal of
+    """The port contract of the PCU's special-function units (exp / reciprocal / rsqrt of
     ``lanes`` FP32 words): :class:`SpecialFunctionPipeline` and
     :class:`SpecialFunctionIterative`.
 
@@ -131,9 +145,15 @@ def _special_prepared(m, x_in, func, name):
     regs = Signal(_SPECIAL_STATE, name=f"{name}_prepared")
     m.d.comb += [
         regs.nan.eq(inp.is_nan), regs.sign.eq(inp.sign), regs.field.eq(inp.exp),
-        regs.x.eq(Mux(func == SpecialFunction.EXP, clamped,
-                      Cat(inp.frac, Const(126, 8), Const(0, 1)))),
     ]
+    with m.Switch(func):
+        with m.Case(SpecialFunction.EXP):
+            m.d.comb += regs.x.eq(clamped)
+        with m.Case(SpecialFunction.RSQRT):      # m / 2, m in [1/4, 1): field 125 or 124
+            m.d.comb += regs.x.eq(Cat(inp.frac, ~inp.exp[0], Const(0b0111110, 7),
+                                      Const(0, 1)))
+        with m.Default():                         # m in [1/2, 1)
+            m.d.comb += regs.x.eq(Cat(inp.frac, Const(126, 8), Const(0, 1)))
     return regs
 
 
@@ -169,9 +189,12 @@ def _special_result(m, regs, func, result, name):
     """Drive ``result`` from the state after the last step of ``func``'s program."""
     n_exp = Signal(signed(12), name=f"{name}_n_exp")
     n_rcp = Signal(signed(12), name=f"{name}_n_rcp")
-    m.d.comb += [n_exp.eq(regs.r2[:23] - 0x400000), n_rcp.eq(126 - regs.field)]
+    twice_n_rsq = Signal(signed(12), name=f"{name}_2n_rsq")     # even
+    m.d.comb += [n_exp.eq(regs.r2[:23] - 0x400000), n_rcp.eq(126 - regs.field),
+                 twice_n_rsq.eq(126 - regs.field - regs.field[0])]
     exp_result = _scale_exponent(m, regs.r1, n_exp, f"{name}_exp")
     rcp_scaled = _scale_exponent(m, regs.r1, n_rcp, f"{name}_rcp")
+    rsq_scaled = _scale_exponent(m, regs.r1, twice_n_rsq[1:].as_signed(), f"{name}_rsq")
     with m.Switch(func):
         with m.Case(SpecialFunction.EXP):
             m.d.comb += result.eq(Mux(regs.nan, CANONICAL_NAN, exp_result))
@@ -184,10 +207,19 @@ def _special_result(m, regs, func, result, name):
                 m.d.comb += result.eq(Cat(Const(0, 31), regs.sign))
             with m.Else():
                 m.d.comb += result.eq(rcp_scaled | (regs.sign << 31))
+        with m.Case(SpecialFunction.RSQRT):
+            with m.If(regs.field == 0):               # 1/sqrt(+-0) = +-inf
+                m.d.comb += result.eq(Cat(Const(POS_INF, 31), regs.sign))
+            with m.Elif(regs.nan | regs.sign):        # NaN, x < 0, -inf
+                m.d.comb += result.eq(CANONICAL_NAN)
+            with m.Elif(regs.field == 0xFF):          # 1/sqrt(+inf) = +0
+                m.d.comb += result.eq(0)
+            with m.Else():
+                m.d.comb += result.eq(rsq_scaled)
 
 
 class SpecialFunctionPipeline(_SpecialFunctionUnit):
-    """Pipelined exp / reciprocal of ``lanes`` FP32 words: one vector per cycle.
+    """Pipelined exp / reciprocal / rsqrt of ``lanes`` FP32 words: one vector per cycle.
 
     The programs of :data:`PROGRAMS` unrolled: an input register, then one register stage
     per step, each with one unfused multiply-add per lane (the step of the selected
@@ -245,13 +277,14 @@ class SpecialFunctionPipeline(_SpecialFunctionUnit):
 
 
 class SpecialFunctionIterative(_SpecialFunctionUnit):
-    """Iterating exp / reciprocal of ``lanes`` FP32 words: one multiply-add per lane.
+    """Iterating exp / reciprocal / rsqrt of ``lanes`` FP32 words: one multiply-add per
+    lane.
 
     The same programs (:data:`PROGRAMS`) and results bit for bit as
     :class:`SpecialFunctionPipeline`, one step per cycle on one multiply-add per lane:
     a beat (``enable`` and ``valid``) enters the input register and the unit is ``busy``
-    for as many cycles as its function's program has steps (exp 12, reciprocal 7), while
-    the PCU's pipeline holds; then ``result`` holds the function of that beat until the
+    for as many cycles as its function's program has steps (exp 12, reciprocal 7, rsqrt
+    11), while the PCU's pipeline holds; then ``result`` holds the function of that beat until the
     next beat enters. Its latency is one advance, plus the cycles it holds the pipeline:
     a vector every ``steps + 1`` cycles. ``func`` is taken with the beat. Ports:
     :class:`SpecialFunctionSignature`; clocks as the pipeline's.

@@ -10,10 +10,12 @@ import pytest
 from rdu.bitstream import to_bytes
 from rdu.compiler import PIPELINE, CompileError, compile_graph
 from rdu.compiler.check import check_kernel
+from rdu.compiler.families.rows import RowGroup
+from rdu.compiler.row_chain import RowChainBuilder
 from rdu.frontend import gemm
-from rdu.frontend.graph import FrontendError, Graph, exp, relu
+from rdu.frontend.graph import FrontendError, Graph, exp, reciprocal, relu
 from rdu.frontend.kernels import KERNELS, Kernel
-from rdu.layout import Image, Piece
+from rdu.layout import Image, Piece, padded_row
 from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry
 from rdu.runtime import run_program, run_programs
@@ -223,13 +225,14 @@ def centered_graph(m, n):
     return graph
 
 
-ROW_KERNELS = {"softmax": KERNELS["softmax"],
+ROW_KERNELS = {"softmax": KERNELS["softmax"], "rmsnorm": KERNELS["rmsnorm"],
                "centered": Kernel("centered", ("m", "n"), {"x": ("m", "n")},
                                   {"y": ("m", "n")}, "test kernel", centered_graph)}
 
 
 @pytest.mark.parametrize("name, shape", [("softmax", (6, 32)), ("softmax", (3, 16)),
-                                         ("softmax", (2, 1024)), ("centered", (5, 48))])
+                                         ("softmax", (2, 1024)), ("centered", (5, 48)),
+                                         ("rmsnorm", (4, 64)), ("rmsnorm", (5, 40))])
 def test_row_kernels_on_the_model(name, shape, seed):
     kernel = ROW_KERNELS[name]
     program = kernel.compile(Machine(), m=shape[0], n=shape[1])
@@ -260,6 +263,60 @@ def test_row_kernel_structure():
     assert programs["row1"]["trips"][0] == 1 and programs["row1"]["reduce"] == "MAX"
 
 
+def test_rmsnorm_structure():
+    """RMSNorm, one configuration: the squares and their sum on one PCU, the scalar
+    chain ``rsqrt(sum * (1 / n) + eps)`` on one per-row PCU (two stages and the RSQRT
+    tail), the normalisation and the weight (a vector read again for every row, on
+    IN1, loaded once into a PMU that reads it for every row) behind a row buffer; with
+    padded rows the sum gets a PCU of its own."""
+    for n, pcus in ((64, 3), (40, 4)):
+        state = []
+        KERNELS["rmsnorm"].compile(Machine(), state=state, m=4, n=n)
+        kernel = state[0].kernel
+        programs = [node.config for node in kernel.nodes.values() if node.unit == "pcu"]
+        assert len(programs) == pcus
+        scalar, last = programs[-2:]
+        assert [stage[:3] for stage in scalar["stages"]] == [("MUL", "SCALAR", "CONST"),
+                                                              ("ADD", "PREV", "CONST")]
+        assert scalar["tail"] == "RSQRT" and scalar["trips"][0] == 1
+        assert [stage[:3] for stage in last["stages"]] == [("MUL", "PREV", "SCALAR"),
+                                                            ("MUL", "PREV", "IN1")]
+        loads = [node for node in kernel.nodes.values() if node.unit == "agcu"
+                 and node.name.startswith("load_")]
+        assert sorted(node.name for node in loads) == ["load_w", "load_x"]
+        assert sum(1 for name in kernel.nodes if name.startswith("rowbuf")) == 1
+        weight = kernel.nodes["vector0"].config           # loaded once, read every row
+        assert weight["read"].counts == (padded_row(n, 8) // 8, 4, 1)
+        assert weight["read"].strides[1] == 0 and weight["read_passes"] == 1
+
+
+def test_row_chain_joins_either_row_operand_while_in1_is_free():
+    """``w * h`` joins h's PCU (w on IN1); a PCU whose IN1 is taken does not take a
+    third row: SwiGLU's ``silu(g) * u`` gets a PCU of its own (g and 1 / (1 + exp(-g))
+    on one, u on the next), which the BF16 cast joins."""
+    graph = Graph("gated")
+    g, u = graph.input("g", (8, 64)), graph.input("u", (8, 64))
+    silu = g * reciprocal(exp(g * -1.0) + 1.0)
+    out = (silu * u).astype("bf16")
+    graph.output("y", out)
+    nodes = [n for n in graph.live_nodes() if n.op not in ("input", "const")]
+    pcus = RowChainBuilder(RowGroup(g.node, nodes, "y", out.node), 4).build()
+    assert [(p.tail, [stage[:3] for stage in p.stages]) for p in pcus] == [
+        ("EXP", [("MUL", "PREV", "CONST")]), ("RECIPROCAL", [("ADD", "PREV", "CONST")]),
+        ("NONE", [("MUL", "PREV", "IN1")]),
+        ("NONE", [("MUL", "PREV", "IN1"), ("TO_BF16", "PREV", "PREV")])]
+    assert pcus[2].in1 is pcus[1].row_value and pcus[3].in1 is u.node
+    # the weight first: w * h joins h's PCU
+    graph = Graph("scaled")
+    x, w = graph.input("x", (4, 32)), graph.input("w", (32,))
+    out = w * (x * 2.0)
+    graph.output("y", out)
+    nodes = [n for n in graph.live_nodes() if n.op not in ("input", "const")]
+    pcu, = RowChainBuilder(RowGroup(x.node, nodes, "y", out.node), 4).build()
+    assert [stage[:3] for stage in pcu.stages] == [("MUL", "PREV", "CONST"),
+                                                   ("MUL", "IN1", "PREV")]
+
+
 def test_row_kernel_that_does_not_fit_says_what_ran_out():
     with pytest.raises(CompileError, match=r"needs 5 PCUs \(the array has 2, 3 short\)"):
         KERNELS["softmax"].compile(SMALL_MACHINE, m=4, n=16)
@@ -276,9 +333,10 @@ FUSED_MACHINE = Machine(**KERNELS["attention"].machine)
 
 @pytest.mark.verilator
 def test_row_kernels_on_verilator(sim_dir, seed):
-    """Softmax and the centering kernel, each one configuration, launched in sequence on
-    the 4x4 RTL: words equal to the model's and to the exact row reference."""
-    cases = [("softmax", (6, 32)), ("centered", (3, 32))]
+    """Softmax, the centering kernel and RMSNorm, each one configuration, launched in
+    sequence on the 4x4 RTL: words equal to the model's and to the exact row
+    reference."""
+    cases = [("softmax", (6, 32)), ("centered", (3, 32)), ("rmsnorm", (3, 32))]
     programs, all_inputs = zip(*(ROW_KERNELS[name].random_program(FUSED_MACHINE, seed + index,
                                                                   m=m, n=n)
                                  for index, (name, (m, n)) in enumerate(cases)), strict=True)

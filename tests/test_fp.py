@@ -111,11 +111,12 @@ def test_fp_ops_verilator(sim_dir, seed):
     assert stats.result["checked"] >= len(ALL_OPS) * 40_000
 
 
-# -- exp and reciprocal: accuracy of the documented algorithms ------------------------------
+# -- exp, reciprocal and rsqrt: accuracy of the documented algorithms ------------------------
 
 #: Documented bounds (docs/pcu.md), in units in the last place of the FP32 result.
 EXP_MAX_ULP = 1.5
 RECIPROCAL_MAX_ULP = 1.5
+RSQRT_MAX_ULP = 1.5
 
 
 def _ulp_error(result_bits, reference):
@@ -145,6 +146,20 @@ def test_reciprocal_error_bound():
     assert error.max() <= RECIPROCAL_MAX_ULP, f"reciprocal max error {error.max():.3f} ulp"
 
 
+def test_rsqrt_error_bound():
+    """1/sqrt(x) over every 16th mantissa of both exponent parities (the result depends on
+    nothing else but a power of two) and random positive normals: max error vs float64
+    (the exhaustive sweep: benchmarks/special_accuracy.py)."""
+    rng = np.random.default_rng(13)
+    mantissas = np.arange(0, 1 << 23, 16, dtype=np.uint32)
+    x = np.concatenate([mantissas | np.uint32(0x3F000000), mantissas | np.uint32(0x3F800000),
+                        rng.integers(0x00800000, 0x7F800000, size=500_000,
+                                     dtype=np.uint64).astype(np.uint32)])
+    error = _ulp_error(fpmodel.rsqrt(x), 1.0 / np.sqrt(x.view(np.float32).astype(np.float64)))
+    assert error.max() <= RSQRT_MAX_ULP, f"rsqrt max error {error.max():.3f} ulp"
+    assert error.max() > 0.5      # the measurement is real (not correctly rounded)
+
+
 def test_special_function_edge_cases():
     words = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000,
                       0x00000001, 0x3F800000, 0x42B20000, 0xC2D00000], dtype=np.uint32)
@@ -153,3 +168,9 @@ def test_special_function_edge_cases():
     assert list(fpmodel.reciprocal(words)) == [0x7F800000, 0xFF800000, 0, 0x80000000,
                                                0x7FC00000, 0x7F800000, 0x3F800000,
                                                0x3C381703, 0xBC1D89D9]
+    # +-0 (and a denormal, DAZ) -> +-inf, +inf -> +0, x < 0 and -inf -> NaN, rsqrt(1) = 1
+    assert list(fpmodel.rsqrt(words)) == [0x7F800000, 0xFF800000, 0, 0x7FC00000,
+                                          0x7FC00000, 0x7F800000, 0x3F800000, 0x3DD9166B,
+                                          0x7FC00000]
+    powers = np.array([0x00800000, 0x3E800000, 0x40800000, 0x7E800000], np.uint32)
+    assert list(fpmodel.rsqrt(powers)) == [0x5F000000, 0x40000000, 0x3F000000, 0x20000000]

@@ -198,10 +198,10 @@ def test_lanes8_verilator(sim_dir, seed):
 
 @pytest.mark.parametrize("special", ["pipelined", "iterative"])
 def test_special_functions_amaranth(special, seed):
-    """exp and reciprocal in the tail, either unit, bit-exact against the model under
-    random stalls (the iterating unit holds the pipeline while it computes)."""
+    """exp, reciprocal and rsqrt in the tail, either unit, bit-exact against the model
+    under random stalls (the iterating unit holds the pipeline while it computes)."""
     run_amaranth(PCU(lanes=4, stages=1, special=special), special_function_sweep, seed=seed,
-                 lanes=4, stages=1, funcs=[1, 2], beats=12)
+                 lanes=4, stages=1, funcs=[1, 2, 3], beats=12)
 
 
 @pytest.mark.verilator
@@ -222,10 +222,13 @@ def test_fpga_pcu_verilator(sim_dir, seed):
 @pytest.mark.verilator
 def test_special_functions_verilator(sim_dir, seed):
     """exp and reciprocal in the tail: 10,000 random 4-lane vectors each plus edge cases,
-    random stalls on every port."""
+    rsqrt 2,000, random stalls on every port."""
     stats = run_verilator(_build(4), special_function_sweep, sim_dir, seed=seed, lanes=4,
                           stages=4, funcs=[1, 2], beats=10_000)
     assert stats.result["beats"] == 20_000
+    stats = run_verilator(_build(4), special_function_sweep, sim_dir / "rsqrt", seed=seed,
+                          lanes=4, stages=4, funcs=[3], beats=2_000)
+    assert stats.result["beats"] == 2_000
 
 
 def test_softmax_amaranth(seed):
@@ -235,9 +238,9 @@ def test_softmax_amaranth(seed):
     assert stats.result["error_over_budget"] <= 1.0
 
 
-@pytest.mark.parametrize("stages,tail", [(4, 0), (1, 0), (2, 1), (2, 2)])
+@pytest.mark.parametrize("stages,tail", [(4, 0), (1, 0), (2, 1), (2, 2), (2, 3)])
 def test_simd_timing(stages, tail, seed):
-    """Latency port to port is stages + 4 cycles (+ SPECIAL_STEPS with exp or reciprocal
+    """Latency port to port is stages + 4 cycles (+ SPECIAL_STEPS with a special function
     in the tail, whose pipeline holds SPECIAL_STEPS + 1 registers where the plain tail
     has one); one beat per cycle either way."""
     stats = run_amaranth(PCU(lanes=4, stages=stages), simd_timing, seed=seed, lanes=4,
@@ -247,10 +250,10 @@ def test_simd_timing(stages, tail, seed):
     assert np.diff(marks["out"]).tolist() == [1] * 4
 
 
-@pytest.mark.parametrize("tail", [1, 2])
+@pytest.mark.parametrize("tail", [1, 2, 3])
 def test_simd_timing_iterative(tail, seed):
     """With the iterating special-function unit a beat holds the pipeline for its
-    program's steps (exp 12, reciprocal 7) in one register: latency stages + 4 + steps,
+    program's steps (exp 12, reciprocal 7, rsqrt 11) in one register: latency stages + 4 + steps,
     one beat every steps + 1 cycles."""
     steps = len(PROGRAMS[tail])
     stats = run_amaranth(PCU(lanes=4, stages=2, special="iterative"), simd_timing,

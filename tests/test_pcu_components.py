@@ -343,26 +343,30 @@ def test_shared_alu_both_sides(seed):
 
 # -- special-function units -------------------------------------------------------------
 
-_REFERENCE = {SpecialFunction.EXP: fpmodel.exp, SpecialFunction.RECIPROCAL: fpmodel.reciprocal}
+_REFERENCE = {SpecialFunction.EXP: fpmodel.exp, SpecialFunction.RECIPROCAL: fpmodel.reciprocal,
+              SpecialFunction.RSQRT: fpmodel.rsqrt}
+_FUNCS = [SpecialFunction.EXP, SpecialFunction.RECIPROCAL, SpecialFunction.RSQRT]
 
 
-def _special_inputs(nrng, count, lanes):
+def _special_inputs(nrng, count, lanes, func=None):
     words = random_operands(nrng, count * lanes)[0].reshape(count, lanes)
-    # half of them ordinary magnitudes, where exp neither saturates nor flushes
+    # half of them ordinary magnitudes, where exp neither saturates nor flushes (positive
+    # for rsqrt, which is NaN below 0)
     moderate = (nrng.integers(0, 2 ** 23, (count, lanes)) |
                 (nrng.integers(118, 134, (count, lanes)) << 23) |
                 (nrng.integers(0, 2, (count, lanes)) << 31)).astype(np.uint32)
+    if func == SpecialFunction.RSQRT:
+        moderate &= np.uint32(0x7FFFFFFF)
     return np.where(nrng.random((count, lanes)) < 0.5, moderate, words)
 
 
-@pytest.mark.parametrize("func", [SpecialFunction.EXP, SpecialFunction.RECIPROCAL],
-                         ids=["exp", "reciprocal"])
+@pytest.mark.parametrize("func", _FUNCS, ids=["exp", "reciprocal", "rsqrt"])
 def test_special_pipeline_alone(func, seed):
     """One vector per advance, random gaps in ``enable``: the result ``latency``
     advances after a vector entered is rdu.fpmodel's exp / reciprocal of it."""
     lanes = 2
     rng = random.Random(seed)
-    inputs = _special_inputs(np.random.default_rng(seed), 24, lanes)
+    inputs = _special_inputs(np.random.default_rng(seed), 24, lanes, func)
     dut = SpecialFunctionPipeline(lanes)
 
     async def bench(ctx):
@@ -385,13 +389,12 @@ def test_special_pipeline_alone(func, seed):
     _simulate(dut, bench)
 
 
-@pytest.mark.parametrize("func", [SpecialFunction.EXP, SpecialFunction.RECIPROCAL],
-                         ids=["exp", "reciprocal"])
+@pytest.mark.parametrize("func", _FUNCS, ids=["exp", "reciprocal", "rsqrt"])
 def test_special_iterative_alone(func, seed):
     """A beat starts the unit, which is busy for as many cycles as the function's
     program has steps, then holds rdu.fpmodel's exp / reciprocal of the beat."""
     lanes = 2
-    inputs = _special_inputs(np.random.default_rng(seed), 12, lanes)
+    inputs = _special_inputs(np.random.default_rng(seed), 12, lanes, func)
     dut = SpecialFunctionIterative(lanes)
 
     async def bench(ctx):

@@ -234,7 +234,7 @@ def random_simd_config(rng, stages, max_trips=(4, 3, 2), lanes=None):
         })
     return {"mode": 0, "counters": counters, "scalar_in": int(rng.integers(0, 2)),
             "emit_every": int(rng.integers(0, 2)), "vector_out": int(rng.integers(0, 4) > 0),
-            "reduce": int(rng.integers(0, 3)), "tail": int(rng.choice([0, 0, 0, 1, 2])),
+            "reduce": int(rng.integers(0, 3)), "tail": int(rng.choice([0, 0, 0, 1, 2, 3])),
             "emit_outer": int(rng.integers(0, 2)), "tail_bf16": int(rng.integers(0, 2)),
             "acc_stage": int(rng.choice([0, 0, *range(1, stages + 1)])),
             "row_pad": int(rng.integers(1, 2 * lanes)) if lanes and rng.integers(0, 2) else 0,
@@ -324,8 +324,7 @@ async def config_errors(bench, *, lanes, stages):
         ({**good, "counters": [{"min": 5, "max": 5, "stride": 1}] * 3}, PCUError.BAD_COUNTER),
         ({**good, "stages": [{"op": 30}] * stages}, PCUError.BAD_OP),
         ({**good, "reduce": 3}, PCUError.BAD_REDUCE),
-        ({**good, "tail": 3}, PCUError.BAD_TAIL),
-    ]
+    ]           # (every 2-bit tail code is a function since RSQRT: no BAD_TAIL case)
     if stages + 1 < 2 ** acc_stage_bits(stages):
         cases.append(({**good, "acc_stage": stages + 1}, PCUError.BAD_ACC_STAGE))
     for config, code in cases:
@@ -373,11 +372,14 @@ async def config_errors(bench, *, lanes, stages):
 
 
 def special_operands(rng, count, func):
-    """Inputs for exp (1) or reciprocal (2): the generic mix plus values spread over
-    the function's useful range."""
+    """Inputs for exp (1), reciprocal (2) or rsqrt (3): the generic mix plus values
+    spread over the function's useful range."""
     a, b, _ = random_operands(rng, count)
     if func == 1:
         spread = (rng.random(count) * 176.1 - 87.35).astype(np.float32).view(np.uint32)
+    elif func == 3:         # every positive normal
+        spread = rng.integers(0x00800000, 0x7F800000, size=count,
+                              dtype=np.uint64).astype(np.uint32)
     else:
         spread = rng.integers(0x00800000, 0x7F000000, size=count, dtype=np.uint64)
         spread = (spread.astype(np.uint32) | (b & np.uint32(0x80000000)))
@@ -385,7 +387,7 @@ def special_operands(rng, count, func):
 
 
 async def special_function_sweep(bench, *, lanes, stages, funcs, beats, stall="random"):
-    """exp / reciprocal in the tail on ``beats`` random vectors each (plus the edge-case
+    """exp / reciprocal / rsqrt in the tail on ``beats`` random vectors each (plus the edge-case
     words), every stage passing through; results and lane sums against the model."""
     from rdu.models import pcu_reference as pcu_model
 

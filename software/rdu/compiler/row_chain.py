@@ -5,21 +5,24 @@ The input streams from HBM row by row (``L / lanes`` beats a row); every value o
 group is either a *row* stream (one beat per input beat) or a per-row *scalar* (one word a
 row on the scalar network). Operators become PCUs, walking the graph in order:
 
-* an element-wise operator of a row joins the PCU that produces its row operand as one
-  more SIMD stage when it can (that row has no other user, the PCU has a stage free, no
+* an element-wise operator of a row joins the PCU that produces one of its row operands
+  as one more SIMD stage when it can (that row has no other user, the PCU has a stage free, no
   tail and no reduction yet, and at most one per-row scalar, its ``scalar_in``); else it
   starts a new PCU. Operands: the row is ``PREV``, a second row ``IN1``, a per-row scalar
   ``SCALAR``, a constant ``CONST``;
-* ``exp`` and ``reciprocal`` of a row are the PCU's *tail* (after its stages: nothing
-  joins the PCU after them);
+* ``exp``, ``reciprocal`` and ``rsqrt`` of a row are the PCU's *tail* (after its stages:
+  nothing joins the PCU after them);
 * ``sum`` / ``max`` of a row is a PCU whose stage accumulates lane-wise over the row
   (``ADD`` / ``MAX`` with ``REG``, starting from ``0`` / ``-inf``) and whose reduction
   sends the row's value to ``scalar_out`` at the end of each row; its ``vector_out`` (one
   beat a row) is the *row clock* of scalar operators that follow;
 * an operator of per-row scalars is a PCU clocked by its operand's producer (one beat a
   row on ``vector_in0``), the scalar on ``scalar_in``, a ``PASS(SCALAR)`` stage (or the
-  operator with a constant), the tail for ``exp`` / ``reciprocal``, and a ``MAX``
-  reduction of its equal lanes to ``scalar_out``.
+  operator with a constant), the tail for ``exp`` / ``reciprocal`` / ``rsqrt``, and a
+  ``MAX`` reduction of its equal lanes to ``scalar_out``. A chain of them (RMSNorm's
+  ``rsqrt(sum * (1 / L) + eps)``) is one such PCU while it has stages free and no tail:
+  an operator of the scalar the PCU computes (its only user) joins it as one more stage
+  reading ``PREV``, or as its tail.
 
 Rows of any length are padded to whole beats (:func:`rdu.layout.padded_row`); the padding
 words enter a reducing PCU as its stage 0's constant, the reduction's identity (the PCU's
@@ -100,6 +103,8 @@ class RowChainBuilder:
         kind = self.group.kind(node)
         if kind == "const":
             return "CONST", f32_word(node.attrs["value"])
+        if pcu.per_row and node is pcu.scalar_value:
+            return "PREV", 0            # the value of the scalar PCU's last stage
         if kind == "scalar":
             if pcu.scalar is not None and pcu.scalar is not node:
                 raise CompileError(f"{where.where}: two per-row scalars in one PCU stage "
@@ -127,6 +132,11 @@ class RowChainBuilder:
         if len(self.users.get(id(row), [])) != 1 or row is self.group.out_node:
             return False
         scalars = [i for i in node.inputs if self.group.kind(i) == "scalar"]
+        # another row operand needs IN1: free, or already that row
+        others = {id(i) for i in node.inputs if self.group.kind(i) == "row" and i is not row
+                  and i is not pcu.in1}
+        if len(others) > (pcu.in1 is None):
+            return False
         return not scalars or pcu.scalar in (None, scalars[0])
 
     def row_pcu_for(self, node, row):
@@ -149,10 +159,14 @@ class RowChainBuilder:
             operands = list(node.inputs)
         if kind == "row":
             rows = [i for i in operands if self.group.kind(i) == "row"]
-            pcu = self.row_pcu_for(node, rows[0])
+            # join the PCU of a row operand that can take one more stage (in either
+            # operand order: ``w * h`` joins h's PCU, w on IN1)
+            row = next((r for r in rows if self.fusable(self.row_of.get(id(r)), r, node)),
+                       rows[0])
+            pcu = self.row_pcu_for(node, row)
             if fn is None:
-                if pcu.closed or pcu.in0 is not rows[0] and pcu.row_value is not rows[0]:
-                    pcu = self.new(in0=rows[0])
+                if pcu.closed or pcu.in0 is not row and pcu.row_value is not row:
+                    pcu = self.new(in0=row)
                 pcu.tail = node.attrs["fn"].upper()
             else:
                 self.stage(pcu, fn, operands, where)
@@ -165,17 +179,28 @@ class RowChainBuilder:
             raise CompileError(f"{node.where}: an operator of {len(scalars)} per-row "
                                f"scalars (one is supported)")
         source = self.scalar_of[id(scalars[0])]
-        source.clock_users += 1
-        pcu = self.new(in0=scalars[0], in0_clock=True, per_row=True, scalar=scalars[0],
-                       reduce="MAX")
+        if self.joins_scalar_pcu(source, scalars[0], fn):
+            pcu = source            # one more stage (or the tail) of a scalar PCU
+        else:
+            source.clock_users += 1
+            pcu = self.new(in0=scalars[0], in0_clock=True, per_row=True,
+                           scalar=scalars[0], reduce="MAX")
+            pcu.clock_source = source
         if fn is None:
-            pcu.stages.append(("PASS", "SCALAR", "PREV", "PREV", 0))
+            if not pcu.stages:
+                pcu.stages.append(("PASS", "SCALAR", "PREV", "PREV", 0))
             pcu.tail = node.attrs["fn"].upper()
         else:
             self.stage(pcu, fn, operands, where)
         pcu.scalar_value = node
         self.scalar_of[id(node)] = pcu
-        pcu.clock_source = source
+
+    def joins_scalar_pcu(self, source, scalar, fn):
+        """Can an operator of per-row scalar ``scalar`` (as a stage ``fn``, or the tail
+        when ``fn`` is None) join ``source``, the scalar PCU computing it?"""
+        return (source.per_row and source.tail == "NONE" and
+                len(self.users.get(id(scalar), [])) == 1 and
+                (fn is None or len(source.stages) < self.stages))
 
     def reduction(self, node):
         row, = node.inputs

@@ -26,7 +26,9 @@ Operators (numpy broadcasting of trailing dimensions; a Python number is a const
 ``a / c`` (c a number)                 scaling by the constant ``1 / c``
 :func:`maximum`, :func:`minimum`       element-wise MAX, MIN
 :func:`relu`                           ``maximum(x, 0)``
-:func:`exp`, :func:`reciprocal`        the PCU's special functions
+:func:`exp`, :func:`reciprocal`,       the PCU's special functions
+:func:`rsqrt`                          (``rsqrt(x) = 1 / sqrt(x)``)
+:func:`sqrt`                           ``reciprocal(rsqrt(x))`` (two special functions)
 ``x.sum()``, ``x.max()``               row reductions (last axis, kept as size 1)
 ``x.astype("bf16" | "fp32")``          casts (round to nearest even to BF16)
 ``x.T``                                transpose of a matrix
@@ -42,7 +44,8 @@ import os
 from dataclasses import dataclass, field
 
 __all__ = ["FrontendError", "Node", "Tensor", "Graph", "matmul", "maximum", "minimum",
-           "relu", "exp", "reciprocal", "attention", "DTYPES", "DTYPE_BYTES", "ELEMENTWISE"]
+           "relu", "exp", "reciprocal", "rsqrt", "sqrt", "attention", "DTYPES", "DTYPE_BYTES",
+           "ELEMENTWISE"]
 
 DTYPES = ("bf16", "fp32")
 #: Bytes of one element of each dtype as stored in memory.
@@ -50,7 +53,7 @@ DTYPE_BYTES = {"bf16": 2, "fp32": 4}
 MEMORIES = ("hbm", "ddr")
 #: Element-wise binary operators -> the PCU's :class:`hdl.fp.Op` name.
 ELEMENTWISE = {"add": "ADD", "sub": "SUB", "mul": "MUL", "max": "MAX", "min": "MIN"}
-UNARY = ("exp", "reciprocal", "cast")
+UNARY = ("exp", "reciprocal", "rsqrt", "cast")
 REDUCTIONS = ("sum", "max")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,7 +78,7 @@ class Node:
 
     ``op`` is ``input``, ``const``, ``matmul``, ``binary`` (``attrs["fn"]`` in
     :data:`ELEMENTWISE`), ``unary`` (``attrs["fn"]`` in ``exp``, ``reciprocal``,
-    ``cast``), ``reduce`` (``attrs["fn"]`` in ``sum``, ``max``), ``transpose`` or
+    ``rsqrt``, ``cast``), ``reduce`` (``attrs["fn"]`` in ``sum``, ``max``), ``transpose`` or
     ``broadcast``. ``where`` is the user's source line.
     """
     op: str
@@ -198,6 +201,9 @@ class Tensor:
     def reciprocal(self):
         return reciprocal(self)
 
+    def rsqrt(self):
+        return rsqrt(self)
+
     def relu(self):
         return relu(self)
 
@@ -252,6 +258,19 @@ def exp(x):
 def reciprocal(x):
     x = _tensor(x, "reciprocal")
     return x.graph._add("unary", (x.node,), x.shape, "fp32", _user_line(), fn="reciprocal")
+
+
+def rsqrt(x):
+    """``1 / sqrt(x)``, the PCU's reciprocal square root (RMSNorm's
+    ``x * rsqrt(mean(x * x) + eps)``)."""
+    x = _tensor(x, "rsqrt")
+    return x.graph._add("unary", (x.node,), x.shape, "fp32", _user_line(), fn="rsqrt")
+
+
+def sqrt(x):
+    """``sqrt(x)`` as ``reciprocal(rsqrt(x))``: exact at 0 (``1 / inf``) and at +inf, two
+    special functions (two PCU tails, within 2.5 ulp); ``1 / sqrt(x)`` is :func:`rsqrt`."""
+    return reciprocal(rsqrt(x))
 
 
 def attention(q, k, v, scale=None, causal=False):

@@ -21,11 +21,12 @@ from ..models import pcu_reference as pcu_model
 from ..models import reference
 from .attention import query_rows
 from .gemm import gemm_graph, pack_images, unpack_images
-from .graph import Graph, attention, exp, reciprocal, relu
+from .graph import Graph, attention, exp, reciprocal, relu, rsqrt
 
 __all__ = ["Kernel", "KERNELS", "get_kernel", "KernelInputError", "INPUT_DTYPES",
            "as_float_array", "to_bf16_words", "linear_relu_graph",
-           "softmax_graph", "gemm_bf16_graph", "attention_graph", "mlp_graph"]
+           "softmax_graph", "rmsnorm_graph", "gemm_bf16_graph", "attention_graph",
+           "mlp_graph", "RMSNORM_EPS"]
 
 
 class KernelInputError(ValueError):
@@ -88,6 +89,22 @@ def softmax_graph(m, n):
     x = graph.input("x", (m, n))
     e = exp(x - x.max())
     graph.output("y", e * reciprocal(e.sum()))
+    return graph
+
+
+#: The epsilon of the ``rmsnorm`` kernel (``LlamaConfig``'s default ``rms_norm_eps``).
+RMSNORM_EPS = 1e-6
+
+
+def rmsnorm_graph(m, n):
+    """``Y = X * rsqrt(mean(X * X) + eps) * w`` over each row of X (M rows of N), ``w`` a
+    weight of N values (Llama's ``LlamaRMSNorm``): one configuration, the reciprocal
+    square root on a PCU's tail."""
+    graph = Graph("rmsnorm")
+    x = graph.input("x", (m, n))
+    w = graph.input("w", (n,))
+    mean_square = (x * x).sum() * (1.0 / n)
+    graph.output("y", x * rsqrt(mean_square + RMSNORM_EPS) * w)
     return graph
 
 
@@ -270,6 +287,10 @@ KERNELS = {
     "softmax": Kernel("softmax", ("m", "n"), {"x": ("m", "n")}, {"y": ("m", "n")},
                       "Y = softmax of each row of X (M rows of N), X in BF16, Y in FP32",
                       softmax_graph),
+    "rmsnorm": Kernel("rmsnorm", ("m", "n"), {"x": ("m", "n"), "w": ("n",)}, {"y": ("m", "n")},
+                      "Y = X * rsqrt(mean(X * X) + 1e-6) * w over each row of X (M rows of N), "
+                      "X and the weight w (N values) in BF16, Y in FP32",
+                      rmsnorm_graph),
     "mlp": Kernel("mlp", ("m", "d", "f"), {"x": ("m", "d"), "w1": ("d", "f"),
                                             "w2": ("f", "d")},
                   {"y": ("m", "d")},

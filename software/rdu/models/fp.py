@@ -29,6 +29,7 @@ __all__ = [
     "CANONICAL_NAN", "daz", "ftz_round",
     "add", "sub", "mul", "madd", "fmax", "fmin", "cmp_lt", "cmp_le", "cmp_eq", "select",
     "to_bf16", "from_bf16", "iadd", "isub", "ilt", "ieq", "OPS", "apply",
+    "exp", "reciprocal", "rsqrt", "scale_exponent",
 ]
 
 CANONICAL_NAN = np.uint32(0x7FC00000)
@@ -236,7 +237,7 @@ def apply(op, a, b, c):
 
 
 # -- special functions of the PCU tail ------------------------------------------------------
-# Both are written with the unfused multiply-add above, in the order the hardware's
+# All are written with the unfused multiply-add above, in the order the hardware's
 # iterative unit executes them (see docs/pcu.md, "Tail special functions").
 
 #: Constants of the exp algorithm (FP32 words).
@@ -250,9 +251,9 @@ EXP_COEFFS = [0x39500D01, 0x3AB60B61, 0x3C088889, 0x3D2AAAAB, 0x3E2AAAAB, 0x3F00
               0x3F800000, 0x3F800000]
 #: Initial reciprocal estimate y0 = 48/17 - 32/17 * m for m in [0.5, 1).
 RCP_A, RCP_B = 0xBFF0F0F1, 0x4034B4B5     # -32/17, 48/17
-ONE, NEG_ZERO = 0x3F800000, 0x80000000
-#: Cycles the tail's iterative unit needs per beat (steps + 1 to load).
-EXP_STEPS, RECIPROCAL_STEPS = 12, 7
+#: rsqrt's seed: minimax quadratic of 1/sqrt(2 h), h in [1/8, 1/2): h**2, h, 1 terms.
+RSQ_C2, RSQ_C1, RSQ_C0 = 0x40D1BC98, 0xC0D24348, 0x402AEEF8
+ONE, HALF, NEG_ZERO = 0x3F800000, 0x3F000000, 0x80000000
 
 
 def _w(value):
@@ -306,3 +307,27 @@ def reciprocal(x):
     inf = (x & np.uint32(0x7FFFFFFF)) == np.uint32(0x7F800000)
     out = np.where(inf, sign, out)                                         # 1/+-inf = +-0
     return np.where(_is_nan(x), CANONICAL_NAN, out).astype(np.uint32)
+
+
+def rsqrt(x):
+    """FP32 1/sqrt(x): x = m * 2**(2k) with m in [1/4, 1) (the exponent's parity goes
+    into m); h = m / 2; quadratic estimate y of 1/sqrt(m) by Horner; three Newton steps
+    y += y * (1/2 - h * y * y); scale by 2**-k. 1/sqrt(+-0) = +-inf, 1/sqrt(+inf) = +0,
+    x < 0 (and -inf) NaN; never flushes or overflows otherwise. Max error: docs/pcu.md."""
+    x = daz(x)
+    sign = x & _SIGN
+    field = ((x >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
+    odd = field & 1
+    h = (x & np.uint32(0x007FFFFF)) | ((125 - odd).astype(np.uint32) << np.uint32(23))
+    neg_h = h | _SIGN
+    y = madd(h, _w(RSQ_C2), _w(RSQ_C1))
+    y = madd(y, h, _w(RSQ_C0))
+    for _ in range(3):
+        e = madd(neg_h, y, _w(NEG_ZERO))
+        e = madd(e, y, _w(HALF))
+        y = madd(y, e, y)
+    out = scale_exponent(y, (126 - odd - field) // 2)
+    out = np.where(field == 0xFF, np.uint32(0), out)                       # +inf -> +0
+    out = np.where((sign != 0) | _is_nan(x), CANONICAL_NAN, out)           # x < 0, NaN
+    out = np.where(field == 0, sign | np.uint32(0x7F800000), out)          # +-0 -> +-inf
+    return out.astype(np.uint32)

@@ -20,7 +20,8 @@ from hdl.pcu_config import ACC_DEPTH, Mode, Reduce, Source, Tail
 from . import fp
 
 __all__ = ["MODE_SIMD", "MODE_SYSTOLIC", "SOURCES", "REDUCE_NONE", "REDUCE_SUM",
-           "REDUCE_MAX", "TAIL_NONE", "TAIL_EXP", "TAIL_RECIPROCAL", "trip_count",
+           "REDUCE_MAX", "TAIL_NONE", "TAIL_EXP", "TAIL_RECIPROCAL", "TAIL_RSQRT",
+           "trip_count",
            "iterations", "outer_flags", "emits", "reduce_lanes", "uses_in1", "SimdState",
            "run_simd",
            "systolic_accumulate", "systolic_tile", "run_systolic", "matmul_streams",
@@ -31,7 +32,8 @@ MODE_SIMD, MODE_SYSTOLIC = Mode.SIMD, Mode.SYSTOLIC
 #: Operand source codes by lower-case name (``hdl.pcu_config.Source``).
 SOURCES = {source.name.lower(): source for source in Source}
 REDUCE_NONE, REDUCE_SUM, REDUCE_MAX = Reduce.NONE, Reduce.SUM, Reduce.MAX
-TAIL_NONE, TAIL_EXP, TAIL_RECIPROCAL = Tail.NONE, Tail.EXP, Tail.RECIPROCAL
+TAIL_NONE, TAIL_EXP, TAIL_RECIPROCAL, TAIL_RSQRT = Tail.NONE, Tail.EXP, Tail.RECIPROCAL, \
+    Tail.RSQRT
 
 
 def trip_count(counter):
@@ -90,13 +92,15 @@ def uses_in1(config):
 
 
 def apply_tail(config, vec):
-    """The PCU's tail on ``vec``: exp or the reciprocal (``tail``), then the optional
-    rounding to BF16 (``tail_bf16``)."""
+    """The PCU's tail on ``vec``: exp, the reciprocal or the reciprocal square root
+    (``tail``), then the optional rounding to BF16 (``tail_bf16``)."""
     tail = config.get("tail", 0)
     if tail == TAIL_EXP:
         vec = fp.exp(vec)
     elif tail == TAIL_RECIPROCAL:
         vec = fp.reciprocal(vec)
+    elif tail == TAIL_RSQRT:
+        vec = fp.rsqrt(vec)
     if config.get("tail_bf16"):
         vec = fp.to_bf16(vec)
     return vec

@@ -31,13 +31,16 @@ _TINY = 2.0 ** -126
 
 
 def exact_rows_program(program, graph):
-    """``{output: words}`` of a row-wise program: its input image unpacked, then
-    :func:`exact_rows` of the front-end ``graph``."""
+    """``{output: words}`` of a row-wise program: its input images unpacked (the matrix,
+    and the per-column vectors as one row each), then :func:`exact_rows` of the
+    front-end ``graph``."""
     meta = program.meta
-    (x_name, spec), = ((n, s) for n, s in program.tensors.items() if s["role"] == "input")
-    image = Image.from_json(meta["images"][spec["image"]])
-    x = image.unpack(program.inputs[spec["image"]][1], x_name)
-    return exact_rows(graph, {x_name: x}, meta["lanes"])
+    inputs = {}
+    for name, spec in program.tensors.items():
+        if spec["role"] == "input":
+            image = Image.from_json(meta["images"][spec["image"]])
+            inputs[name] = image.unpack(program.inputs[spec["image"]][1], name)
+    return exact_rows(graph, inputs, meta["lanes"])
 
 
 def exact_matmul(program, graph=None):
@@ -135,7 +138,7 @@ def exact_rows(graph, inputs, lanes):
     """``{output: uint32 array}`` of a row-wise graph with the PCU chain's arithmetic
     (:mod:`rdu.compiler.row_chain`): element-wise operators per lane, a reduction
     accumulated lane-wise over the row's beats in order (``op(x_j, acc)``, from ``0`` or
-    ``-inf``) then the cross-lane tree, exp and reciprocal as :mod:`rdu.models.fp`."""
+    ``-inf``) then the cross-lane tree, exp, reciprocal and rsqrt as :mod:`rdu.models.fp`."""
     values = {}
     for node in graph.live_nodes():
         args = [values[id(i)] for i in node.inputs]
@@ -150,9 +153,9 @@ def exact_rows(graph, inputs, lanes):
         elif node.op == "unary":
             (x,) = args
             fn = node.attrs["fn"]
-            value = (fp.exp(x) if fn == "exp" else fp.reciprocal(x)
-                     if fn == "reciprocal" else fp.to_bf16(x) if node.dtype == "bf16"
-                     else x)
+            special = {"exp": fp.exp, "reciprocal": fp.reciprocal, "rsqrt": fp.rsqrt}
+            value = (special[fn](x) if fn in special else fp.to_bf16(x)
+                     if node.dtype == "bf16" else x)
         elif node.op == "reduce":
             (x,) = args
             rows, length = x.shape
@@ -230,6 +233,12 @@ def float64_outputs(graph, inputs):
             elif fn == "reciprocal":
                 v = 1.0 / x
                 budget = np.abs(v) * (ex / np.maximum(np.abs(x) - ex, _TINY) + 4 * _ULP)
+            elif fn == "rsqrt":
+                # sqrt(1 + u) - 1 <= u / 2: an error ex of x moves 1/sqrt(x) by at most
+                # v * ex / (2 (x - ex)); the unit's 1.24 ulp within the 4 ulp term
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    v = 1.0 / np.sqrt(x)
+                budget = np.abs(v) * (0.5 * ex / np.maximum(x - ex, _TINY) + 4 * _ULP)
             else:
                 v = x
                 budget = ex + (2.0 ** -8 if node.dtype == "bf16" else 0) * np.abs(x)

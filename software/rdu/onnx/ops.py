@@ -10,7 +10,7 @@ Concat, Constant arithmetic) costs nothing on the machine.
 
 import numpy as np
 
-from ..frontend.graph import exp, matmul, reciprocal, relu
+from ..frontend.graph import Tensor, exp, matmul, reciprocal, relu, rsqrt, sqrt
 from .values import Const, Value, core_shape
 
 __all__ = ["CONVERTERS", "FOLDS", "ATTRIBUTES", "convert_node", "supported_operators"]
@@ -63,9 +63,37 @@ def convert_mul(imp, node, attrs, a, b):
     return [_binary(imp, a, b, lambda x, y: x * y)]
 
 
+def _rsqrt_of(value):
+    """``rsqrt(y)`` when ``value`` is a square root (``reciprocal(rsqrt(y))``, what Sqrt
+    and Pow 0.5 write), else None: its reciprocal is then the PCU's rsqrt itself."""
+    if not isinstance(value, Value):
+        return None
+    node = value.tensor.node
+    if node.op == "unary" and node.attrs["fn"] == "reciprocal":
+        inner = node.inputs[0]
+        if inner.op == "unary" and inner.attrs["fn"] == "rsqrt":
+            return Value(Tensor(value.tensor.graph, inner), value.shape)
+    return None
+
+
+def _is_one(value, shape):
+    """``value`` is a constant of ones that does not widen ``shape``."""
+    if not isinstance(value, Const):
+        return False
+    array = np.asarray(value.array, np.float64)
+    return bool(array.size and np.all(array == 1.0) and
+                np.broadcast_shapes(array.shape, shape) == tuple(shape))
+
+
 def convert_div(imp, node, attrs, a, b):
     """``a / c`` (``c`` a constant of equal elements) scales by ``1 / c``; ``a / t`` of
-    a tensor ``t`` is ``a * reciprocal(t)``."""
+    a tensor ``t`` is ``a * reciprocal(t)``; ``a / sqrt(y)`` is ``a * rsqrt(y)`` and
+    ``1 / sqrt(y)`` is ``rsqrt(y)``."""
+    inverse = _rsqrt_of(b)
+    if inverse is not None:
+        if _is_one(a, inverse.shape):
+            return [inverse]
+        return [_binary(imp, a, inverse, lambda x, y: x * y)]
     if isinstance(b, Const):
         array = np.asarray(b.array, np.float64)
         if array.size and np.all(array == array.flat[0]) and array.flat[0] != 0:
@@ -87,7 +115,37 @@ def convert_exp(imp, node, attrs, x):
 
 
 def convert_reciprocal(imp, node, attrs, x):
+    """``reciprocal(x)``; of a square root, the PCU's ``rsqrt`` of its operand."""
+    inverse = _rsqrt_of(x)
+    if inverse is not None:
+        return [inverse]
     return [_unary(x, imp.call(reciprocal, x.tensor))]
+
+
+def convert_sqrt(imp, node, attrs, x):
+    """``reciprocal(rsqrt(x))`` (:func:`rdu.frontend.graph.sqrt`); a Reciprocal or Div
+    of it takes the ``rsqrt`` alone."""
+    return [_unary(x, imp.call(sqrt, x.tensor))]
+
+
+#: Exponents of Pow (a constant) and what they become.
+POW_EXPONENTS = {2.0: lambda t: t * t, 1.0: lambda t: t, 0.5: sqrt, -0.5: rsqrt,
+                 -1.0: reciprocal}
+
+
+def convert_pow(imp, node, attrs, x, y):
+    """``x ** c``, ``c`` a constant of equal elements: 2 (``x * x``, RMSNorm's
+    ``x.pow(2)``), 1, 0.5 (sqrt), -0.5 (rsqrt), -1 (reciprocal)."""
+    if not isinstance(y, Const):
+        imp.fail("a computed exponent", "Pow by a constant")
+    array = np.asarray(y.array, np.float64)
+    exponent = float(array.flat[0]) if array.size else None
+    supported = "Pow by a constant exponent 2, 1, 0.5, -0.5 or -1"
+    if exponent not in POW_EXPONENTS or not np.all(array == exponent):
+        imp.fail(f"exponent {array.ravel()[:4].tolist()}", supported)
+    if np.broadcast_shapes(array.shape, x.shape) != tuple(x.shape):
+        imp.fail(f"exponent of shape {array.shape} widens {x.shape}", supported)
+    return [_unary(x, imp.call(POW_EXPONENTS[exponent], x.tensor))]
 
 
 def convert_relu(imp, node, attrs, x):
@@ -209,6 +267,20 @@ def convert_reduce_sum(imp, node, attrs, x, axes=None):
 def convert_reduce_mean(imp, node, attrs, x, axes=None):
     return _reduce(imp, node, attrs, x, _axes_input(imp, axes),
                    lambda t, n: t.sum() / float(n))
+
+
+def convert_rms_normalization(imp, node, attrs, x, scale):
+    """Opset 23's ``RMSNormalization``: ``x * rsqrt(mean(x * x) + epsilon) * scale``
+    over the last axis (``axis`` -1; ``stash_type`` float)."""
+    rank = len(x.shape)
+    _last_axis(imp, attrs.get("axis", -1), rank, "RMSNormalization")
+    if attrs.get("stash_type", 1) != _FLOAT:
+        imp.fail(f"stash_type {attrs['stash_type']}", "stash_type 1 (float)")
+    epsilon = float(attrs.get("epsilon", 1e-5))
+    length = x.shape[-1]
+    normed = imp.call(lambda t: t * rsqrt((t * t).sum() * (1.0 / length) + epsilon),
+                      x.tensor)
+    return [_binary(imp, Value(normed, x.shape), scale, lambda a, b: a * b)]
 
 
 # -- layout ---------------------------------------------------------------------------------
@@ -350,6 +422,7 @@ FOLDS = {
     "Neg": lambda attrs, x: -x, "Exp": lambda attrs, x: np.exp(x),
     "Reciprocal": lambda attrs, x: 1 / x, "Relu": lambda attrs, x: np.maximum(x, 0),
     "Sigmoid": lambda attrs, x: _sigmoid(x), "Identity": lambda attrs, x: x,
+    "Pow": lambda attrs, a, b: np.power(a, b), "Sqrt": lambda attrs, x: np.sqrt(x),
     "Cast": _fold_cast, "Shape": _fold_shape, "Reshape": _fold_reshape,
     "Squeeze": _fold_squeeze, "Unsqueeze": _fold_unsqueeze,
     "Transpose": lambda attrs, x: np.transpose(x, attrs.get("perm")),
@@ -370,6 +443,8 @@ RELAYOUTS = ("Identity", "Transpose", "Reshape", "Squeeze", "Unsqueeze")
 CONVERTERS = {
     "Add": convert_add, "Sub": convert_sub, "Mul": convert_mul, "Div": convert_div,
     "Neg": convert_neg, "Exp": convert_exp, "Reciprocal": convert_reciprocal,
+    "Sqrt": convert_sqrt, "Pow": convert_pow,
+    "RMSNormalization": convert_rms_normalization,
     "Relu": convert_relu, "Sigmoid": convert_sigmoid, "Identity": convert_identity,
     "Cast": convert_cast, "MatMul": convert_matmul, "Gemm": convert_gemm,
     "Softmax": convert_softmax, "ReduceMax": convert_reduce_max,
@@ -388,6 +463,7 @@ ATTRIBUTES = {
     "Cast": ("to", "saturate"), "Transpose": ("perm",), "Reshape": ("allowzero",),
     "Squeeze": ("axes",), "Unsqueeze": ("axes",), "Shape": ("start", "end"),
     "Gather": ("axis",), "Concat": ("axis",),
+    "RMSNormalization": ("axis", "epsilon", "stash_type"),
     "Constant": ("value", "value_float", "value_floats", "value_int", "value_ints"),
 }
 

@@ -1,9 +1,12 @@
 """The rows family: a graph with no matmul whose operators all work row by row on one
 input of shape ``(R, L)`` (element-wise operators of rows, of per-row scalars ``(R, 1)``
-and of constants; ``sum`` and ``max`` reductions; ``exp``, ``reciprocal``, casts) is a
-:class:`RowGroup`, streamed row by row through a chain of SIMD PCUs
+and of constants; ``sum`` and ``max`` reductions; ``exp``, ``reciprocal``, ``rsqrt``,
+casts) is a :class:`RowGroup`, streamed row by row through a chain of SIMD PCUs
 (:mod:`rdu.compiler.row_chain`): the input streams from HBM row by row, each row
-``L / lanes`` beats; row buffers of up to four rows in the PMUs.
+``L / lanes`` beats; row buffers of up to four rows in the PMUs. Inputs of shape
+``(L,)`` are per-column *vectors* (a normalisation's weight): each is loaded once (an
+AGCU load of its own) into a PMU that streams it again for every row, a row operand like
+the input's rows (RMSNorm ``x * rsqrt(mean(x * x) + eps) * w``).
 """
 
 from dataclasses import dataclass, field
@@ -28,12 +31,14 @@ __all__ = ["RowGroup", "RowTiling", "RowsFamily", "ROWS", "tile_rows", "lower_ro
 @dataclass
 class RowGroup(Group):
     """``out = f(x)`` row by row: ``nodes`` in order, each a row ``(R, L)`` or a per-row
-    scalar ``(R, 1)`` value."""
+    scalar ``(R, 1)`` value; ``vectors`` the inputs of shape ``(L,)`` (read again for
+    every row)."""
     x: Node
     nodes: list
     output: str
     out_node: Node | None = None
     kinds: dict = field(default_factory=dict, repr=False, compare=False)
+    vectors: list = field(default_factory=list)
 
     @property
     def rows(self):
@@ -71,11 +76,18 @@ _ROW_OPS = ("binary", "unary", "reduce", "const")
 def _match_rows(graph, name, out):
     nodes = [node for node in graph.live_nodes() if node.op not in ("input", "const")]
     inputs = [node for node in graph.live_nodes() if node.op == "input"]
-    if len(inputs) != 1 or len(inputs[0].shape) != 2:
+    matrices = [node for node in inputs if len(node.shape) == 2]
+    if len(matrices) != 1:
         raise unsupported(out, f"output {name!r}: a row-wise kernel takes one input "
                            f"matrix (got {', '.join(i.name for i in inputs) or 'none'})")
-    x = inputs[0]
+    x = matrices[0]
     rows, length = x.shape
+    vectors = [node for node in inputs if node is not x]
+    for vector in vectors:
+        if vector.shape != (length,):
+            raise unsupported(vector, f"output {name!r}: input {vector.name!r} of shape "
+                              f"{vector.shape}: a row-wise kernel's other inputs are "
+                              f"vectors of a row's {length} values")
     for node in nodes:
         if node.op not in _ROW_OPS:
             raise unsupported(node, f"output {name!r}: {node.op} is not a row-wise "
@@ -89,7 +101,7 @@ def _match_rows(graph, name, out):
     if out.shape != (rows, length):
         raise unsupported(out, f"output {name!r}: a row-wise kernel's output must be "
                            f"rows {(rows, length)}, not {out.shape}")
-    return RowGroup(x, nodes, name, out)
+    return RowGroup(x, nodes, name, out, vectors=vectors)
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,49 @@ def walk_rows(name, image_name, image, address, rows, length, beat):
     return AccessPattern(start, counts, strides)
 
 
+def _row_images(name, group, tiling, plan):
+    """``{tensor: Image}`` of a row group: the input and output matrices padded to whole
+    beats, each vector one padded row; ``plan`` may give them another geometry."""
+    x, out = group.x, group.output
+    fmt = "bf16" if x.dtype == "bf16" else "fp32"
+    out_fmt = "bf16" if group.out_node.dtype == "bf16" else "fp32"
+    shape, size = (tiling.rows, tiling.padded), (tiling.rows, group.length)
+    images = {x.name: Image(shape, (Piece(x.name, (0, 0), size),), None, None, fmt),
+              out: Image(shape, (Piece(out, (0, 0), size),), None, None, out_fmt)}
+    for vector in group.vectors:
+        images[vector.name] = Image(
+            (1, tiling.padded), (Piece(vector.name, (0, 0), (1, group.length)),), None, None,
+            "bf16" if vector.dtype == "bf16" else "fp32")
+    for image_name, image in list(images.items()):
+        wanted = plan.layout(image_name) if plan else None
+        if wanted is not None:
+            if wanted.format != image.format:
+                raise CompileError(f"{name}: {image_name!r} is {image.format} here, its "
+                                   f"other kernel has it as {wanted.format}")
+            images[image_name] = Image(wanted.shape, image.pieces, wanted.split,
+                                       wanted.perm, wanted.format)
+    return images
+
+
+def _vector_streams(kernel, name, group, tiling, images, addresses, tensors):
+    """``{id(vector): stream}``: each vector loaded once into a PMU, which streams it
+    again for every row (its read pattern's second level, of stride 0)."""
+    lanes, beats = tiling.lanes, tiling.beats
+    streams = {}
+    for index, vector in enumerate(group.vectors):
+        load = kernel.load(tensors[vector.name], walk_rows(
+            name, vector.name, images[vector.name], addresses[vector.name], 1,
+            tiling.padded, lanes * WORD), name=f"load_{vector.name}",
+            config={"bf16": images[vector.name].format == "bf16"})
+        streams[id(vector)] = kernel.buffer(
+            f"vector{index}", tiling.padded, [load], buffers=1, config={
+                "write": AccessPattern(0, (beats, 1, 1), (lanes, 0, 0)), "write_lanes": 1,
+                "read": AccessPattern(0, (beats, tiling.rows, 1), (lanes, 0, 0)),
+                "read_lanes": 1, "buffers": 1, "buffer_words": tiling.padded,
+                "read_repeat": 1, "read_passes": 1})
+    return streams
+
+
 def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     """``(kernel, images, addresses, bitstream_address)`` of a row group; ``plan``
     (:class:`ImagePlan`) may give the input and output images another geometry (the
@@ -167,27 +222,16 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     lanes, beats, rows = tiling.lanes, tiling.beats, tiling.rows
     beat = lanes * WORD
     x, out = group.x, group.output
-    fmt = "bf16" if x.dtype == "bf16" else "fp32"
-    out_fmt = "bf16" if group.out_node.dtype == "bf16" else "fp32"
-    shape, size = (rows, tiling.padded), (rows, group.length)
-    images = {x.name: Image(shape, (Piece(x.name, (0, 0), size),), None, None, fmt),
-              out: Image(shape, (Piece(out, (0, 0), size),), None, None, out_fmt)}
-    for image_name, image in list(images.items()):
-        wanted = plan.layout(image_name) if plan else None
-        if wanted is not None:
-            if wanted.format != image.format:
-                raise CompileError(f"{name}: {image_name!r} is {image.format} here, its "
-                                   f"other kernel has it as {wanted.format}")
-            images[image_name] = Image(wanted.shape, image.pieces, wanted.split,
-                                       wanted.perm, wanted.format)
+    images = _row_images(name, group, tiling, plan)
     addresses, bitstream_address = place_images(name, images, hbm_size, plan)
     kernel = Kernel(name)
     tensors = {n: kernel.tensor(n, image.shape, image.format) for n, image in images.items()}
     pattern = walk_rows(name, x.name, images[x.name], addresses[x.name], rows,
                         tiling.padded, beat)
     streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
-                                  config={"bf16": fmt == "bf16"})}
+                                  config={"bf16": images[x.name].format == "bf16"})}
     launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
+    streams.update(_vector_streams(kernel, name, group, tiling, images, addresses, tensors))
     scalar_streams = {}
     delayed = {}
     readers = {}

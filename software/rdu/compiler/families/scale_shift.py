@@ -4,7 +4,9 @@ scaled and shifted column by column, the affine step of a normalisation layer. T
 worked example of ``docs/compiler.md`` ("Adding a kernel family"): this module and one
 line in :data:`rdu.compiler.families.FAMILIES`.
 
-Fusion rule: the output is ``x * g + b`` (either operand order) of three BF16 inputs.
+Fusion rule: the output is ``x * g + b`` (either operand order) of three BF16 inputs
+(claimed: element-wise graphs of several inputs, one a vector, without reductions or
+special functions; with those, the rows family takes per-column vectors).
 Tiling: rows of whole AXI beats of BF16 (``L`` a multiple of ``2 * lanes``), three
 loads (three AGCUs). Lowering, two SIMD PCUs fed row by row::
 
@@ -76,9 +78,13 @@ class ScaleShiftFamily(Family):
     placement_seed = "scale_shift"
 
     def claims(self, graph):
+        """Element-wise graphs of several inputs, one of them a vector; one with a
+        reduction or a special function (RMSNorm's ``x * rsqrt(mean(x * x) + eps) * w``)
+        is the rows family's."""
         nodes = graph.live_nodes()
         inputs = [node for node in nodes if node.op == "input"]
-        return (not any(node.op in ("matmul", "attention") for node in nodes)
+        return (not any(node.op in ("matmul", "attention", "reduce") or
+                        node.op == "unary" and node.attrs["fn"] != "cast" for node in nodes)
                 and len(inputs) > 1 and any(len(node.shape) == 1 for node in inputs))
 
     def fuse(self, graph, name, out):
