@@ -79,6 +79,8 @@ class AGCUError(enum.IntEnum, shape=4):
     WRITE_SLVERR = 7    #: a write burst was answered SLVERR
     WRITE_DECERR = 8    #: a write burst was answered DECERR
     ADDRESS_WRAP = 9    #: a pattern's address left the address space (wrapped around)
+    ABORTED = 10        #: the command was aborted (``abort``): its bursts drained, stores
+                        #: after the abort left memory unchanged
 
 
 def pattern_layout(addr_width=32):
@@ -271,7 +273,13 @@ class AGCU(wiring.Component):
     bitstream_out : Out(stream.Signature(32))
         Bitstream words read from memory (program load).
     cmd : In(stream.Signature(agcu_command_layout()))
-        Host commands, accepted only when idle.
+        Host commands, accepted only when idle and ``abort`` is low.
+    abort : In(1)
+        Level: a busy AGCU aborts its command (``docs/agcu.md``, **Abort**): no new
+        burst, the ``w`` beats still owed sent with strobes clear, the ``r`` beats
+        dropped, the launch token and ``wait_done`` forgotten; once every burst issued
+        is answered it ends with ``done`` and ``ABORTED``. No command is accepted while
+        it is high; an idle AGCU is unaffected.
     busy, done, error : Out
         A command is running; the last command finished (sticky until the next is
         accepted); its :class:`AGCUError` code (valid with ``done``).
@@ -308,6 +316,7 @@ class AGCU(wiring.Component):
             "cfg": In(ConfigPort()),
             "bitstream_out": Out(stream.Signature(WORD_BITS)),
             "cmd": In(stream.Signature(self.command_layout)),
+            "abort": In(1),
             "busy": Out(1),
             "done": Out(1),
             "executing": Out(1),
@@ -362,11 +371,16 @@ class AGCU(wiring.Component):
             "launch_pending": Signal(name="launch_pending"),
             "wait_done": Signal(name="wait_done"),
             "done_seen": Signal(name="done_seen"),
+            "aborting": Signal(name="aborting"),        # draining an aborted command
         }
         busy, mode = state["busy"], state["mode"]
+        idle = ~busy & ~self.abort
         m.d.comb += [self.busy.eq(busy), self.error.eq(state["error"]),
                      self.executing.eq(busy & (mode == AGCUOp.EXECUTE)),
-                     self.cmd.ready.eq(~busy), state["accept"].eq(self.cmd.valid & ~busy)]
+                     self.cmd.ready.eq(idle), state["accept"].eq(self.cmd.valid & idle)]
+        with m.If(busy & self.abort):
+            m.d.sync += [state["aborting"].eq(1), state["launch_pending"].eq(0),
+                         state["wait_done"].eq(0)]
         return state
 
     def _accept(self, m, state, conf, decoder):
@@ -453,6 +467,12 @@ class AGCU(wiring.Component):
                 self._join(m, serializer.o, self.scalar_out)
         with m.If(serializer.i.ready):
             m.d.comb += beats.ready.eq(1)
+        aborting = state["aborting"]
+        m.d.comb += [reader.abort.eq(aborting), writer.abort.eq(aborting)]
+        with m.If(aborting):
+            # the read beats are dropped, nothing more goes to the array
+            m.d.comb += [beats.ready.eq(1), self.vector_out.valid.eq(0),
+                         self.bitstream_out.valid.eq(0), self.scalar_out.valid.eq(0)]
 
     @staticmethod
     def _join(m, source, sink):
@@ -490,3 +510,9 @@ class AGCU(wiring.Component):
         with m.If(state["busy"] & finished & ~reader.start & ~writer.start):
             m.d.sync += [state["busy"].eq(0), self.done.eq(1), state["done_seen"].eq(0),
                          state["wait_done"].eq(0)]
+        # an aborted command ends once every burst issued is answered and the read
+        # buffer is empty; its code is ABORTED (whatever else it met while draining)
+        with m.If(state["aborting"] & reader.idle & writer.idle):
+            m.d.sync += [state["busy"].eq(0), state["aborting"].eq(0), self.done.eq(1),
+                         state["done_seen"].eq(0), state["wait_done"].eq(0),
+                         state["launch_pending"].eq(0), state["error"].eq(AGCUError.ABORTED)]

@@ -63,6 +63,9 @@ class AffineBurstGenerator(wiring.Component):
     ----------
     start : In(1)
         Pulse: load ``pattern`` and start.
+    stop : In(1)
+        Stop walking the pattern and drop the open burst (an abort); the bursts already
+        in the output FIFO still leave on ``bursts``. 0: no effect.
     pattern : In(...)
         ``base``, ``count`` (3 x 32 bit) and ``stride`` (3 x signed 32 bit).
     bursts : Out(stream.Signature(...))
@@ -85,6 +88,7 @@ class AffineBurstGenerator(wiring.Component):
                                                "len": unsigned(8)})
         super().__init__({
             "start": In(1),
+            "stop": In(1),
             "pattern": In(burst_pattern_layout(addr_width)),
             "bursts": Out(stream.Signature(self.burst_layout)),
             "idle": Out(1),
@@ -178,6 +182,8 @@ class AffineBurstGenerator(wiring.Component):
             with m.If((next_addr < 0) | (next_addr >= 2 ** aw)):
                 m.d.sync += self.wrapped.eq(1)
 
+        with m.If(self.stop):
+            m.d.sync += [running.eq(0), open_valid.eq(0)]
         with m.If(self.start):
             m.d.sync += [pattern.eq(self.pattern), running.eq(1), open_valid.eq(0),
                          row.eq(self.pattern.base), plane.eq(self.pattern.base),
@@ -215,6 +221,10 @@ class ReadEngine(wiring.Component):
     ----------
     start : In(1)
         Pulse: start reading ``pattern``.
+    abort : In(1)
+        Level: issue no burst beyond those the generator already handed out (its
+        ``stop``); the bursts issued are still answered and their beats still leave on
+        ``data`` (the AGCU drops them).
     pattern : In(burst_pattern_layout(addr_width))
     ar : Out(stream.Signature(...))
         The AXI read-address channel (``INCR`` bursts of whole beats).
@@ -242,6 +252,7 @@ class ReadEngine(wiring.Component):
         layouts = axi4_layouts(addr_width, 8 * beat_bytes, id_width)
         super().__init__({
             "start": In(1),
+            "abort": In(1),
             "pattern": In(burst_pattern_layout(addr_width)),
             "ar": Out(stream.Signature(layouts["ar"])),
             "r": In(stream.Signature(layouts["r"])),
@@ -260,7 +271,7 @@ class ReadEngine(wiring.Component):
         m.submodules.read_fifo = read_fifo = StreamFIFO(8 * self.beat_bytes,
                                                         self.buffer_depth)
         m.d.comb += [read_gen.start.eq(self.start), read_gen.pattern.eq(self.pattern),
-                     self.wrapped.eq(read_gen.wrapped)]
+                     read_gen.stop.eq(self.abort), self.wrapped.eq(read_gen.wrapped)]
         ar, r = self.ar, self.r
         reads_in_flight = Signal(range(max_out + 1))
         ar_go = Signal()
@@ -310,6 +321,12 @@ class WriteEngine(wiring.Component):
     ----------
     start : In(1)
         Pulse: start writing ``pattern``.
+    abort : In(1)
+        Level: issue no burst beyond those the generator already handed out (its
+        ``stop``) and send the ``w`` beats still owed with all byte strobes clear
+        (memory unchanged), without taking ``data``; a beat of ``data`` already offered
+        on ``w`` and not yet taken stays offered until taken or withdrawn (``w`` is
+        held until ready).
     pattern : In(burst_pattern_layout(addr_width))
     aw, w : Out(stream.Signature(...))
         The AXI write-address and write-data channels (all byte strobes set).
@@ -337,6 +354,7 @@ class WriteEngine(wiring.Component):
         layouts = axi4_layouts(addr_width, 8 * beat_bytes, id_width)
         super().__init__({
             "start": In(1),
+            "abort": In(1),
             "pattern": In(burst_pattern_layout(addr_width)),
             "aw": Out(stream.Signature(layouts["aw"])),
             "w": Out(stream.Signature(layouts["w"])),
@@ -358,7 +376,7 @@ class WriteEngine(wiring.Component):
         m.submodules.write_addresses = write_addresses = StreamFIFO(
             write_gen.burst_layout, 2)
         m.d.comb += [write_gen.start.eq(self.start), write_gen.pattern.eq(self.pattern),
-                     self.wrapped.eq(write_gen.wrapped),
+                     write_gen.stop.eq(self.abort), self.wrapped.eq(write_gen.wrapped),
                      self.burst_waiting.eq(write_lengths.o.valid)]
         aw, w, b = self.aw, self.w, self.b
         writes_in_flight = Signal(range(max_out + 1))
@@ -380,13 +398,19 @@ class WriteEngine(wiring.Component):
         ]
         write_data_taken = Signal()
         w_beat = Signal(8)
+        # abort: zero-strobe beats instead of data, except a data beat already offered
+        # (AXI holds WDATA/WSTRB until WREADY)
+        data_offered = Signal()
+        flush = Signal()
+        m.d.comb += flush.eq(self.abort & ~data_offered)
+        m.d.sync += data_offered.eq(w.valid & ~w.ready & ~flush)
         m.d.comb += [
-            w.valid.eq(write_lengths.o.valid & self.data.valid),
+            w.valid.eq(write_lengths.o.valid & (self.data.valid | flush)),
             w.payload.data.eq(self.data.payload),
-            w.payload.strb.eq((1 << self.beat_bytes) - 1),
+            w.payload.strb.eq(Mux(flush, 0, (1 << self.beat_bytes) - 1)),
             w.payload.last.eq(w_beat == write_lengths.o.payload),
             write_data_taken.eq(w.valid & w.ready),
-            self.data.ready.eq(write_data_taken),
+            self.data.ready.eq(write_data_taken & ~flush),
         ]
         with m.If(write_data_taken):
             with m.If(w.payload.last):

@@ -22,7 +22,7 @@ the schedule at ``SCHEDULE_ADDR``/``SCHEDULE_LEN`` (``docs/orchestrator.md``); `
 progress. ``docs/ip.md`` has the register map and the integration notes.
 """
 
-from amaranth import Module, Mux, ResetInserter, Signal
+from amaranth import Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -220,18 +220,20 @@ agcu_positions
         schedule = Signal()              # the last run was a schedule
         was_busy = Signal()
         busy = Signal()
+        aborting = self.system.aborting
         m.d.comb += [busy.eq(seq.busy | orch.busy),
-                     orch.start.eq(regs.control_schedule_start & ~busy),
+                     orch.start.eq(regs.control_schedule_start & ~busy & ~aborting),
                      orch.addr.eq(regs.schedule_addr_addr),
                      orch.length.eq(regs.schedule_len_length)]
         m.d.sync += was_busy.eq(orch.busy)
-        with m.If(regs.control_schedule_start & ~busy):
+        with m.If(regs.control_schedule_start & ~busy & ~aborting):
             m.d.sync += schedule.eq(1)
-        with m.Elif(regs.control_start & ~busy):
+        with m.Elif(regs.control_start & ~busy & ~aborting):
             m.d.sync += schedule.eq(0)
         ended = Signal()
         m.d.comb += ended.eq(was_busy & ~orch.busy)
-        m.d.comb += [seq.start.eq(regs.control_start & ~orch.busy),
+        m.d.comb += [self.system.abort.eq(regs.control_abort), seq.abort.eq(regs.control_abort),
+                     seq.start.eq(regs.control_start & ~orch.busy & ~aborting),
                      seq.prog_addr.eq(regs.prog_addr_addr),
                      seq.prog_len.eq(regs.prog_len_length),
                      seq.arg_addr.eq(regs.arg_addr_addr),
@@ -257,6 +259,8 @@ agcu_positions
             regs.status_done.eq(Mux(schedule, orch.done, seq.done)),
             regs.status_error.eq(Mux(schedule, orch.error, seq.error)),
             regs.status_schedule.eq(schedule),
+            regs.status_aborting.eq(system.aborting),
+            regs.status_agcu_busy.eq(Cat(*system.agcu_busy).any()),
             regs.error_code.eq(Mux(schedule, orch.error_code, seq.error_code)),
             regs.error_source.eq(Mux(schedule, orch.error_source, seq.error_source)),
             regs.error_unit_unit.eq(Mux(schedule, orch.error_unit, seq.error_unit)),

@@ -129,6 +129,14 @@ class RDUSystem(wiring.Component):
     orch : In(ScheduleControl())
         The orchestrator's start, schedule address and length, and status (with no
         orchestrator: never busy).
+    abort : In(1)
+        Pulse: abort (``docs/system.md``, **Abort**). Every busy AGCU drains its command
+        and ends it with ``ABORTED`` (``AGCU.abort``; no command is accepted meanwhile),
+        then the array is flushed for one cycle (``TileArray.flush``: streams, units,
+        the loader and the watchdog back to their reset state, PMU SRAM kept). Ignored
+        while an abort runs.
+    aborting : Out(1)
+        An abort runs (from the cycle after the pulse to the end of the flush).
     """
 
     def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
@@ -186,6 +194,8 @@ class RDUSystem(wiring.Component):
             "host": In(HostPort()),
             "readback": Out(stream.Signature(WORD_BITS)),
             "orch": In(ScheduleControl()),
+            "abort": In(1),
+            "aborting": Out(1),
         })
 
     def edge_of(self, k):
@@ -200,6 +210,25 @@ class RDUSystem(wiring.Component):
         """The array's configuration targets (:meth:`TileArray.config_targets`)."""
         return self.array.config_targets()
 
+    def _abort(self, m):
+        """The abort sequence: the AGCUs drain, then the array is flushed."""
+        busy = Cat(*(agcu.busy for agcu in self.agcus)).any()
+        with m.FSM(name="abort"):
+            with m.State("IDLE"):
+                with m.If(self.abort):
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                m.d.comb += self.aborting.eq(1)
+                for agcu in self.agcus:
+                    m.d.comb += agcu.abort.eq(1)
+                with m.If(~busy):
+                    m.next = "FLUSH"
+            with m.State("FLUSH"):
+                m.d.comb += [self.aborting.eq(1), self.array.flush.eq(1)]
+                for agcu in self.agcus:
+                    m.d.comb += agcu.abort.eq(1)
+                m.next = "IDLE"
+
     def elaborate(self, platform):
         m = Module()
         array = self.array
@@ -211,7 +240,8 @@ class RDUSystem(wiring.Component):
             m.submodules.orchestrator = orch
             wiring.connect(m, wiring.flipped(self.orch), orch.control)
             m.d.comb += [owned.eq(orch.control.busy), capture.eq(orch.capture),
-                         orch.watchdog_cycles.eq(self.host.watchdog_cycles)]
+                         orch.watchdog_cycles.eq(self.host.watchdog_cycles),
+                         orch.abort.eq(self.abort)]
         # the array's host port: the host's, or the orchestrator's controls while it runs
         for name, member in HostPort().members.items():
             outer, inner = getattr(self.host, name), getattr(array.host, name)
@@ -226,6 +256,7 @@ class RDUSystem(wiring.Component):
                     m.d.comb += getattr(orch.host, name).eq(inner)
         wiring.connect(m, array.readback, wiring.flipped(self.readback))
         m.d.comb += array.kernel_busy.eq(Cat(*(agcu.executing for agcu in self.agcus)).any())
+        self._abort(m)
         for k, agcu in enumerate(self.agcus):
             m.submodules[f"agcu{k}"] = agcu
             edge = self.edge_of(k)

@@ -10,6 +10,7 @@ from hdl.agcu_engines import AffineBurstGenerator
 from hdl.interfaces import config_words
 from tb.suites.agcu import (
     AGCUGroup,
+    abort,
     bf16_expanded_beats,
     bf16_full_rate,
     bf16_load,
@@ -186,3 +187,9 @@ def test_bf16_load_verilator(sim_dir, seed):
     stats = run_verilator(build(AGCU), bf16_load, sim_dir, seed=seed, kernels=20,
                           store=True, fast=False)
     assert stats.result["bf16_kernels"] >= 1 and stats.result["unmapped_errors"] == 2
+
+
+@pytest.mark.parametrize("stall", ["random", "none"])
+def test_abort_amaranth(stall, seed):
+    result = run_amaranth(AGCU(), abort, seed=seed, stall=stall).result
+    assert result["execute"] == result["program_load"] == AGCUError.ABORTED

@@ -402,6 +402,60 @@ class HostDriver:
             values[counter] = await bench.read("host.perf_value")
         return values
 
+    async def unsettled(self):
+        """What a failed launch left behind, as words (empty: nothing): busy AGCUs, the
+        watchdog's stop, items or work left in the array, the array still running."""
+        bench, found = self.bench, []
+        busy = [k for k in range(self.machine.agcus) if await bench.read(f"agcu_busy.{k}")]
+        if busy:
+            found.append(f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} busy")
+        for signal, what in (("host.watchdog", "watchdog stop"), ("host.running", "running"),
+                             ("host.holding", "items in the mesh"),
+                             ("host.units_busy", "units busy")):
+            if await bench.read(signal):
+                found.append(what)
+        return found
+
+    async def abort(self, timeout=100_000):
+        """The system's abort (``abort`` pulse, ``docs/system.md`` **Abort**): every busy
+        AGCU drains and ends with ``ABORTED``, then the array is flushed. Returns the
+        one-line note of what it did; raises :class:`RunError` if ``aborting`` is still
+        high after ``timeout`` cycles (a memory that never answers: then only a reset
+        helps) or a busy AGCU ended with another code."""
+        bench = self.bench
+        busy = [k for k in range(self.machine.agcus) if await bench.read(f"agcu_busy.{k}")]
+        await bench.cycles(1)               # no set() after a read() in the same cycle
+        bench.set("abort", 1)
+        await bench.cycles(1)               # the edge that samples it
+        bench.set("abort", 0)
+        elapsed = 0
+        while await bench.read("aborting"):
+            if elapsed >= timeout:
+                still = [k for k in busy if await bench.read(f"agcu_busy.{k}")]
+                raise RunError(f"abort not finished after {timeout} cycles: AGCU"
+                               f"{'s' if len(still) > 1 else ''} {', '.join(map(str, still))} "
+                               f"still draining (a reset is needed)")
+            elapsed += await bench.advance_until_change(["aborting"], timeout - elapsed)
+        for k in busy:
+            code = await bench.read(f"agcu_error.{k}")
+            if code != AGCUError.ABORTED:
+                raise RunError(f"abort: AGCU {k} ended with {_error_name(code)}, not ABORTED")
+        bench.set("host.watchdog_cycles", 0)
+        drained = (f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} drained"
+                   if busy else "no AGCU busy")
+        return f"aborted: {drained}, array flushed in {elapsed + 1} cycles"
+
+    async def recover(self, unit_error=False):
+        """After a failed launch: :meth:`abort` if it left anything behind
+        (:meth:`unsettled`; with ``unit_error``, also a unit's error status, which only
+        a flush clears). Returns the abort's note, or ``""``."""
+        left = await self.unsettled()
+        if unit_error and await self.bench.read("host.unit_error"):
+            left.append("unit error")
+        if not left:
+            return ""
+        return await self.abort()
+
     async def reset(self, cycles=4):
         """Reset the system (the bench's reset for ``cycles`` cycles) and drop every
         burst the memory ports still hold: after a failed launch (a watchdog stop, an
@@ -428,15 +482,26 @@ class HostDriver:
             if words is not None:            # None: produced by an earlier program
                 self.write(address, words)
         await self.issue_latency()
-        load_cycles = await self.load_program(program, load_timeout)
-        before = self.memory_beats()
-        launch = await self.execute(program, timeout, watchdog_cycles)
-        after = self.memory_beats()
-        perf = await self.read_counters()
-        errors = unit_errors(perf)
-        if errors:
-            raise RunError(f"program {program.name!r}: {errors[0]}"
-                           + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+        try:
+            load_cycles = await self.load_program(program, load_timeout)
+            before = self.memory_beats()
+            launch = await self.execute(program, timeout, watchdog_cycles)
+            after = self.memory_beats()
+            perf = await self.read_counters()
+            errors = unit_errors(perf)
+            if errors:
+                raise RunError(f"program {program.name!r}: {errors[0]}"
+                               + (f" (and {len(errors) - 1} more)" if len(errors) > 1
+                                  else ""))
+        except RunError as error:
+            # a stop leaves AGCUs busy and state in the array: abort, say so, go on
+            try:
+                note = await self.recover(unit_error=True)
+            except RunError as failed:
+                raise RunError(f"{error}; {failed}") from None
+            if not note:
+                raise
+            raise RunError(f"{error}; {note}") from None
         outputs = {out: self.read(address, words)
                    for out, (address, words) in program.outputs.items()}
         total_words = sum(array.size for array in outputs.values())
