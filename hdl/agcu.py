@@ -79,7 +79,7 @@ class AGCUError(enum.IntEnum, shape=4):
     WRITE_SLVERR = 7    #: a write burst was answered SLVERR
     WRITE_DECERR = 8    #: a write burst was answered DECERR
     ADDRESS_WRAP = 9    #: a pattern's address left the address space (wrapped around)
-    ABORTED = 10        #: the command was aborted (``abort``): its bursts drained, stores
+    ABORTED = 10        #: the command was aborted (``abort_cmd``): its bursts drained, stores
                         #: after the abort left memory unchanged
 
 
@@ -273,8 +273,8 @@ class AGCU(wiring.Component):
     bitstream_out : Out(stream.Signature(32))
         Bitstream words read from memory (program load).
     cmd : In(stream.Signature(agcu_command_layout()))
-        Host commands, accepted only when idle and ``abort`` is low.
-    abort : In(1)
+        Host commands, accepted only when idle and ``abort_cmd`` is low.
+    abort_cmd : In(1)
         Level: a busy AGCU aborts its command (``docs/agcu.md``, **Abort**): no new
         burst, the ``w`` beats still owed sent with strobes clear, the ``r`` beats
         dropped, the launch token and ``wait_done`` forgotten; once every burst issued
@@ -316,7 +316,7 @@ class AGCU(wiring.Component):
             "cfg": In(ConfigPort()),
             "bitstream_out": Out(stream.Signature(WORD_BITS)),
             "cmd": In(stream.Signature(self.command_layout)),
-            "abort": In(1),
+            "abort_cmd": In(1),
             "busy": Out(1),
             "done": Out(1),
             "executing": Out(1),
@@ -374,11 +374,11 @@ class AGCU(wiring.Component):
             "aborting": Signal(name="aborting"),        # draining an aborted command
         }
         busy, mode = state["busy"], state["mode"]
-        idle = ~busy & ~self.abort
+        idle = ~busy & ~self.abort_cmd
         m.d.comb += [self.busy.eq(busy), self.error.eq(state["error"]),
                      self.executing.eq(busy & (mode == AGCUOp.EXECUTE)),
                      self.cmd.ready.eq(idle), state["accept"].eq(self.cmd.valid & idle)]
-        with m.If(busy & self.abort):
+        with m.If(busy & self.abort_cmd):
             m.d.sync += [state["aborting"].eq(1), state["launch_pending"].eq(0),
                          state["wait_done"].eq(0)]
         return state
@@ -468,7 +468,7 @@ class AGCU(wiring.Component):
         with m.If(serializer.i.ready):
             m.d.comb += beats.ready.eq(1)
         aborting = state["aborting"]
-        m.d.comb += [reader.abort.eq(aborting), writer.abort.eq(aborting)]
+        m.d.comb += [reader.abort_cmd.eq(aborting), writer.abort_cmd.eq(aborting)]
         with m.If(aborting):
             # the read beats are dropped, nothing more goes to the array
             m.d.comb += [beats.ready.eq(1), self.vector_out.valid.eq(0),

@@ -221,7 +221,7 @@ class ReadEngine(wiring.Component):
     ----------
     start : In(1)
         Pulse: start reading ``pattern``.
-    abort : In(1)
+    abort_cmd : In(1)
         Level: issue no burst beyond those the generator already handed out (its
         ``stop``); the bursts issued are still answered and their beats still leave on
         ``data`` (the AGCU drops them).
@@ -252,7 +252,7 @@ class ReadEngine(wiring.Component):
         layouts = axi4_layouts(addr_width, 8 * beat_bytes, id_width)
         super().__init__({
             "start": In(1),
-            "abort": In(1),
+            "abort_cmd": In(1),
             "pattern": In(burst_pattern_layout(addr_width)),
             "ar": Out(stream.Signature(layouts["ar"])),
             "r": In(stream.Signature(layouts["r"])),
@@ -271,7 +271,7 @@ class ReadEngine(wiring.Component):
         m.submodules.read_fifo = read_fifo = StreamFIFO(8 * self.beat_bytes,
                                                         self.buffer_depth)
         m.d.comb += [read_gen.start.eq(self.start), read_gen.pattern.eq(self.pattern),
-                     read_gen.stop.eq(self.abort), self.wrapped.eq(read_gen.wrapped)]
+                     read_gen.stop.eq(self.abort_cmd), self.wrapped.eq(read_gen.wrapped)]
         ar, r = self.ar, self.r
         reads_in_flight = Signal(range(max_out + 1))
         ar_go = Signal()
@@ -321,7 +321,7 @@ class WriteEngine(wiring.Component):
     ----------
     start : In(1)
         Pulse: start writing ``pattern``.
-    abort : In(1)
+    abort_cmd : In(1)
         Level: issue no burst beyond those the generator already handed out (its
         ``stop``) and send the ``w`` beats still owed with all byte strobes clear
         (memory unchanged), without taking ``data``; a beat of ``data`` already offered
@@ -354,7 +354,7 @@ class WriteEngine(wiring.Component):
         layouts = axi4_layouts(addr_width, 8 * beat_bytes, id_width)
         super().__init__({
             "start": In(1),
-            "abort": In(1),
+            "abort_cmd": In(1),
             "pattern": In(burst_pattern_layout(addr_width)),
             "aw": Out(stream.Signature(layouts["aw"])),
             "w": Out(stream.Signature(layouts["w"])),
@@ -376,7 +376,7 @@ class WriteEngine(wiring.Component):
         m.submodules.write_addresses = write_addresses = StreamFIFO(
             write_gen.burst_layout, 2)
         m.d.comb += [write_gen.start.eq(self.start), write_gen.pattern.eq(self.pattern),
-                     write_gen.stop.eq(self.abort), self.wrapped.eq(write_gen.wrapped),
+                     write_gen.stop.eq(self.abort_cmd), self.wrapped.eq(write_gen.wrapped),
                      self.burst_waiting.eq(write_lengths.o.valid)]
         aw, w, b = self.aw, self.w, self.b
         writes_in_flight = Signal(range(max_out + 1))
@@ -402,7 +402,7 @@ class WriteEngine(wiring.Component):
         # (AXI holds WDATA/WSTRB until WREADY)
         data_offered = Signal()
         flush = Signal()
-        m.d.comb += flush.eq(self.abort & ~data_offered)
+        m.d.comb += flush.eq(self.abort_cmd & ~data_offered)
         m.d.sync += data_offered.eq(w.valid & ~w.ready & ~flush)
         m.d.comb += [
             w.valid.eq(write_lengths.o.valid & (self.data.valid | flush)),

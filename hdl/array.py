@@ -191,7 +191,7 @@ class TileArray(wiring.Component):
         Pulse: return every unit, switch, the configuration loader and the run state to
         their reset values (streams emptied, units idle, configuration ``EMPTY``, the
         watchdog cleared), as a reset of the array alone does; PMU SRAM keeps its
-        words. The last step of an abort (``RDUSystem.abort``).
+        words. The last step of an abort (``RDUSystem.abort_start``).
     """
     def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
                  compute_unit=None, capacity_bytes=defaults.PMU_BYTES,

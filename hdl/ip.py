@@ -232,7 +232,8 @@ agcu_positions
             m.d.sync += schedule.eq(0)
         ended = Signal()
         m.d.comb += ended.eq(was_busy & ~orch.busy)
-        m.d.comb += [self.system.abort.eq(regs.control_abort), seq.abort.eq(regs.control_abort),
+        m.d.comb += [self.system.abort_start.eq(regs.control_abort),
+                     seq.abort_start.eq(regs.control_abort),
                      seq.start.eq(regs.control_start & ~orch.busy & ~aborting),
                      seq.prog_addr.eq(regs.prog_addr_addr),
                      seq.prog_len.eq(regs.prog_len_length),

@@ -31,7 +31,7 @@ class ErrorSource(enum.IntEnum, shape=4):
     REQUEST = 5     #: a bad request: an execute mask naming no AGCU or a missing one
                     #: (code 0); a bad schedule command (code: ``ScheduleError``)
     STUCK = 6       #: an AGCU still busy from an earlier run; unit: the AGCU
-    ABORTED = 7     #: the host aborted the run (``abort``; the IP's ``CONTROL.ABORT``)
+    ABORTED = 7     #: the host aborted the run (``abort_start``; the IP's ``CONTROL.ABORT``)
 
 
 class Sequencer(wiring.Component):
@@ -62,7 +62,7 @@ class Sequencer(wiring.Component):
     skip_execute : In(1)
         1: end (``done``) after the loader's verdict: a ``PROGRAM_LOAD`` alone
         (``exec_mask`` and the arguments are not used).
-    abort : In(1)
+    abort_start : In(1)
         Pulse: a running sequence ends at once with ``ABORTED`` (the system's abort
         drains the AGCUs and flushes the array meanwhile).
     busy_ok : In(agcus)
@@ -100,7 +100,7 @@ class Sequencer(wiring.Component):
             "exec_mask": In(32),
             "watchdog_cycles": In(WATCHDOG_BITS),
             "skip_load": In(1), "skip_execute": In(1), "busy_ok": In(agcus),
-            "abort": In(1),
+            "abort_start": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1),
             "error_source": Out(4), "error_code": Out(8), "error_unit": Out(32),
             "done_event": Out(1), "error_event": Out(1),
@@ -225,8 +225,8 @@ class Sequencer(wiring.Component):
         m.next = "IDLE"
 
     def _aborted(self, m):
-        """The last statement of a running state: ``abort`` overrides what it did."""
-        with m.If(self.abort):
+        """The last statement of a running state: ``abort_start`` overrides what it did."""
+        with m.If(self.abort_start):
             self._fail(m, self.sources.ABORTED, 0)
 
     def _succeed(self, m):

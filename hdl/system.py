@@ -129,9 +129,9 @@ class RDUSystem(wiring.Component):
     orch : In(ScheduleControl())
         The orchestrator's start, schedule address and length, and status (with no
         orchestrator: never busy).
-    abort : In(1)
+    abort_start : In(1)
         Pulse: abort (``docs/system.md``, **Abort**). Every busy AGCU drains its command
-        and ends it with ``ABORTED`` (``AGCU.abort``; no command is accepted meanwhile),
+        and ends it with ``ABORTED`` (``AGCU.abort_cmd``; no command is accepted meanwhile),
         then the array is flushed for one cycle (``TileArray.flush``: streams, units,
         the loader and the watchdog back to their reset state, PMU SRAM kept). Ignored
         while an abort runs.
@@ -194,7 +194,7 @@ class RDUSystem(wiring.Component):
             "host": In(HostPort()),
             "readback": Out(stream.Signature(WORD_BITS)),
             "orch": In(ScheduleControl()),
-            "abort": In(1),
+            "abort_start": In(1),
             "aborting": Out(1),
         })
 
@@ -213,20 +213,20 @@ class RDUSystem(wiring.Component):
     def _abort(self, m):
         """The abort sequence: the AGCUs drain, then the array is flushed."""
         busy = Cat(*(agcu.busy for agcu in self.agcus)).any()
-        with m.FSM(name="abort"):
+        with m.FSM(name="abort_fsm"):
             with m.State("IDLE"):
-                with m.If(self.abort):
+                with m.If(self.abort_start):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 m.d.comb += self.aborting.eq(1)
                 for agcu in self.agcus:
-                    m.d.comb += agcu.abort.eq(1)
+                    m.d.comb += agcu.abort_cmd.eq(1)
                 with m.If(~busy):
                     m.next = "FLUSH"
             with m.State("FLUSH"):
                 m.d.comb += [self.aborting.eq(1), self.array.flush.eq(1)]
                 for agcu in self.agcus:
-                    m.d.comb += agcu.abort.eq(1)
+                    m.d.comb += agcu.abort_cmd.eq(1)
                 m.next = "IDLE"
 
     def elaborate(self, platform):
@@ -241,7 +241,7 @@ class RDUSystem(wiring.Component):
             wiring.connect(m, wiring.flipped(self.orch), orch.control)
             m.d.comb += [owned.eq(orch.control.busy), capture.eq(orch.capture),
                          orch.watchdog_cycles.eq(self.host.watchdog_cycles),
-                         orch.abort.eq(self.abort)]
+                         orch.abort_start.eq(self.abort_start)]
         # the array's host port: the host's, or the orchestrator's controls while it runs
         for name, member in HostPort().members.items():
             outer, inner = getattr(self.host, name), getattr(array.host, name)

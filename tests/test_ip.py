@@ -37,7 +37,7 @@ def test_register_map_is_consistent():
     assert regmap["IRQ_STATUS"].field("ERROR").kind == "sticky"
     sources = regmap.enum("ERROR", "SOURCE")
     assert [s.name for s in sources] == ["NONE", "LOADER", "AGCU", "WATCHDOG", "UNIT",
-                                         "REQUEST", "STUCK"]
+                                         "REQUEST", "STUCK", "ABORTED"]
     # the gateware's enumeration (hdl.sequencer.ErrorSource) is the register's encoding
     from hdl.sequencer import ErrorSource
     assert [(s.name, s.value) for s in sources] == [(s.name, s.value) for s in ErrorSource]
@@ -431,7 +431,7 @@ def test_sequencer_against_stand_in_agcus():
     naming it), a start refused while an AGCU is still busy (STUCK), the array's
     watchdog (naming host.watchdog_unit), a unit error after the drain, a rejected
     bitstream, a bad EXEC_MASK; the argument load on AGCU 0 before EXECUTE; a start
-    while busy is ignored."""
+    while busy is ignored; an abort ends a running sequence at once (ABORTED)."""
     from amaranth import Module
 
     from hdl.agcu import AGCUError, AGCUOp
@@ -534,9 +534,24 @@ def test_sequencer_against_stand_in_agcus():
         assert log["args"][:2] == (1, 0)
         assert executes[starts[0]] == {1}
         assert [k for cycle, ks in executes.items() if cycle > starts[0] for k in ks] == [0]
+        # an abort while AGCU 1 runs ends the run at once with ABORTED
+        ctx.set(seq.arg_len, 0)
+        ctx.set(fakes[1].latency, 1000)
+        for _ in range(20):                 # AGCU 0's EXECUTE of the run above ends
+            await ctx.tick()
+        ctx.set(seq.start, 1)
+        await ctx.tick()
+        ctx.set(seq.start, 0)
+        for _ in range(10):
+            await ctx.tick()
+        assert ctx.get(seq.busy)
+        ctx.set(seq.abort_start, 1)
+        cycles, _, _ = await run(ctx, "aborted")   # (this start is ignored: busy)
+        ctx.set(seq.abort_start, 0)
+        assert cycles < 2 and log["aborted"] == (0, 1, sources.ABORTED, 0, 0)
     sim.add_testbench(bench)
     sim.run()
-    assert len(log) == 8
+    assert len(log) == 9
 
 
 @pytest.mark.verilator

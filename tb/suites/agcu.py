@@ -678,14 +678,14 @@ def _port_in_flight(port):
 
 
 async def _abort_until_done(bench, timeout=5000):
-    """Hold ``abort`` until ``done``; return the error code and the cycles it took."""
+    """Hold ``abort_cmd`` until ``done``; return the error code and the cycles it took."""
     await bench.cycles(1)
-    bench.set("abort", 1)
+    bench.set("abort_cmd", 1)
     start = bench.cycle
     await bench.wait_for("done", 1, timeout=timeout, what="done of the aborted command")
     cycles, error = bench.cycle - start, await bench.read("error")
     await bench.cycles(1)
-    bench.set("abort", 0)
+    bench.set("abort_cmd", 0)
     return error, cycles
 
 
@@ -697,7 +697,7 @@ async def abort(bench, *, stall="random", fast=True):
       port holds nothing), the write bursts a prefix of the reference's, memory = the
       beats sent and nothing else, the loaded beats a prefix of the load's;
     * a program load whose words are never taken: ``ABORTED``, the port empty;
-    * ``abort`` while idle changes nothing;
+    * ``abort_cmd`` while idle changes nothing;
     * then a ``COPY`` and a kernel execute run correctly (no reset).
     """
     memory, port, host, out, inp, control = _execute_bench(bench, stall, stall, "aw_first",
@@ -754,9 +754,9 @@ async def abort(bench, *, stall="random", fast=True):
                              f"{_port_in_flight(port)} left at the memory port")
     results.update(program_load=error, program_load_abort_cycles=load_cycles)
     # abort while idle: nothing happens
-    bench.set("abort", 1)
+    bench.set("abort_cmd", 1)
     await bench.cycles(3)
-    bench.set("abort", 0)
+    bench.set("abort_cmd", 0)
     if await bench.read("busy") or not await bench.read("done"):
         raise AssertionError("abort of an idle AGCU changed its state")
     # the unit works: a copy, then a kernel execute with every beat checked

@@ -417,7 +417,7 @@ class HostDriver:
         return found
 
     async def abort(self, timeout=100_000):
-        """The system's abort (``abort`` pulse, ``docs/system.md`` **Abort**): every busy
+        """The system's abort (``abort_start`` pulse, ``docs/system.md`` **Abort**): every busy
         AGCU drains and ends with ``ABORTED``, then the array is flushed. Returns the
         one-line note of what it did; raises :class:`RunError` if ``aborting`` is still
         high after ``timeout`` cycles (a memory that never answers: then only a reset
@@ -425,9 +425,9 @@ class HostDriver:
         bench = self.bench
         busy = [k for k in range(self.machine.agcus) if await bench.read(f"agcu_busy.{k}")]
         await bench.cycles(1)               # no set() after a read() in the same cycle
-        bench.set("abort", 1)
+        bench.set("abort_start", 1)
         await bench.cycles(1)               # the edge that samples it
-        bench.set("abort", 0)
+        bench.set("abort_start", 0)
         elapsed = 0
         while await bench.read("aborting"):
             if elapsed >= timeout:
@@ -440,7 +440,6 @@ class HostDriver:
             code = await bench.read(f"agcu_error.{k}")
             if code != AGCUError.ABORTED:
                 raise RunError(f"abort: AGCU {k} ended with {_error_name(code)}, not ABORTED")
-        bench.set("host.watchdog_cycles", 0)
         drained = (f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} drained"
                    if busy else "no AGCU busy")
         return f"aborted: {drained}, array flushed in {elapsed + 1} cycles"

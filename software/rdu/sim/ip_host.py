@@ -243,6 +243,19 @@ class IPDriver:
             await self.write_reg("WATCHDOG", watchdog)
         await self.write_reg("CONTROL", self.bits("CONTROL", START=1, IRQ_ENABLE=1))
 
+    async def abort(self, polls=1000):
+        """Write ``CONTROL.ABORT`` (the busy AGCUs drain, the array is flushed) and poll
+        ``STATUS`` until ``ABORTING`` and ``AGCU_BUSY`` are low; return the note a
+        run's message carries. Raises :class:`RunError` after ``polls`` reads."""
+        await self.write_reg("CONTROL", self.bits("CONTROL", ABORT=1, IRQ_ENABLE=1))
+        for _ in range(polls):
+            status = await self.read_reg("STATUS")
+            if not (self.field("STATUS", "ABORTING", status) or
+                    self.field("STATUS", "AGCU_BUSY", status)):
+                return "aborted (CONTROL.ABORT): AGCUs drained, array flushed"
+        raise RunError(f"CONTROL.ABORT: still aborting after {polls} STATUS reads "
+                       f"(STATUS = {status:#x}; write CONTROL.SOFT_RESET)")
+
     async def wait_irq(self, timeout, what):
         """Wait for ``irq`` (at most ``timeout`` cycles); raise :class:`RunError`."""
         from cocotb.triggers import ClockCycles, First, RisingEdge
@@ -275,7 +288,7 @@ class IPDriver:
                     f"{where or 'no item in the mesh'} (ERROR_UNIT = {unit:#x})")
         if source == sources.STUCK:
             return (f"{what}: AGCU {unit} still busy from an earlier run (write "
-                    f"CONTROL.SOFT_RESET first)")
+                    f"CONTROL.ABORT first)")
         if source == sources.UNIT:
             errors = unit_errors(await self.read_counters())
             return f"{what}: {errors[0] if errors else 'a unit reports an error'}"
@@ -303,7 +316,10 @@ class IPDriver:
         status = await self.read_reg("STATUS")
         pending = await self.read_reg("IRQ_STATUS")
         if self.field("STATUS", "ERROR", status):
-            raise RunError(await self.error_message(what))
+            message = await self.error_message(what)
+            if self.field("STATUS", "AGCU_BUSY", await self.read_reg("STATUS")):
+                message += f"; {await self.abort()}"
+            raise RunError(message)
         if not (self.field("STATUS", "DONE", status) and
                 self.field("IRQ_STATUS", "DONE", pending)):
             raise RunError(f"{what}: interrupt without DONE or ERROR (STATUS = {status:#x}, "

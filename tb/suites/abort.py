@@ -1,0 +1,147 @@
+"""Recovery without reset: a failed launch, the host driver's abort, then an undamaged
+program that must run bit-exact (``docs/system.md``, **Abort**).
+
+A *trial* is a bad case followed by a good one on the same machine, with no reset in
+between (memory and PMU SRAM kept). The bad cases (``KINDS``):
+
+* ``stall``: an undamaged program launched without one of its AGCUs (its input never
+  comes, or its output is never taken): the array's watchdog stops it and the driver
+  aborts the AGCUs still waiting;
+* ``damaged``: a bitstream damaged as the fuzzing campaign damages them
+  (:func:`tb.suites.fuzz.damaged_programs`): any outcome (a loader refusal, an error
+  status, a watchdog stop or outputs);
+* ``fault``: an undamaged program whose ``k``-th read burst is answered ``DECERR``
+  (cocotb only: the native runner injects no faults): the AGCU ends with an error, the
+  others may wait forever.
+
+The good case is one of the target's undamaged programs; its outputs must equal the
+functional model's on a fresh machine. :func:`model_trials` runs the same trials on one
+persistent :class:`rdu.models.machine.FunctionalMachine` (its ``abort``);
+:func:`run_recovery` is the RTL bench body (``benchmarks/abort.py``).
+"""
+
+import random
+from dataclasses import dataclass, replace
+
+import numpy as np
+from rdu.bitstream import BitstreamError
+from rdu.models.machine import FunctionalMachine
+from rdu.models.shared import LoaderError, ModelError
+from rdu.program import Program
+from rdu.sim.host import HostDriver, RunError
+from rdu.sim.memory_system import FaultInjector
+
+from .fuzz import model_outcome
+
+__all__ = ["KINDS", "Trial", "recovery_trials", "model_trials", "run_recovery"]
+
+KINDS = ("stall", "damaged", "fault")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A bad ``kind`` case (``bad``; ``fault``: its fault specification or ``None``)
+    then ``good``, whose fresh-model outputs are ``expected``."""
+    kind: str
+    bad: Program
+    good: Program
+    expected: dict
+    fault: dict = None
+
+
+def recovery_trials(target, count, seed, kinds=("stall", "damaged")):
+    """``count`` :class:`Trial` s of ``target`` (a :class:`tb.suites.fuzz.FuzzTarget`),
+    kinds in turn, the good program the next base in turn."""
+    for kind in kinds:
+        if kind not in KINDS:
+            raise ValueError(f"trial kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    rng = random.Random(seed)
+    bases = target.bases(seed)
+    expected = []
+    for base in bases:
+        outcome, outputs = model_outcome(base)
+        if outcome != "outputs":
+            raise ValueError(f"{base.name}: the undamaged program does not run on the "
+                             f"model ({outcome}: {outputs})")
+        expected.append(outputs)
+    damaged = iter(target.programs(count, seed))
+    trials = []
+    for index in range(count):
+        kind = kinds[index % len(kinds)]
+        base = bases[rng.randrange(len(bases))]
+        fault = None
+        if kind == "stall":
+            execute = list(base.execute)
+            execute.remove(rng.choice(execute))
+            if not execute:
+                raise ValueError(f"{base.name} executes one AGCU: nothing to withhold")
+            bad = replace(base, name=f"stall{index}", execute=execute)
+        elif kind == "damaged":
+            bad = next(damaged)
+        else:
+            bad = replace(base, name=f"fault{index}")
+            fault = {"read": [rng.randrange(4)], "resp": "DECERR"}
+        good_index = (index + 1) % len(bases)
+        trials.append(Trial(kind, bad, replace(bases[good_index], name=f"good{index}"),
+                            expected[good_index], fault))
+    return trials
+
+
+def model_trials(trials):
+    """Each trial on one persistent functional machine: the bad case (its error
+    caught), :meth:`FunctionalMachine.abort` after a stop (a deadlock, an error status,
+    the item limit: what leaves the hardware unsettled; not after a loader refusal),
+    the good case. Returns ``[{"kind", "bad" (the error's class or ``"outputs"``),
+    "aborted" (AGCUs), "equal"}]``."""
+    machine = FunctionalMachine(trials[0].good.machine, max_items=200_000)
+    results = []
+    for trial in trials:
+        aborted = []
+        try:
+            machine.run_program(trial.bad)
+            bad = "outputs"
+        except (LoaderError, BitstreamError) as error:
+            bad = type(error).__name__
+        except ModelError as error:
+            bad = type(error).__name__
+            aborted = [result.agcu for result in machine.abort()]
+        try:
+            outputs, _ = machine.run_program(trial.good)
+            equal = all(np.array_equal(np.asarray(outputs[name], np.uint32),
+                                       trial.expected[name]) for name in trial.good.outputs)
+        except (ModelError, BitstreamError) as error:
+            equal, bad = False, f"{bad}; good case: {error}"
+        results.append({"kind": trial.kind, "bad": bad, "aborted": aborted, "equal": equal})
+    return results
+
+
+async def run_recovery(bench, program_dirs, *, faults=None, timeout=30_000,
+                       watchdog_cycles=1500, perf_counters=None, load_timeout=20_000):
+    """Bench body: the saved programs in order on one system with no reset and no
+    memory clearing (bad, good, bad, good...); each launch's :class:`RunError` caught
+    (the driver aborts after a failed launch and says so). A reset happens only when
+    the machine is still unsettled after that (:meth:`HostDriver.unsettled`): it is
+    counted. ``faults``: one specification (or ``None``) per program. Returns one
+    ``{"outcome": "outputs", "outputs", "cycles"}`` or ``{"outcome": "error",
+    "message"}`` per program, each with ``"reset"`` (a reset was needed)."""
+    programs = [Program.load(directory) for directory in program_dirs]
+    driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters)
+    results = []
+    for index, program in enumerate(programs):
+        spec = faults[index] if faults else None
+        driver.mem.faults = FaultInjector(spec) if spec else None
+        try:
+            launch = await driver.run(program, timeout=timeout, load_timeout=load_timeout,
+                                      watchdog_cycles=watchdog_cycles)
+            result = {"outcome": "outputs", "outputs": launch["outputs"],
+                      "cycles": launch["cycles"]}
+        except RunError as error:
+            result = {"outcome": "error", "message": str(error)}
+        driver.mem.faults = None
+        left = await driver.unsettled()
+        result["reset"] = bool(left)
+        if left:
+            result["left"] = left
+            await driver.reset()
+        results.append(result)
+    return results
