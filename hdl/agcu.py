@@ -372,6 +372,8 @@ class AGCU(wiring.Component):
             "wait_done": Signal(name="wait_done"),
             "done_seen": Signal(name="done_seen"),
             "aborting": Signal(name="aborting"),        # draining an aborted command
+            "reading": Signal(name="reading"),          # this command started the reader
+            "writing": Signal(name="writing"),          # ... the writer
         }
         busy, mode = state["busy"], state["mode"]
         idle = ~busy & ~self.abort_cmd
@@ -401,7 +403,8 @@ class AGCU(wiring.Component):
             with m.If(check != AGCUError.NONE):
                 m.d.sync += [self.done.eq(1), state["error"].eq(check)]
             with m.Else():
-                m.d.sync += state["busy"].eq(1)
+                m.d.sync += [state["busy"].eq(1), state["reading"].eq(reader.start),
+                             state["writing"].eq(writer.start)]
                 m.d.comb += serializer.load.eq(1)
                 with m.Switch(cmd.op):
                     with m.Case(AGCUOp.COPY):
@@ -422,7 +425,9 @@ class AGCU(wiring.Component):
         writer = m._named_submodules["write_engine"][0]
         error = state["error"]
         events = [
-            (state["busy"] & (reader.wrapped | writer.wrapped), AGCUError.ADDRESS_WRAP),
+            # (an engine this command did not start keeps the flag of an earlier one)
+            (state["busy"] & ((reader.wrapped & state["reading"]) |
+                              (writer.wrapped & state["writing"])), AGCUError.ADDRESS_WRAP),
             (reader.slverr, AGCUError.READ_SLVERR),
             (reader.decerr, AGCUError.READ_DECERR),
             (writer.slverr, AGCUError.WRITE_SLVERR),

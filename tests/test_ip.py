@@ -304,7 +304,9 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     loader's BAD_MAGIC; a program address answering DECERR, one answering SLVERR; an
     empty EXEC_MASK), each ending with the interrupt and a status that names the cause;
     then the GEMM, correct against numpy, the interrupt raised once, the counters read
-    back. Every register is read once after reset at its map offset."""
+    back; last a stalled GEMM (WATCHDOG), a start refused (STUCK), CONTROL.ABORT and the
+    GEMM again, correct, with no reset. Every register is read once after reset at its
+    map offset."""
     from rdu.frontend.gemm import (
         check_result,
         compile_gemm,
@@ -340,7 +342,8 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
                           pause=True, perf_counters=names, soft_reset=True,
                           error_regions=[[failing, 0x1000]], bad_programs=bad,
                           last_starts=[{**start, "exec_mask": 0b01, "watchdog": 300},
-                                       {**start, "exec_mask": 0b11}])
+                                       {**start, "exec_mask": 0b11}],
+                          abort_after_last=True)
     result = stats.result
     registers = result["registers"]
     regmap = register_map()
@@ -349,7 +352,7 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     reported = {"GEOMETRY": 2 | 2 << 8 | 4 << 16 | 4 << 24,
                 "RESOURCES": 16 | 2 << 16 | 4 << 24, "PERF_COUNT": len(names)}
     assert registers == {r.name: reported.get(r.name, r.reset) for r in regmap.registers}
-    assert registers["ID"] == MAGIC and registers["VERSION"] == 1 << 8
+    assert registers["ID"] == MAGIC and registers["VERSION"] == 1 << 8 | 1
     assert registers["WATCHDOG"] == 0x10000
     # a write to a read-only register is ignored (OKAY), unmapped words read 0
     assert result["probes"] == {"id_write_resp": 0, "id_after_write": MAGIC,
@@ -383,8 +386,14 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
                         r"switch\(\d,\d\) \w+ input \w+ \(ERROR_UNIT = 0x[0-9a-f]+\)",
                         last[0]["message"]), last[0]["message"]
     assert last[1]["message"] == ("last start 1: AGCU 0 still busy from an earlier run "
-                                  "(write CONTROL.SOFT_RESET first)")
+                                  "(write CONTROL.ABORT first)")
     assert all(r["irq_edges"] == 1 and r["busy"] == 0 for r in last)
+    # CONTROL.ABORT drains AGCU 0 and flushes the array: nothing busy, the loader EMPTY,
+    # and the GEMM runs again, correct, with no reset
+    assert result["abort"]["STATUS"] == 0, result["abort"]
+    with np.load(result["after_abort"]["outputs_file"]) as out:
+        ok, error = check_result(unpack_output(program, out["c"]), a, b)
+    assert ok, f"C after the abort differs from numpy by {error}"
     launch = result["launches"][0]
     print(f"GEMM {m}x{n}x{k} through the IP top (paused AXI): load {launch['load_cycles']}, "
           f"run {launch['cycles']} cycles, array {launch['array_cycles']}; "

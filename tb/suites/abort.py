@@ -119,9 +119,11 @@ async def run_recovery(bench, program_dirs, *, faults=None, timeout=30_000,
                        watchdog_cycles=1500, perf_counters=None, load_timeout=20_000):
     """Bench body: the saved programs in order on one system with no reset and no
     memory clearing (bad, good, bad, good...); each launch's :class:`RunError` caught
-    (the driver aborts after a failed launch and says so). A reset happens only when
-    the machine is still unsettled after that (:meth:`HostDriver.unsettled`): it is
-    counted. ``faults``: one specification (or ``None``) per program. Returns one
+    (the driver aborts after a failed launch and says so). A launch that ends cleanly
+    but leaves work in the array (:meth:`HostDriver.unsettled`: ``"left"``) is aborted
+    too (``"aborted_after"``; the driver would do it before its next launch,
+    ``"aborted_before"``). A reset happens only when the machine is still unsettled
+    after the abort: it is counted (``"reset"``). ``faults``: one specification (or ``None``) per program. Returns one
     ``{"outcome": "outputs", "outputs", "cycles"}`` or ``{"outcome": "error",
     "message"}`` per program, each with ``"reset"`` (a reset was needed)."""
     programs = [Program.load(directory) for directory in program_dirs]
@@ -137,11 +139,18 @@ async def run_recovery(bench, program_dirs, *, faults=None, timeout=30_000,
                       "cycles": launch["cycles"]}
         except RunError as error:
             result = {"outcome": "error", "message": str(error)}
+        result["aborted_before"] = driver.recovered
         driver.mem.faults = None
         left = await driver.unsettled()
-        result["reset"] = bool(left)
-        if left:
+        result["reset"] = False
+        if left:                # a launch that "ended" with work left in the array
             result["left"] = left
-            await driver.reset()
+            try:
+                result["aborted_after"] = await driver.abort()
+            except RunError as error:
+                result["aborted_after"] = str(error)
+            if await driver.unsettled():
+                result["reset"] = True
+                await driver.reset()
         results.append(result)
     return results

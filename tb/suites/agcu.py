@@ -698,7 +698,8 @@ async def abort(bench, *, stall="random", fast=True):
       beats sent and nothing else, the loaded beats a prefix of the load's;
     * a program load whose words are never taken: ``ABORTED``, the port empty;
     * ``abort_cmd`` while idle changes nothing;
-    * then a ``COPY`` and a kernel execute run correctly (no reset).
+    * then a ``COPY`` and a kernel execute run correctly (no reset), and a store that
+      wraps (``ADDRESS_WRAP``) is not charged to the argument load after it.
     """
     memory, port, host, out, inp, control = _execute_bench(bench, stall, stall, "aw_first",
                                                            fast)
@@ -771,4 +772,18 @@ async def abort(bench, *, stall="random", fast=True):
     await bench.streams_done(timeout=1000)
     if error != AGCUError.NONE or out.items != expected:
         raise AssertionError(f"execute after the aborts: error {error} or wrong beats")
+    # a store that wraps below address 0, then an argument load (reader only): the
+    # writer's wrap flag of the store is not this command's (no ADDRESS_WRAP)
+    await write_config(bench, {"store_enable": 1,
+                               "store": {"base": HBM.base + 64, "count": [4, 1, 1],
+                                         "stride": [-32, 0, 0]}})
+    inp.send_all([0] * 4)
+    control.expect(ControlToken.STEP)
+    error, _ = await host.run(AGCUOp.EXECUTE, timeout=5000)
+    scalars = bench.sink("scalar_out")
+    scalars.expect_all(np.frombuffer(image[:64], dtype=np.uint32).tolist())
+    second, _ = await host.run(AGCUOp.ARGUMENT_LOAD, src=load_window[0], length=64)
+    await bench.streams_done(timeout=1000)
+    if (error, second) != (AGCUError.ADDRESS_WRAP, AGCUError.NONE):
+        raise AssertionError(f"wrapped store then argument load: {error}, {second}")
     return results

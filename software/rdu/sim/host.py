@@ -155,6 +155,11 @@ class HostDriver:
         self.perf_counters = list(perf_counters or [])
         self.progress = progress
         self.started = time.perf_counter()
+        #: the note of the abort :meth:`run` made before its launch ("": none)
+        self.recovered = ""
+        #: memory errors recorded before the current launch (its messages name only
+        #: its own)
+        self.errors_before = 0
 
     # -- memory ----------------------------------------------------------------------------
     def write(self, address, words):
@@ -269,8 +274,9 @@ class HostDriver:
                 [c for c in self.perf_counters if c.endswith(".error")]))
             detail = "; " + ", ".join(errors) if errors else \
                 "; a unit reports an error (host.unit_error)"
-        if self.mem.errors:
-            detail += f"; memory: {self.mem.errors[0]}"
+        errors = self.mem.errors[self.errors_before:]
+        if errors:
+            detail += f"; memory: {errors[0]}"
         return detail
 
     async def _wait_mesh_empty(self, what, finished, timeout):
@@ -308,8 +314,9 @@ class HostDriver:
 
     def _memory_error(self, agcu):
         """The first errored AXI burst of AGCU ``agcu``'s port (else of any port)."""
-        own = [error for error in self.mem.errors if error.port == f"axi.{agcu}"]
-        return (own or self.mem.errors or [None])[0]
+        errors = self.mem.errors[self.errors_before:]
+        own = [error for error in errors if error.port == f"axi.{agcu}"]
+        return (own or errors or [None])[0]
 
     async def _check_agcu(self, agcu, what, op):
         code = await self.bench.read(f"agcu_error.{agcu}")
@@ -403,13 +410,14 @@ class HostDriver:
         return values
 
     async def unsettled(self):
-        """What a failed launch left behind, as words (empty: nothing): busy AGCUs, the
-        watchdog's stop, items or work left in the array, the array still running."""
+        """What a launch left behind, as words (empty: nothing): busy AGCUs, the
+        watchdog's stop, items or work left in the array (``running`` is not: a kernel
+        that sends no ``DONE`` token leaves it high)."""
         bench, found = self.bench, []
         busy = [k for k in range(self.machine.agcus) if await bench.read(f"agcu_busy.{k}")]
         if busy:
             found.append(f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} busy")
-        for signal, what in (("host.watchdog", "watchdog stop"), ("host.running", "running"),
+        for signal, what in (("host.watchdog", "watchdog stop"),
                              ("host.holding", "items in the mesh"),
                              ("host.units_busy", "units busy")):
             if await bench.read(signal):
@@ -481,6 +489,10 @@ class HostDriver:
             if words is not None:            # None: produced by an earlier program
                 self.write(address, words)
         await self.issue_latency()
+        # a launch starts from a settled machine: what an earlier one left (a kernel
+        # that kept moving until the host's wait ended) is aborted first
+        self.recovered = await self.recover()
+        self.errors_before = len(self.mem.errors)
         try:
             load_cycles = await self.load_program(program, load_timeout)
             before = self.memory_beats()

@@ -341,7 +341,8 @@ class IPDriver:
 
 async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000, pause=False,
                           perf_counters=None, watchdog=None, error_regions=(),
-                          bad_programs=None, soft_reset=False, last_starts=None):
+                          bad_programs=None, soft_reset=False, last_starts=None,
+                          abort_after_last=False):
     """Run the saved programs in order on the IP top through its AXI4-Lite registers
     (:class:`IPDriver`); each launch's outputs go to ``<program_dir>/outputs.npz``.
 
@@ -354,7 +355,9 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     [...]}``; the probes are a write to ``ID`` then its read (``id_after_write``) and
     reads of unmapped words (``unmapped``). ``last_starts``: like ``bad_programs``
     (``"watchdog"`` too), started after the launches (their messages in
-    ``"refused_last"``).
+    ``"refused_last"``). ``abort_after_last``: then ``CONTROL.ABORT`` (its note and
+    ``STATUS`` after it in ``"abort"``) and the first program once more, with no reset
+    (``"after_abort"``: its launch).
     """
     programs = [Program.load(directory) for directory in program_dirs]
     if not programs:
@@ -393,9 +396,16 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
         launches.append(await driver.run(
             program, timeout=timeouts[index] if timeouts else timeout,
             outputs_file=Path(directory) / "outputs.npz", watchdog=watchdog))
-    return {"launches": launches, "refused": refused, "registers": registers,
-            "probes": probes, "after_soft_reset": after_soft_reset,
-            "refused_last": await refuse(last_starts, "last start")}
+    result = {"launches": launches, "refused": refused, "registers": registers,
+              "probes": probes, "after_soft_reset": after_soft_reset,
+              "refused_last": await refuse(last_starts, "last start")}
+    if abort_after_last:
+        note = await driver.abort()
+        result["abort"] = {"note": note, "STATUS": await driver.read_reg("STATUS")}
+        result["after_abort"] = await driver.run(
+            programs[0], timeout=timeouts[0] if timeouts else timeout,
+            outputs_file=Path(program_dirs[0]) / "outputs_after_abort.npz", watchdog=watchdog)
+    return result
 
 
 async def run_ip_schedule(bench, plan_file, *, pause=False, perf_counters=None):
