@@ -280,7 +280,8 @@ class Orchestrator(wiring.Component):
         """The sequencer: host port, AGCU status, the current command's fields."""
         seq = self.sequencer
         wiring.connect(m, seq.host, wiring.flipped(self.host))
-        m.d.comb += [seq.watchdog_cycles.eq(self.watchdog_cycles), seq.abort_start.eq(self.abort_start)]
+        m.d.comb += [seq.watchdog_cycles.eq(self.watchdog_cycles),
+                     seq.abort_start.eq(self.abort_start)]
         for k in range(self.agcus):
             m.d.comb += [seq.agcu_busy[k].eq(self.agcu_busy[k]),
                          seq.agcu_done[k].eq(self.agcu_done[k]),

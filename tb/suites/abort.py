@@ -123,9 +123,9 @@ async def run_recovery(bench, program_dirs, *, faults=None, timeout=30_000,
     but leaves work in the array (:meth:`HostDriver.unsettled`: ``"left"``) is aborted
     too (``"aborted_after"``; the driver would do it before its next launch,
     ``"aborted_before"``). A reset happens only when the machine is still unsettled
-    after the abort: it is counted (``"reset"``). ``faults``: one specification (or ``None``) per program. Returns one
-    ``{"outcome": "outputs", "outputs", "cycles"}`` or ``{"outcome": "error",
-    "message"}`` per program, each with ``"reset"`` (a reset was needed)."""
+    after the abort: it is counted (``"reset"``). ``faults``: one specification (or
+    ``None``) per program. Returns one ``{"outcome": "outputs", "outputs", "cycles"}``
+    or ``{"outcome": "error", "message"}`` per program, each with ``"reset"``."""
     programs = [Program.load(directory) for directory in program_dirs]
     driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters)
     results = []
