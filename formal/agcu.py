@@ -171,7 +171,8 @@ class AGCUHarness(Elaboratable):
     """The whole ``AGCU`` with every input driven by the solver (``invariants=True``:
     also :meth:`assert_invariants`, for the induction proof): any command stream, any
     configuration (:class:`AnyConfig`), any ``ready`` on ``ar``/``aw``/``w`` and on the
-    array-side outputs, any tokens and scalars. Constraints: ``vector_in`` obeys the
+    array-side outputs, any tokens and scalars (``abort_cmd`` held low: the abort's
+    drain is tested by simulation). Constraints: ``vector_in`` obeys the
     stream rule (the switch feeding it is proven to); the subordinate answers ``r`` only
     while a read burst is outstanding and ``b`` only for a burst whose ``aw`` and last
     ``w`` beat it has taken; the harness's counters of bursts and vector beats
@@ -231,7 +232,9 @@ class AGCUHarness(Elaboratable):
             m.d.comb += Assume(count != 2 ** seq - 1)
             return count
 
-        # every input from the solver
+        # every input from the solver but abort_cmd (held low: an abort drops the data
+        # these properties follow; its drain is tested by simulation)
+        m.d.comb += dut.abort_cmd.eq(0)
         for port in (dut.cmd, dut.control_in, dut.scalar_in, dut.vector_in):
             m.d.comb += [port.valid.eq(AnySeq(1)),
                          port.payload.eq(AnySeq(len(Value.cast(port.payload))))]
@@ -394,6 +397,9 @@ class AGCUHarness(Elaboratable):
         execute, pack = h["execute"], h["pack"]
         n = h["burst_n"]
         m.d.comb += [
+            # abort_cmd is held low here (the abort's drain is tested by simulation,
+            # tests/test_agcu.py::test_abort_amaranth): never aborting
+            Assert(~internals["aborting"], "aborting without abort_cmd"),
             # vector_in -> w
             Assert(h["vectors"] - h["written"] == low_held,
                    "vector beats taken - written is not the held BF16 half"),
