@@ -18,6 +18,7 @@ after the abort). Exit status 1 unless every good program is bit-exact with no r
 """
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -75,13 +76,18 @@ def rtl_rows(trials, args, work_dir):
     params = machine.system_params()
     built = build(RDUSystem, progress=True, **params)
     names = RDUSystem(**params).perf_counter_names()
-    dirs, faults = [], []
+    dirs, faults, windows, excluded = [], [], [], []
+    confined = any(trial.kind == "window" for trial in trials)
     for index, trial in enumerate(trials):
         dirs.append(str(trial.bad.save(work_dir / f"bad{index}")))
         dirs.append(str(trial.good.save(work_dir / f"good{index}")))
         faults += [trial.fault, None]
+        windows += [trial.windows, "manifest" if confined else None]
+        excluded += [trial.excluded, None]
     run = run_native if args.sim == "native" else run_verilator
-    options = {} if args.sim == "native" else {"faults": faults}
+    options = {"windows": windows, "excluded": excluded}
+    if args.sim != "native":
+        options["faults"] = faults
     stats = run(built, run_recovery, work_dir / "run", seed=args.seed, watchdog=10**9,
                 program_dirs=dirs, perf_counters=names, **options)
     results = stats.result
@@ -93,7 +99,12 @@ def rtl_rows(trials, args, work_dir):
         equal = good["outcome"] == "outputs" and all(
             np.array_equal(np.asarray(good["outputs"][name], np.uint32), trial.expected[name])
             for name in trial.good.outputs)
-        if not equal or bad["reset"] or good["reset"]:
+        refused = True
+        if trial.kind == "window":
+            refused = _refused_inside(bad, trial.excluded) and bad.get("sentinel_kept", True)
+            counts_refused = per_kind.setdefault("window refusals", Counter())
+            counts_refused["refused"] += refused
+        if not equal or bad["reset"] or good["reset"] or not refused:
             problems.append(f"trial {index} ({trial.kind}): bad {outcome} "
                             f"{bad.get('message', '')[:300]}; good "
                             f"{good.get('message', 'outputs') if not equal else 'equal'}"
@@ -106,9 +117,27 @@ def rtl_rows(trials, args, work_dir):
                               "aborted_after" in bad or bool(good["aborted_before"]))
         counts["good bit-exact"] += equal
         counts["resets needed"] += bad["reset"] + good["reset"]
+    refusals = per_kind.pop("window refusals", Counter())
     rows = [("RTL", kind, counts["trials"], *(counts[column] for column in COLUMNS[3:]))
             for kind, counts in sorted(per_kind.items())]
+    if "window" in per_kind:
+        print(f"[abort] window trials: {refusals['refused']} of {per_kind['window']['trials']} "
+              f"refused inside the excluded region, sentinel kept", file=sys.stderr)
+        rows.append(("RTL", "window: refused in the excluded region",
+                     per_kind["window"]["trials"], "", "", "", "", "", refusals["refused"], ""))
     return rows, problems, stats
+
+
+def _refused_inside(result, excluded):
+    """The bad launch ended with an AGCU's ``WINDOW`` at an address inside the
+    excluded region."""
+    found = re.search(r"ended \w+ with WINDOW \(code \d+\) at (0x[0-9a-f]+)|"
+                      r"ended with WINDOW \(bitstream at 0x[0-9a-f]+\) at (0x[0-9a-f]+)",
+                      result.get("message", ""))
+    if not found:
+        return False
+    address = int(found.group(1) or found.group(2), 16)
+    return excluded[0] <= address < excluded[0] + excluded[1]
 
 
 def main(argv=None):

@@ -22,6 +22,7 @@ from formal.mutants import (
     PageCrossingGenerator,
     RunOnAddressGenerator,
     UnstableFIFO,
+    UnwindowedAGCU,
     broken_merge_order,
 )
 from formal.pmu import AddressGeneratorHarness
@@ -132,6 +133,19 @@ PROOFS = [
                   "ready, ar/aw bursts in one 4 KiB page, w.last on beat len of aw "
                   "burst N, vector_in -> w beat for beat (plain and BF16 stores); with "
                   "its internal invariants"),
+    Proof("agcu_windows", lambda: AGCUHarness(**AGCU_SMALL, invariants=True, windows=True),
+          mode="prove", depth=2,
+          summary="the agcu_axi harness with any four memory windows (fixed per trace): "
+                  "every ar burst offered lies in an enabled read window, every aw burst "
+                  "offered (and queued) in an enabled write window; the agcu_axi "
+                  "properties too (the data until a refused burst drains the command); "
+                  "with its internal invariants"),
+    Proof("agcu_windows_unchecked",
+          lambda: AGCUHarness(**AGCU_SMALL, windows=True, agcu=UnwindowedAGCU),
+          depth=8, quick=True, expect="fail",
+          fails_with="aw: burst outside the enabled write windows",
+          summary="mutant: an AGCU whose write engine queues bursts without the window "
+                  "check"),
     Proof("agcu_axi_16", lambda: AGCUHarness(**AGCU_SMALL, seq_bits=16, invariants=True),
           mode="prove", depth=1,
           summary="the same with 16-bit harness counters (traces of up to 65534 bursts "

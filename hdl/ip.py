@@ -22,7 +22,7 @@ the schedule at ``SCHEDULE_ADDR``/``SCHEDULE_LEN`` (``docs/orchestrator.md``); `
 progress. ``docs/ip.md`` has the register map and the integration notes.
 """
 
-from amaranth import Cat, Module, Mux, ResetInserter, Signal
+from amaranth import Array, Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -206,6 +206,13 @@ agcu_positions
                 m.d.comb += outer.eq(inner)
             else:
                 m.d.comb += inner.eq(outer)
+        windows = system.dma_windows
+        m.d.comb += windows.enable.eq(regs.window_ctrl_enable)
+        for k, window in enumerate(windows.window):
+            m.d.comb += [window.base.eq(getattr(regs, f"window{k}_base_addr")),
+                         window.size.eq(getattr(regs, f"window{k}_size_bytes")),
+                         window.read.eq(regs.window_ctrl_read[k]),
+                         window.write.eq(regs.window_ctrl_write[k])]
         m.d.comb += [host.perf_select.eq(regs.perf_select_index),
                      host.readback_start.eq(0),
                      system.readback.ready.eq(1)]
@@ -261,6 +268,8 @@ agcu_positions
             regs.status_error.eq(Mux(schedule, orch.error, seq.error)),
             regs.status_schedule.eq(schedule),
             regs.status_aborting.eq(system.aborting),
+            regs.error_addr_addr.eq(Array(system.agcu_error_addr)[
+                Mux(schedule, orch.error_unit, seq.error_unit)]),
             regs.status_agcu_busy.eq(Cat(*system.agcu_busy).any()),
             regs.error_code.eq(Mux(schedule, orch.error_code, seq.error_code)),
             regs.error_source.eq(Mux(schedule, orch.error_source, seq.error_source)),

@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from . import defaults
 from .agcu import AGCU, agcu_command_layout, agcu_config_layout
+from .agcu_engines import dma_windows_layout
 from .array import HostPort, TileArray
 from .interfaces import NETWORKS, WORD_BITS, AXI4Signature, config_words
 from .orchestrator import DEFAULT_COMMANDS, MAX_AGCUS, Orchestrator, ScheduleControl
@@ -137,6 +138,12 @@ class RDUSystem(wiring.Component):
         while an abort runs.
     aborting : Out(1)
         An abort runs (from the cycle after the pulse to the end of the flush).
+    dma_windows : In(hdl.agcu_engines.dma_windows_layout())
+        The memory windows of the launch, checked by every AGCU before it issues a
+        burst (``enable`` 0, the reset value: every address allowed; ``agcu.md``,
+        **Memory windows**). Set by the host before the launch's commands.
+    agcu_error_addr : Out(32).array(agcus)
+        Each AGCU's ``error_addr`` (the burst its windows refused, with ``WINDOW``).
     """
 
     def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
@@ -196,6 +203,8 @@ class RDUSystem(wiring.Component):
             "orch": In(ScheduleControl()),
             "abort_start": In(1),
             "aborting": Out(1),
+            "dma_windows": In(dma_windows_layout(first.addr_width)),
+            "agcu_error_addr": Out(first.addr_width).array(agcus),
         })
 
     def edge_of(self, k):
@@ -281,6 +290,8 @@ class RDUSystem(wiring.Component):
                 wiring.connect(m, getattr(array, f"agcu_{network}_out")[edge],
                                getattr(agcu, f"{network}_in"))
             m.d.comb += [
+                agcu.windows.eq(self.dma_windows),
+                self.agcu_error_addr[k].eq(agcu.error_addr),
                 self.agcu_busy[k].eq(agcu.busy),
                 self.agcu_done[k].eq(agcu.done),
                 self.agcu_error[k].eq(agcu.error),

@@ -23,6 +23,7 @@ from tb.suites.agcu import (
     reference_bursts,
     shared_memory,
 )
+from tb.suites.agcu_windows import windows
 
 
 def test_reference_coalescing_rules():
@@ -193,3 +194,8 @@ def test_bf16_load_verilator(sim_dir, seed):
 def test_abort_amaranth(stall, seed):
     result = run_amaranth(AGCU(), abort, seed=seed, stall=stall).result
     assert result["execute"] == result["program_load"] == AGCUError.ABORTED
+
+
+def test_windows_amaranth(seed):
+    result = run_amaranth(AGCU(), windows, seed=seed).result
+    assert result["off"] == AGCUError.NONE

@@ -38,6 +38,14 @@ def test_register_map_is_consistent():
     sources = regmap.enum("ERROR", "SOURCE")
     assert [s.name for s in sources] == ["NONE", "LOADER", "AGCU", "WATCHDOG", "UNIT",
                                          "REQUEST", "STUCK", "ABORTED"]
+    # one WINDOWk_BASE / _SIZE pair and a READ and WRITE bit per window the AGCUs check
+    from hdl.agcu_engines import DMA_WINDOWS
+    names = {register.name for register in regmap.registers}
+    assert {name for name in names if name.startswith("WINDOW") and name[6:7].isdigit()} == {
+        f"WINDOW{k}_{part}" for k in range(DMA_WINDOWS) for part in ("BASE", "SIZE")}
+    assert regmap["WINDOW_CTRL"].field("READ").width == DMA_WINDOWS
+    assert regmap["WINDOW_CTRL"].field("WRITE").width == DMA_WINDOWS
+    assert regmap["WINDOW_CTRL"].field("ENABLE").reset == 0
     # the gateware's enumeration (hdl.sequencer.ErrorSource) is the register's encoding
     from hdl.sequencer import ErrorSource
     assert [(s.name, s.value) for s in sources] == [(s.name, s.value) for s in ErrorSource]
@@ -53,8 +61,8 @@ def test_unsupported_field_semantics_are_refused(tmp_path):
 
 def test_axi4lite_argument_checks():
     regmap = register_map()
-    with pytest.raises(ValueError, match=r"^AXI4-Lite address width must be between 7 \(the "
-                                         r"map's 108 bytes\) and 32, not 4$"):
+    with pytest.raises(ValueError, match=r"^AXI4-Lite address width must be between 8 \(the "
+                                         r"map's 168 bytes\) and 32, not 4$"):
         AXI4LiteRegisters(regmap, addr_width=4)
     with pytest.raises(TypeError, match=r"^AXI4-Lite address width must be an integer, "
                                         r"not '12'$"):
@@ -352,7 +360,7 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     reported = {"GEOMETRY": 2 | 2 << 8 | 4 << 16 | 4 << 24,
                 "RESOURCES": 16 | 2 << 16 | 4 << 24, "PERF_COUNT": len(names)}
     assert registers == {r.name: reported.get(r.name, r.reset) for r in regmap.registers}
-    assert registers["ID"] == MAGIC and registers["VERSION"] == 1 << 8 | 1
+    assert registers["ID"] == MAGIC and registers["VERSION"] == 1 << 8 | 2
     assert registers["WATCHDOG"] == 0x10000
     # a write to a read-only register is ignored (OKAY), unmapped words read 0
     assert result["probes"] == {"id_write_resp": 0, "id_after_write": MAGIC,

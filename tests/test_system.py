@@ -384,6 +384,44 @@ async def _stuck_then_good(bench, program_dirs, recovery):
     return first, after, result["outputs"]["a_t"]
 
 
+def test_windows_confine_a_launch_amaranth(sim_dir, seed):
+    """A program confined to the memory windows of its manifest runs bit-exact; the
+    same program with its output left out of the windows ends with ``WINDOW`` naming
+    the AGCU and the output's address, the output region keeps what was there, and the
+    driver's abort lets the next (confined) launch run bit-exact."""
+    program, expected = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                          name="confined")
+    stats = run_amaranth(small_system(), _confined_runs, seed=seed, watchdog=10**9,
+                         program_dir=str(program.save(sim_dir / "program")))
+    first, message, kept, last = stats.result
+    assert np.array_equal(np.asarray(first, np.uint32), expected)
+    address = program.outputs["a_t"][0]
+    assert re.fullmatch(rf"program 'confined': AGCU 1 ended EXECUTE with WINDOW \(code 11\) "
+                        rf"at {address:#x} \(outside its windows\); aborted: AGCUs? [\d, ]+ "
+                        rf"drained, array flushed in \d+ cycles", message), message
+    assert kept
+    assert np.array_equal(np.asarray(last, np.uint32), expected)
+
+
+async def _confined_runs(bench, program_dir):
+    from rdu.program import Program
+    from rdu.sim.host import HostDriver
+    program = Program.load(program_dir)
+    driver = HostDriver(bench, program.machine, memory=FAST_MEMORY, windows=True)
+    first = (await driver.run(program, timeout=5000))["outputs"]["a_t"]
+    address, words = program.outputs["a_t"]
+    driver.write(address, np.full(words, 0x5A5A_A5A5, np.uint32))
+    windows = [window for window in program.dma_windows(4) if not window[3]]
+    try:
+        await driver.run(program, timeout=5000, windows=windows)
+        message = None
+    except RunError as error:
+        message = str(error)
+    kept = bool(np.all(driver.read(address, words) == 0x5A5A_A5A5))
+    last = (await driver.run(program, timeout=5000))["outputs"]["a_t"]
+    return first, message, kept, last
+
+
 @pytest.mark.verilator
 def test_transpose_program_verilator(sim_dir, seed):
     """The registered minimal system (``system_2x2``: 2x2 PMUs, 4 lanes, 16 KiB, two

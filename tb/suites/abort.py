@@ -12,7 +12,13 @@ between (memory and PMU SRAM kept). The bad cases (``KINDS``):
   status, a watchdog stop or outputs);
 * ``fault``: an undamaged program whose ``k``-th read burst is answered ``DECERR``
   (cocotb only: the native runner injects no faults): the AGCU ends with an error, the
-  others may wait forever.
+  others may wait forever;
+* ``window``: an undamaged program confined to the memory windows of its manifest
+  minus one of its regions (an input, its output or its bitstream), which then lies
+  in no window: its first burst there must be refused (``WINDOW``, the address inside
+  the region) and an excluded output keep the sentinel written over it. Not on the
+  functional model (it has no windows). With ``window`` trials every good program runs
+  confined to its own manifest's windows (none may be refused).
 
 The good case is one of the target's undamaged programs; its outputs must equal the
 functional model's on a fresh machine. :func:`model_trials` runs the same trials on one
@@ -31,11 +37,15 @@ from rdu.program import Program
 from rdu.sim.host import HostDriver, RunError
 from rdu.sim.memory_system import FaultInjector
 
+from hdl.agcu_engines import DMA_WINDOWS
+
 from .fuzz import model_outcome
 
 __all__ = ["KINDS", "Trial", "recovery_trials", "model_trials", "run_recovery"]
 
-KINDS = ("stall", "damaged", "fault")
+KINDS = ("stall", "damaged", "fault", "window")
+#: Written over an excluded output region before a ``window`` trial's bad launch.
+SENTINEL = 0x5A5A_A5A5
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class Trial:
     good: Program
     expected: dict
     fault: dict = None
+    windows: list = None        # the bad launch's windows (``window``), else None
+    excluded: tuple = None      # (base, size, written) of the region left out
 
 
 def recovery_trials(target, count, seed, kinds=("stall", "damaged")):
@@ -78,12 +90,20 @@ def recovery_trials(target, count, seed, kinds=("stall", "damaged")):
             bad = replace(base, name=f"stall{index}", execute=execute)
         elif kind == "damaged":
             bad = next(damaged)
+        elif kind == "window":
+            bad = replace(base, name=f"window{index}")
         else:
             bad = replace(base, name=f"fault{index}")
             fault = {"read": [rng.randrange(4)], "resp": "DECERR"}
+        windows = excluded = None
+        if kind == "window":
+            regions = bad.dma_windows(64)
+            excluded = regions.pop(rng.randrange(len(regions)))
+            windows = regions
+            excluded = (excluded[0], excluded[1], excluded[3])
         good_index = (index + 1) % len(bases)
         trials.append(Trial(kind, bad, replace(bases[good_index], name=f"good{index}"),
-                            expected[good_index], fault))
+                            expected[good_index], fault, windows, excluded))
     return trials
 
 
@@ -96,6 +116,8 @@ def model_trials(trials):
     machine = FunctionalMachine(trials[0].good.machine, max_items=200_000)
     results = []
     for trial in trials:
+        if trial.kind == "window":
+            continue                    # the model has no memory windows
         aborted = []
         try:
             machine.run_program(trial.bad)
@@ -116,7 +138,8 @@ def model_trials(trials):
 
 
 async def run_recovery(bench, program_dirs, *, faults=None, timeout=30_000,
-                       watchdog_cycles=1500, perf_counters=None, load_timeout=20_000):
+                       watchdog_cycles=1500, perf_counters=None, load_timeout=20_000,
+                       windows=None, excluded=None):
     """Bench body: the saved programs in order on one system with no reset and no
     memory clearing (bad, good, bad, good...); each launch's :class:`RunError` caught
     (the driver aborts after a failed launch and says so). A launch that ends cleanly
@@ -125,21 +148,33 @@ async def run_recovery(bench, program_dirs, *, faults=None, timeout=30_000,
     ``"aborted_before"``). A reset happens only when the machine is still unsettled
     after the abort: it is counted (``"reset"``). ``faults``: one specification (or
     ``None``) per program. Returns one ``{"outcome": "outputs", "outputs", "cycles"}``
-    or ``{"outcome": "error", "message"}`` per program, each with ``"reset"``."""
+    or ``{"outcome": "error", "message"}`` per program, each with ``"reset"``.
+    ``windows``: per program ``None`` (off), ``"manifest"`` or ``[(base, size, read,
+    write)]``; ``excluded``: per program ``None`` or ``(base, size, written)``: a
+    written region is filled with :data:`SENTINEL` before the launch and read back
+    after (``"sentinel_kept"``)."""
     programs = [Program.load(directory) for directory in program_dirs]
     driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters)
     results = []
     for index, program in enumerate(programs):
         spec = faults[index] if faults else None
         driver.mem.faults = FaultInjector(spec) if spec else None
+        confine = windows[index] if windows else None
+        confine = program.dma_windows(DMA_WINDOWS) if confine == "manifest" else confine
+        region = excluded[index] if excluded else None
+        if region and region[2]:
+            driver.write(region[0], np.full(region[1] // 4, SENTINEL, np.uint32))
         try:
             launch = await driver.run(program, timeout=timeout, load_timeout=load_timeout,
-                                      watchdog_cycles=watchdog_cycles)
+                                      watchdog_cycles=watchdog_cycles, windows=confine)
             result = {"outcome": "outputs", "outputs": launch["outputs"],
                       "cycles": launch["cycles"]}
         except RunError as error:
             result = {"outcome": "error", "message": str(error)}
         result["aborted_before"] = driver.recovered
+        if region and region[2]:
+            kept = driver.read(region[0], region[1] // 4)
+            result["sentinel_kept"] = bool(np.all(kept == SENTINEL))
         driver.mem.faults = None
         left = await driver.unsettled()
         result["reset"] = False

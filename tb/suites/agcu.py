@@ -787,3 +787,4 @@ async def abort(bench, *, stall="random", fast=True):
     if (error, second) != (AGCUError.ADDRESS_WRAP, AGCUError.NONE):
         raise AssertionError(f"wrapped store then argument load: {error}, {second}")
     return results
+

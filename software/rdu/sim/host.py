@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
+from hdl.agcu_engines import DMA_WINDOWS, dma_windows_layout
 from hdl.array import WATCHDOG_BITS, watchdog_location
 from hdl.config_net import LoaderState
 from hdl.orchestrator import DEFAULT_COMMANDS
@@ -83,6 +84,19 @@ def system_memory(beat_bytes, overrides=None, regions=None, faults=None):
     ], beat_bytes=beat_bytes, faults=faults)
 
 
+def dma_windows_value(windows, enable=True):
+    """The ``dma_windows`` port value of ``[(base, size, read, write)]`` (at most
+    :data:`hdl.agcu_engines.DMA_WINDOWS`, the rest off); ``enable`` 0: every address
+    allowed."""
+    if len(windows) > DMA_WINDOWS:
+        raise RunError(f"{len(windows)} memory windows, the AGCUs check {DMA_WINDOWS}")
+    entries = [{"base": base, "size": size, "read": read, "write": write}
+               for base, size, read, write in windows]
+    entries += [{"base": 0, "size": 0, "read": 0, "write": 0}] * (DMA_WINDOWS - len(entries))
+    return dma_windows_layout().const({"enable": int(enable),
+                                       "window": entries}).as_value().value
+
+
 def command_word(op, *, src=0, dst=0, length=0):
     """The ``cmd`` payload of one AGCU command as an integer."""
     return _COMMAND.const({"op": op, "src": src, "dst": dst,
@@ -138,15 +152,22 @@ class HostDriver:
         (:meth:`copy`): it waits that long before their commands
         (:data:`sim_models.memory.HOST_LAUNCH_LATENCY` is the runtime's default; 0 here,
         so that bodies measuring the hardware alone are unchanged).
+    windows : bool
+        Confine each launch to the memory windows of its manifest
+        (:meth:`rdu.program.Program.dma_windows`: inputs and bitstream read, outputs
+        written), set on ``dma_windows`` before its program load; ``run(...,
+        windows=[...])`` gives others. False (default): the windows stay off.
     """
 
     def __init__(self, bench, machine, *, memory=None, stall="none", perf_counters=None,
-                 progress=False, faults=None, launch_latency=0):
+                 progress=False, faults=None, launch_latency=0, windows=False):
         if not isinstance(launch_latency, int) or isinstance(launch_latency, bool) or \
                 launch_latency < 0:
             raise RunError(f"launch latency must be a non-negative integer number of "
                            f"cycles, not {launch_latency!r}")
         self.launch_latency = launch_latency
+        self.windows = windows
+        self.windows_set = False            # dma_windows is enabled now
         self.bench, self.machine = bench, machine
         self.mem = bench.memory_system(
             system_memory(machine.beat_bytes, memory, machine.regions(), faults))
@@ -318,11 +339,19 @@ class HostDriver:
         own = [error for error in errors if error.port == f"axi.{agcu}"]
         return (own or errors or [None])[0]
 
+    async def _refused(self, agcu, code):
+        """``" at 0x..."``: the address AGCU ``agcu``'s windows refused, with
+        ``WINDOW``."""
+        if code != AGCUError.WINDOW:
+            return ""
+        return f" at {await self.bench.read(f'agcu_error_addr.{agcu}'):#x} (outside its windows)"
+
     async def _check_agcu(self, agcu, what, op):
         code = await self.bench.read(f"agcu_error.{agcu}")
         if code != AGCUError.NONE:
             record = self._memory_error(agcu)
-            detail = f"; memory: {record}" if record else ""
+            detail = await self._refused(agcu, code) + (f"; memory: {record}" if record
+                                                        else "")
             raise RunError(f"{what}: AGCU {agcu} ended {op} with {_error_name(code)} "
                            f"(code {code}){detail}")
 
@@ -362,6 +391,7 @@ class HostDriver:
             record = self._memory_error(0)
             raise RunError(f"program {name!r}: program load on AGCU 0 ended with "
                            f"{_error_name(code)} (bitstream at {program.bitstream_address:#x})"
+                           + await self._refused(0, code)
                            + (f"; memory: {record}" if record else ""))
         if state != LoaderState.LOADED:
             code = await bench.read("host.error")
@@ -482,9 +512,19 @@ class HostDriver:
                 for region in self.mem.regions}
 
     async def run(self, program, *, timeout=200_000, load_timeout=100_000, outputs_file=None,
-                  inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None):
-        """Images in, load, execute, outputs out: one launch of ``program``."""
+                  inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None,
+                  windows=None):
+        """Images in, load, execute, outputs out: one launch of ``program``
+        (``windows``: its memory windows, default from its manifest when the driver
+        confines launches)."""
         check_program(program)
+        if windows is not None or self.windows or self.windows_set:
+            if windows is None and self.windows:
+                windows = program.dma_windows(DMA_WINDOWS)
+            await self.bench.cycles(1)          # no set() after a read() in the same cycle
+            self.bench.set("dma_windows", dma_windows_value(windows or [],
+                                                            enable=windows is not None))
+            self.windows_set = windows is not None
         for address, words in program.inputs.values():
             if words is not None:            # None: produced by an earlier program
                 self.write(address, words)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hdl.agcu import AGCUError
+from hdl.agcu_engines import DMA_WINDOWS
 from hdl.array import watchdog_location
 from hdl.ip import ERROR_CODES
 from hdl.orchestrator import DEFAULT_COMMANDS
@@ -243,6 +245,21 @@ class IPDriver:
             await self.write_reg("WATCHDOG", watchdog)
         await self.write_reg("CONTROL", self.bits("CONTROL", START=1, IRQ_ENABLE=1))
 
+    async def set_windows(self, windows, enable=True):
+        """Program the memory windows ``[(base, size, read, write)]`` (``WINDOW_CTRL``,
+        ``WINDOWk_BASE``/``_SIZE``; at most :data:`hdl.agcu_engines.DMA_WINDOWS`), or
+        turn them off (``enable`` False)."""
+        if len(windows) > DMA_WINDOWS:
+            raise RunError(f"{len(windows)} memory windows, the AGCUs check {DMA_WINDOWS}")
+        read = write = 0
+        for k, (base, size, can_read, can_write) in enumerate(windows):
+            await self.write_reg(f"WINDOW{k}_BASE", base)
+            await self.write_reg(f"WINDOW{k}_SIZE", size)
+            read |= bool(can_read) << k
+            write |= bool(can_write) << k
+        await self.write_reg("WINDOW_CTRL", self.bits("WINDOW_CTRL", ENABLE=int(enable),
+                                                       READ=read, WRITE=write))
+
     async def abort(self, polls=1000):
         """Write ``CONTROL.ABORT`` (the busy AGCUs drain, the array is flushed) and poll
         ``STATUS`` until ``ABORTING`` and ``AGCU_BUSY`` are low; return the note a
@@ -281,7 +298,10 @@ class IPDriver:
             return (f"{what}: bitstream rejected by the configuration loader: {name} "
                     f"(ERROR.CODE = {code})")
         if source == sources.AGCU:
-            return f"{what}: AGCU {unit} ended with {name} (ERROR.CODE = {code})"
+            where = ""
+            if code == AGCUError.WINDOW:
+                where = f" at {await self.read_reg('ERROR_ADDR'):#x} (outside its windows)"
+            return f"{what}: AGCU {unit} ended with {name}{where} (ERROR.CODE = {code})"
         if source == sources.WATCHDOG:
             where = watchdog_location(unit, self.machine.rows, self.machine.cols)
             return (f"{what}: hardware watchdog stopped the run; first stalled: "
@@ -295,9 +315,13 @@ class IPDriver:
         return f"{what}: {source.name} (ERROR = {error:#x})"
 
     async def run(self, program, *, timeout=200_000, load_timeout=100_000, outputs_file=None,
-                  watchdog=None):
-        """One launch of ``program`` as a CPU driver runs it; returns its figures."""
+                  watchdog=None, windows=False):
+        """One launch of ``program`` as a CPU driver runs it; returns its figures.
+        ``windows``: confine it to the memory windows of its manifest
+        (:meth:`rdu.program.Program.dma_windows`)."""
         check_program(program)
+        if windows:
+            await self.set_windows(program.dma_windows(DMA_WINDOWS))
         what = f"program {program.name!r}"
         for address, words in program.outputs.values():
             # what an earlier launch left there must not pass for this one's result
