@@ -406,7 +406,7 @@ class WriteEngine(wiring.Component):
         m.d.sync += data_offered.eq(w.valid & ~w.ready & ~flush)
         m.d.comb += [
             w.valid.eq(write_lengths.o.valid & (self.data.valid | flush)),
-            w.payload.data.eq(self.data.payload),
+            w.payload.data.eq(Mux(flush, 0, self.data.payload)),
             w.payload.strb.eq(Mux(flush, 0, (1 << self.beat_bytes) - 1)),
             w.payload.last.eq(w_beat == write_lengths.o.payload),
             write_data_taken.eq(w.valid & w.ready),
