@@ -475,9 +475,12 @@ class AGCU(wiring.Component):
         aborting = state["aborting"]
         m.d.comb += [reader.abort_cmd.eq(aborting), writer.abort_cmd.eq(aborting)]
         with m.If(aborting):
-            # the read beats are dropped, nothing more goes to the array
-            m.d.comb += [beats.ready.eq(1), self.vector_out.valid.eq(0),
-                         self.bitstream_out.valid.eq(0), self.scalar_out.valid.eq(0)]
+            # the read beats are dropped, nothing more goes to the array; but a copy's
+            # beat already offered on w stays there until taken (AXI holds WDATA)
+            m.d.comb += [self.vector_out.valid.eq(0), self.bitstream_out.valid.eq(0),
+                         self.scalar_out.valid.eq(0)]
+            with m.If(~((state["mode"] == AGCUOp.COPY) & writer.holding)):
+                m.d.comb += beats.ready.eq(1)
 
     @staticmethod
     def _join(m, source, sink):

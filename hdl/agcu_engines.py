@@ -338,6 +338,9 @@ class WriteEngine(wiring.Component):
     burst_waiting : Out(1)
         A burst's length is queued: ``w`` takes a beat of ``data`` as soon as it is
         valid (the BF16 packer's cue to take a first half).
+    holding : Out(1)
+        A beat of ``data`` was offered on ``w`` and not taken (it must stay offered:
+        the source of ``data`` keeps it, also while aborting).
     idle : Out(1)
         Every burst handed out, written and answered.
     wrapped, slverr, decerr : Out(1)
@@ -361,6 +364,7 @@ class WriteEngine(wiring.Component):
             "b": In(stream.Signature(layouts["b"])),
             "data": In(stream.Signature(8 * self.beat_bytes)),
             "burst_waiting": Out(1),
+            "holding": Out(1),
             "idle": Out(1),
             "wrapped": Out(1),
             "slverr": Out(1),
@@ -404,6 +408,7 @@ class WriteEngine(wiring.Component):
         flush = Signal()
         m.d.comb += flush.eq(self.abort_cmd & ~data_offered)
         m.d.sync += data_offered.eq(w.valid & ~w.ready & ~flush)
+        m.d.comb += self.holding.eq(data_offered)
         m.d.comb += [
             w.valid.eq(write_lengths.o.valid & (self.data.valid | flush)),
             w.payload.data.eq(Mux(flush, 0, self.data.payload)),
