@@ -10,7 +10,6 @@ from hdl.agcu_engines import AffineBurstGenerator
 from hdl.interfaces import config_words
 from tb.suites.agcu import (
     AGCUGroup,
-    abort,
     bf16_expanded_beats,
     bf16_full_rate,
     bf16_load,
@@ -23,6 +22,7 @@ from tb.suites.agcu import (
     reference_bursts,
     shared_memory,
 )
+from tb.suites.agcu_abort import abort
 from tb.suites.agcu_windows import windows
 
 

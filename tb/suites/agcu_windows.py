@@ -13,11 +13,11 @@ from .agcu import (
     LANES,
     _check_stored,
     _execute_bench,
-    _port_in_flight,
     pattern_addresses,
     random_pattern,
     write_config,
 )
+from .agcu_abort import _port_in_flight
 
 
 async def windows(bench, *, stall="random", fast=True):
