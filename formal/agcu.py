@@ -43,7 +43,7 @@ from hdl.agcu_engines import (
 )
 from hdl.interfaces import AXIBurst, ConfigPort
 
-__all__ = ["AGCUHarness", "AnyConfig", "BurstGeneratorHarness"]
+__all__ = ["AGCUHarness", "AnyConfig", "BurstGeneratorHarness", "EngineWindowsHarness"]
 
 
 def check_burst(m, name, addr, beats, when, *, addr_width, beat_shift, max_burst):
@@ -515,3 +515,61 @@ class AGCUHarness(Elaboratable):
             with m.If(held & (h["w_bursts"] + position == n) & h["n_len_known"]):
                 m.d.comb += Assert(contents == h["n_len"],
                                    "queued length of burst N is not aw burst N's")
+
+
+class EngineWindowsHarness(Elaboratable):
+    """The AGCU's read or write engine alone (``engine``: ``ReadEngine``,
+    ``WriteEngine`` or a mutant) under any memory windows (``AnyConst``: fixed for the
+    trace, as the host sets them per launch), with every input from the solver: any
+    pattern and ``start`` at any time, any ``abort_cmd``, any ``ready`` and responses,
+    any data. Asserted: no burst is offered on ``ar`` (read engine) or ``aw`` (write
+    engine) outside an enabled window with that access. Invariant (write engine, for
+    the induction): every burst queued for ``aw`` lies inside one. The AGCU connects
+    these channels to its AXI port unchanged (``wiring.connect``), so this is the
+    AGCU's property."""
+
+    def __init__(self, engine, *, addr_width=14, beat_bytes=4, max_burst=4,
+                 max_outstanding=2):
+        self.engine = engine
+        self.params = dict(addr_width=addr_width, beat_bytes=beat_bytes,
+                           max_burst=max_burst, max_outstanding=max_outstanding)
+
+    def elaborate(self, platform):
+        m = Module()
+        no_reset(m)
+        dut = self.engine(**self.params)
+        m.submodules.dut, internals = elaborate_open(dut, platform)
+        beat_shift = self.params["beat_bytes"].bit_length() - 1
+        windows = Signal(dma_windows_layout(self.params["addr_width"]), name="windows")
+        m.d.comb += [Value.cast(windows).eq(AnyConst(len(Value.cast(windows)))),
+                     dut.windows.eq(windows)]
+        for name, member in dut.signature.members.items():
+            if name == "windows" or member.flow != In:
+                continue
+            port = getattr(dut, name)
+            if hasattr(port, "valid"):          # a stream into the engine
+                m.d.comb += [port.valid.eq(AnySeq(1)),
+                             port.payload.eq(AnySeq(len(Value.cast(port.payload))))]
+            else:
+                m.d.comb += Value.cast(port).eq(AnySeq(len(Value.cast(port))))
+        for name, member in dut.signature.members.items():
+            port = getattr(dut, name)
+            if member.flow == Out and hasattr(port, "ready"):
+                m.d.comb += port.ready.eq(AnySeq(1))
+        access = "read" if hasattr(dut, "ar") else "write"
+        channel = dut.ar if access == "read" else dut.aw
+        m.d.comb += Assert(~channel.valid | window_allows(
+            windows, channel.payload.addr, channel.payload.len + 1, beat_shift, access),
+            f"{'ar' if access == 'read' else 'aw'}: burst outside the enabled {access} "
+            f"windows")
+        if access == "write":
+            module = m._named_submodules["dut"][0]
+            fifo = internals["submodule:write_addresses"]
+            _, fifo_internals = open_submodule(module, "write_addresses", platform)
+            slots, _ = fifo_invariants(m, fifo, fifo_internals, "write_addresses: ")
+            for slot, (contents, _position, held) in enumerate(slots):
+                burst = data.View(fifo.shape, contents)
+                m.d.comb += Assert(~held | window_allows(
+                    windows, burst.addr, burst.len + 1, beat_shift, "write"),
+                    f"write_addresses slot{slot}: queued outside the write windows")
+        return m
