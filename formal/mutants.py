@@ -153,11 +153,6 @@ class UnwindowedWriteEngine(WriteEngine):
         return m
 
 
-class UnwindowedAGCU(AGCU):
-    """An ``AGCU`` with an :class:`UnwindowedWriteEngine`."""
-    write_engine_class = UnwindowedWriteEngine
-
-
 class PageCrossingGenerator(AffineBurstGenerator):
     """An ``AffineBurstGenerator`` that merges a run into the open burst without checking
     that both are in the same 4 KiB page."""
