@@ -327,6 +327,7 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     from rdu.sim.runner import run_verilator
     from rdu.sim.verilator import build
 
+    from hdl.config_net import LoaderState
     from hdl.ip import RDUIP
     m = n = k = 16
     program = compile_gemm(m, n, k, ArrayGeometry(rows=2, cols=2, lanes=4, pmu_words=4096))
@@ -396,9 +397,16 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     assert last[1]["message"] == ("last start 1: AGCU 0 still busy from an earlier run "
                                   "(write CONTROL.ABORT first)")
     assert all(r["irq_edges"] == 1 and r["busy"] == 0 for r in last)
-    # CONTROL.ABORT drains AGCU 0 and flushes the array: nothing busy, the loader EMPTY,
+    # CONTROL.ABORT drains AGCU 0 and flushes the array: nothing busy, the loader EMPTY
+    # (STATUS.ERROR still tells of the refused start),
     # and the GEMM runs again, correct, with no reset
-    assert result["abort"]["STATUS"] == 0, result["abort"]
+    status = result["abort"]["STATUS"]
+    fields = {field.name: (status & field.mask) >> field.lsb
+              for field in regmap["STATUS"].fields}
+    assert {name: fields[name] for name in ("CONFIG_STATE", "BUSY", "RUNNING", "ABORTING",
+                                            "AGCU_BUSY")} == {
+        "CONFIG_STATE": LoaderState.EMPTY, "BUSY": 0, "RUNNING": 0, "ABORTING": 0,
+        "AGCU_BUSY": 0}, result["abort"]
     with np.load(result["after_abort"]["outputs_file"]) as out:
         ok, error = check_result(unpack_output(program, out["c"]), a, b)
     assert ok, f"C after the abort differs from numpy by {error}"
