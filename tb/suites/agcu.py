@@ -669,4 +669,3 @@ async def shared_memory(bench, *, length=32768, stall="random:0.8"):
     return {"stream_cycles": stream_cycles, "total_cycles": total,
             "hbm_bytes": memory["hbm"].stats["read_beats"] * BEAT +
             memory["hbm"].stats["write_beats"] * BEAT}
-
