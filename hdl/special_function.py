@@ -143,17 +143,16 @@ def _special_prepared(m, x_in, func, name):
     clamped = fp32_min(m, fp32_max(m, x_in, Const(_EXP_LOW, 32), f"{name}_lo"),
                        Const(_EXP_HIGH, 32), f"{name}_hi")
     regs = Signal(_SPECIAL_STATE, name=f"{name}_prepared")
+    # rsqrt: m / 2, m in [1/4, 1) (field 125 or 124); the reciprocal: m in [1/2, 1)
+    # (one expression, not a Switch: a Switch leaves the unassigned registers' bits in
+    # an ``always @*`` of constants, which Verilator's lint refuses)
+    halved = Cat(inp.frac, ~inp.exp[0], Const(0b0111110, 7), Const(0, 1))
+    mantissa = Cat(inp.frac, Const(126, 8), Const(0, 1))
     m.d.comb += [
         regs.nan.eq(inp.is_nan), regs.sign.eq(inp.sign), regs.field.eq(inp.exp),
+        regs.x.eq(Mux(func == SpecialFunction.EXP, clamped,
+                      Mux(func == SpecialFunction.RSQRT, halved, mantissa))),
     ]
-    with m.Switch(func):
-        with m.Case(SpecialFunction.EXP):
-            m.d.comb += regs.x.eq(clamped)
-        with m.Case(SpecialFunction.RSQRT):      # m / 2, m in [1/4, 1): field 125 or 124
-            m.d.comb += regs.x.eq(Cat(inp.frac, ~inp.exp[0], Const(0b0111110, 7),
-                                      Const(0, 1)))
-        with m.Default():                         # m in [1/2, 1)
-            m.d.comb += regs.x.eq(Cat(inp.frac, Const(126, 8), Const(0, 1)))
     return regs
 
 
