@@ -20,18 +20,7 @@ from rdu.cli import main  # noqa: E402
 from rdu.machine import Machine  # noqa: E402
 from rdu.onnx import OnnxImportError, import_model, onnx_kernel  # noqa: E402
 from rdu.runtime import run_kernel  # noqa: E402
-
-
-def make_model(nodes, inputs, outputs, initializers=(), opset=18, name="model"):
-    graph = helper.make_graph(nodes, name, inputs, outputs, list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    onnx.checker.check_model(model)
-    return model
-
-
-def info(name, shape):
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+from test_onnx import info, make_model  # noqa: E402  (the models' builders, shared)
 
 
 def _constant(name, value):

@@ -49,7 +49,7 @@ from ..sim.verilator import project_root
 from ..units.registry import PCU_VARIANTS
 
 __all__ = ["PinHarness", "FpgaResult", "FpgaError", "FPGA_UNITS", "synthesize", "run_tool",
-           "run_yosys_script", "run_flow", "report_markdown", "main"]
+           "run_yosys_script", "cell_count", "cached_work", "run_flow", "report_markdown", "main"]
 
 #: The ECP5 part (nextpnr's options) and what it holds.
 DEVICE = ("--85k", "--package", "CABGA381")
@@ -201,14 +201,26 @@ def run_yosys_script(name, work):
     return seconds
 
 
+def cell_count(stat_text, cell):
+    """How many ``cell`` cells yosys' ``stat`` reports for the whole design (its last
+    count of that cell), 0 when none."""
+    found = re.findall(rf"^\s*(\d+)\s+[\d.]*\s*[A-Za-z ]*?\b{cell}\b|^\s*{cell}\s+(\d+)",
+                       stat_text, re.M)
+    values = [int(a or b) for a, b in found]
+    return values[-1] if values else 0
+
+
+def cached_work(out_dir, directory, key_text):
+    """``(work, result.json)`` of a flow run: ``out_dir/<directory>-<hash of key_text>``,
+    created."""
+    digest = hashlib.sha256(key_text.encode()).hexdigest()[:12]
+    work = out_dir / f"{directory}-{digest}"
+    return work, work / "result.json"
+
+
 def _cell_counts(stat_text):
-    counts = {}
-    for cell in ("LUT4", "CCU2C", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4"):
-        found = re.findall(rf"^\s*(\d+)\s+[\d.]*\s*[A-Za-z ]*?\b{cell}\b|^\s*{cell}\s+(\d+)",
-                           stat_text, re.M)
-        values = [int(a or b) for a, b in found]
-        counts[cell] = values[-1] if values else 0
-    return counts
+    return {cell: cell_count(stat_text, cell) for cell in
+            ("LUT4", "CCU2C", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4")}
 
 
 def verilog_of(name, params=None):
@@ -235,9 +247,7 @@ def synthesize(name, *, params=None, out_dir=None, freq_mhz=100, pnr=True, abc9=
     out_dir = Path(out_dir) if out_dir else project_root() / "build" / "fpga"
     text, harness, params = verilog_of(name, params)
     options = {"freq": freq_mhz, "pnr": pnr, "abc9": abc9, "device": DEVICE}
-    digest = hashlib.sha256((text + json.dumps(options)).encode()).hexdigest()[:12]
-    work = out_dir / f"{name}-{digest}"
-    cached = work / "result.json"
+    work, cached = cached_work(out_dir, name, text + json.dumps(options))
     if cached.exists() and not force:
         return FpgaResult(**json.loads(cached.read_text()))
     work.mkdir(parents=True, exist_ok=True)

@@ -14,15 +14,13 @@ synthesis estimate"); results are cached like the ECP5 flow's, in
 """
 
 import argparse
-import hashlib
 import json
-import re
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..sim.verilator import project_root
-from .fpga import FPGA_UNITS, FpgaError, run_yosys_script, verilog_of
+from .fpga import FPGA_UNITS, FpgaError, cached_work, cell_count, run_yosys_script, verilog_of
 
 __all__ = ["XILINX_FAMILY", "XilinxResult", "synthesize_xilinx", "xilinx_report", "main"]
 
@@ -85,13 +83,7 @@ class XilinxResult:
 
 
 def _count(stat_text, names):
-    total = 0
-    for name in names:
-        found = re.findall(rf"^\s*(\d+)\s+[\d.]*\s*[A-Za-z ]*?\b{name}\b|^\s*{name}\s+(\d+)",
-                           stat_text, re.M)
-        values = [int(a or b) for a, b in found]
-        total += values[-1] if values else 0
-    return total
+    return sum(cell_count(stat_text, name) for name in names)
 
 
 def synthesize_xilinx(name, *, params=None, out_dir=None, force=False, log=print):
@@ -99,9 +91,7 @@ def synthesize_xilinx(name, *, params=None, out_dir=None, force=False, log=print
     :class:`XilinxResult`, cached by the Verilog text and the family."""
     out_dir = Path(out_dir) if out_dir else project_root() / "build" / "fpga"
     text, harness, params = verilog_of(name, params)
-    digest = hashlib.sha256((text + XILINX_FAMILY).encode()).hexdigest()[:12]
-    work = out_dir / f"xilinx-{name}-{digest}"
-    cached = work / "result.json"
+    work, cached = cached_work(out_dir, f"xilinx-{name}", text + XILINX_FAMILY)
     if cached.exists() and not force:
         return XilinxResult(**json.loads(cached.read_text()))
     work.mkdir(parents=True, exist_ok=True)
