@@ -15,6 +15,8 @@ Run: ``.venv/bin/python -m benchmarks.fuzz [--family NAME|all] [--cases N] [--rt
   only); ``--sim``: the native runner (default, faster) or cocotb + Verilator.
 * ``--axi N``: N random AXI4-Lite accesses on the IP top (``tb.suites.fuzz_axi``; 0:
   none, the default).
+* ``--recover reset|abort``: between RTL kernel cases a system reset (default) or the
+  host driver's abort only (``resets``: cases that still needed a reset).
 
 Prints, per target, the model's outcome classes and the RTL's: ``error status`` (the
 loader, a unit, an AGCU, or for schedules the orchestrator's request checks),
@@ -48,7 +50,7 @@ MODEL_COLUMNS = ("target", "family", "cases", "error status", "watchdog stop",
                  "outputs, as undamaged", "outputs, other", "other", "seconds")
 RTL_COLUMNS = ("target", "family", "cases", "error status", "watchdog stop",
                "outputs = model", "hangs", "disagreements", "same class as model",
-               "cycles", "seconds")
+               "resets", "cycles", "seconds")
 
 
 def _print_table(title, header, rows):
@@ -109,7 +111,8 @@ def _rtl_row(name, family, models, results, verdicts, stats, seconds, problems):
         else:
             counts["hangs"] += 1
         counts["same class as model"] += rtl in CORRESPONDING.get(model[0], ())
-    return (name, family, len(results), *(counts[column] for column in RTL_COLUMNS[3:9]),
+        counts["resets"] += bool(result.get("reset"))
+    return (name, family, len(results), *(counts[column] for column in RTL_COLUMNS[3:10]),
             stats.cycles, f"{seconds:.0f}")
 
 
@@ -135,7 +138,7 @@ def kernel_campaign(target, args, work_dir, rows, problems):
     results, verdicts, stats = run_rtl(built, programs[:args.rtl], models[:args.rtl],
                                        work_dir / target.name, seed=args.seed,
                                        perf_counters=names, native=args.sim == "native",
-                                       timeout=30_000)
+                                       timeout=30_000, recover=args.recover)
     rows["rtl"].append(_rtl_row(target.name, target.family.name, models, results,
                                 verdicts, stats, time.perf_counter() - start, problems))
 
@@ -203,6 +206,10 @@ def main(argv=None):
     parser.add_argument("--rtl", type=int, default=10, help="of them on the RTL")
     parser.add_argument("--sim", choices=("native", "verilator"), default="native")
     parser.add_argument("--axi", type=int, default=0, help="AXI4-Lite accesses on the IP")
+    parser.add_argument("--recover", choices=("reset", "abort"), default="reset",
+                        help="between RTL cases: a system reset, or the host driver's "
+                             "abort (a reset only if it left the machine unsettled, "
+                             "counted in 'resets')")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
     args = parser.parse_args(argv)

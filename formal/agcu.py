@@ -35,10 +35,15 @@ from formal.common import (
     stream_stable,
 )
 from hdl.agcu import AGCU, AGCUOp
-from hdl.agcu_engines import BURST_BOUNDARY, AffineBurstGenerator
+from hdl.agcu_engines import (
+    BURST_BOUNDARY,
+    AffineBurstGenerator,
+    dma_windows_layout,
+    window_allows,
+)
 from hdl.interfaces import AXIBurst, ConfigPort
 
-__all__ = ["AGCUHarness", "AnyConfig", "BurstGeneratorHarness"]
+__all__ = ["AGCUHarness", "AnyConfig", "BurstGeneratorHarness", "EngineWindowsHarness"]
 
 
 def check_burst(m, name, addr, beats, when, *, addr_width, beat_shift, max_burst):
@@ -171,7 +176,8 @@ class AGCUHarness(Elaboratable):
     """The whole ``AGCU`` with every input driven by the solver (``invariants=True``:
     also :meth:`assert_invariants`, for the induction proof): any command stream, any
     configuration (:class:`AnyConfig`), any ``ready`` on ``ar``/``aw``/``w`` and on the
-    array-side outputs, any tokens and scalars. Constraints: ``vector_in`` obeys the
+    array-side outputs, any tokens and scalars (``abort_cmd`` held low: the abort's
+    drain is tested by simulation). Constraints: ``vector_in`` obeys the
     stream rule (the switch feeding it is proven to); the subordinate answers ``r`` only
     while a read burst is outstanding and ``b`` only for a burst whose ``aw`` and last
     ``w`` beat it has taken; the harness's counters of bursts and vector beats
@@ -189,12 +195,21 @@ class AGCUHarness(Elaboratable):
       vector beat M is write beat M (plain store) or the high halves of write beat
       M // 2's lanes, low half for even M (BF16 store), and at most one vector beat
       (the BF16 first half) is held (tracked vector beat M, any M).
+
+    With ``windows=True`` the memory windows are any (``AnyConst``: fixed for the
+    trace, as the host sets them per launch) and it is also asserted that no ``ar``
+    burst is offered outside an enabled read window and no ``aw`` burst outside an
+    enabled write window (with the invariants: nor is one queued for ``aw``); the
+    vector beats are followed into ``w`` until a refused burst drains the command
+    (its owed beats then leave with strobes clear). For BMC: the invariants do not
+    cover the drain.
     """
 
     def __init__(self, *, lanes=1, addr_width=14, max_burst=4, max_outstanding=2,
                  buffer_depth=2, seq_bits=4, covers=False, agcu=AGCU,
-                 generator=AffineBurstGenerator, invariants=False):
+                 generator=AffineBurstGenerator, invariants=False, windows=False):
         self.invariants = invariants
+        self.windows = windows
         self.covers = covers
         self.agcu = agcu
         self.generator = generator
@@ -231,7 +246,13 @@ class AGCUHarness(Elaboratable):
             m.d.comb += Assume(count != 2 ** seq - 1)
             return count
 
-        # every input from the solver
+        # every input from the solver but abort_cmd (held low: an abort drops the data
+        # these properties follow; its drain is tested by simulation)
+        m.d.comb += dut.abort_cmd.eq(0)
+        windows = Signal(dma_windows_layout(self.addr_width), name="windows")
+        if self.windows:
+            m.d.comb += [Value.cast(windows).eq(AnyConst(len(Value.cast(windows)))),
+                         dut.windows.eq(windows)]
         for port in (dut.cmd, dut.control_in, dut.scalar_in, dut.vector_in):
             m.d.comb += [port.valid.eq(AnySeq(1)),
                          port.payload.eq(AnySeq(len(Value.cast(port.payload))))]
@@ -278,6 +299,14 @@ class AGCUHarness(Elaboratable):
                                   (last_byte[:page_bits] == 2 ** page_bits - 1),
                                   f"{name}: a burst of several beats ends on a 4 KiB boundary")
 
+        if self.windows:
+            for name, channel, access in (("ar", axi.ar, "read"), ("aw", axi.aw, "write")):
+                burst = channel.payload
+                m.d.comb += Assert(~channel.valid | window_allows(
+                    windows, burst.addr, burst.len + 1, beat_shift, access),
+                    f"{name}: burst outside the enabled {access} windows")
+        self._windows = windows
+
         # w.last: w burst N has the length of aw burst N (tracked burst N)
         burst_n = Signal(seq)
         m.d.comb += burst_n.eq(AnyConst(seq))
@@ -305,14 +334,25 @@ class AGCUHarness(Elaboratable):
             m.d.sync += [execute.eq(dut.cmd.payload.op == AGCUOp.EXECUTE),
                          pack.eq(conf.store_bf16)]
         v_go = dut.vector_in.valid & dut.vector_in.ready
-        w_exec = w_go & execute
+        # a refused burst (windows) drains the command: its owed beats leave with their
+        # strobes clear, without vector beats; the data is followed until then
+        followed = Signal()
+        m.d.comb += followed.eq(1)
+        if self.windows:
+            drained = Signal()
+            with m.If(internals["aborting"]):
+                m.d.sync += drained.eq(1)
+            m.d.comb += followed.eq(~drained & ~internals["aborting"])
+        self._followed = followed
+        w_exec = w_go & execute & followed
         vectors = counter("vectors", v_go)
         written = Signal(seq)       # vector beats that left on w (2 per BF16 write beat)
         m.d.sync += written.eq(written + Mux(w_exec, Mux(pack, 2, 1), 0))
-        m.d.comb += [
-            Assert(written <= vectors, "a write beat without its vector beat (created)"),
-            Assert(vectors - written <= pack, "vector beats held back (lost)"),
-        ]
+        with m.If(followed):
+            m.d.comb += [
+                Assert(written <= vectors, "a write beat without its vector beat (created)"),
+                Assert(vectors - written <= pack, "vector beats held back (lost)"),
+            ]
         beat_m = Signal(seq)
         m.d.comb += beat_m.eq(AnyConst(seq))
         m_value = Signal.like(dut.vector_in.payload)
@@ -387,6 +427,11 @@ class AGCUHarness(Elaboratable):
                     burst = data.View(fifo.shape, contents)
                     check_burst(m, f"{name} slot{slot}", burst.addr, burst.len + 1, held,
                                 **limits)
+                    if self.windows:
+                        m.d.comb += Assert(~held | window_allows(
+                            self._windows, burst.addr, burst.len + 1,
+                            limits["beat_shift"], "write"),
+                            f"{name} slot{slot}: queued outside the write windows")
         busy, mode = dut.busy, internals["mode"]
         low_held, w_beat = internals["low_held"], internals["w_beat"]
         addresses, address_slots, _ = queues["write_addresses"]
@@ -394,18 +439,26 @@ class AGCUHarness(Elaboratable):
         execute, pack = h["execute"], h["pack"]
         n = h["burst_n"]
         m.d.comb += [
-            # vector_in -> w
-            Assert(h["vectors"] - h["written"] == low_held,
+            # abort_cmd is held low here (the abort's drain is tested by simulation,
+            # tests/test_agcu.py::test_abort_amaranth): never aborting
+            # with windows only a refused burst (window_fault) starts a drain
+            Assert(~internals["aborting"] |
+                   (internals["window_fault"] if self.windows else 0),
+                   "aborting without abort_cmd"),
+            Assert(~internals["window_fault"] | internals["aborting"],
+                   "a window fault outside a drain"),
+            # vector_in -> w (until a drain)
+            Assert(~self._followed | (h["vectors"] - h["written"] == low_held),
                    "vector beats taken - written is not the held BF16 half"),
-            Assert(~low_held | (execute & pack & internals["pack_bf16"] & busy &
-                                (lengths.level != 0)),
+            Assert(~self._followed | ~low_held |
+                   (execute & pack & internals["pack_bf16"] & busy & (lengths.level != 0)),
                    "a BF16 half held outside a BF16 store"),
             Assert(execute == (mode == AGCUOp.EXECUTE),
                    "the harness's execute is not the AGCU's mode"),
             Assert(~(execute & busy) | (internals["pack_bf16"] == pack),
                    "the harness's pack is not the AGCU's"),
             Assert(h["m_in"] == (h["beat_m"] < h["vectors"]), "vector beat M recorded iff taken"),
-            Assert(~(low_held & (h["beat_m"] == h["written"])) |
+            Assert(~self._followed | ~(low_held & (h["beat_m"] == h["written"])) |
                    (internals["low_half"] == Cat(*(
                        Value.cast(h["m_value"])[32 * lane + 16:32 * (lane + 1)]
                        for lane in range(self.lanes)))),
@@ -462,3 +515,61 @@ class AGCUHarness(Elaboratable):
             with m.If(held & (h["w_bursts"] + position == n) & h["n_len_known"]):
                 m.d.comb += Assert(contents == h["n_len"],
                                    "queued length of burst N is not aw burst N's")
+
+
+class EngineWindowsHarness(Elaboratable):
+    """The AGCU's read or write engine alone (``engine``: ``ReadEngine``,
+    ``WriteEngine`` or a mutant) under any memory windows (``AnyConst``: fixed for the
+    trace, as the host sets them per launch), with every input from the solver: any
+    pattern and ``start`` at any time, any ``abort_cmd``, any ``ready`` and responses,
+    any data. Asserted: no burst is offered on ``ar`` (read engine) or ``aw`` (write
+    engine) outside an enabled window with that access. Invariant (write engine, for
+    the induction): every burst queued for ``aw`` lies inside one. The AGCU connects
+    these channels to its AXI port unchanged (``wiring.connect``), so this is the
+    AGCU's property."""
+
+    def __init__(self, engine, *, addr_width=14, beat_bytes=4, max_burst=4,
+                 max_outstanding=2):
+        self.engine = engine
+        self.params = dict(addr_width=addr_width, beat_bytes=beat_bytes,
+                           max_burst=max_burst, max_outstanding=max_outstanding)
+
+    def elaborate(self, platform):
+        m = Module()
+        no_reset(m)
+        dut = self.engine(**self.params)
+        m.submodules.dut, internals = elaborate_open(dut, platform)
+        beat_shift = self.params["beat_bytes"].bit_length() - 1
+        windows = Signal(dma_windows_layout(self.params["addr_width"]), name="windows")
+        m.d.comb += [Value.cast(windows).eq(AnyConst(len(Value.cast(windows)))),
+                     dut.windows.eq(windows)]
+        for name, member in dut.signature.members.items():
+            if name == "windows" or member.flow != In:
+                continue
+            port = getattr(dut, name)
+            if hasattr(port, "valid"):          # a stream into the engine
+                m.d.comb += [port.valid.eq(AnySeq(1)),
+                             port.payload.eq(AnySeq(len(Value.cast(port.payload))))]
+            else:
+                m.d.comb += Value.cast(port).eq(AnySeq(len(Value.cast(port))))
+        for name, member in dut.signature.members.items():
+            port = getattr(dut, name)
+            if member.flow == Out and hasattr(port, "ready"):
+                m.d.comb += port.ready.eq(AnySeq(1))
+        access = "read" if hasattr(dut, "ar") else "write"
+        channel = dut.ar if access == "read" else dut.aw
+        m.d.comb += Assert(~channel.valid | window_allows(
+            windows, channel.payload.addr, channel.payload.len + 1, beat_shift, access),
+            f"{'ar' if access == 'read' else 'aw'}: burst outside the enabled {access} "
+            f"windows")
+        if access == "write":
+            module = m._named_submodules["dut"][0]
+            fifo = internals["submodule:write_addresses"]
+            _, fifo_internals = open_submodule(module, "write_addresses", platform)
+            slots, _ = fifo_invariants(m, fifo, fifo_internals, "write_addresses: ")
+            for slot, (contents, _position, held) in enumerate(slots):
+                burst = data.View(fifo.shape, contents)
+                m.d.comb += Assert(~held | window_allows(
+                    windows, burst.addr, burst.len + 1, beat_shift, "write"),
+                    f"write_addresses slot{slot}: queued outside the write windows")
+        return m

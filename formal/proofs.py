@@ -4,7 +4,7 @@ Parameters are small so that the proofs close in seconds to minutes on a 2-core
 machine with z3; ``docs/formal.md`` lists them with the measured times.
 """
 
-from formal.agcu import AGCUHarness, BurstGeneratorHarness
+from formal.agcu import AGCUHarness, BurstGeneratorHarness, EngineWindowsHarness
 from formal.driver import Proof
 from formal.fifo import FIFOHarness
 from formal.fp import (
@@ -22,10 +22,12 @@ from formal.mutants import (
     PageCrossingGenerator,
     RunOnAddressGenerator,
     UnstableFIFO,
+    UnwindowedWriteEngine,
     broken_merge_order,
 )
 from formal.pmu import AddressGeneratorHarness
 from formal.switch import SwitchNetworkHarness
+from hdl.agcu_engines import ReadEngine, WriteEngine
 from hdl.fp_latency import DEFAULT_LATENCY, FPKind
 
 __all__ = ["AGCU_GENERATOR", "AGCU_SMALL", "MERGE_CONFIG", "PROOFS", "by_name"]
@@ -132,6 +134,26 @@ PROOFS = [
                   "ready, ar/aw bursts in one 4 KiB page, w.last on beat len of aw "
                   "burst N, vector_in -> w beat for beat (plain and BF16 stores); with "
                   "its internal invariants"),
+    Proof("agcu_windows_read", lambda: EngineWindowsHarness(ReadEngine), mode="prove",
+          depth=1, quick=True,
+          summary="the AGCU's ReadEngine (14-bit addresses, 4-byte beats, max_burst 4) "
+                  "under any four memory windows: no ar burst offered outside an enabled "
+                  "read window, whatever the pattern, aborts and handshakes"),
+    Proof("agcu_windows_write", lambda: EngineWindowsHarness(WriteEngine), mode="prove",
+          depth=1, quick=True,
+          summary="the WriteEngine likewise: no aw burst offered (nor queued for aw) "
+                  "outside an enabled write window"),
+    Proof("agcu_windows", lambda: AGCUHarness(**AGCU_SMALL, invariants=True, windows=True),
+          mode="prove", depth=2,
+          summary="the agcu_axi harness with any four memory windows (fixed per trace): "
+                  "every ar burst offered lies in an enabled read window, every aw burst "
+                  "offered (and queued) in an enabled write window; the agcu_axi "
+                  "properties too (the data until a refused burst drains the command); "
+                  "with its internal invariants"),
+    Proof("agcu_windows_unchecked", lambda: EngineWindowsHarness(UnwindowedWriteEngine),
+          depth=6, quick=True, expect="fail",
+          fails_with="aw: burst outside the enabled write windows",
+          summary="mutant: a write engine that queues bursts without the window check"),
     Proof("agcu_axi_16", lambda: AGCUHarness(**AGCU_SMALL, seq_bits=16, invariants=True),
           mode="prove", depth=1,
           summary="the same with 16-bit harness counters (traces of up to 65534 bursts "

@@ -40,6 +40,7 @@ from .agcu_engines import (
     WordSerializer,
     WriteEngine,
     burst_pattern_layout,
+    dma_windows_layout,
 )
 from .interfaces import (
     WORD_BITS,
@@ -79,6 +80,10 @@ class AGCUError(enum.IntEnum, shape=4):
     WRITE_SLVERR = 7    #: a write burst was answered SLVERR
     WRITE_DECERR = 8    #: a write burst was answered DECERR
     ADDRESS_WRAP = 9    #: a pattern's address left the address space (wrapped around)
+    ABORTED = 10        #: the command was aborted (``abort_cmd``): its bursts drained, stores
+                        #: after the abort left memory unchanged
+    WINDOW = 11         #: a burst fell outside the enabled memory windows (``windows``): it
+                        #: was not issued, the command drained as aborted; ``error_addr``
 
 
 def pattern_layout(addr_width=32):
@@ -271,7 +276,20 @@ class AGCU(wiring.Component):
     bitstream_out : Out(stream.Signature(32))
         Bitstream words read from memory (program load).
     cmd : In(stream.Signature(agcu_command_layout()))
-        Host commands, accepted only when idle.
+        Host commands, accepted only when idle and ``abort_cmd`` is low.
+    abort_cmd : In(1)
+        Level: a busy AGCU aborts its command (``docs/agcu.md``, **Abort**): no new
+        burst, the ``w`` beats still owed sent with strobes clear, the ``r`` beats
+        dropped, the launch token and ``wait_done`` forgotten; once every burst issued
+        is answered it ends with ``done`` and ``ABORTED``. No command is accepted while
+        it is high; an idle AGCU is unaffected.
+    windows : In(hdl.agcu_engines.dma_windows_layout(addr_width))
+        The memory windows of the launch (``enable`` 0, the reset value: every address
+        allowed). A burst outside them is not issued: the command drains as an aborted
+        one and ends with ``WINDOW``, its address in ``error_addr``. Must not change
+        while a command runs.
+    error_addr : Out(addr_width)
+        The address of the burst refused by ``windows`` (valid with ``WINDOW``).
     busy, done, error : Out
         A command is running; the last command finished (sticky until the next is
         accepted); its :class:`AGCUError` code (valid with ``done``).
@@ -308,6 +326,9 @@ class AGCU(wiring.Component):
             "cfg": In(ConfigPort()),
             "bitstream_out": Out(stream.Signature(WORD_BITS)),
             "cmd": In(stream.Signature(self.command_layout)),
+            "abort_cmd": In(1),
+            "windows": In(dma_windows_layout(addr_width)),
+            "error_addr": Out(addr_width),
             "busy": Out(1),
             "done": Out(1),
             "executing": Out(1),
@@ -340,7 +361,8 @@ class AGCU(wiring.Component):
             wiring.connect(m, getattr(reader, channel), wiring.flipped(getattr(self.axi, channel)))
         for channel in ("aw", "w", "b"):
             wiring.connect(m, getattr(writer, channel), wiring.flipped(getattr(self.axi, channel)))
-        m.d.comb += [decoder.command.eq(self.cmd.payload), decoder.config.eq(config.value)]
+        m.d.comb += [decoder.command.eq(self.cmd.payload), decoder.config.eq(config.value),
+                     reader.windows.eq(self.windows), writer.windows.eq(self.windows)]
 
         state = self._state(m)
         self._accept(m, state, config.value, decoder)
@@ -362,11 +384,19 @@ class AGCU(wiring.Component):
             "launch_pending": Signal(name="launch_pending"),
             "wait_done": Signal(name="wait_done"),
             "done_seen": Signal(name="done_seen"),
+            "aborting": Signal(name="aborting"),        # draining an aborted command
+            "reading": Signal(name="reading"),          # this command started the reader
+            "writing": Signal(name="writing"),          # ... the writer
+            "window_fault": Signal(name="window_fault"),  # a burst refused by windows
         }
         busy, mode = state["busy"], state["mode"]
+        idle = ~busy & ~self.abort_cmd
         m.d.comb += [self.busy.eq(busy), self.error.eq(state["error"]),
                      self.executing.eq(busy & (mode == AGCUOp.EXECUTE)),
-                     self.cmd.ready.eq(~busy), state["accept"].eq(self.cmd.valid & ~busy)]
+                     self.cmd.ready.eq(idle), state["accept"].eq(self.cmd.valid & idle)]
+        with m.If(busy & self.abort_cmd):
+            m.d.sync += [state["aborting"].eq(1), state["launch_pending"].eq(0),
+                         state["wait_done"].eq(0)]
         return state
 
     def _accept(self, m, state, conf, decoder):
@@ -387,7 +417,8 @@ class AGCU(wiring.Component):
             with m.If(check != AGCUError.NONE):
                 m.d.sync += [self.done.eq(1), state["error"].eq(check)]
             with m.Else():
-                m.d.sync += state["busy"].eq(1)
+                m.d.sync += [state["busy"].eq(1), state["reading"].eq(reader.start),
+                             state["writing"].eq(writer.start)]
                 m.d.comb += serializer.load.eq(1)
                 with m.Switch(cmd.op):
                     with m.Case(AGCUOp.COPY):
@@ -408,7 +439,9 @@ class AGCU(wiring.Component):
         writer = m._named_submodules["write_engine"][0]
         error = state["error"]
         events = [
-            (state["busy"] & (reader.wrapped | writer.wrapped), AGCUError.ADDRESS_WRAP),
+            # (an engine this command did not start keeps the flag of an earlier one)
+            (state["busy"] & ((reader.wrapped & state["reading"]) |
+                              (writer.wrapped & state["writing"])), AGCUError.ADDRESS_WRAP),
             (reader.slverr, AGCUError.READ_SLVERR),
             (reader.decerr, AGCUError.READ_DECERR),
             (writer.slverr, AGCUError.WRITE_SLVERR),
@@ -453,6 +486,15 @@ class AGCU(wiring.Component):
                 self._join(m, serializer.o, self.scalar_out)
         with m.If(serializer.i.ready):
             m.d.comb += beats.ready.eq(1)
+        aborting = state["aborting"]
+        m.d.comb += [reader.abort_cmd.eq(aborting), writer.abort_cmd.eq(aborting)]
+        with m.If(aborting):
+            # the read beats are dropped, nothing more goes to the array; but a copy's
+            # beat already offered on w stays there until taken (AXI holds WDATA)
+            m.d.comb += [self.vector_out.valid.eq(0), self.bitstream_out.valid.eq(0),
+                         self.scalar_out.valid.eq(0)]
+            with m.If(~((state["mode"] == AGCUOp.COPY) & writer.holding)):
+                m.d.comb += beats.ready.eq(1)
 
     @staticmethod
     def _join(m, source, sink):
@@ -490,3 +532,21 @@ class AGCU(wiring.Component):
         with m.If(state["busy"] & finished & ~reader.start & ~writer.start):
             m.d.sync += [state["busy"].eq(0), self.done.eq(1), state["done_seen"].eq(0),
                          state["wait_done"].eq(0)]
+        # a burst the windows refuse: never issued; the command drains as an aborted one
+        denied = Signal()
+        m.d.comb += denied.eq(state["busy"] & ~state["aborting"] &
+                              (reader.denied | writer.denied))
+        with m.If(denied):
+            m.d.sync += [state["aborting"].eq(1), state["window_fault"].eq(1),
+                         state["launch_pending"].eq(0), state["wait_done"].eq(0),
+                         self.error_addr.eq(Mux(reader.denied, reader.denied_addr,
+                                                writer.denied_addr))]
+        # an aborted command ends once every burst issued is answered and the read
+        # buffer is empty; its code is ABORTED (whatever else it met while draining), or
+        # WINDOW when a refused burst started the drain
+        with m.If(state["aborting"] & reader.idle & writer.idle):
+            m.d.sync += [state["busy"].eq(0), state["aborting"].eq(0), self.done.eq(1),
+                         state["done_seen"].eq(0), state["wait_done"].eq(0),
+                         state["launch_pending"].eq(0), state["window_fault"].eq(0),
+                         state["error"].eq(Mux(state["window_fault"], AGCUError.WINDOW,
+                                               AGCUError.ABORTED))]

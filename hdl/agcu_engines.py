@@ -24,11 +24,41 @@ from amaranth.lib.wiring import In, Out
 from .interfaces import WORD_BITS, AXIBurst, AXIResp, axi4_layouts
 from .stream_fifo import StreamFIFO
 
-__all__ = ["BURST_BOUNDARY", "burst_pattern_layout", "AffineBurstGenerator", "ReadEngine",
+__all__ = ["BURST_BOUNDARY", "DMA_WINDOWS", "burst_pattern_layout", "dma_window_layout",
+           "dma_windows_layout", "window_allows", "AffineBurstGenerator", "ReadEngine",
            "WriteEngine", "BF16Expander", "BF16Packer", "WordSerializer"]
 
 #: AXI4 bursts never cross a 4 KiB boundary.
 BURST_BOUNDARY = 4096
+#: Memory windows an AGCU checks its bursts against (``dma_windows_layout``).
+DMA_WINDOWS = 4
+
+
+def dma_window_layout(addr_width=32):
+    """One memory window: bytes ``[base, base + size)``, readable (``read``) and/or
+    writable (``write``); neither: the window is off."""
+    return data.StructLayout({"base": unsigned(addr_width), "size": unsigned(addr_width),
+                              "read": unsigned(1), "write": unsigned(1)})
+
+
+def dma_windows_layout(addr_width=32, count=DMA_WINDOWS):
+    """The windows of a launch: ``enable`` (0, the reset value: every address allowed)
+    and ``count`` :func:`dma_window_layout` s."""
+    return data.StructLayout({"enable": unsigned(1),
+                              "window": data.ArrayLayout(dma_window_layout(addr_width),
+                                                         count)})
+
+
+def window_allows(windows, addr, beats, beat_shift, access):
+    """A 1-bit value: the burst of ``beats`` beats at byte ``addr`` may be issued under
+    ``windows`` (a :func:`dma_windows_layout` view): windows off, or the whole burst
+    inside one window with ``access`` (``"read"`` or ``"write"``) permission."""
+    end = addr + (beats << beat_shift)              # one bit wider than the address
+    inside = []
+    for window in windows.window:
+        limit = window.base + window.size           # one bit wider too
+        inside.append(getattr(window, access) & (addr >= window.base) & (end <= limit))
+    return ~windows.enable | Cat(*inside).any()
 
 
 def burst_pattern_layout(addr_width=32):
@@ -63,6 +93,9 @@ class AffineBurstGenerator(wiring.Component):
     ----------
     start : In(1)
         Pulse: load ``pattern`` and start.
+    stop : In(1)
+        Stop walking the pattern and drop the open burst (an abort); the bursts already
+        in the output FIFO still leave on ``bursts``. 0: no effect.
     pattern : In(...)
         ``base``, ``count`` (3 x 32 bit) and ``stride`` (3 x signed 32 bit).
     bursts : Out(stream.Signature(...))
@@ -85,6 +118,7 @@ class AffineBurstGenerator(wiring.Component):
                                                "len": unsigned(8)})
         super().__init__({
             "start": In(1),
+            "stop": In(1),
             "pattern": In(burst_pattern_layout(addr_width)),
             "bursts": Out(stream.Signature(self.burst_layout)),
             "idle": Out(1),
@@ -178,6 +212,8 @@ class AffineBurstGenerator(wiring.Component):
             with m.If((next_addr < 0) | (next_addr >= 2 ** aw)):
                 m.d.sync += self.wrapped.eq(1)
 
+        with m.If(self.stop):
+            m.d.sync += [running.eq(0), open_valid.eq(0)]
         with m.If(self.start):
             m.d.sync += [pattern.eq(self.pattern), running.eq(1), open_valid.eq(0),
                          row.eq(self.pattern.base), plane.eq(self.pattern.base),
@@ -215,6 +251,16 @@ class ReadEngine(wiring.Component):
     ----------
     start : In(1)
         Pulse: start reading ``pattern``.
+    abort_cmd : In(1)
+        Level: issue no burst beyond those the generator already handed out (its
+        ``stop``); the bursts issued are still answered and their beats still leave on
+        ``data`` (the AGCU drops them). A burst ``windows`` refuse is dropped.
+    windows : In(dma_windows_layout(addr_width))
+        A burst is offered on ``ar`` only if :func:`window_allows` it (read); must not
+        change while a command runs.
+    denied, denied_addr : Out(1), Out(addr_width)
+        The generator's next burst is refused by ``windows`` (it waits, never offered
+        on ``ar``), and its address.
     pattern : In(burst_pattern_layout(addr_width))
     ar : Out(stream.Signature(...))
         The AXI read-address channel (``INCR`` bursts of whole beats).
@@ -242,6 +288,10 @@ class ReadEngine(wiring.Component):
         layouts = axi4_layouts(addr_width, 8 * beat_bytes, id_width)
         super().__init__({
             "start": In(1),
+            "abort_cmd": In(1),
+            "windows": In(dma_windows_layout(addr_width)),
+            "denied": Out(1),
+            "denied_addr": Out(addr_width),
             "pattern": In(burst_pattern_layout(addr_width)),
             "ar": Out(stream.Signature(layouts["ar"])),
             "r": In(stream.Signature(layouts["r"])),
@@ -260,17 +310,24 @@ class ReadEngine(wiring.Component):
         m.submodules.read_fifo = read_fifo = StreamFIFO(8 * self.beat_bytes,
                                                         self.buffer_depth)
         m.d.comb += [read_gen.start.eq(self.start), read_gen.pattern.eq(self.pattern),
-                     self.wrapped.eq(read_gen.wrapped)]
+                     read_gen.stop.eq(self.abort_cmd), self.wrapped.eq(read_gen.wrapped)]
         ar, r = self.ar, self.r
         reads_in_flight = Signal(range(max_out + 1))
         ar_go = Signal()
+        head = read_gen.bursts.payload
+        allowed = Signal()
         m.d.comb += [
-            ar.valid.eq(read_gen.bursts.valid & (reads_in_flight < max_out)),
-            ar.payload.addr.eq(read_gen.bursts.payload.addr),
-            ar.payload.len.eq(read_gen.bursts.payload.len),
+            allowed.eq(window_allows(self.windows, head.addr, head.len + 1,
+                                     self.beat_bytes.bit_length() - 1, "read")),
+            self.denied.eq(read_gen.bursts.valid & ~allowed),
+            self.denied_addr.eq(head.addr),
+            ar.valid.eq(read_gen.bursts.valid & allowed & (reads_in_flight < max_out)),
+            ar.payload.addr.eq(head.addr),
+            ar.payload.len.eq(head.len),
             ar.payload.size.eq(self.beat_bytes.bit_length() - 1),
             ar.payload.burst.eq(AXIBurst.INCR),
-            read_gen.bursts.ready.eq(ar.ready & (reads_in_flight < max_out)),
+            read_gen.bursts.ready.eq((ar.ready & allowed & (reads_in_flight < max_out)) |
+                                     (self.abort_cmd & ~allowed)),
             ar_go.eq(ar.valid & ar.ready),
         ]
         r_last = Signal()
@@ -310,6 +367,18 @@ class WriteEngine(wiring.Component):
     ----------
     start : In(1)
         Pulse: start writing ``pattern``.
+    abort_cmd : In(1)
+        Level: issue no burst beyond those the generator already handed out (its
+        ``stop``) and send the ``w`` beats still owed with all byte strobes clear
+        (memory unchanged), without taking ``data``; a beat of ``data`` already offered
+        on ``w`` and not yet taken stays offered until taken or withdrawn (``w`` is
+        held until ready). A burst ``windows`` refuse is dropped.
+    windows : In(dma_windows_layout(addr_width))
+        A burst is queued for ``aw`` (and its beats owed on ``w``) only if
+        :func:`window_allows` it (write); must not change while a command runs.
+    denied, denied_addr : Out(1), Out(addr_width)
+        The generator's next burst is refused by ``windows`` (it waits, never queued),
+        and its address.
     pattern : In(burst_pattern_layout(addr_width))
     aw, w : Out(stream.Signature(...))
         The AXI write-address and write-data channels (all byte strobes set).
@@ -321,6 +390,9 @@ class WriteEngine(wiring.Component):
     burst_waiting : Out(1)
         A burst's length is queued: ``w`` takes a beat of ``data`` as soon as it is
         valid (the BF16 packer's cue to take a first half).
+    holding : Out(1)
+        A beat of ``data`` was offered on ``w`` and not taken (it must stay offered:
+        the source of ``data`` keeps it, also while aborting).
     idle : Out(1)
         Every burst handed out, written and answered.
     wrapped, slverr, decerr : Out(1)
@@ -337,12 +409,17 @@ class WriteEngine(wiring.Component):
         layouts = axi4_layouts(addr_width, 8 * beat_bytes, id_width)
         super().__init__({
             "start": In(1),
+            "abort_cmd": In(1),
+            "windows": In(dma_windows_layout(addr_width)),
+            "denied": Out(1),
+            "denied_addr": Out(addr_width),
             "pattern": In(burst_pattern_layout(addr_width)),
             "aw": Out(stream.Signature(layouts["aw"])),
             "w": Out(stream.Signature(layouts["w"])),
             "b": In(stream.Signature(layouts["b"])),
             "data": In(stream.Signature(8 * self.beat_bytes)),
             "burst_waiting": Out(1),
+            "holding": Out(1),
             "idle": Out(1),
             "wrapped": Out(1),
             "slverr": Out(1),
@@ -358,15 +435,21 @@ class WriteEngine(wiring.Component):
         m.submodules.write_addresses = write_addresses = StreamFIFO(
             write_gen.burst_layout, 2)
         m.d.comb += [write_gen.start.eq(self.start), write_gen.pattern.eq(self.pattern),
-                     self.wrapped.eq(write_gen.wrapped),
+                     write_gen.stop.eq(self.abort_cmd), self.wrapped.eq(write_gen.wrapped),
                      self.burst_waiting.eq(write_lengths.o.valid)]
         aw, w, b = self.aw, self.w, self.b
         writes_in_flight = Signal(range(max_out + 1))
         issue = Signal()
+        head = write_gen.bursts.payload
+        allowed = Signal()
         m.d.comb += [
-            issue.eq(write_gen.bursts.valid & (writes_in_flight < max_out) &
+            allowed.eq(window_allows(self.windows, head.addr, head.len + 1,
+                                     self.beat_bytes.bit_length() - 1, "write")),
+            self.denied.eq(write_gen.bursts.valid & ~allowed),
+            self.denied_addr.eq(head.addr),
+            issue.eq(write_gen.bursts.valid & allowed & (writes_in_flight < max_out) &
                      write_addresses.i.ready & write_lengths.i.ready),
-            write_gen.bursts.ready.eq(issue),
+            write_gen.bursts.ready.eq(issue | (self.abort_cmd & ~allowed)),
             write_addresses.i.valid.eq(issue),
             write_addresses.i.payload.eq(write_gen.bursts.payload),
             write_lengths.i.valid.eq(issue),
@@ -380,13 +463,20 @@ class WriteEngine(wiring.Component):
         ]
         write_data_taken = Signal()
         w_beat = Signal(8)
+        # abort: zero-strobe beats instead of data, except a data beat already offered
+        # (AXI holds WDATA/WSTRB until WREADY)
+        data_offered = Signal()
+        flush = Signal()
+        m.d.comb += flush.eq(self.abort_cmd & ~data_offered)
+        m.d.sync += data_offered.eq(w.valid & ~w.ready & ~flush)
+        m.d.comb += self.holding.eq(data_offered)
         m.d.comb += [
-            w.valid.eq(write_lengths.o.valid & self.data.valid),
-            w.payload.data.eq(self.data.payload),
-            w.payload.strb.eq((1 << self.beat_bytes) - 1),
+            w.valid.eq(write_lengths.o.valid & (self.data.valid | flush)),
+            w.payload.data.eq(Mux(flush, 0, self.data.payload)),
+            w.payload.strb.eq(Mux(flush, 0, (1 << self.beat_bytes) - 1)),
             w.payload.last.eq(w_beat == write_lengths.o.payload),
             write_data_taken.eq(w.valid & w.ready),
-            self.data.ready.eq(write_data_taken),
+            self.data.ready.eq(write_data_taken & ~flush),
         ]
         with m.If(write_data_taken):
             with m.If(w.payload.last):

@@ -5,7 +5,7 @@ host status) for the documentation.
 """
 
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, ResetInserter, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -187,6 +187,11 @@ class TileArray(wiring.Component):
     kernel_busy : In(1)
         An AGCU executes a kernel: the watchdog also counts after ``running`` fell (an
         AGCU still waiting for data or a token). ``RDUSystem`` drives it.
+    flush : In(1)
+        Pulse: return every unit, switch, the configuration loader and the run state to
+        their reset values (streams emptied, units idle, configuration ``EMPTY``, the
+        watchdog cleared), as a reset of the array alone does; PMU SRAM keeps its
+        words. The last step of an abort (``RDUSystem.abort_start``).
     """
     def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
                  compute_unit=None, capacity_bytes=defaults.PMU_BYTES,
@@ -230,6 +235,7 @@ class TileArray(wiring.Component):
             "agcu_control_out": Out(control_stream()).array(2 * rows),
             "agcu_cfg": Out(ConfigPort()).array(agcus),
             "kernel_busy": In(1),
+            "flush": In(1),
         })
 
     def is_compute(self, row, col):
@@ -277,7 +283,12 @@ class TileArray(wiring.Component):
         active = Signal()
         loaded = config.state == LoaderState.LOADED
         self._run_control(m, active, loaded)
-        self._watchdog(m, active, loaded)
+        idle = self._watchdog(m, active, loaded)
+        with m.If(self.flush):
+            host = self.host
+            m.d.sync += [host.running.eq(0), active.eq(0), host.done.eq(0),
+                         host.cycles.eq(0), idle.eq(0), host.watchdog.eq(0),
+                         host.watchdog_unit.eq(0)]
         self._connect_units(m, active)
         self._mesh_links(m)
         self._edge_ports(m, active)
@@ -288,9 +299,9 @@ class TileArray(wiring.Component):
         """The configuration network, to every unit's, switch's and AGCU's port."""
         host = self.host
         targets = self.config_targets()
-        m.submodules.config = config = ConfigNetwork(
-            targets, rows=self._rows, cols=self._cols, lanes=self._lanes,
-            idle_timeout=self._idle_timeout)
+        config = ConfigNetwork(targets, rows=self._rows, cols=self._cols,
+                               lanes=self._lanes, idle_timeout=self._idle_timeout)
+        m.submodules.config = ResetInserter(self.flush)(config)
         wiring.connect(m, wiring.flipped(self.bitstream), config.bitstream)
         wiring.connect(m, config.readback, wiring.flipped(self.readback))
         m.d.comb += [config.clear.eq(host.config_clear),
@@ -300,8 +311,9 @@ class TileArray(wiring.Component):
         index = 0
         for (row, col), unit in self.units.items():
             # one Verilog module per distinct unit when generating (hdl.shared)
-            m.submodules[f"unit_{row}_{col}"] = share(unit, "rdu_unit")
-            m.submodules[f"switch_{row}_{col}"] = share(self.switches[row, col], "rdu_switch")
+            m.submodules[f"unit_{row}_{col}"] = share(unit, "rdu_unit", reset=self.flush)
+            m.submodules[f"switch_{row}_{col}"] = share(self.switches[row, col], "rdu_switch",
+                                                        reset=self.flush)
             wiring.connect(m, config.ports[index], unit.cfg)
             wiring.connect(m, config.ports[index + 1], self.switches[row, col].cfg)
             index += 2
@@ -356,6 +368,7 @@ class TileArray(wiring.Component):
                     m.d.sync += host.watchdog_unit.eq(index)
         with m.Else():
             m.d.sync += idle.eq(idle + 1)
+        return idle
 
     def _connect_units(self, m, active):
         """Each unit to its switch's local ports; the units' errors to the host."""

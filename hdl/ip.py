@@ -22,7 +22,7 @@ the schedule at ``SCHEDULE_ADDR``/``SCHEDULE_LEN`` (``docs/orchestrator.md``); `
 progress. ``docs/ip.md`` has the register map and the integration notes.
 """
 
-from amaranth import Module, Mux, ResetInserter, Signal
+from amaranth import Array, Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -206,6 +206,13 @@ agcu_positions
                 m.d.comb += outer.eq(inner)
             else:
                 m.d.comb += inner.eq(outer)
+        windows = system.dma_windows
+        m.d.comb += windows.enable.eq(regs.window_ctrl_enable)
+        for k, window in enumerate(windows.window):
+            m.d.comb += [window.base.eq(getattr(regs, f"window{k}_base_addr")),
+                         window.size.eq(getattr(regs, f"window{k}_size_bytes")),
+                         window.read.eq(regs.window_ctrl_read[k]),
+                         window.write.eq(regs.window_ctrl_write[k])]
         m.d.comb += [host.perf_select.eq(regs.perf_select_index),
                      host.readback_start.eq(0),
                      system.readback.ready.eq(1)]
@@ -220,18 +227,21 @@ agcu_positions
         schedule = Signal()              # the last run was a schedule
         was_busy = Signal()
         busy = Signal()
+        aborting = self.system.aborting
         m.d.comb += [busy.eq(seq.busy | orch.busy),
-                     orch.start.eq(regs.control_schedule_start & ~busy),
+                     orch.start.eq(regs.control_schedule_start & ~busy & ~aborting),
                      orch.addr.eq(regs.schedule_addr_addr),
                      orch.length.eq(regs.schedule_len_length)]
         m.d.sync += was_busy.eq(orch.busy)
-        with m.If(regs.control_schedule_start & ~busy):
+        with m.If(regs.control_schedule_start & ~busy & ~aborting):
             m.d.sync += schedule.eq(1)
-        with m.Elif(regs.control_start & ~busy):
+        with m.Elif(regs.control_start & ~busy & ~aborting):
             m.d.sync += schedule.eq(0)
         ended = Signal()
         m.d.comb += ended.eq(was_busy & ~orch.busy)
-        m.d.comb += [seq.start.eq(regs.control_start & ~orch.busy),
+        m.d.comb += [self.system.abort_start.eq(regs.control_abort),
+                     seq.abort_start.eq(regs.control_abort),
+                     seq.start.eq(regs.control_start & ~orch.busy & ~aborting),
                      seq.prog_addr.eq(regs.prog_addr_addr),
                      seq.prog_len.eq(regs.prog_len_length),
                      seq.arg_addr.eq(regs.arg_addr_addr),
@@ -257,6 +267,10 @@ agcu_positions
             regs.status_done.eq(Mux(schedule, orch.done, seq.done)),
             regs.status_error.eq(Mux(schedule, orch.error, seq.error)),
             regs.status_schedule.eq(schedule),
+            regs.status_aborting.eq(system.aborting),
+            regs.error_addr_addr.eq(Array(system.agcu_error_addr)[
+                Mux(schedule, orch.error_unit, seq.error_unit)]),
+            regs.status_agcu_busy.eq(Cat(*system.agcu_busy).any()),
             regs.error_code.eq(Mux(schedule, orch.error_code, seq.error_code)),
             regs.error_source.eq(Mux(schedule, orch.error_source, seq.error_source)),
             regs.error_unit_unit.eq(Mux(schedule, orch.error_unit, seq.error_unit)),

@@ -156,6 +156,9 @@ class Orchestrator(wiring.Component):
     host : Out(HostPort())
         The array's host port (``start``, ``config_clear``, ``watchdog_cycles`` are
         driven; ``perf_select`` and ``readback_start`` stay 0).
+    abort_start : In(1)
+        The system's abort pulse: a running program load or execute ends with
+        ``ERROR.SOURCE`` ``ABORTED``, a copy with its AGCU's ``ABORTED``.
     """
 
     def __init__(self, agcus, *, commands=DEFAULT_COMMANDS, addr_width=32):
@@ -174,6 +177,7 @@ class Orchestrator(wiring.Component):
             "agcu_done": In(1).array(agcus),
             "agcu_error": In(AGCUError).array(agcus),
             "host": Out(HostPort()),
+            "abort_start": In(1),
         })
 
     def elaborate(self, platform):
@@ -276,7 +280,8 @@ class Orchestrator(wiring.Component):
         """The sequencer: host port, AGCU status, the current command's fields."""
         seq = self.sequencer
         wiring.connect(m, seq.host, wiring.flipped(self.host))
-        m.d.comb += seq.watchdog_cycles.eq(self.watchdog_cycles)
+        m.d.comb += [seq.watchdog_cycles.eq(self.watchdog_cycles),
+                     seq.abort_start.eq(self.abort_start)]
         for k in range(self.agcus):
             m.d.comb += [seq.agcu_busy[k].eq(self.agcu_busy[k]),
                          seq.agcu_done[k].eq(self.agcu_done[k]),

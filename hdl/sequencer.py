@@ -31,6 +31,7 @@ class ErrorSource(enum.IntEnum, shape=4):
     REQUEST = 5     #: a bad request: an execute mask naming no AGCU or a missing one
                     #: (code 0); a bad schedule command (code: ``ScheduleError``)
     STUCK = 6       #: an AGCU still busy from an earlier run; unit: the AGCU
+    ABORTED = 7     #: the host aborted the run (``abort_start``; the IP's ``CONTROL.ABORT``)
 
 
 class Sequencer(wiring.Component):
@@ -61,6 +62,9 @@ class Sequencer(wiring.Component):
     skip_execute : In(1)
         1: end (``done``) after the loader's verdict: a ``PROGRAM_LOAD`` alone
         (``exec_mask`` and the arguments are not used).
+    abort_start : In(1)
+        Pulse: a running sequence ends at once with ``ABORTED`` (the system's abort
+        drains the AGCUs and flushes the array meanwhile).
     busy_ok : In(agcus)
         AGCUs that may be busy at ``start`` (a ``COPY`` the orchestrator issued without
         waiting): not refused as ``STUCK``; the execute still waits for those in
@@ -96,6 +100,7 @@ class Sequencer(wiring.Component):
             "exec_mask": In(32),
             "watchdog_cycles": In(WATCHDOG_BITS),
             "skip_load": In(1), "skip_execute": In(1), "busy_ok": In(agcus),
+            "abort_start": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1),
             "error_source": Out(4), "error_code": Out(8), "error_unit": Out(32),
             "done_event": Out(1), "error_event": Out(1),
@@ -142,6 +147,7 @@ class Sequencer(wiring.Component):
             with m.State("CLEAR"):
                 m.d.comb += host.config_clear.eq(1)
                 m.next = "LOAD"
+                self._aborted(m)
             with m.State("LOAD"):
                 cmd = self.cmd[0]
                 m.d.comb += [cmd.valid.eq(1), s.op.eq(AGCUOp.PROGRAM_LOAD),
@@ -149,8 +155,10 @@ class Sequencer(wiring.Component):
                 with m.If(cmd.ready):
                     m.d.sync += s.counter.eq(0)
                     m.next = "LOAD_WAIT"
+                self._aborted(m)
             with m.State("LOAD_WAIT"):
                 self._load_wait(m, s)
+                self._aborted(m)
             with m.State("LOADED"):
                 # (a state of its own: skip_execute is a constant in the IP block, and a
                 # constant inside a priority chain makes Verilator's lint see overlapping
@@ -161,12 +169,14 @@ class Sequencer(wiring.Component):
                     m.next = "ARGS"
                 with m.Else():
                     m.next = "READY"
+                self._aborted(m)
             with m.State("ARGS"):
                 cmd = self.cmd[0]
                 m.d.comb += [cmd.valid.eq(1), s.op.eq(AGCUOp.ARGUMENT_LOAD),
                              s.address.eq(self.arg_addr), s.length.eq(self.arg_len)]
                 with m.If(cmd.ready):
                     m.next = "READY"
+                self._aborted(m)
             with m.State("READY"):
                 # no configuration (an orchestrator's EXECUTE before any PROGRAM_LOAD):
                 # the array ignores start and nothing would ever move; stopped at once
@@ -178,12 +188,15 @@ class Sequencer(wiring.Component):
                 with m.Elif((s.busy & s.mask & ~s.arg_bit) == 0):
                     m.d.sync += [s.pending.eq(s.mask), s.issued.eq(0)]
                     m.next = "START"
+                self._aborted(m)
             with m.State("START"):
                 m.d.comb += host.start.eq(1)
                 m.d.sync += s.counter.eq(0)
                 m.next = "RUN"
+                self._aborted(m)
             with m.State("RUN"):
                 self._run(m, s)
+                self._aborted(m)
             with m.State("DRAIN"):
                 with m.If((self.watchdog_cycles == 0) | ~(host.holding | host.units_busy)):
                     with m.If(host.unit_error):
@@ -192,6 +205,7 @@ class Sequencer(wiring.Component):
                         self._succeed(m)
                 with m.Elif(host.watchdog):
                     self._fail(m, self.sources.WATCHDOG, 0, host.watchdog_unit)
+                self._aborted(m)
         # EXECUTE on the first cycle of START (the edge that samples start) and, for an
         # AGCU still busy with the arguments, as soon as it takes it
         for k in range(n):
@@ -207,8 +221,13 @@ class Sequencer(wiring.Component):
         """End the sequence with an error (in an FSM state)."""
         m.d.sync += [self.error_source.eq(source), self.error_code.eq(code),
                      self.error_unit.eq(unit), self.error.eq(1), self.error_event.eq(1),
-                     self.busy.eq(0)]
+                     self.busy.eq(0), self.done.eq(0), self.done_event.eq(0)]
         m.next = "IDLE"
+
+    def _aborted(self, m):
+        """The last statement of a running state: ``abort_start`` overrides what it did."""
+        with m.If(self.abort_start):
+            self._fail(m, self.sources.ABORTED, 0)
 
     def _succeed(self, m):
         """End the sequence done (in an FSM state)."""

@@ -16,7 +16,7 @@ containers vary (lanes, stages, FIFO depth, capacity).
 import contextvars
 from contextlib import contextmanager
 
-from amaranth import ClockSignal, Instance, ResetSignal, Value
+from amaranth import ClockSignal, Instance, ResetInserter, ResetSignal, Value
 from amaranth.hdl import Elaboratable
 from amaranth.lib import wiring
 
@@ -45,23 +45,30 @@ def _key(unit):
 
 
 class _SharedInstance(Elaboratable):
-    def __init__(self, unit, module):
-        self._unit, self._module = unit, module
+    def __init__(self, unit, module, reset=None):
+        self._unit, self._module, self._reset = unit, module, reset
 
     def elaborate(self, platform):
-        ports = {"i_clk": ClockSignal("sync"), "i_rst": ResetSignal("sync")}
+        reset = ResetSignal("sync")
+        if self._reset is not None:
+            reset = reset | self._reset
+        ports = {"i_clk": ClockSignal("sync"), "i_rst": reset}
         for path, member, value in self._unit.signature.flatten(self._unit):
             direction = "i" if member.flow == wiring.In else "o"
             ports[f"{direction}_{'__'.join(map(str, path))}"] = Value.cast(value)
         return Instance(self._module, **ports)
 
 
-def share(unit, kind):
+def share(unit, kind, reset=None):
     """``unit`` itself, or, inside :func:`shared_units`, an instance of the module
-    ``<kind>_<n>`` that stands for every unit equal to it."""
+    ``<kind>_<n>`` that stands for every unit equal to it.
+
+    ``reset`` (a 1-bit value, optional) also resets the unit: ``ResetInserter`` on the
+    unit itself, or ORed into the instance's reset (an instance's registers are not
+    reached by a ``ResetInserter`` around its parent)."""
     registry = _registry.get()
     if registry is None:
-        return unit
+        return unit if reset is None else ResetInserter(reset)(unit)
     modules, keys = registry
     key = _key(unit)
     if key not in keys:
@@ -69,4 +76,4 @@ def share(unit, kind):
         modules[keys[key]] = unit
     else:
         unit._MustUse__silence = True       # the recorded unit stands in for it
-    return _SharedInstance(unit, keys[key])
+    return _SharedInstance(unit, keys[key], reset)

@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from . import defaults
 from .agcu import AGCU, agcu_command_layout, agcu_config_layout
+from .agcu_engines import dma_windows_layout
 from .array import HostPort, TileArray
 from .interfaces import NETWORKS, WORD_BITS, AXI4Signature, config_words
 from .orchestrator import DEFAULT_COMMANDS, MAX_AGCUS, Orchestrator, ScheduleControl
@@ -129,6 +130,20 @@ class RDUSystem(wiring.Component):
     orch : In(ScheduleControl())
         The orchestrator's start, schedule address and length, and status (with no
         orchestrator: never busy).
+    abort_start : In(1)
+        Pulse: abort (``docs/system.md``, **Abort**). Every busy AGCU drains its command
+        and ends it with ``ABORTED`` (``AGCU.abort_cmd``; no command is accepted meanwhile),
+        then the array is flushed for one cycle (``TileArray.flush``: streams, units,
+        the loader and the watchdog back to their reset state, PMU SRAM kept). Ignored
+        while an abort runs.
+    aborting : Out(1)
+        An abort runs (from the cycle after the pulse to the end of the flush).
+    dma_windows : In(hdl.agcu_engines.dma_windows_layout())
+        The memory windows of the launch, checked by every AGCU before it issues a
+        burst (``enable`` 0, the reset value: every address allowed; ``agcu.md``,
+        **Memory windows**). Set by the host before the launch's commands.
+    agcu_error_addr : Out(32).array(agcus)
+        Each AGCU's ``error_addr`` (the burst its windows refused, with ``WINDOW``).
     """
 
     def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
@@ -186,6 +201,10 @@ class RDUSystem(wiring.Component):
             "host": In(HostPort()),
             "readback": Out(stream.Signature(WORD_BITS)),
             "orch": In(ScheduleControl()),
+            "abort_start": In(1),
+            "aborting": Out(1),
+            "dma_windows": In(dma_windows_layout(first.addr_width)),
+            "agcu_error_addr": Out(first.addr_width).array(agcus),
         })
 
     def edge_of(self, k):
@@ -200,6 +219,25 @@ class RDUSystem(wiring.Component):
         """The array's configuration targets (:meth:`TileArray.config_targets`)."""
         return self.array.config_targets()
 
+    def _abort(self, m):
+        """The abort sequence: the AGCUs drain, then the array is flushed."""
+        busy = Cat(*(agcu.busy for agcu in self.agcus)).any()
+        with m.FSM(name="abort_fsm"):
+            with m.State("IDLE"):
+                with m.If(self.abort_start):
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                m.d.comb += self.aborting.eq(1)
+                for agcu in self.agcus:
+                    m.d.comb += agcu.abort_cmd.eq(1)
+                with m.If(~busy):
+                    m.next = "FLUSH"
+            with m.State("FLUSH"):
+                m.d.comb += [self.aborting.eq(1), self.array.flush.eq(1)]
+                for agcu in self.agcus:
+                    m.d.comb += agcu.abort_cmd.eq(1)
+                m.next = "IDLE"
+
     def elaborate(self, platform):
         m = Module()
         array = self.array
@@ -211,7 +249,8 @@ class RDUSystem(wiring.Component):
             m.submodules.orchestrator = orch
             wiring.connect(m, wiring.flipped(self.orch), orch.control)
             m.d.comb += [owned.eq(orch.control.busy), capture.eq(orch.capture),
-                         orch.watchdog_cycles.eq(self.host.watchdog_cycles)]
+                         orch.watchdog_cycles.eq(self.host.watchdog_cycles),
+                         orch.abort_start.eq(self.abort_start)]
         # the array's host port: the host's, or the orchestrator's controls while it runs
         for name, member in HostPort().members.items():
             outer, inner = getattr(self.host, name), getattr(array.host, name)
@@ -226,6 +265,7 @@ class RDUSystem(wiring.Component):
                     m.d.comb += getattr(orch.host, name).eq(inner)
         wiring.connect(m, array.readback, wiring.flipped(self.readback))
         m.d.comb += array.kernel_busy.eq(Cat(*(agcu.executing for agcu in self.agcus)).any())
+        self._abort(m)
         for k, agcu in enumerate(self.agcus):
             m.submodules[f"agcu{k}"] = agcu
             edge = self.edge_of(k)
@@ -250,6 +290,8 @@ class RDUSystem(wiring.Component):
                 wiring.connect(m, getattr(array, f"agcu_{network}_out")[edge],
                                getattr(agcu, f"{network}_in"))
             m.d.comb += [
+                agcu.windows.eq(self.dma_windows),
+                self.agcu_error_addr[k].eq(agcu.error_addr),
                 self.agcu_busy[k].eq(agcu.busy),
                 self.agcu_done[k].eq(agcu.done),
                 self.agcu_error[k].eq(agcu.error),

@@ -22,6 +22,8 @@ from tb.suites.agcu import (
     reference_bursts,
     shared_memory,
 )
+from tb.suites.agcu_abort import abort
+from tb.suites.agcu_windows import windows
 
 
 def test_reference_coalescing_rules():
@@ -186,3 +188,14 @@ def test_bf16_load_verilator(sim_dir, seed):
     stats = run_verilator(build(AGCU), bf16_load, sim_dir, seed=seed, kernels=20,
                           store=True, fast=False)
     assert stats.result["bf16_kernels"] >= 1 and stats.result["unmapped_errors"] == 2
+
+
+@pytest.mark.parametrize("stall", ["random", "none"])
+def test_abort_amaranth(stall, seed):
+    result = run_amaranth(AGCU(), abort, seed=seed, stall=stall).result
+    assert result["execute"] == result["program_load"] == AGCUError.ABORTED
+
+
+def test_windows_amaranth(seed):
+    result = run_amaranth(AGCU(), windows, seed=seed).result
+    assert result["off"] == AGCUError.NONE

@@ -37,7 +37,15 @@ def test_register_map_is_consistent():
     assert regmap["IRQ_STATUS"].field("ERROR").kind == "sticky"
     sources = regmap.enum("ERROR", "SOURCE")
     assert [s.name for s in sources] == ["NONE", "LOADER", "AGCU", "WATCHDOG", "UNIT",
-                                         "REQUEST", "STUCK"]
+                                         "REQUEST", "STUCK", "ABORTED"]
+    # one WINDOWk_BASE / _SIZE pair and a READ and WRITE bit per window the AGCUs check
+    from hdl.agcu_engines import DMA_WINDOWS
+    names = {register.name for register in regmap.registers}
+    assert {name for name in names if name.startswith("WINDOW") and name[6:7].isdigit()} == {
+        f"WINDOW{k}_{part}" for k in range(DMA_WINDOWS) for part in ("BASE", "SIZE")}
+    assert regmap["WINDOW_CTRL"].field("READ").width == DMA_WINDOWS
+    assert regmap["WINDOW_CTRL"].field("WRITE").width == DMA_WINDOWS
+    assert regmap["WINDOW_CTRL"].field("ENABLE").reset == 0
     # the gateware's enumeration (hdl.sequencer.ErrorSource) is the register's encoding
     from hdl.sequencer import ErrorSource
     assert [(s.name, s.value) for s in sources] == [(s.name, s.value) for s in ErrorSource]
@@ -53,8 +61,8 @@ def test_unsupported_field_semantics_are_refused(tmp_path):
 
 def test_axi4lite_argument_checks():
     regmap = register_map()
-    with pytest.raises(ValueError, match=r"^AXI4-Lite address width must be between 7 \(the "
-                                         r"map's 108 bytes\) and 32, not 4$"):
+    with pytest.raises(ValueError, match=r"^AXI4-Lite address width must be between 8 \(the "
+                                         r"map's 168 bytes\) and 32, not 4$"):
         AXI4LiteRegisters(regmap, addr_width=4)
     with pytest.raises(TypeError, match=r"^AXI4-Lite address width must be an integer, "
                                         r"not '12'$"):
@@ -304,7 +312,9 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     loader's BAD_MAGIC; a program address answering DECERR, one answering SLVERR; an
     empty EXEC_MASK), each ending with the interrupt and a status that names the cause;
     then the GEMM, correct against numpy, the interrupt raised once, the counters read
-    back. Every register is read once after reset at its map offset."""
+    back; last a stalled GEMM (WATCHDOG), a start refused (STUCK), CONTROL.ABORT and the
+    GEMM again, correct, with no reset. Every register is read once after reset at its
+    map offset."""
     from rdu.frontend.gemm import (
         check_result,
         compile_gemm,
@@ -317,6 +327,7 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     from rdu.sim.runner import run_verilator
     from rdu.sim.verilator import build
 
+    from hdl.config_net import LoaderState
     from hdl.ip import RDUIP
     m = n = k = 16
     program = compile_gemm(m, n, k, ArrayGeometry(rows=2, cols=2, lanes=4, pmu_words=4096))
@@ -340,7 +351,8 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
                           pause=True, perf_counters=names, soft_reset=True,
                           error_regions=[[failing, 0x1000]], bad_programs=bad,
                           last_starts=[{**start, "exec_mask": 0b01, "watchdog": 300},
-                                       {**start, "exec_mask": 0b11}])
+                                       {**start, "exec_mask": 0b11}],
+                          abort_after_last=True)
     result = stats.result
     registers = result["registers"]
     regmap = register_map()
@@ -349,7 +361,7 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     reported = {"GEOMETRY": 2 | 2 << 8 | 4 << 16 | 4 << 24,
                 "RESOURCES": 16 | 2 << 16 | 4 << 24, "PERF_COUNT": len(names)}
     assert registers == {r.name: reported.get(r.name, r.reset) for r in regmap.registers}
-    assert registers["ID"] == MAGIC and registers["VERSION"] == 1 << 8
+    assert registers["ID"] == MAGIC and registers["VERSION"] == 1 << 8 | 2
     assert registers["WATCHDOG"] == 0x10000
     # a write to a read-only register is ignored (OKAY), unmapped words read 0
     assert result["probes"] == {"id_write_resp": 0, "id_after_write": MAGIC,
@@ -383,8 +395,21 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
                         r"switch\(\d,\d\) \w+ input \w+ \(ERROR_UNIT = 0x[0-9a-f]+\)",
                         last[0]["message"]), last[0]["message"]
     assert last[1]["message"] == ("last start 1: AGCU 0 still busy from an earlier run "
-                                  "(write CONTROL.SOFT_RESET first)")
+                                  "(write CONTROL.ABORT first)")
     assert all(r["irq_edges"] == 1 and r["busy"] == 0 for r in last)
+    # CONTROL.ABORT drains AGCU 0 and flushes the array: nothing busy, the loader EMPTY
+    # (STATUS.ERROR still tells of the refused start),
+    # and the GEMM runs again, correct, with no reset
+    status = result["abort"]["STATUS"]
+    fields = {field.name: (status & field.mask) >> field.lsb
+              for field in regmap["STATUS"].fields}
+    assert {name: fields[name] for name in ("CONFIG_STATE", "BUSY", "RUNNING", "ABORTING",
+                                            "AGCU_BUSY")} == {
+        "CONFIG_STATE": LoaderState.EMPTY, "BUSY": 0, "RUNNING": 0, "ABORTING": 0,
+        "AGCU_BUSY": 0}, result["abort"]
+    with np.load(result["after_abort"]["outputs_file"]) as out:
+        ok, error = check_result(unpack_output(program, out["c"]), a, b)
+    assert ok, f"C after the abort differs from numpy by {error}"
     launch = result["launches"][0]
     print(f"GEMM {m}x{n}x{k} through the IP top (paused AXI): load {launch['load_cycles']}, "
           f"run {launch['cycles']} cycles, array {launch['array_cycles']}; "
@@ -431,7 +456,7 @@ def test_sequencer_against_stand_in_agcus():
     naming it), a start refused while an AGCU is still busy (STUCK), the array's
     watchdog (naming host.watchdog_unit), a unit error after the drain, a rejected
     bitstream, a bad EXEC_MASK; the argument load on AGCU 0 before EXECUTE; a start
-    while busy is ignored."""
+    while busy is ignored; an abort ends a running sequence at once (ABORTED)."""
     from amaranth import Module
 
     from hdl.agcu import AGCUError, AGCUOp
@@ -534,9 +559,24 @@ def test_sequencer_against_stand_in_agcus():
         assert log["args"][:2] == (1, 0)
         assert executes[starts[0]] == {1}
         assert [k for cycle, ks in executes.items() if cycle > starts[0] for k in ks] == [0]
+        # an abort while AGCU 1 runs ends the run at once with ABORTED
+        ctx.set(seq.arg_len, 0)
+        ctx.set(fakes[1].latency, 1000)
+        for _ in range(20):                 # AGCU 0's EXECUTE of the run above ends
+            await ctx.tick()
+        ctx.set(seq.start, 1)
+        await ctx.tick()
+        ctx.set(seq.start, 0)
+        for _ in range(10):
+            await ctx.tick()
+        assert ctx.get(seq.busy)
+        ctx.set(seq.abort_start, 1)
+        cycles, _, _ = await run(ctx, "aborted")   # (this start is ignored: busy)
+        ctx.set(seq.abort_start, 0)
+        assert cycles < 2 and log["aborted"] == (0, 1, sources.ABORTED, 0, 0)
     sim.add_testbench(bench)
     sim.run()
-    assert len(log) == 8
+    assert len(log) == 9
 
 
 @pytest.mark.verilator

@@ -17,7 +17,9 @@ from rdu.sim.host import RunError, check_program, load_outputs, run_program
 from rdu.sim.memory_system import FaultInjector
 from rdu.sim.runner import run_amaranth
 
+from hdl.agcu import AGCUError
 from hdl.array import WATCHDOG_NONE, watchdog_location
+from hdl.config_net import LoaderState
 from hdl.interfaces import NETWORKS
 from hdl.switch import Port
 from hdl.system import RDUSystem, agcu_edge
@@ -236,7 +238,9 @@ def test_watchdog_names_busy_agcu_amaranth(sim_dir, seed):
     program.save(sim_dir / "program")
     with pytest.raises(RunError, match=r"^program 'stuck': hardware watchdog: no transfer "
                                        r"for 750 cycles \(cycle \d+\); first stalled: AGCU 1 "
-                                       r"\(busy, no item waiting in the mesh\); done: \[0\]$"):
+                                       r"\(busy, no item waiting in the mesh\); done: \[0\]; "
+                                       r"aborted: AGCU 1 drained, array flushed in \d+ "
+                                       r"cycles$"):
         run(sim_dir / "program", seed=seed, timeout=1500, memory=FAST_MEMORY, progress=500)
 
 
@@ -247,7 +251,9 @@ def test_watchdog_off_host_watchdog_amaranth(sim_dir, seed):
                                    store_beats=32, name="stuck")
     program.save(sim_dir / "program")
     with pytest.raises(RunError, match=r"^program 'stuck': watchdog: AGCU 1 still busy after "
-                                       r"1500 cycles from start \(cycle \d+\); done: \[0\]$"):
+                                       r"1500 cycles from start \(cycle \d+\); done: \[0\]; "
+                                       r"aborted: AGCU 1 drained, array flushed in \d+ "
+                                       r"cycles$"):
         run(sim_dir / "program", seed=seed, timeout=1500, memory=FAST_MEMORY,
             watchdog_cycles=0)
 
@@ -267,7 +273,8 @@ def test_watchdog_names_stalled_switch_amaranth(sim_dir, seed):
     message = str(failure.value)
     assert re.fullmatch(r"program 'lost': hardware watchdog: no transfer for 300 cycles "
                         r"\(cycle \d+\); first stalled: switch\(0,0\) vector input local "
-                        r"holds an item; busy: AGCU 1; done: \[0\]", message), message
+                        r"holds an item; busy: AGCU 1; done: \[0\]; aborted: AGCU 1 drained, "
+                        r"array flushed in \d+ cycles", message), message
 
 
 def test_watchdog_location_codes():
@@ -333,22 +340,32 @@ def test_fault_options_are_checked():
         assert str(failure.value) == error
 
 
-def test_reset_between_launches_amaranth(sim_dir, seed):
-    """A launch stopped by the watchdog leaves AGCU 1 busy; ``HostDriver.reset`` (the
-    system's reset, memory ports emptied, memory kept) lets the next program run."""
+@pytest.mark.parametrize("recovery", ["abort", "reset"])
+def test_recovery_between_launches_amaranth(recovery, sim_dir, seed):
+    """A launch stopped by the watchdog leaves AGCU 1 busy and an item in the mesh; the
+    host driver aborts (AGCU 1 ends with ``ABORTED``, the array is flushed: nothing
+    left busy, holding or loaded) and says so; the next program then runs bit-exact
+    with no reset, or after ``HostDriver.reset`` (the system's reset, memory ports
+    emptied, memory kept) as before the abort existed."""
     stuck, _ = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
-                                 store_beats=32, name="stuck")
+                                 agcu_positions=[["west", 0], ["east", 0]], name="stuck")
     good, expected = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed + 1,
                                        name="good")
     dirs = [str(stuck.save(sim_dir / "stuck")), str(good.save(sim_dir / "good"))]
     stats = run_amaranth(small_system(), _stuck_then_good, seed=seed, watchdog=10**9,
-                         program_dirs=dirs)
-    first, outputs = stats.result
-    assert first.startswith("program 'stuck': hardware watchdog: no transfer for 400 cycles")
+                         program_dirs=dirs, recovery=recovery)
+    first, after, outputs = stats.result
+    assert re.fullmatch(r"program 'stuck': hardware watchdog: no transfer for 400 cycles "
+                        r"\(cycle \d+\); first stalled: switch\(0,0\) vector input local "
+                        r"holds an item; busy: AGCU 1; done: \[0\]; aborted: AGCU 1 "
+                        r"drained, array flushed in \d+ cycles", first), first
+    assert after == {"agcu_busy.1": 0, "agcu_error.1": AGCUError.ABORTED, "aborting": 0,
+                     "host.holding": 0, "host.units_busy": 0, "host.watchdog": 0,
+                     "host.config_state": LoaderState.EMPTY}
     assert np.array_equal(np.asarray(outputs, np.uint32), expected)
 
 
-async def _stuck_then_good(bench, program_dirs):
+async def _stuck_then_good(bench, program_dirs, recovery):
     from rdu.program import Program
     from rdu.sim.host import HostDriver
     programs = [Program.load(directory) for directory in program_dirs]
@@ -358,10 +375,51 @@ async def _stuck_then_good(bench, program_dirs):
         first = None
     except RunError as error:
         first = str(error)
-    assert await bench.read("agcu_busy.1") == 1
-    await driver.reset()
+    after = {name: await bench.read(name) for name in (
+        "agcu_busy.1", "agcu_error.1", "aborting", "host.holding", "host.units_busy",
+        "host.watchdog", "host.config_state")}
+    if recovery == "reset":
+        await driver.reset()
     result = await driver.run(programs[1], timeout=5000)
-    return first, result["outputs"]["a_t"]
+    return first, after, result["outputs"]["a_t"]
+
+
+def test_windows_confine_a_launch_amaranth(sim_dir, seed):
+    """A program confined to the memory windows of its manifest runs bit-exact; the
+    same program with its output left out of the windows ends with ``WINDOW`` naming
+    the AGCU and the output's address, the output region keeps what was there, and the
+    driver's abort lets the next (confined) launch run bit-exact."""
+    program, expected = transpose_program(**SMALL, matrix_rows=8, matrix_cols=8, seed=seed,
+                                          name="confined")
+    stats = run_amaranth(small_system(), _confined_runs, seed=seed, watchdog=10**9,
+                         program_dir=str(program.save(sim_dir / "program")))
+    first, message, kept, last = stats.result
+    assert np.array_equal(np.asarray(first, np.uint32), expected)
+    address = program.outputs["a_t"][0]
+    assert re.fullmatch(rf"program 'confined': AGCU 1 ended EXECUTE with WINDOW \(code 11\) "
+                        rf"at {address:#x} \(outside its windows\); aborted: AGCUs? [\d, ]+ "
+                        rf"drained, array flushed in \d+ cycles", message), message
+    assert kept
+    assert np.array_equal(np.asarray(last, np.uint32), expected)
+
+
+async def _confined_runs(bench, program_dir):
+    from rdu.program import Program
+    from rdu.sim.host import HostDriver
+    program = Program.load(program_dir)
+    driver = HostDriver(bench, program.machine, memory=FAST_MEMORY, windows=True)
+    first = (await driver.run(program, timeout=5000))["outputs"]["a_t"]
+    address, words = program.outputs["a_t"]
+    driver.write(address, np.full(words, 0x5A5A_A5A5, np.uint32))
+    windows = [window for window in program.dma_windows(4) if not window[3]]
+    try:
+        await driver.run(program, timeout=5000, windows=windows)
+        message = None
+    except RunError as error:
+        message = str(error)
+    kept = bool(np.all(driver.read(address, words) == 0x5A5A_A5A5))
+    last = (await driver.run(program, timeout=5000))["outputs"]["a_t"]
+    return first, message, kept, last
 
 
 @pytest.mark.verilator

@@ -151,6 +151,8 @@ def error_message(commands, index, source, code, unit=0, *, agcus=None, capacity
         cause = "a unit ended with an error status (host.unit_error)"
     elif source == ErrorSource.STUCK:
         cause = f"AGCU {unit} is still busy from an earlier run"
+    elif source == ErrorSource.ABORTED:
+        cause = "the host aborted the schedule (abort)"
     elif source == ErrorSource.REQUEST:
         command = commands[index] if 0 <= index < len(commands) else Command(0)
         machine = f" (the machine has {agcus})" if agcus is not None else ""

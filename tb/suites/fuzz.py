@@ -263,7 +263,7 @@ def verdict(program, model, result):
 
 
 def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=None,
-            native=False, timeout=6000):
+            native=False, timeout=6000, recover="reset"):
     """Run ``programs`` in one Verilator simulation (:func:`run_cases`) and compare each
     with its model outcome (``models``). A case whose outputs differ is run again alone
     in a fresh simulation: the PMU SRAM is not cleared by reset, and a damaged read
@@ -271,7 +271,7 @@ def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=No
     where the model (a fresh machine) sees zeroes; equal outputs then give ``"equal on
     fresh SRAM"``. ``native``: on the native runner (:mod:`rdu.sim.native`; no
     ``faults``) instead of cocotb; ``timeout``: the host's watchdog of each launch in
-    cycles. Returns ``(results, verdicts, stats)``."""
+    cycles; ``recover``: :func:`run_cases`'s. Returns ``(results, verdicts, stats)``."""
     from pathlib import Path
 
     from rdu.sim.native import run_native
@@ -281,7 +281,7 @@ def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=No
     dirs = [str(program.save(work_dir / program.name)) for program in programs]
     stats = run(built, run_cases, work_dir / "run", seed=seed, watchdog=10**9,
                 program_dirs=dirs, perf_counters=perf_counters, faults=faults,
-                case_timeout=timeout)
+                case_timeout=timeout, recover=recover)
     results = stats.result
     verdicts = []
     for index, (program, model, result) in enumerate(zip(programs, models, results,
@@ -309,13 +309,18 @@ def rtl_outcome(message):
 
 
 async def run_cases(bench, program_dirs, *, timeout=6000, watchdog_cycles=1500,
-                    faults=None, perf_counters=None, load_timeout=20_000, case_timeout=None):
+                    faults=None, perf_counters=None, load_timeout=20_000, case_timeout=None,
+                    recover="reset"):
     """Bench body: run the saved programs one after the other on one system, each from a
     clean machine (memory zeroed, system reset after every case) and catch each
     :class:`RunError`. ``faults`` is ``None`` or one fault specification (or ``None``)
     per program; ``case_timeout`` (when given) replaces ``timeout`` (the runners take
-    ``timeout`` for themselves). Returns one ``{"outcome", "message"}`` or ``{"outcome": "outputs",
-    "outputs", "cycles"}`` per program."""
+    ``timeout`` for themselves). ``recover="abort"``: no reset after a case unless the
+    host driver's abort left the machine unsettled (``"reset": True`` then). Returns
+    one ``{"outcome", "message"}`` or ``{"outcome": "outputs", "outputs", "cycles"}``
+    per program."""
+    if recover not in ("reset", "abort"):
+        raise ValueError(f"recover must be 'reset' or 'abort', not {recover!r}")
     timeout = case_timeout or timeout
     programs = [Program.load(directory) for directory in program_dirs]
     driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters)
@@ -332,5 +337,12 @@ async def run_cases(bench, program_dirs, *, timeout=6000, watchdog_cycles=1500,
         except RunError as error:
             message = str(error)
             results.append({"outcome": rtl_outcome(message), "message": message})
-        await driver.reset()
+        if recover == "abort" and "aborted: " not in results[-1].get("message", ""):
+            # a settled machine still holds the words a damaged bitstream configured
+            # into units the next one does not configure (config_clear leaves them,
+            # and the model starts each case fresh): the flush clears them
+            await driver.abort()
+        if recover == "reset" or await driver.unsettled():
+            results[-1]["reset"] = recover == "abort"
+            await driver.reset()
     return results

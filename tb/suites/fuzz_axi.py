@@ -164,7 +164,8 @@ def _run_registers(fuzz):
     mask = sum(1 << k for k in program.execute)
     registers = {"PROG_ADDR": program.bitstream_address,
                  "PROG_LEN": 4 * len(program.bitstream), "EXEC_MASK": mask,
-                 "ARG_ADDR": 0, "ARG_LEN": 0, "WATCHDOG": 0x10000}
+                 "ARG_ADDR": 0, "ARG_LEN": 0, "WATCHDOG": 0x10000,
+                 "WINDOW_CTRL": 0}     # (random writes may have enabled the windows)
     kind = rng.randrange(6)
     expected = None
     if kind == 1:

@@ -149,6 +149,16 @@ class FunctionalArray:
                      for row in range(rows) for col in range(cols)
                      if self.unit_kind(row, col) == UnitKind.PMU}
         self.loaded = False
+        #: AGCUs the last :meth:`run` left busy (it ended in a deadlock or an error)
+        self.busy_agcus = []
+
+    def flush(self):
+        """``TileArray.flush`` (the end of an abort): every unit's configuration back to
+        zeros and nothing loaded; the PMU SRAM keeps its words."""
+        for words in self.words.values():     # in place: the loader holds this dict
+            words[:] = [0] * len(words)
+        self.loaded = False
+        self.busy_agcus = []
 
     def unit_kind(self, row, col):
         return unit_kind_at(row, col, self.compute)
@@ -360,6 +370,7 @@ class FunctionalArray:
             for unit in units:
                 if isinstance(unit, PMUModel):
                     unit.flush()
+            self.busy_agcus = [agcu.index for agcu in agcus if agcu.busy()]
         for agcu in agcus:
             agcu.flush()
         waiting = []

@@ -315,6 +315,19 @@ class FunctionalMachine:
         self.loader.clear()
         self.array.loaded = self.loader.state == LoaderState.LOADED
 
+    def abort(self):
+        """The system's abort (``RDUSystem.abort``): each AGCU the last execute left
+        busy (it ended in a deadlock, an error or the item limit) ends its ``EXECUTE``
+        with ``ABORTED``; then the array is flushed (:meth:`FunctionalArray.flush`: no
+        configuration, the loader ``EMPTY``, PMU SRAM kept) and queued arguments are
+        dropped. Returns the :class:`CommandResult` of each aborted AGCU."""
+        aborted = [CommandResult(agcu, AGCUOp.EXECUTE, AGCUError.ABORTED, "aborted")
+                   for agcu in self.array.busy_agcus]
+        self.array.flush()
+        self.loader = ConfigLoader(self.array.geometry, self.array.units, self.array.words)
+        self.pending_arguments = {}
+        return aborted
+
     @property
     def config_state(self):
         """``host.config_state`` name: ``EMPTY``, ``LOADING``, ``LOADED`` or ``ERROR``."""

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
+from hdl.agcu_engines import DMA_WINDOWS, dma_windows_layout
 from hdl.array import WATCHDOG_BITS, watchdog_location
 from hdl.config_net import LoaderState
 from hdl.orchestrator import DEFAULT_COMMANDS
@@ -83,6 +84,19 @@ def system_memory(beat_bytes, overrides=None, regions=None, faults=None):
     ], beat_bytes=beat_bytes, faults=faults)
 
 
+def dma_windows_value(windows, enable=True):
+    """The ``dma_windows`` port value of ``[(base, size, read, write)]`` (at most
+    :data:`hdl.agcu_engines.DMA_WINDOWS`, the rest off); ``enable`` 0: every address
+    allowed."""
+    if len(windows) > DMA_WINDOWS:
+        raise RunError(f"{len(windows)} memory windows, the AGCUs check {DMA_WINDOWS}")
+    entries = [{"base": base, "size": size, "read": read, "write": write}
+               for base, size, read, write in windows]
+    entries += [{"base": 0, "size": 0, "read": 0, "write": 0}] * (DMA_WINDOWS - len(entries))
+    return dma_windows_layout().const({"enable": int(enable),
+                                       "window": entries}).as_value().value
+
+
 def command_word(op, *, src=0, dst=0, length=0):
     """The ``cmd`` payload of one AGCU command as an integer."""
     return _COMMAND.const({"op": op, "src": src, "dst": dst,
@@ -138,15 +152,22 @@ class HostDriver:
         (:meth:`copy`): it waits that long before their commands
         (:data:`sim_models.memory.HOST_LAUNCH_LATENCY` is the runtime's default; 0 here,
         so that bodies measuring the hardware alone are unchanged).
+    windows : bool
+        Confine each launch to the memory windows of its manifest
+        (:meth:`rdu.program.Program.dma_windows`: inputs and bitstream read, outputs
+        written), set on ``dma_windows`` before its program load; ``run(...,
+        windows=[...])`` gives others. False (default): the windows stay off.
     """
 
     def __init__(self, bench, machine, *, memory=None, stall="none", perf_counters=None,
-                 progress=False, faults=None, launch_latency=0):
+                 progress=False, faults=None, launch_latency=0, windows=False):
         if not isinstance(launch_latency, int) or isinstance(launch_latency, bool) or \
                 launch_latency < 0:
             raise RunError(f"launch latency must be a non-negative integer number of "
                            f"cycles, not {launch_latency!r}")
         self.launch_latency = launch_latency
+        self.windows = windows
+        self.windows_set = False            # dma_windows is enabled now
         self.bench, self.machine = bench, machine
         self.mem = bench.memory_system(
             system_memory(machine.beat_bytes, memory, machine.regions(), faults))
@@ -155,6 +176,11 @@ class HostDriver:
         self.perf_counters = list(perf_counters or [])
         self.progress = progress
         self.started = time.perf_counter()
+        #: the note of the abort :meth:`run` made before its launch ("": none)
+        self.recovered = ""
+        #: memory errors recorded before the current launch (its messages name only
+        #: its own)
+        self.errors_before = 0
 
     # -- memory ----------------------------------------------------------------------------
     def write(self, address, words):
@@ -269,8 +295,9 @@ class HostDriver:
                 [c for c in self.perf_counters if c.endswith(".error")]))
             detail = "; " + ", ".join(errors) if errors else \
                 "; a unit reports an error (host.unit_error)"
-        if self.mem.errors:
-            detail += f"; memory: {self.mem.errors[0]}"
+        errors = self.mem.errors[self.errors_before:]
+        if errors:
+            detail += f"; memory: {errors[0]}"
         return detail
 
     async def _wait_mesh_empty(self, what, finished, timeout):
@@ -308,14 +335,23 @@ class HostDriver:
 
     def _memory_error(self, agcu):
         """The first errored AXI burst of AGCU ``agcu``'s port (else of any port)."""
-        own = [error for error in self.mem.errors if error.port == f"axi.{agcu}"]
-        return (own or self.mem.errors or [None])[0]
+        errors = self.mem.errors[self.errors_before:]
+        own = [error for error in errors if error.port == f"axi.{agcu}"]
+        return (own or errors or [None])[0]
+
+    async def _refused(self, agcu, code):
+        """``" at 0x..."``: the address AGCU ``agcu``'s windows refused, with
+        ``WINDOW``."""
+        if code != AGCUError.WINDOW:
+            return ""
+        return f" at {await self.bench.read(f'agcu_error_addr.{agcu}'):#x} (outside its windows)"
 
     async def _check_agcu(self, agcu, what, op):
         code = await self.bench.read(f"agcu_error.{agcu}")
         if code != AGCUError.NONE:
             record = self._memory_error(agcu)
-            detail = f"; memory: {record}" if record else ""
+            detail = await self._refused(agcu, code) + (f"; memory: {record}" if record
+                                                        else "")
             raise RunError(f"{what}: AGCU {agcu} ended {op} with {_error_name(code)} "
                            f"(code {code}){detail}")
 
@@ -358,6 +394,7 @@ class HostDriver:
             record = self._memory_error(0)
             raise RunError(f"program {name!r}: program load on AGCU 0 ended with "
                            f"{_error_name(code)} (bitstream at {program.bitstream_address:#x})"
+                           + await self._refused(0, code)
                            + (f"; memory: {record}" if record else ""))
         if state != LoaderState.LOADED:
             code = await bench.read("host.error")
@@ -405,6 +442,60 @@ class HostDriver:
             values[counter] = await bench.read("host.perf_value")
         return values
 
+    async def unsettled(self):
+        """What a launch left behind, as words (empty: nothing): busy AGCUs, the
+        watchdog's stop, items or work left in the array (``running`` is not: a kernel
+        that sends no ``DONE`` token leaves it high)."""
+        bench, found = self.bench, []
+        busy = [k for k in range(self.machine.agcus) if await bench.read(f"agcu_busy.{k}")]
+        if busy:
+            found.append(f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} busy")
+        for signal, what in (("host.watchdog", "watchdog stop"),
+                             ("host.holding", "items in the mesh"),
+                             ("host.units_busy", "units busy")):
+            if await bench.read(signal):
+                found.append(what)
+        return found
+
+    async def abort(self, timeout=100_000):
+        """The system's abort (``abort_start`` pulse, ``docs/system.md`` **Abort**): every busy
+        AGCU drains and ends with ``ABORTED``, then the array is flushed. Returns the
+        one-line note of what it did; raises :class:`RunError` if ``aborting`` is still
+        high after ``timeout`` cycles (a memory that never answers: then only a reset
+        helps) or a busy AGCU ended with another code."""
+        bench = self.bench
+        busy = [k for k in range(self.machine.agcus) if await bench.read(f"agcu_busy.{k}")]
+        await bench.cycles(1)               # no set() after a read() in the same cycle
+        bench.set("abort_start", 1)
+        await bench.cycles(1)               # the edge that samples it
+        bench.set("abort_start", 0)
+        elapsed = 0
+        while await bench.read("aborting"):
+            if elapsed >= timeout:
+                still = [k for k in busy if await bench.read(f"agcu_busy.{k}")]
+                raise RunError(f"abort not finished after {timeout} cycles: AGCU"
+                               f"{'s' if len(still) > 1 else ''} {', '.join(map(str, still))} "
+                               f"still draining (a reset is needed)")
+            elapsed += await bench.advance_until_change(["aborting"], timeout - elapsed)
+        for k in busy:
+            code = await bench.read(f"agcu_error.{k}")
+            if code != AGCUError.ABORTED:
+                raise RunError(f"abort: AGCU {k} ended with {_error_name(code)}, not ABORTED")
+        drained = (f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))} drained"
+                   if busy else "no AGCU busy")
+        return f"aborted: {drained}, array flushed in {elapsed + 1} cycles"
+
+    async def recover(self, unit_error=False):
+        """After a failed launch: :meth:`abort` if it left anything behind
+        (:meth:`unsettled`; with ``unit_error``, also a unit's error status, which only
+        a flush clears). Returns the abort's note, or ``""``."""
+        left = await self.unsettled()
+        if unit_error and await self.bench.read("host.unit_error"):
+            left.append("unit error")
+        if not left:
+            return ""
+        return await self.abort()
+
     async def reset(self, cycles=4):
         """Reset the system (the bench's reset for ``cycles`` cycles) and drop every
         burst the memory ports still hold: after a failed launch (a watchdog stop, an
@@ -424,22 +515,47 @@ class HostDriver:
                 for region in self.mem.regions}
 
     async def run(self, program, *, timeout=200_000, load_timeout=100_000, outputs_file=None,
-                  inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None):
-        """Images in, load, execute, outputs out: one launch of ``program``."""
+                  inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None,
+                  windows=None):
+        """Images in, load, execute, outputs out: one launch of ``program``
+        (``windows``: its memory windows, default from its manifest when the driver
+        confines launches)."""
         check_program(program)
+        if windows is not None or self.windows or self.windows_set:
+            if windows is None and self.windows:
+                windows = program.dma_windows(DMA_WINDOWS)
+            await self.bench.cycles(1)          # no set() after a read() in the same cycle
+            self.bench.set("dma_windows", dma_windows_value(windows or [],
+                                                            enable=windows is not None))
+            self.windows_set = windows is not None
         for address, words in program.inputs.values():
             if words is not None:            # None: produced by an earlier program
                 self.write(address, words)
         await self.issue_latency()
-        load_cycles = await self.load_program(program, load_timeout)
-        before = self.memory_beats()
-        launch = await self.execute(program, timeout, watchdog_cycles)
-        after = self.memory_beats()
-        perf = await self.read_counters()
-        errors = unit_errors(perf)
-        if errors:
-            raise RunError(f"program {program.name!r}: {errors[0]}"
-                           + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+        # a launch starts from a settled machine: what an earlier one left (a kernel
+        # that kept moving until the host's wait ended) is aborted first
+        self.recovered = await self.recover()
+        self.errors_before = len(self.mem.errors)
+        try:
+            load_cycles = await self.load_program(program, load_timeout)
+            before = self.memory_beats()
+            launch = await self.execute(program, timeout, watchdog_cycles)
+            after = self.memory_beats()
+            perf = await self.read_counters()
+            errors = unit_errors(perf)
+            if errors:
+                raise RunError(f"program {program.name!r}: {errors[0]}"
+                               + (f" (and {len(errors) - 1} more)" if len(errors) > 1
+                                  else ""))
+        except RunError as error:
+            # a stop leaves AGCUs busy and state in the array: abort, say so, go on
+            try:
+                note = await self.recover(unit_error=True)
+            except RunError as failed:
+                raise RunError(f"{error}; {failed}") from None
+            if not note:
+                raise
+            raise RunError(f"{error}; {note}") from None
         outputs = {out: self.read(address, words)
                    for out, (address, words) in program.outputs.items()}
         total_words = sum(array.size for array in outputs.values())

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hdl.agcu import AGCUError
+from hdl.agcu_engines import DMA_WINDOWS
 from hdl.array import watchdog_location
 from hdl.ip import ERROR_CODES
 from hdl.orchestrator import DEFAULT_COMMANDS
@@ -243,6 +245,34 @@ class IPDriver:
             await self.write_reg("WATCHDOG", watchdog)
         await self.write_reg("CONTROL", self.bits("CONTROL", START=1, IRQ_ENABLE=1))
 
+    async def set_windows(self, windows, enable=True):
+        """Program the memory windows ``[(base, size, read, write)]`` (``WINDOW_CTRL``,
+        ``WINDOWk_BASE``/``_SIZE``; at most :data:`hdl.agcu_engines.DMA_WINDOWS`), or
+        turn them off (``enable`` False)."""
+        if len(windows) > DMA_WINDOWS:
+            raise RunError(f"{len(windows)} memory windows, the AGCUs check {DMA_WINDOWS}")
+        read = write = 0
+        for k, (base, size, can_read, can_write) in enumerate(windows):
+            await self.write_reg(f"WINDOW{k}_BASE", base)
+            await self.write_reg(f"WINDOW{k}_SIZE", size)
+            read |= bool(can_read) << k
+            write |= bool(can_write) << k
+        await self.write_reg("WINDOW_CTRL", self.bits("WINDOW_CTRL", ENABLE=int(enable),
+                                                       READ=read, WRITE=write))
+
+    async def abort(self, polls=1000):
+        """Write ``CONTROL.ABORT`` (the busy AGCUs drain, the array is flushed) and poll
+        ``STATUS`` until ``ABORTING`` and ``AGCU_BUSY`` are low; return the note a
+        run's message carries. Raises :class:`RunError` after ``polls`` reads."""
+        await self.write_reg("CONTROL", self.bits("CONTROL", ABORT=1, IRQ_ENABLE=1))
+        for _ in range(polls):
+            status = await self.read_reg("STATUS")
+            if not (self.field("STATUS", "ABORTING", status) or
+                    self.field("STATUS", "AGCU_BUSY", status)):
+                return "aborted (CONTROL.ABORT): AGCUs drained, array flushed"
+        raise RunError(f"CONTROL.ABORT: still aborting after {polls} STATUS reads "
+                       f"(STATUS = {status:#x}; write CONTROL.SOFT_RESET)")
+
     async def wait_irq(self, timeout, what):
         """Wait for ``irq`` (at most ``timeout`` cycles); raise :class:`RunError`."""
         from cocotb.triggers import ClockCycles, First, RisingEdge
@@ -268,23 +298,30 @@ class IPDriver:
             return (f"{what}: bitstream rejected by the configuration loader: {name} "
                     f"(ERROR.CODE = {code})")
         if source == sources.AGCU:
-            return f"{what}: AGCU {unit} ended with {name} (ERROR.CODE = {code})"
+            where = ""
+            if code == AGCUError.WINDOW:
+                where = f" at {await self.read_reg('ERROR_ADDR'):#x} (outside its windows)"
+            return f"{what}: AGCU {unit} ended with {name}{where} (ERROR.CODE = {code})"
         if source == sources.WATCHDOG:
             where = watchdog_location(unit, self.machine.rows, self.machine.cols)
             return (f"{what}: hardware watchdog stopped the run; first stalled: "
                     f"{where or 'no item in the mesh'} (ERROR_UNIT = {unit:#x})")
         if source == sources.STUCK:
             return (f"{what}: AGCU {unit} still busy from an earlier run (write "
-                    f"CONTROL.SOFT_RESET first)")
+                    f"CONTROL.ABORT first)")
         if source == sources.UNIT:
             errors = unit_errors(await self.read_counters())
             return f"{what}: {errors[0] if errors else 'a unit reports an error'}"
         return f"{what}: {source.name} (ERROR = {error:#x})"
 
     async def run(self, program, *, timeout=200_000, load_timeout=100_000, outputs_file=None,
-                  watchdog=None):
-        """One launch of ``program`` as a CPU driver runs it; returns its figures."""
+                  watchdog=None, windows=False):
+        """One launch of ``program`` as a CPU driver runs it; returns its figures.
+        ``windows``: confine it to the memory windows of its manifest
+        (:meth:`rdu.program.Program.dma_windows`)."""
         check_program(program)
+        if windows:
+            await self.set_windows(program.dma_windows(DMA_WINDOWS))
         what = f"program {program.name!r}"
         for address, words in program.outputs.values():
             # what an earlier launch left there must not pass for this one's result
@@ -303,7 +340,10 @@ class IPDriver:
         status = await self.read_reg("STATUS")
         pending = await self.read_reg("IRQ_STATUS")
         if self.field("STATUS", "ERROR", status):
-            raise RunError(await self.error_message(what))
+            message = await self.error_message(what)
+            if self.field("STATUS", "AGCU_BUSY", await self.read_reg("STATUS")):
+                message += f"; {await self.abort()}"
+            raise RunError(message)
         if not (self.field("STATUS", "DONE", status) and
                 self.field("IRQ_STATUS", "DONE", pending)):
             raise RunError(f"{what}: interrupt without DONE or ERROR (STATUS = {status:#x}, "
@@ -325,7 +365,8 @@ class IPDriver:
 
 async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000, pause=False,
                           perf_counters=None, watchdog=None, error_regions=(),
-                          bad_programs=None, soft_reset=False, last_starts=None):
+                          bad_programs=None, soft_reset=False, last_starts=None,
+                          abort_after_last=False):
     """Run the saved programs in order on the IP top through its AXI4-Lite registers
     (:class:`IPDriver`); each launch's outputs go to ``<program_dir>/outputs.npz``.
 
@@ -338,7 +379,9 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     [...]}``; the probes are a write to ``ID`` then its read (``id_after_write``) and
     reads of unmapped words (``unmapped``). ``last_starts``: like ``bad_programs``
     (``"watchdog"`` too), started after the launches (their messages in
-    ``"refused_last"``).
+    ``"refused_last"``). ``abort_after_last``: then ``CONTROL.ABORT`` (its note and
+    ``STATUS`` after it in ``"abort"``) and the first program once more, with no reset
+    (``"after_abort"``: its launch).
     """
     programs = [Program.load(directory) for directory in program_dirs]
     if not programs:
@@ -377,9 +420,16 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
         launches.append(await driver.run(
             program, timeout=timeouts[index] if timeouts else timeout,
             outputs_file=Path(directory) / "outputs.npz", watchdog=watchdog))
-    return {"launches": launches, "refused": refused, "registers": registers,
-            "probes": probes, "after_soft_reset": after_soft_reset,
-            "refused_last": await refuse(last_starts, "last start")}
+    result = {"launches": launches, "refused": refused, "registers": registers,
+              "probes": probes, "after_soft_reset": after_soft_reset,
+              "refused_last": await refuse(last_starts, "last start")}
+    if abort_after_last:
+        note = await driver.abort()
+        result["abort"] = {"note": note, "STATUS": await driver.read_reg("STATUS")}
+        result["after_abort"] = await driver.run(
+            programs[0], timeout=timeouts[0] if timeouts else timeout,
+            outputs_file=Path(program_dirs[0]) / "outputs_after_abort.npz", watchdog=watchdog)
+    return result
 
 
 async def run_ip_schedule(bench, plan_file, *, pause=False, perf_counters=None):

@@ -1,0 +1,55 @@
+"""Abort and recovery without reset (``docs/system.md``, **Abort**) on the functional
+model: the same trials as ``benchmarks/abort.py`` (a stalled or damaged launch, the
+abort, then an undamaged program that must run bit-exact on the same machine). The
+gateware's abort is tested in ``tests/test_agcu.py::test_abort_amaranth`` (the AGCU's
+drain against the memory image), ``tests/test_system.py::
+test_recovery_between_launches_amaranth`` (the system's drain and flush, the next
+program bit-exact) and ``tests/test_ip.py::test_sequencer_against_stand_in_agcus``."""
+
+import numpy as np
+import pytest
+from rdu.models.machine import FunctionalMachine
+from rdu.models.shared import ModelDeadlock
+
+from hdl.agcu import AGCUError, AGCUOp
+from tb.suites.abort import model_trials, recovery_trials
+from tb.suites.fuzz import TARGETS
+
+
+def test_model_recovers_after_stalls_and_damaged_bitstreams(seed):
+    """After each of 24 bad cases (a launch without one of its AGCUs, a damaged
+    bitstream), :meth:`FunctionalMachine.abort` where the case stopped, then the next
+    undamaged program's outputs equal a fresh machine's, bit for bit; the stalls all end
+    in a deadlock and are aborted."""
+    trials = recovery_trials(TARGETS[0], 24, seed % 1000)
+    results = model_trials(trials)
+    assert all(result["equal"] for result in results), results
+    stalls = [result for result in results if result["kind"] == "stall"]
+    assert len(stalls) == 12 and all(result["bad"] == "ModelDeadlock" for result in stalls)
+    assert any(result["aborted"] for result in stalls)
+
+
+def test_model_abort_reports_the_busy_agcus_and_flushes(seed):
+    """A GEMM launched without AGCU 1: AGCU 0 waits for what AGCU 1 would have loaded
+    and is the one aborted (``ABORTED``, op ``EXECUTE``); the array's configuration is
+    flushed (loader ``EMPTY``, every unit's words zero) while the PMU SRAM is kept; a
+    second abort has nothing left to abort; the full program then runs as on a fresh
+    machine."""
+    program = TARGETS[0].bases(seed % 1000)[0]
+    expected, _ = FunctionalMachine(program.machine).run_program(program)
+    machine = FunctionalMachine(program.machine, max_items=200_000)
+    machine.run_program(program)
+    stalled = type(program)(**{**program.__dict__, "execute": [0]})
+    with pytest.raises(ModelDeadlock):
+        machine.run_program(stalled)
+    assert machine.array.busy_agcus == [0]
+    sram = {key: words.copy() for key, words in machine.array.sram.items()}
+    results = machine.abort()
+    assert [(r.agcu, r.op, r.error) for r in results] == [(0, AGCUOp.EXECUTE,
+                                                           AGCUError.ABORTED)]
+    assert machine.config_state == "EMPTY" and not machine.array.loaded
+    assert all(not any(words) for words in machine.array.words.values())
+    assert all(np.array_equal(machine.array.sram[key], sram[key]) for key in sram)
+    assert machine.abort() == []
+    outputs, _ = machine.run_program(program)
+    assert all(np.array_equal(outputs[name], expected[name]) for name in expected)
