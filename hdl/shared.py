@@ -16,11 +16,12 @@ containers vary (lanes, stages, FIFO depth, capacity).
 import contextvars
 from contextlib import contextmanager
 
-from amaranth import ClockSignal, Instance, ResetInserter, ResetSignal, Value
+from amaranth import ClockSignal, Const, Instance, Module, ResetInserter, ResetSignal, Value
 from amaranth.hdl import Elaboratable
 from amaranth.lib import wiring
+from amaranth.lib.wiring import In
 
-__all__ = ["shared_units", "share"]
+__all__ = ["shared_units", "share", "Flushable"]
 
 _registry = contextvars.ContextVar("shared_units", default=None)
 
@@ -44,18 +45,52 @@ def _key(unit):
     return (type(unit).__module__, type(unit).__qualname__, settings, ports)
 
 
-class _SharedInstance(Elaboratable):
-    def __init__(self, unit, module, reset=None):
-        self._unit, self._module, self._reset = unit, module, reset
+class Flushable(wiring.Component):
+    """``unit`` with one more input, ``flush``: a synchronous reset of its registers (a
+    ``ResetInserter``), so that a shared unit's module is flushed through a port of its
+    own and nothing reads the asynchronous ``rst`` combinationally (``docs/
+    simulation-speed.md``; ``tests/test_tools.py``).
+
+    Attributes
+    ----------
+    wrapped : wiring.Component
+        The unit.
+    flush : In(1)
+    """
+
+    def __init__(self, unit):
+        members = dict(unit.signature.members.items())
+        if "flush" in members:
+            raise ValueError(f"unit {unit!r} already has a port named 'flush'")
+        self.wrapped = unit
+        super().__init__({**members, "flush": In(1)})
 
     def elaborate(self, platform):
-        reset = ResetSignal("sync")
-        if self._reset is not None:
-            reset = reset | self._reset
-        ports = {"i_clk": ClockSignal("sync"), "i_rst": reset}
+        m = Module()
+        m.submodules.unit = ResetInserter(self.flush)(self.wrapped)
+        for path, member, outer in self.signature.flatten(self):
+            if path == ("flush",):
+                continue
+            inner = self.wrapped
+            for part in path:
+                inner = inner[part] if isinstance(part, int) else getattr(inner, part)
+            if isinstance(outer, Const) or isinstance(inner, Const):
+                continue            # e.g. the ready of an always_ready stream
+            m.d.comb += inner.eq(outer) if member.flow == In else outer.eq(inner)
+        return m
+
+
+class _SharedInstance(Elaboratable):
+    def __init__(self, unit, module, flush=None):
+        self._unit, self._module, self._flush = unit, module, flush
+
+    def elaborate(self, platform):
+        ports = {"i_clk": ClockSignal("sync"), "i_rst": ResetSignal("sync")}
         for path, member, value in self._unit.signature.flatten(self._unit):
             direction = "i" if member.flow == wiring.In else "o"
             ports[f"{direction}_{'__'.join(map(str, path))}"] = Value.cast(value)
+        if self._flush is not None:
+            ports["i_flush"] = self._flush
         return Instance(self._module, **ports)
 
 
@@ -63,17 +98,18 @@ def share(unit, kind, reset=None):
     """``unit`` itself, or, inside :func:`shared_units`, an instance of the module
     ``<kind>_<n>`` that stands for every unit equal to it.
 
-    ``reset`` (a 1-bit value, optional) also resets the unit: ``ResetInserter`` on the
-    unit itself, or ORed into the instance's reset (an instance's registers are not
-    reached by a ``ResetInserter`` around its parent)."""
+    ``reset`` (a 1-bit value, optional) also resets the unit, synchronously:
+    ``ResetInserter`` on the unit itself, or the ``flush`` port of its module (the
+    recorded unit is then :class:`Flushable`; an instance's registers are not reached
+    by a ``ResetInserter`` around its parent)."""
     registry = _registry.get()
     if registry is None:
         return unit if reset is None else ResetInserter(reset)(unit)
     modules, keys = registry
-    key = _key(unit)
+    key = (_key(unit), reset is not None)
     if key not in keys:
         keys[key] = f"{kind}_{len(modules)}"
-        modules[keys[key]] = unit
+        modules[keys[key]] = unit if reset is None else Flushable(unit)
     else:
         unit._MustUse__silence = True       # the recorded unit stands in for it
     return _SharedInstance(unit, keys[key], reset)

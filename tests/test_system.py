@@ -291,7 +291,8 @@ def test_watchdog_location_codes():
      r"on read of \d+ beats at 0x100 \(port axi.0, cycle \d+\): injected fault \(read burst 0\)"),
     ({"read": [2], "resp": "DECERR"},
      r"AGCU 0 ended EXECUTE with READ_DECERR \(code 6\); memory: DECERR on read of 16 beats "
-     r"at 0x10000 \(port axi.0, cycle \d+\): injected fault \(read burst 2\)"),
+     r"at 0x10000 \(port axi.0, cycle \d+\): injected fault \(read burst 2\); aborted: "
+     r"AGCU 1 drained, array flushed in \d+ cycles"),
     ({"write": [0]},
      r"AGCU 1 ended EXECUTE with WRITE_SLVERR \(code 7\); memory: SLVERR on write of 1 beats "
      r"at 0x20000 \(port axi.1, cycle \d+\): injected fault \(write burst 0\)"),

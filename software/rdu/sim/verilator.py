@@ -211,7 +211,8 @@ def hier_block_unit(unit):
     time, the 2x2 1.06x faster; blocks for the PMUs and switches too made both slower
     (each block instance costs a call and a copy of its ports per evaluation)."""
     from hdl.pcu import PCU
-    return isinstance(unit, PCU)
+    from hdl.shared import Flushable
+    return isinstance(unit.wrapped if isinstance(unit, Flushable) else unit, PCU)
 
 
 def generate_verilog(component, name, *, hier_blocks=None, gate_clocks=False):
