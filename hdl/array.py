@@ -26,7 +26,8 @@ from .shared import share
 from .switch import FIFO_DEPTH, Direction, Port, Switch
 
 __all__ = ["HostPort", "TileArray", "is_compute_position", "unit_kind_at",
-           "WATCHDOG_BITS", "WATCHDOG_NONE", "watchdog_location",
+           "WATCHDOG_BITS", "WATCHDOG_NONE", "WATCHDOG_BUDGET", "BUDGET_BITS",
+           "watchdog_location",
            "NORTH", "EAST", "SOUTH", "WEST"]
 
 NORTH, EAST, SOUTH, WEST = Direction.NORTH, Direction.EAST, Direction.SOUTH, Direction.WEST
@@ -35,6 +36,10 @@ NORTH, EAST, SOUTH, WEST = Direction.NORTH, Direction.EAST, Direction.SOUTH, Dir
 WATCHDOG_BITS = 24
 #: ``host.watchdog_unit`` when no switch input held an item as the watchdog fired.
 WATCHDOG_NONE = 0xFFFF_FFFF
+#: ``host.watchdog_unit`` when the run budget (``host.cycle_budget``) stopped the array.
+WATCHDOG_BUDGET = 0xFFFF_FFFE
+#: Width of ``host.cycle_budget`` (and of the counter of the cycles a run spent).
+BUDGET_BITS = 32
 #: Switch inputs the watchdog tells apart: every network's :class:`Port` s.
 _SWITCH_INPUTS = len(NETWORKS) * len(Port)
 
@@ -45,7 +50,8 @@ def watchdog_location(code, rows, cols):
     item when the watchdog fired: switches in row-major order, then networks in
     :data:`NETWORKS` order, then inputs in :class:`Port` order), or ``None`` for
     :data:`WATCHDOG_NONE` (the mesh was empty: the stall is outside it, e.g. an AGCU
-    waiting for data or a token that never comes)."""
+    waiting for data or a token that never comes) and :data:`WATCHDOG_BUDGET` (the run
+    budget stopped a run that kept moving)."""
     if code == WATCHDOG_NONE or not 0 <= code < rows * cols * _SWITCH_INPUTS:
         return None
     switch, rest = divmod(code, _SWITCH_INPUTS)
@@ -97,11 +103,17 @@ class HostPort(wiring.Signature):
         AGCU executes (``TileArray.kernel_busy``), an item waits in the mesh
         (``holding``) or a unit is busy (``units_busy``), this many consecutive
         cycles without a transfer on any switch port stop the array (0: off).
+    cycle_budget : Out(BUDGET_BITS)
+        Run budget: a run (from ``start``) that has counted this many cycles under the
+        watchdog's condition stops as the watchdog stops it, ``watchdog_unit`` =
+        :data:`WATCHDOG_BUDGET`, however it moves (a livelock, a pattern damaged to
+        millions of beats); 0: off.
     watchdog : In(1)
-        The watchdog stopped the array (``running`` dropped, mesh closed); cleared by
-        ``start`` and by a configuration change.
+        The watchdog (or the run budget) stopped the array (``running`` dropped, mesh
+        closed); cleared by ``start`` and by a configuration change.
     watchdog_unit : In(32)
-        Where the stall was when the watchdog fired (:func:`watchdog_location`).
+        Where the stall was when the watchdog fired (:func:`watchdog_location`), or
+        :data:`WATCHDOG_BUDGET`.
     holding : In(1)
         Some switch input holds an item routed to an output (the mesh is not empty;
         after a run, an item left waiting).
@@ -125,6 +137,7 @@ class HostPort(wiring.Signature):
             "perf_value": In(32),
             "readback_start": Out(1),
             "watchdog_cycles": Out(WATCHDOG_BITS),
+            "cycle_budget": Out(BUDGET_BITS),
             "watchdog": In(1),
             "watchdog_unit": In(32),
             "holding": In(1),
@@ -351,12 +364,22 @@ class TileArray(wiring.Component):
                       if hasattr(unit, "pending")]
         m.d.comb += [host.holding.eq(holding.any()),
                      host.units_busy.eq(Cat(*busy_units).any() if busy_units else 0)]
-        counting = (active & (running | self.kernel_busy | host.holding | host.units_busy)
-                    & (host.watchdog_cycles != 0))
+        watched = active & (running | self.kernel_busy | host.holding | host.units_busy)
+        counting = watched & (host.watchdog_cycles != 0)
+        # the run budget: cycles of the run under the same condition, moving or not
+        spent = Signal(BUDGET_BITS)
+        over = watched & (host.cycle_budget != 0) & (spent + 1 >= host.cycle_budget)
+        with m.If((host.start & ~running & loaded) | ~loaded):
+            m.d.sync += spent.eq(0)
+        with m.Elif(watched & (spent != (1 << BUDGET_BITS) - 1)):
+            m.d.sync += spent.eq(spent + 1)
         with m.If(host.start & ~running & loaded):
             m.d.sync += [idle.eq(0), host.watchdog.eq(0)]
         with m.Elif(~loaded):
             m.d.sync += [idle.eq(0), host.watchdog.eq(0)]
+        with m.Elif(over):
+            m.d.sync += [idle.eq(0), running.eq(0), active.eq(0), host.watchdog.eq(1),
+                         host.watchdog_unit.eq(WATCHDOG_BUDGET)]
         with m.Elif(moved | ~counting):
             m.d.sync += idle.eq(0)
         with m.Elif(idle + 1 >= host.watchdog_cycles):

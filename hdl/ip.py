@@ -247,7 +247,8 @@ agcu_positions
                      seq.arg_addr.eq(regs.arg_addr_addr),
                      seq.arg_len.eq(regs.arg_len_length),
                      seq.exec_mask.eq(regs.exec_mask_mask),
-                     seq.watchdog_cycles.eq(regs.watchdog_cycles)]
+                     seq.watchdog_cycles.eq(regs.watchdog_cycles),
+                     seq.cycle_budget.eq(regs.run_budget_cycles)]
         return schedule, busy, ended
 
     def _status_registers(self, m, soft_reset, schedule, busy, ended):

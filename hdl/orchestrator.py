@@ -26,7 +26,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .agcu import AGCUError, AGCUOp, agcu_command_layout
-from .array import WATCHDOG_BITS, HostPort
+from .array import BUDGET_BITS, WATCHDOG_BITS, HostPort
 from .interfaces import check_int
 from .sequencer import ErrorSource, Sequencer
 
@@ -149,13 +149,15 @@ class Orchestrator(wiring.Component):
         AGCU 0's ``bitstream_out`` while ``capture`` (always ready).
     watchdog_cycles : In(WATCHDOG_BITS)
         The array's watchdog during the schedule's executes (the host's setting).
+    cycle_budget : In(BUDGET_BITS)
+        The array's run budget of each of the schedule's executes (the host's setting).
     cmd : Out(stream.Signature(agcu_command_layout())).array(agcus)
         Commands of each AGCU (the parent gives them to the AGCUs while ``busy``).
     agcu_busy, agcu_done : In(1).array(agcus)
     agcu_error : In(AGCUError).array(agcus)
     host : Out(HostPort())
-        The array's host port (``start``, ``config_clear``, ``watchdog_cycles`` are
-        driven; ``perf_select`` and ``readback_start`` stay 0).
+        The array's host port (``start``, ``config_clear``, ``watchdog_cycles`` and
+        ``cycle_budget`` are driven; ``perf_select`` and ``readback_start`` stay 0).
     abort_start : In(1)
         The system's abort pulse: a running program load or execute ends with
         ``ERROR.SOURCE`` ``ABORTED``, a copy with its AGCU's ``ABORTED``.
@@ -172,6 +174,7 @@ class Orchestrator(wiring.Component):
             "capture": Out(1),
             "bitstream": In(stream.Signature(32)),
             "watchdog_cycles": In(WATCHDOG_BITS),
+            "cycle_budget": In(BUDGET_BITS),
             "cmd": Out(stream.Signature(agcu_command_layout(addr_width))).array(agcus),
             "agcu_busy": In(1).array(agcus),
             "agcu_done": In(1).array(agcus),
@@ -281,6 +284,7 @@ class Orchestrator(wiring.Component):
         seq = self.sequencer
         wiring.connect(m, seq.host, wiring.flipped(self.host))
         m.d.comb += [seq.watchdog_cycles.eq(self.watchdog_cycles),
+                     seq.cycle_budget.eq(self.cycle_budget),
                      seq.abort_start.eq(self.abort_start)]
         for k in range(self.agcus):
             m.d.comb += [seq.agcu_busy[k].eq(self.agcu_busy[k]),

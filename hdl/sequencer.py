@@ -14,7 +14,7 @@ from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .agcu import AGCUError, AGCUOp, agcu_command_layout
-from .array import WATCHDOG_BITS, WATCHDOG_NONE, HostPort
+from .array import BUDGET_BITS, WATCHDOG_BITS, WATCHDOG_NONE, HostPort
 from .config_net import LoaderState
 from .interfaces import check_int
 
@@ -54,6 +54,8 @@ class Sequencer(wiring.Component):
     watchdog_cycles : In(WATCHDOG_BITS)
         The array's watchdog during the run (0: off; then a stalled run waits for a
         soft reset, and the mesh is not waited for after the last ``done``).
+    cycle_budget : In(BUDGET_BITS)
+        The array's run budget (``host.cycle_budget``; 0: off).
     skip_load : In(1)
         1: no configuration clear and no ``PROGRAM_LOAD``: start with the argument load
         (if ``arg_len``) and the execute, on the configuration already loaded (the
@@ -99,6 +101,7 @@ class Sequencer(wiring.Component):
             "prog_addr": In(32), "prog_len": In(32), "arg_addr": In(32), "arg_len": In(32),
             "exec_mask": In(32),
             "watchdog_cycles": In(WATCHDOG_BITS),
+            "cycle_budget": In(BUDGET_BITS),
             "skip_load": In(1), "skip_execute": In(1), "busy_ok": In(agcus),
             "abort_start": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1),
@@ -127,6 +130,7 @@ class Sequencer(wiring.Component):
             length=Signal(32, name="length"),
         )
         m.d.comb += [host.watchdog_cycles.eq(self.watchdog_cycles),
+                     host.cycle_budget.eq(self.cycle_budget),
                      s.arg_bit.eq(Cat(self.arg_len != 0))]
         # one command word for every AGCU, packed whole (its dst is always 0): fields
         # assigned one by one would leave constant-only slices, which Verilator's lint

@@ -22,7 +22,7 @@ __all__ = ["agcu_position", "agcu_edge", "position_edge", "default_agcu_position
 
 SIDES = ("west", "east")
 #: The host port's controls the orchestrator drives while it runs a schedule.
-ORCHESTRATED_HOST_CONTROLS = ("start", "config_clear", "watchdog_cycles")
+ORCHESTRATED_HOST_CONTROLS = ("start", "config_clear", "watchdog_cycles", "cycle_budget")
 
 
 def agcu_position(k, rows):
@@ -81,7 +81,7 @@ class RDUSystem(wiring.Component):
     other AGCUs' ``bitstream_out`` is always ready and discarded.
     An :class:`hdl.orchestrator.Orchestrator` runs schedules from memory
     (``docs/orchestrator.md``): while it is busy it owns the AGCUs' commands and the
-    host port's ``start``, ``config_clear`` and ``watchdog_cycles`` (the host's
+    host port's ``start``, ``config_clear``, ``watchdog_cycles`` and ``cycle_budget`` (the host's
     ``cmd`` streams are not ready), and while it fetches a schedule AGCU 0's
     ``bitstream_out`` goes to it instead of the configuration network. Idle, it changes
     nothing: the host drives ``cmd`` and ``host`` as without it.
@@ -250,6 +250,7 @@ class RDUSystem(wiring.Component):
             wiring.connect(m, wiring.flipped(self.orch), orch.control)
             m.d.comb += [owned.eq(orch.control.busy), capture.eq(orch.capture),
                          orch.watchdog_cycles.eq(self.host.watchdog_cycles),
+                         orch.cycle_budget.eq(self.host.cycle_budget),
                          orch.abort_start.eq(self.abort_start)]
         # the array's host port: the host's, or the orchestrator's controls while it runs
         for name, member in HostPort().members.items():

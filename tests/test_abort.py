@@ -53,3 +53,46 @@ def test_model_abort_reports_the_busy_agcus_and_flushes(seed):
     assert machine.abort() == []
     outputs, _ = machine.run_program(program)
     assert all(np.array_equal(outputs[name], expected[name]) for name in expected)
+
+
+def test_model_windows_confine_a_launch(seed):
+    """The functional model's memory windows (``FunctionalMachine.dma_windows``, the
+    rule of ``hdl.agcu_engines.window_allows``): a GEMM confined to its manifest's
+    windows runs as unconfined; without its output's window the store ends with
+    ``WINDOW`` at the output's first beat and the output region keeps what was there;
+    a ``COPY`` into a read-only window writes nothing past the window and ends with
+    ``WINDOW``; a ``PROGRAM_LOAD`` running past its window feeds the loader only the
+    beats before it."""
+    from rdu.models.shared import CommandError
+
+    from hdl.agcu_engines import DMA_WINDOWS
+    program = TARGETS[0].bases(seed % 1000)[0]
+    expected, _ = FunctionalMachine(program.machine).run_program(program)
+    machine = FunctionalMachine(program.machine)
+    outputs, _ = machine.run_program(program, windows=True)
+    assert all(np.array_equal(outputs[name], expected[name]) for name in expected)
+    windows = program.dma_windows(DMA_WINDOWS)
+    address, words = program.outputs["c"]
+    machine.write(address, np.full(words, 0x5A5A_A5A5, np.uint32))
+    unwritable = [(base, size, read, 0) for base, size, read, _ in windows]
+    with pytest.raises(CommandError) as failure:
+        machine.run_program(program, windows=unwritable)
+    assert failure.value.error == AGCUError.WINDOW
+    assert f"at 0x{address & ~(machine.beat - 1):08x} is outside its windows" in \
+        str(failure.value)
+    assert np.all(machine.read(address, words) == 0x5A5A_A5A5)
+    machine.abort()
+    beat = machine.beat
+    machine.dma_windows = [(0x1000, 4 * beat, 1, 0), (0x2000, 2 * beat, 1, 1)]
+    machine.write(0x2000, np.zeros(4 * beat // 4, np.uint32))
+    machine.write(0x1000, np.arange(4 * beat // 4, dtype=np.uint32) + 1)
+    copy = machine.command(0, AGCUOp.COPY, src=0x1000, dst=0x2000, length=4 * beat)
+    assert copy.error == AGCUError.WINDOW and f"0x{0x2000 + 2 * beat:08x}" in copy.detail
+    assert np.array_equal(machine.read(0x2000, 2 * beat // 4),
+                          np.arange(2 * beat // 4, dtype=np.uint32) + 1)
+    assert not np.any(machine.read(0x2000 + 2 * beat, 2 * beat // 4))
+    load = machine.command(0, AGCUOp.PROGRAM_LOAD, src=0x1000, length=8 * beat)
+    assert load.error == AGCUError.WINDOW and len(load.words) == beat
+    machine.dma_windows = None
+    outputs, _ = machine.run_program(program)
+    assert all(np.array_equal(outputs[name], expected[name]) for name in expected)

@@ -258,6 +258,38 @@ def test_watchdog_off_host_watchdog_amaranth(sim_dir, seed):
             watchdog_cycles=0)
 
 
+def test_run_budget_stops_a_moving_run_amaranth(sim_dir, seed):
+    """The run budget (``host.cycle_budget``, the launch's timeout): a 32x32 transpose
+    (256 beats each way, about 860 cycles) launched with a 400-cycle timeout keeps
+    moving, so the no-progress watchdog (100 cycles) never fires; the array stops itself
+    at the budget, the host names it (not its own watchdog), aborts, and the same
+    program then runs bit-exact with its full timeout."""
+    program, expected = transpose_program(**SMALL, matrix_rows=32, matrix_cols=32,
+                                          seed=seed, name="long")
+    stats = run_amaranth(small_system(), _budget_runs, seed=seed, watchdog=10**9,
+                         program_dir=str(program.save(sim_dir / "program")))
+    message, last = stats.result
+    assert re.fullmatch(r"program 'long': hardware watchdog: run budget of 400 cycles spent, "
+                        r"the array still moving \(cycle \d+\); busy: AGCUs? [\d, ]+; done: "
+                        r"(none|\[0\]); aborted: AGCUs? [\d, ]+ drained, array flushed in \d+ "
+                        r"cycles", message), message
+    assert np.array_equal(np.asarray(last, np.uint32), expected)
+
+
+async def _budget_runs(bench, program_dir):
+    from rdu.program import Program
+    from rdu.sim.host import HostDriver
+    program = Program.load(program_dir)
+    driver = HostDriver(bench, program.machine, memory=FAST_MEMORY)
+    try:
+        await driver.run(program, timeout=400, watchdog_cycles=100)
+        message = None
+    except RunError as error:
+        message = str(error)
+    last = (await driver.run(program, timeout=5000))["outputs"]["a_t"]
+    return message, last
+
+
 def test_watchdog_names_stalled_switch_amaranth(sim_dir, seed):
     """A program routed to an edge without an AGCU (compiled for an AGCU east of row 0,
     run on the default system, whose AGCU 1 is east of row 1): the transposed beats

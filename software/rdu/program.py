@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .dma_windows import merge_regions
 from .machine import Machine, MachineError
 
 __all__ = ["Program", "ProgramError", "FORMAT", "MAGIC"]
@@ -105,8 +106,13 @@ class Program:
         AGCU moves whole beats). Regions that overlap or touch are merged (a window
         both read and written then); with more than ``count`` left, the two neighbours
         with the smallest gap between them are merged until ``count`` remain (the gap
-        is then allowed too)."""
-        beat = self.machine.beat_bytes
+        is then allowed too): :func:`rdu.dma_windows.merge_regions`."""
+        return merge_regions(self.dma_regions(), count, self.machine.beat_bytes)
+
+    def dma_regions(self):
+        """``[(address, nbytes, read, write)]``: the bitstream and the inputs (read) and
+        the outputs (written) of the manifest, as they are (:meth:`dma_windows` merges
+        them)."""
         sizes = {entry["address"]: entry["words"] for entry in self.tensors.values()
                  if "address" in entry and "words" in entry}
         regions = [(self.bitstream_address, 4 * len(self.bitstream), 1, 0)]
@@ -117,25 +123,7 @@ class Program:
                                    f"in the manifest: no window can be declared")
             regions.append((address, 4 * length, 1, 0))
         regions += [(address, 4 * words, 0, 1) for address, words in self.outputs.values()]
-        spans = sorted([address // beat * beat, -(-(address + size) // beat) * beat, read,
-                        write] for address, size, read, write in regions if size)
-        merged = []
-        for span in spans:
-            if merged and span[0] <= merged[-1][1]:
-                last = merged[-1]
-                last[1] = max(last[1], span[1])
-                last[2] |= span[2]
-                last[3] |= span[3]
-            else:
-                merged.append(span)
-        while len(merged) > count:
-            gap = min(range(len(merged) - 1),
-                      key=lambda k: merged[k + 1][0] - merged[k][1])
-            first, second = merged[gap], merged.pop(gap + 1)
-            first[1] = max(first[1], second[1])
-            first[2] |= second[2]
-            first[3] |= second[3]
-        return [(start, end - start, read, write) for start, end, read, write in merged]
+        return regions
 
     @property
     def geometry(self):

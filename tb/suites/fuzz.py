@@ -235,7 +235,7 @@ def model_outcome(program, max_items=200_000):
 _RTL_PATTERNS = (
     ("loader", r": bitstream rejected by the configuration loader: "),
     ("hw_watchdog", r": hardware watchdog: "),
-    ("host_watchdog", r": watchdog: AGCUs? [\d, ]+ still busy"),
+    ("host_watchdog", r": watchdog: (AGCUs? [\d, ]+ still busy|the array still moving)"),
     ("agcu_error", r": (program load on )?AGCU \d+ ended "),
     ("unit_error", r": (PCU|PMU)\(\d+,\d+\) error "),
 )

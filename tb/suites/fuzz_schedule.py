@@ -22,8 +22,9 @@ from rdu.models.machine import FunctionalMachine
 from rdu.relocate import relocate_image, relocate_output
 from rdu.runtime.orchestrate import orchestrate
 from rdu.runtime.steps import Copy, Launch
-from rdu.sim.host import HostDriver
+from rdu.sim.host import HostDriver, dma_windows_value
 
+from hdl.agcu_engines import DMA_WINDOWS
 from hdl.orchestrator import COMMAND_BYTES, DEFAULT_COMMANDS
 from hdl.sequencer import ErrorSource
 
@@ -31,7 +32,7 @@ from .fuzz import SMALL_MACHINE, TARGETS
 
 __all__ = ["SCHEDULE_ADDRESS", "DDR", "ScheduleCase", "base_schedule", "mutate_schedule",
            "schedule_cases", "model_schedule_outcome", "run_schedule_cases",
-           "run_schedules_rtl", "schedule_verdict", "SOURCE_OUTCOMES"]
+           "run_schedules_rtl", "schedule_verdict", "SOURCE_OUTCOMES", "schedule_windows"]
 
 #: Where the damaged schedule's words go (HBM, apart from the images and bitstreams).
 SCHEDULE_ADDRESS = 0x0100_0000
@@ -140,10 +141,23 @@ def schedule_cases(count, seed, agcus=SMALL_MACHINE.agcus):
     return plan, regions, cases
 
 
-def model_schedule_outcome(plan, regions, case, machine=SMALL_MACHINE, max_items=200_000):
+def schedule_windows(plan, machine=SMALL_MACHINE):
+    """The memory windows the host confines the schedule campaign to: the undamaged
+    schedule's manifest (:meth:`rdu.runtime.orchestrate.Orchestration.dma_windows`), its
+    words at :data:`SCHEDULE_ADDRESS`. A damaged command that leaves them (a length of
+    megabytes, an address elsewhere) ends with ``WINDOW`` on the model and the RTL."""
+    return plan.dma_windows(DMA_WINDOWS, machine.beat_bytes, address=SCHEDULE_ADDRESS)
+
+
+def model_schedule_outcome(plan, regions, case, machine=SMALL_MACHINE, max_items=200_000,
+                           windows=True):
     """``(outcome, detail)`` of ``case`` on a fresh functional model: ``("outputs",
-    {region: words})`` or ``(error outcome, (index, source, code, unit))``."""
+    {region: words})`` or ``(error outcome, (index, source, code, unit))``; ``windows``:
+    confined to :func:`schedule_windows` (as :func:`run_schedule_cases` confines the
+    RTL)."""
     model = FunctionalMachine(machine, max_items=max_items)
+    if windows:
+        model.dma_windows = schedule_windows(plan, machine)
     for address, words in plan.writes:
         model.write(address, words)
     model.write(SCHEDULE_ADDRESS, case.words)
@@ -180,10 +194,11 @@ async def run_schedule_cases(bench, case_file, *, case_timeout=20_000, watchdog_
     """Bench body: every damaged schedule of ``case_file`` (an ``.npz`` of
     :func:`save_cases`) on one system, each from a clean machine (memory cleared, the
     undamaged run's images and bitstreams written, the case's words at
-    :data:`SCHEDULE_ADDRESS`, one ``orch.start``; the system reset after it). The wait is
-    bounded: ``case_timeout`` cycles, then ``host_watchdog``. Returns per case
-    ``{"outcome", "status": [index, source, code, unit]}`` or ``{"outcome": "outputs",
-    "outputs"}``."""
+    :data:`SCHEDULE_ADDRESS`, the windows of the file (if any) and a run budget of half
+    ``case_timeout`` for each ``EXECUTE`` set, one ``orch.start``; the system reset after
+    it). The wait is bounded: ``case_timeout`` cycles, then ``host_watchdog``. Returns per
+    case ``{"outcome", "status": [index, source, code, unit]}`` or ``{"outcome":
+    "outputs", "outputs"}``."""
     with np.load(case_file) as arrays:
         data = {key: arrays[key] for key in arrays.files}
     writes = [(int(address), data[f"w{i}"]) for i, address in enumerate(data["addresses"])]
@@ -197,7 +212,10 @@ async def run_schedule_cases(bench, case_file, *, case_timeout=20_000, watchdog_
         for address, words in writes:
             driver.write(address, words)
         driver.write(SCHEDULE_ADDRESS, data[f"case{index}"])
+        if "windows" in data:
+            bench.set("dma_windows", dma_windows_value(data["windows"].tolist()))
         bench.set("host.watchdog_cycles", watchdog_cycles)
+        bench.set("host.cycle_budget", case_timeout // 2)
         bench.set("orch.addr", SCHEDULE_ADDRESS)
         bench.set("orch.length", int(length))
         bench.set("orch.start", 1)
@@ -225,10 +243,13 @@ async def run_schedule_cases(bench, case_file, *, case_timeout=20_000, watchdog_
     return results
 
 
-def save_cases(path, plan, regions, cases):
-    """Write the cases of :func:`run_schedule_cases` into ``path`` (``.npz``)."""
+def save_cases(path, plan, regions, cases, windows=True):
+    """Write the cases of :func:`run_schedule_cases` into ``path`` (``.npz``), with
+    :func:`schedule_windows` (``windows``)."""
     arrays = {f"w{i}": np.asarray(words, np.uint32) for i, (_, words) in
               enumerate(plan.writes)}
+    if windows:
+        arrays["windows"] = np.asarray(schedule_windows(plan), np.uint64)
     arrays["addresses"] = np.asarray([address for address, _ in plan.writes], np.uint64)
     arrays.update({f"case{i}": case.words for i, case in enumerate(cases)})
     arrays["lengths"] = np.asarray([case.length for case in cases], np.uint64)

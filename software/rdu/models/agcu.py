@@ -11,6 +11,7 @@ import numpy as np
 from hdl.agcu import AGCUError, AGCUOp
 
 from .. import affine
+from ..dma_windows import first_refused
 from .shared import STEP, CommandError, Unit, item_vector
 
 __all__ = ["AGCUModel", "execute_error"]
@@ -25,8 +26,9 @@ def execute_error(agcu, code, detail):
 class AGCUModel(Unit):
     """An AGCU running kernel execute: launch token, load and store patterns."""
 
-    def __init__(self, index, cfg, lanes, memory, edge_in, edge_out, execute):
+    def __init__(self, index, cfg, lanes, memory, edge_in, edge_out, execute, windows=None):
         self.name = f"AGCU {index}"
+        self.windows = windows          # rdu.dma_windows: None (off) or [(base, size, r, w)]
         self.index, self.cfg, self.lanes, self.memory = index, cfg, lanes, memory
         self.beat = 4 * lanes
         self.edge_in, self.edge_out = edge_in, edge_out    # {network: queue}
@@ -69,6 +71,15 @@ class AGCUModel(Unit):
             raise execute_error(self.index, AGCUError.ADDRESS_WRAP,
                               f"{side} beat {start + int(np.argmax(bad))} leaves the "
                               f"address space")
+        if self.windows is None:
+            return address
+        write = side == "store"
+        for offset, beat_address in enumerate(address.tolist()):
+            refused = first_refused(self.windows, beat_address, self.beat, self.beat, write)
+            if refused is not None:
+                raise execute_error(self.index, AGCUError.WINDOW,
+                                    f"{side} beat {start + offset} at 0x{refused:08x} is "
+                                    f"outside its windows")
         return address
 
     def flush(self):

@@ -114,6 +114,8 @@ class FunctionalArray:
         self.geometry = Geometry(rows, cols, lanes)
         #: SIMD PCUs compute in batches (False: pcu_reference.SimdState.step per beat)
         self.simd_batch = simd_batch
+        #: the AGCUs' memory windows (:mod:`rdu.dma_windows`; ``None``: off)
+        self.dma_windows = None
         self.rows, self.cols, self.lanes = rows, cols, lanes
         self.compute, self.stages = compute, stages
         if capacity_bytes % (4 * lanes) or capacity_bytes < 8 * lanes:
@@ -275,7 +277,7 @@ class FunctionalArray:
                 outs = {network: edge_out[network, edge] for network in NETWORKS}
                 agcus.append(UNITS[UnitKind.AGCU].model(
                     index, self.config(UnitKind.AGCU, 0, index), lanes, memory, ins, outs,
-                    index in execute))
+                    index in execute, self.dma_windows))
         per_beat_on_cycles(switches, units)
         return switch_inputs, edge_out, switches, units, agcus
 

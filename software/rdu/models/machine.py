@@ -24,11 +24,13 @@ import numpy as np
 
 from hdl import defaults
 from hdl.agcu import AGCUError, AGCUOp, agcu_config_layout
+from hdl.agcu_engines import DMA_WINDOWS
 from hdl.config_net import LoaderState
 from hdl.interfaces import config_words
 from hdl.orchestrator import DEFAULT_COMMANDS
 
 from ..bitstream import ConfigStatus
+from ..dma_windows import first_refused
 from ..machine import Machine
 from ..memory_map import BURST_BOUNDARY
 from .array import FunctionalArray, RunResult
@@ -186,6 +188,7 @@ class FunctionalMachine:
                 errors.append((offset // self.beat, AGCUError.ADDRESS_WRAP,
                                f"read address 0x{address:x} leaves the 32-bit address "
                                f"space (used as 0x{used:08x})"))
+            errors += self._window_errors(offset, used, chunk, False)
             if self._mapped(used, chunk):
                 out += self.memory.read(used, chunk)
             else:
@@ -203,6 +206,12 @@ class FunctionalMachine:
                 errors.append((offset // self.beat, AGCUError.ADDRESS_WRAP,
                                f"write address 0x{address:x} leaves the 32-bit address "
                                f"space (used as 0x{used:08x})"))
+            refused = self._window_errors(offset, used, chunk, True)
+            if refused:             # this burst and every later one are never issued
+                allowed = refused[0][0] * self.beat - offset
+                if allowed and self._mapped(used, allowed):
+                    self.memory.write(used, raw[offset:offset + allowed])
+                return errors + refused
             if self._mapped(used, chunk):
                 self.memory.write(used, raw[offset:offset + chunk])
             else:
@@ -211,15 +220,40 @@ class FunctionalMachine:
                                f"mapped"))
         return errors
 
+    @property
+    def dma_windows(self):
+        """The AGCUs' memory windows (``RDUSystem.dma_windows``; :mod:`rdu.dma_windows`):
+        ``None`` (off, the reset value) or ``[(base, size, read, write)]``. Every
+        command's streams and every kernel execute's patterns are checked per beat; the
+        first beat outside ends the command with ``WINDOW``."""
+        return self.array.dma_windows
+
+    @dma_windows.setter
+    def dma_windows(self, windows):
+        self.array.dma_windows = None if windows is None else [
+            tuple(int(value) for value in window) for window in windows]
+
+    def _window_errors(self, offset, address, nbytes, write):
+        """``[(beat, WINDOW, detail)]`` of the first beat of a chunk outside the windows."""
+        refused = first_refused(self.array.dma_windows, address, nbytes, self.beat, write)
+        if refused is None:
+            return []
+        beat = (offset + refused - address) // self.beat
+        return [(beat, AGCUError.WINDOW, f"{'write' if write else 'read'} of beat {beat} "
+                 f"at 0x{refused:08x} is outside its windows")]
+
     @staticmethod
     def _first_error(read_errors, write_errors=()):
         """The error the command reports. The address generators flag a wrap when they
-        compute the address, ahead of any memory response, so ``ADDRESS_WRAP`` wins;
-        otherwise the first failing beat, a read before the write of the same beat
-        (its data comes from that read)."""
-        wraps = [e for e in (*read_errors, *write_errors) if e[1] == AGCUError.ADDRESS_WRAP]
-        if wraps:
-            return wraps[0]
+        compute the address, and the windows refuse a burst before it is issued, ahead
+        of any memory response, so ``ADDRESS_WRAP`` wins, then ``WINDOW``; otherwise the
+        first failing beat, a read before the write of the same beat (its data comes
+        from that read)."""
+        errors = (*read_errors, *write_errors)
+        for code in (AGCUError.ADDRESS_WRAP, AGCUError.WINDOW):
+            found = [error for error in errors if error[1] == code]
+            if found:
+                return min(found, key=lambda error: error[0])
         ranked = [(beat, 0, code, detail) for beat, code, detail in read_errors] + \
                  [(beat, 1, code, detail) for beat, code, detail in write_errors]
         if not ranked:
@@ -274,6 +308,9 @@ class FunctionalMachine:
         # the whole source is read before anything is written: an overlapping copy to
         # a lower address is what the RTL does; to a higher address it depends on timing
         raw, read_errors = self._stream_read(src, length)
+        refused = [error for error in read_errors if error[1] == AGCUError.WINDOW]
+        if refused:                 # the refused beats are never read, nor written
+            raw = raw[:refused[0][0] * self.beat]
         write_errors = self._stream_write(dst, raw)
         self._report(result, self._first_error(read_errors, write_errors))
 
@@ -289,8 +326,11 @@ class FunctionalMachine:
         beats = -(-length // self.beat)           # whole beats are read
         raw, read_errors = self._stream_read(src, beats * self.beat)
         words = np.frombuffer(raw[:length], dtype="<u4").astype(np.uint32).tolist()
+        error = self._first_error(read_errors)
+        if error is not None and error[1] == AGCUError.WINDOW:
+            words = words[:error[0] * self.beat // 4]     # the refused beats never come
         result.words = words
-        self._report(result, self._first_error(read_errors))
+        self._report(result, error)
         if result.op == AGCUOp.ARGUMENT_LOAD:
             self.pending_arguments.setdefault(result.agcu, []).extend(words)
         elif result.agcu == 0 and not capture:
@@ -373,13 +413,20 @@ class FunctionalMachine:
         return result
 
     # -- programs --------------------------------------------------------------------------
-    def run_program(self, program, *, clear=True):
+    def run_program(self, program, *, clear=True, windows=None):
         """Run one :class:`rdu.program.Program` on the persistent memory: clear the
         configuration (``clear``; as a host does between programs), write the input
         images and the bitstream, ``PROGRAM_LOAD`` it through AGCU 0, execute
         ``program.execute``, read ``program.outputs``. Returns ``({name: uint32
         array}, RunResult)``. Every failure is a :class:`ModelError` whose one-line
-        message starts with ``program '<name>':``."""
+        message starts with ``program '<name>':``. ``windows``: ``True`` confines the
+        launch to its manifest's windows (:meth:`rdu.program.Program.dma_windows`, as
+        ``HostDriver(windows=True)``), a list sets those, ``None`` keeps
+        :attr:`dma_windows`."""
+        if windows is True:
+            windows = program.dma_windows(DMA_WINDOWS)
+        if windows is not None:
+            self.dma_windows = windows
         try:
             return self._run_program(program, clear)
         except ModelError as error:

@@ -10,6 +10,7 @@ import numpy as np
 
 from hdl.orchestrator import COMMAND_BYTES, ScheduleOp
 
+from ..dma_windows import merge_regions
 from ..schedule import Command, encode, mask_of
 from ..sim.protocol import MemoryImage, OrchestrationPlan, PlannedLaunch
 from .results import RunFailure, RunResult, StepResult, beat_bytes
@@ -30,6 +31,26 @@ class Orchestration:
     writes: list                # [(address, uint32 words)]
     step_commands: list         # per step: its command indices
     launches: list              # [(step index, program, EXECUTE command index)]
+
+    def dma_windows(self, count, beat, address=None):
+        """At most ``count`` memory windows (:func:`rdu.dma_windows.merge_regions`) for
+        the whole schedule: its words and every ``PROGRAM_LOAD`` read, each launch's
+        manifest regions (:meth:`rdu.program.Program.dma_regions`), each ``COPY``'s source
+        read and destination written. The host sets them before ``orch.start``: a
+        command damaged to leave them (a length of megabytes, an address elsewhere)
+        ends with ``WINDOW`` instead of reading or writing another program's memory.
+        ``address``: where the schedule's words are, if not at :attr:`address`."""
+        regions = [(self.address if address is None else address, 4 * len(self.words),
+                    1, 0)]
+        for command in self.commands:
+            if command.op in (ScheduleOp.PROGRAM_LOAD, ScheduleOp.ARGUMENT_LOAD):
+                regions.append((command.src, command.length, 1, 0))
+            elif command.op == ScheduleOp.COPY:
+                regions += [(command.src, command.length, 1, 0),
+                            (command.dst, command.length, 0, 1)]
+        for _, program, _ in self.launches:
+            regions += program.dma_regions()
+        return merge_regions(regions, count, beat)
 
 
 def _spans_overlap(a, b):

@@ -22,7 +22,7 @@ import numpy as np
 
 from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
 from hdl.agcu_engines import DMA_WINDOWS, dma_windows_layout
-from hdl.array import WATCHDOG_BITS, watchdog_location
+from hdl.array import BUDGET_BITS, WATCHDOG_BITS, WATCHDOG_BUDGET, watchdog_location
 from hdl.config_net import LoaderState
 from hdl.orchestrator import DEFAULT_COMMANDS
 from hdl.pcu_config import PCUError
@@ -47,7 +47,7 @@ from .protocol import (
 
 __all__ = ["RunError", "HostDriver", "system_memory", "check_program", "run_program",
            "run_programs", "run_schedule", "run_orchestrated", "load_outputs",
-           "hardware_watchdog_cycles"]
+           "hardware_watchdog_cycles", "hardware_cycle_budget", "BUDGET_SLACK"]
 
 WORD_BYTES = 4
 #: Total output words returned inline in the result (more: only in the .npz file).
@@ -66,6 +66,19 @@ def hardware_watchdog_cycles(timeout, watchdog_cycles=None):
     (and is named) before the host's own watchdog; at most ``2**WATCHDOG_BITS - 1``."""
     cycles = timeout // 2 if watchdog_cycles is None else watchdog_cycles
     return max(0, min(int(cycles), (1 << WATCHDOG_BITS) - 1))
+
+
+#: Cycles the host waits past a launch's run budget before its own watchdog ends the wait
+#: (the array's stop, then the driver's reads of it, come first).
+BUDGET_SLACK = 256
+
+
+def hardware_cycle_budget(timeout, watchdog_cycles):
+    """The ``host.cycle_budget`` a launch with ``timeout`` programs: the timeout itself
+    (the host then waits :data:`BUDGET_SLACK` cycles more, so that a run that keeps
+    moving is stopped by the array, and named, not by the host's wait), or 0 (off)
+    when the array's watchdog is off (``watchdog_cycles`` 0)."""
+    return min(int(timeout), (1 << BUDGET_BITS) - 1) if watchdog_cycles else 0
 
 
 def system_memory(beat_bytes, overrides=None, regions=None, faults=None):
@@ -314,6 +327,10 @@ class HostDriver:
             if await bench.read("host.watchdog"):
                 raise RunError(await self._hardware_watchdog(what, [], finished))
             elapsed += await bench.advance_until_change(watched, timeout - elapsed)
+        raise RunError(f"{what}: watchdog: the array still moving {timeout} cycles after "
+                       f"every AGCU finished (cycle {bench.cycle}; items in the mesh or "
+                       f"units busy); done: {sorted(finished) or 'none'}"
+                       f"{await self._error_detail()}")
 
     async def _hardware_watchdog(self, what, busy, finished):
         """The message of a stop by the array's watchdog (``host.watchdog``)."""
@@ -322,6 +339,12 @@ class HostDriver:
         cycles = await bench.read("host.watchdog_cycles")
         where = watchdog_location(code, self.machine.rows, self.machine.cols)
         agcus = f"AGCU{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}"
+        if code == WATCHDOG_BUDGET:
+            budget = await bench.read("host.cycle_budget")
+            return (f"{what}: hardware watchdog: run budget of {budget} cycles spent, the "
+                    f"array still moving (cycle {bench.cycle}); busy: "
+                    f"{agcus if busy else 'no AGCU (units or items in the mesh)'}; "
+                    f"done: {sorted(finished) or 'none'}{await self._error_detail()}")
         if not busy:
             stalled = (f"{where} holds an item after every AGCU finished" if where else
                        "a unit still busy after every AGCU finished")
@@ -410,16 +433,19 @@ class HostDriver:
         bench, name = self.bench, program.name
         execute = list(program.execute)
         hardware = hardware_watchdog_cycles(timeout, watchdog_cycles)
+        budget = hardware_cycle_budget(timeout, hardware)
         await self._issue(execute, command_word(AGCUOp.EXECUTE), timeout,
                           f"program {name!r}: execute")
         bench.set("host.watchdog_cycles", hardware)
+        bench.set("host.cycle_budget", budget)
         bench.set("host.start", 1)
         await self._end_issue(execute)      # the edge that sampled start and the commands
         bench.set("host.start", 0)
-        finished = await self._wait_done(execute, timeout, f"program {name!r}", name=name,
+        wait = timeout + BUDGET_SLACK if budget else timeout
+        finished = await self._wait_done(execute, wait, f"program {name!r}", name=name,
                                          hardware=bool(hardware), op="EXECUTE")
         if hardware:
-            await self._wait_mesh_empty(f"program {name!r}", finished, timeout)
+            await self._wait_mesh_empty(f"program {name!r}", finished, wait)
         for k in execute:
             await self._check_agcu(k, f"program {name!r}", "EXECUTE")
         array_done = await bench.read("host.done")
@@ -506,6 +532,7 @@ class HostDriver:
         await self.bench.reset(cycles)
         self.mem.reset_ports()
         self.bench.set("host.watchdog_cycles", 0)
+        self.bench.set("host.cycle_budget", 0)
 
     def memory_beats(self):
         """``{region: {"read_beats", "write_beats"}}`` the memory models have served so

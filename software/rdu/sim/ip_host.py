@@ -393,7 +393,7 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
                  for register in driver.regmap.registers}
     probes = {"id_write_resp": await driver.write_reg("ID", 0),
               "id_after_write": await driver.read_reg("ID"),
-              "unmapped": [await driver.read_offset(offset) for offset in (0x3C, 0x6C, 0xFFC)]}
+              "unmapped": [await driver.read_offset(offset) for offset in (0x4C, 0x6C, 0xFFC)]}
 
     async def refuse(starts, name):
         refused = []
