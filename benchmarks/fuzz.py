@@ -126,7 +126,8 @@ def kernel_campaign(target, args, work_dir, rows, problems):
     """One target's damaged bitstreams: model, then the first ``args.rtl`` on the RTL."""
     programs = target.programs(args.cases, args.seed)
     undamaged = [model_outcome(base)[1] for base in target.bases(args.seed)]
-    models, seconds = _model_runs(target.name, programs, model_outcome)
+    models, seconds = _model_runs(target.name, programs,
+                                  lambda program: model_outcome(program, windows=args.windows))
     rows["model"].append(_model_row(target.name, target.family.name, models,
                                     [undamaged[p.meta["base"]] for p in programs], seconds))
     if not args.rtl:
@@ -138,7 +139,8 @@ def kernel_campaign(target, args, work_dir, rows, problems):
     results, verdicts, stats = run_rtl(built, programs[:args.rtl], models[:args.rtl],
                                        work_dir / target.name, seed=args.seed,
                                        perf_counters=names, native=args.sim == "native",
-                                       timeout=30_000, recover=args.recover)
+                                       timeout=30_000, recover=args.recover,
+                                       windows=args.windows)
     rows["rtl"].append(_rtl_row(target.name, target.family.name, models, results,
                                 verdicts, stats, time.perf_counter() - start, problems))
 
@@ -210,6 +212,9 @@ def main(argv=None):
                         help="between RTL cases: a system reset, or the host driver's "
                              "abort (a reset only if it left the machine unsettled, "
                              "counted in 'resets')")
+    parser.add_argument("--windows", action="store_true",
+                        help="confine every kernel case to its manifest's memory windows "
+                             "on the model and the RTL (schedules always are)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
     args = parser.parse_args(argv)

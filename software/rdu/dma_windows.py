@@ -8,7 +8,9 @@ and/or writable. With windows on (a list, even empty), an access of ``nbytes`` a
 ``None``: windows off, everything allowed.
 """
 
-__all__ = ["allows", "first_refused", "merge_regions"]
+from hdl.agcu_engines import DMA_WINDOWS, dma_windows_layout
+
+__all__ = ["allows", "first_refused", "merge_regions", "copy_windows", "port_value"]
 
 
 def allows(windows, address, nbytes, write):
@@ -58,3 +60,25 @@ def merge_regions(regions, count, beat):
         first[2] |= second[2]
         first[3] |= second[3]
     return [(start, end - start, read, write) for start, end, read, write in merged]
+
+
+def port_value(windows, enable=True):
+    """The ``dma_windows`` port value (:func:`hdl.agcu_engines.dma_windows_layout`) of
+    ``[(base, size, read, write)]`` (at most :data:`hdl.agcu_engines.DMA_WINDOWS`, the
+    rest off); ``enable`` 0: every address allowed. Raises :class:`ValueError` for more
+    windows than the AGCUs check."""
+    if len(windows) > DMA_WINDOWS:
+        raise ValueError(f"{len(windows)} memory windows, the AGCUs check {DMA_WINDOWS}")
+    entries = [{"base": base, "size": size, "read": read, "write": write}
+               for base, size, read, write in windows]
+    entries += [{"base": 0, "size": 0, "read": 0, "write": 0}] * (DMA_WINDOWS - len(entries))
+    return dma_windows_layout().const({"enable": int(enable),
+                                       "window": entries}).as_value().value
+
+
+def copy_windows(jobs, beat, count=DMA_WINDOWS):
+    """The windows of AGCU ``COPY`` jobs ``[(agcu, src, dst, length)]``: each source
+    read, each destination written (:func:`merge_regions`)."""
+    return merge_regions([region for _, src, dst, length in jobs
+                          for region in ((src, length, 1, 0), (dst, length, 0, 1))],
+                         count, beat)

@@ -2,8 +2,8 @@
 tiers: bursts checked against the windows at the memory port, memory outside them
 unchanged."""
 
+from rdu.dma_windows import port_value
 from rdu.memory_map import DDR, HBM
-from rdu.sim.host import dma_windows_value
 
 from hdl.agcu import AGCUError, AGCUOp
 from hdl.interfaces import ControlToken
@@ -36,7 +36,7 @@ async def windows(bench, *, stall="random", fast=True):
     stored = bytearray(memory.dump(*store_window).tobytes())
     half = store_window[1] // 2
     allowed = [(load_window[0], load_window[1], 1, 0), (store_window[0], half, 0, 1)]
-    bench.set("windows", dma_windows_value(allowed))
+    bench.set("windows", port_value(allowed))
 
     def outside(bursts, access):
         return [(addr, beats) for addr, beats in bursts
@@ -86,7 +86,7 @@ async def windows(bench, *, stall="random", fast=True):
         raise AssertionError("bursts left at the memory port")
     # windows off (the reset value): the same copy runs
     await bench.cycles(1)
-    bench.set("windows", dma_windows_value(allowed, enable=False))
+    bench.set("windows", port_value(allowed, enable=False))
     error, _ = await host.run(AGCUOp.COPY, src=load_window[0], dst=load_window[0] + 4096,
                               length=1024)
     if error != AGCUError.NONE or \

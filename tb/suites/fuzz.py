@@ -212,11 +212,13 @@ def select_targets(name, families):
     return chosen
 
 
-def model_outcome(program, max_items=200_000):
-    """``(outcome, outputs or message)`` of ``program`` on a fresh functional model."""
+def model_outcome(program, max_items=200_000, windows=False):
+    """``(outcome, outputs or message)`` of ``program`` on a fresh functional model;
+    ``windows``: confined to its manifest's memory windows (as ``HostDriver(windows=True)``
+    confines the RTL's launch)."""
     try:
         outputs, _ = FunctionalMachine(program.machine, max_items=max_items).run_program(
-            program)
+            program, windows=True if windows else None)
     except LoaderError as error:
         return "loader", str(error)
     except CommandError as error:
@@ -263,7 +265,7 @@ def verdict(program, model, result):
 
 
 def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=None,
-            native=False, timeout=6000, recover="reset"):
+            native=False, timeout=6000, recover="reset", windows=False):
     """Run ``programs`` in one Verilator simulation (:func:`run_cases`) and compare each
     with its model outcome (``models``). A case whose outputs differ is run again alone
     in a fresh simulation: the PMU SRAM is not cleared by reset, and a damaged read
@@ -271,7 +273,8 @@ def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=No
     where the model (a fresh machine) sees zeroes; equal outputs then give ``"equal on
     fresh SRAM"``. ``native``: on the native runner (:mod:`rdu.sim.native`; no
     ``faults``) instead of cocotb; ``timeout``: the host's watchdog of each launch in
-    cycles; ``recover``: :func:`run_cases`'s. Returns ``(results, verdicts, stats)``."""
+    cycles; ``recover``, ``windows``: :func:`run_cases`'s. Returns ``(results, verdicts,
+    stats)``."""
     from pathlib import Path
 
     from rdu.sim.native import run_native
@@ -281,7 +284,7 @@ def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=No
     dirs = [str(program.save(work_dir / program.name)) for program in programs]
     stats = run(built, run_cases, work_dir / "run", seed=seed, watchdog=10**9,
                 program_dirs=dirs, perf_counters=perf_counters, faults=faults,
-                case_timeout=timeout, recover=recover)
+                case_timeout=timeout, recover=recover, windows=windows)
     results = stats.result
     verdicts = []
     for index, (program, model, result) in enumerate(zip(programs, models, results,
@@ -290,7 +293,8 @@ def run_rtl(built, programs, models, work_dir, *, seed, perf_counters, faults=No
         if found == "DIFFERENT":
             alone = run(built, run_cases, work_dir / f"alone_{program.name}", seed=seed,
                         watchdog=10**9, program_dirs=[dirs[index]],
-                        perf_counters=perf_counters, case_timeout=timeout).result[0]
+                        perf_counters=perf_counters, case_timeout=timeout,
+                        windows=windows).result[0]
             if verdict(program, model, alone) == "equal":
                 found = "equal on fresh SRAM"
         verdicts.append(found)
@@ -310,7 +314,7 @@ def rtl_outcome(message):
 
 async def run_cases(bench, program_dirs, *, timeout=6000, watchdog_cycles=1500,
                     faults=None, perf_counters=None, load_timeout=20_000, case_timeout=None,
-                    recover="reset"):
+                    recover="reset", windows=False):
     """Bench body: run the saved programs one after the other on one system, each from a
     clean machine (memory zeroed, system reset after every case) and catch each
     :class:`RunError`. ``faults`` is ``None`` or one fault specification (or ``None``)
@@ -318,12 +322,14 @@ async def run_cases(bench, program_dirs, *, timeout=6000, watchdog_cycles=1500,
     ``timeout`` for themselves). ``recover="abort"``: no reset after a case unless the
     host driver's abort left the machine unsettled (``"reset": True`` then). Returns
     one ``{"outcome", "message"}`` or ``{"outcome": "outputs", "outputs", "cycles"}``
-    per program."""
+    per program. ``windows``: each launch confined to its manifest's memory windows
+    (``HostDriver(windows=True)``)."""
     if recover not in ("reset", "abort"):
         raise ValueError(f"recover must be 'reset' or 'abort', not {recover!r}")
     timeout = case_timeout or timeout
     programs = [Program.load(directory) for directory in program_dirs]
-    driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters)
+    driver = HostDriver(bench, programs[0].machine, perf_counters=perf_counters,
+                        windows=windows)
     results = []
     for index, program in enumerate(programs):
         driver.mem.clear()

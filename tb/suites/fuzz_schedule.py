@@ -18,11 +18,12 @@ import random
 from dataclasses import dataclass
 
 import numpy as np
+from rdu.dma_windows import port_value
 from rdu.models.machine import FunctionalMachine
 from rdu.relocate import relocate_image, relocate_output
 from rdu.runtime.orchestrate import orchestrate
 from rdu.runtime.steps import Copy, Launch
-from rdu.sim.host import HostDriver, dma_windows_value
+from rdu.sim.host import HostDriver
 
 from hdl.agcu_engines import DMA_WINDOWS
 from hdl.orchestrator import COMMAND_BYTES, DEFAULT_COMMANDS
@@ -213,7 +214,7 @@ async def run_schedule_cases(bench, case_file, *, case_timeout=20_000, watchdog_
             driver.write(address, words)
         driver.write(SCHEDULE_ADDRESS, data[f"case{index}"])
         if "windows" in data:
-            bench.set("dma_windows", dma_windows_value(data["windows"].tolist()))
+            bench.set("dma_windows", port_value(data["windows"].tolist()))
         bench.set("host.watchdog_cycles", watchdog_cycles)
         bench.set("host.cycle_budget", case_timeout // 2)
         bench.set("orch.addr", SCHEDULE_ADDRESS)

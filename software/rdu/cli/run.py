@@ -61,12 +61,13 @@ def cmd_run(args):
     if unfused:
         figures, results, _ = run_sequence(
             kernel, program, inputs, args.sim, seed=args.seed, progress=not args.json,
-            timeout=args.timeout, execution=EXECUTIONS[execution])
+            timeout=args.timeout, execution=EXECUTIONS[execution], windows=args.windows)
         result = None
     else:
         figures, results, result = run_kernel(kernel, program, inputs, args.sim,
                                               seed=args.seed, waves=bool(args.waves),
-                                              progress=not args.json, timeout=args.timeout)
+                                              progress=not args.json, timeout=args.timeout,
+                                              windows=args.windows)
     ok, max_abs_err = figures["ok"], figures["max_abs_err"]
     agrees, others = kernel.references(program, inputs, results)   # onnxruntime's
     figures = {key: value for name, value in figures.items()
@@ -154,6 +155,10 @@ def add_run_options(cmd, sim_choice=True):
     cmd.add_argument("--timeout", type=int, metavar="CYCLES",
                      help="watchdog: cycles a launch may take (default: 4x an "
                           "estimate from the program)")
+    cmd.add_argument("--no-windows", dest="windows", action="store_false",
+                     help="run without memory windows (default: every launch, copy and "
+                          "schedule confined to the regions its manifest declares; an "
+                          "access elsewhere ends with WINDOW)")
     cmd.add_argument("--save", metavar="DIR",
                      help="write the inputs, outputs (.npy) and the report to DIR")
     cmd.add_argument("--waves", metavar="FILE",

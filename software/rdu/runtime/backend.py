@@ -36,6 +36,10 @@ class RunOptions:
         Memory-model overrides of the RTL (:func:`rdu.sim.host.system_memory`).
     launch_latency : int, optional
         Cycles the host needs to issue each launch and copy of a host schedule.
+    windows : bool
+        Confine each launch, copy and orchestrated schedule to the memory windows of
+        what it declares (:mod:`rdu.dma_windows`): an access elsewhere ends its command
+        with ``WINDOW``. Default on.
     """
     seed: int = 1
     work_dir: object = None
@@ -44,6 +48,7 @@ class RunOptions:
     progress: bool = False
     memory: dict = None
     launch_latency: int = None
+    windows: bool = True
 
 
 class Backend:

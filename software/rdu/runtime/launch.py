@@ -34,7 +34,7 @@ def run_program(program, sim="model", **options):
 
 
 def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, waves=False,
-                 timeout=None, progress=False):
+                 timeout=None, progress=False, windows=True):
     """Run ``programs`` in order on one machine and memory; one :class:`RunResult` each.
 
     Parameters
@@ -58,6 +58,9 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
         launch_timeout`).
     progress : bool
         Show Verilator build and simulation progress on stderr.
+    windows : bool
+        Confine each launch to the memory windows of its manifest (inputs and bitstream
+        read, outputs written; :meth:`rdu.program.Program.dma_windows`).
 
     Raises
     ------
@@ -69,14 +72,16 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
         raise ValueError("no program to run")
     machine = check_machine(programs, machine)
     results = backend.run_programs(programs, machine, RunOptions(
-        seed=seed, work_dir=work_dir, waves=waves, timeout=timeout, progress=progress))
+        seed=seed, work_dir=work_dir, waves=waves, timeout=timeout, progress=progress,
+        windows=windows))
     for program, result in zip(programs, results, strict=True):
         result.roofline = roofline([program], result.cycles)
     return results
 
 
 def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, memory=None,
-                 timeout=None, progress=False, execution="host", launch_latency=None):
+                 timeout=None, progress=False, execution="host", launch_latency=None,
+                 windows=True):
     """Run a list of :class:`Launch`, :class:`Copy` and :class:`Write` steps in order on
     one machine and one memory; one :class:`StepResult` each.
 
@@ -102,6 +107,10 @@ def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, mem
     or read, are refused. The outputs are read after the end. Step cycles come from the
     orchestrator's command completions (``launch_cycles`` 0).
 
+    ``windows``: each launch and copy (host), or the whole schedule (orchestrated:
+    :meth:`rdu.runtime.orchestrate.Orchestration.dma_windows`), confined to the memory
+    windows of what it declares.
+
     Raises
     ------
     RunFailure
@@ -119,7 +128,7 @@ def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, mem
     machine = check_machine(programs, machine)
     check_steps(steps, machine, execution)
     options = RunOptions(seed=seed, work_dir=work_dir, memory=memory, timeout=timeout,
-                         progress=progress, launch_latency=launch_latency)
+                         progress=progress, launch_latency=launch_latency, windows=windows)
     if execution == "host":
         results = backend.run_schedule(steps, machine, options)
     elif not backend.orchestrates:

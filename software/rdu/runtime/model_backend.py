@@ -6,8 +6,10 @@ import time
 import numpy as np
 
 from hdl.agcu import AGCUOp
+from hdl.agcu_engines import DMA_WINDOWS
 from hdl.orchestrator import DEFAULT_COMMANDS
 
+from ..dma_windows import copy_windows
 from ..models.machine import FunctionalMachine
 from ..models.shared import ModelError
 from ..schedule import error_message
@@ -21,10 +23,11 @@ __all__ = ["ModelBackend"]
 WHERE = "functional model"
 
 
-def _launch(model, program):
-    """Run ``program`` on ``model``: its :class:`RunResult`."""
+def _launch(model, program, windows):
+    """Run ``program`` on ``model`` (confined to its manifest's memory windows with
+    ``windows``): its :class:`RunResult`."""
     start = time.perf_counter()
-    outputs, result = model.run_program(program)
+    outputs, result = model.run_program(program, windows=True if windows else None)
     return RunResult(outputs={name: np.asarray(words, np.uint32)
                               for name, words in outputs.items()},
                      sim=ModelBackend.name, seconds=time.perf_counter() - start,
@@ -46,7 +49,7 @@ class ModelBackend(Backend):
     def run_programs(self, programs, machine, options):
         model = FunctionalMachine(machine)
         try:
-            return [_launch(model, program) for program in programs]
+            return [_launch(model, program, options.windows) for program in programs]
         except ModelError as error:
             raise _failure(error) from None
 
@@ -59,20 +62,26 @@ class ModelBackend(Backend):
                     model.write(step.address, step.words)
                     results.append(StepResult("write"))
                 elif isinstance(step, Copy):
-                    for agcu, src, dst, length in step.jobs(machine):
+                    jobs = step.jobs(machine)
+                    if options.windows:
+                        model.dma_windows = copy_windows(jobs, machine.beat_bytes)
+                    for agcu, src, dst, length in jobs:
                         done = model.command(agcu, AGCUOp.COPY, src=src, dst=dst,
                                              length=length)
                         if not done.ok:
                             raise RunFailure(f"{done.message()} ({WHERE})", "copy")
                     results.append(StepResult("copy"))
                 else:
-                    results.append(StepResult("launch", launch=_launch(model, step.program)))
+                    results.append(StepResult("launch", launch=_launch(
+                        model, step.program, options.windows)))
             except ModelError as error:
                 raise _failure(error) from None
         return ScheduleResult(results, execution="host")
 
     def run_orchestrated(self, steps, plan, machine, options):
         model = FunctionalMachine(machine)
+        if options.windows:
+            model.dma_windows = plan.dma_windows(DMA_WINDOWS, machine.beat_bytes)
         start = time.perf_counter()
         try:
             for address, words in plan.writes:

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from hdl.agcu_engines import DMA_WINDOWS
 from hdl.interfaces import NETWORKS
 from hdl.ip import RDUIP
 from hdl.system import RDUSystem
@@ -75,7 +76,7 @@ class RTLBackend(Backend):
 
     def body_options(self, options):
         """The back end's own keyword arguments of :attr:`programs_body`."""
-        return {"progress": options.progress}
+        return {"progress": options.progress, "windows": options.windows}
 
     def counter_names(self, machine):
         return perf_counter_names(self.design, machine.system_params())
@@ -164,7 +165,7 @@ class RTLBackend(Backend):
                          log_progress=options.progress, seed=options.seed,
                          progress=options.progress, schedule_file=str(schedule_file),
                          perf_counters=perf_counters, memory=options.memory,
-                         launch_latency=launch_latency,
+                         launch_latency=launch_latency, windows=options.windows,
                          timeout=limit + SIMULATION_SLACK_CYCLES)
         seconds = time.perf_counter() - start
         results = []
@@ -198,6 +199,8 @@ class RTLBackend(Backend):
                          log_progress=options.progress, seed=options.seed,
                          progress=options.progress, plan_file=str(plan_file),
                          perf_counters=perf_counters, memory=options.memory,
+                         windows=plan.dma_windows(DMA_WINDOWS, machine.beat_bytes)
+                         if options.windows else None,
                          timeout=limit + SIMULATION_SLACK_CYCLES)
         result = stats.result
         outputs = {step: read_outputs(launch, program) for (step, program, _), launch in
@@ -250,7 +253,7 @@ class IPBackend(RTLBackend):
                              "cocotbext-axi): pip install -e '.[ip]'", "setup") from None
 
     def body_options(self, options):
-        return {"pause": True}
+        return {"pause": True, "windows": options.windows}
 
     def run_schedule(self, steps, machine, options):
         """A host schedule runs on the ``verilator`` back end's system."""

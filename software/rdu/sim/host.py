@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
-from hdl.agcu_engines import DMA_WINDOWS, dma_windows_layout
-from hdl.array import BUDGET_BITS, WATCHDOG_BITS, WATCHDOG_BUDGET, watchdog_location
+from hdl.agcu_engines import DMA_WINDOWS
+from hdl.array import WATCHDOG_BUDGET, watchdog_location
 from hdl.config_net import LoaderState
 from hdl.orchestrator import DEFAULT_COMMANDS
 from hdl.pcu_config import PCUError
@@ -30,9 +30,11 @@ from hdl.pmu import PMUError
 from sim_models.memory import ddr_model, hbm_model, host_link_model
 
 from ..bitstream import ConfigStatus
+from ..dma_windows import copy_windows, port_value
 from ..program import Program
 from ..schedule import decode, error_message
 from ..unitconfig import code_name
+from .limits import BUDGET_SLACK, hardware_cycle_budget, hardware_watchdog_cycles
 from .memory_system import MemorySystem
 from .protocol import (
     CopyDone,
@@ -46,8 +48,7 @@ from .protocol import (
 )
 
 __all__ = ["RunError", "HostDriver", "system_memory", "check_program", "run_program",
-           "run_programs", "run_schedule", "run_orchestrated", "load_outputs",
-           "hardware_watchdog_cycles", "hardware_cycle_budget", "BUDGET_SLACK"]
+           "run_programs", "run_schedule", "run_orchestrated", "load_outputs"]
 
 WORD_BYTES = 4
 #: Total output words returned inline in the result (more: only in the .npz file).
@@ -58,27 +59,6 @@ _COMMAND = agcu_command_layout()
 
 class RunError(AssertionError):
     """A program that did not run to a clean end (a one-line message says why)."""
-
-
-def hardware_watchdog_cycles(timeout, watchdog_cycles=None):
-    """The ``host.watchdog_cycles`` a launch with ``timeout`` programs: ``watchdog_cycles``
-    if given (0: off), else half the launch timeout, so that a stall stops the array
-    (and is named) before the host's own watchdog; at most ``2**WATCHDOG_BITS - 1``."""
-    cycles = timeout // 2 if watchdog_cycles is None else watchdog_cycles
-    return max(0, min(int(cycles), (1 << WATCHDOG_BITS) - 1))
-
-
-#: Cycles the host waits past a launch's run budget before its own watchdog ends the wait
-#: (the array's stop, then the driver's reads of it, come first).
-BUDGET_SLACK = 256
-
-
-def hardware_cycle_budget(timeout, watchdog_cycles):
-    """The ``host.cycle_budget`` a launch with ``timeout`` programs: the timeout itself
-    (the host then waits :data:`BUDGET_SLACK` cycles more, so that a run that keeps
-    moving is stopped by the array, and named, not by the host's wait), or 0 (off)
-    when the array's watchdog is off (``watchdog_cycles`` 0)."""
-    return min(int(timeout), (1 << BUDGET_BITS) - 1) if watchdog_cycles else 0
 
 
 def system_memory(beat_bytes, overrides=None, regions=None, faults=None):
@@ -95,19 +75,6 @@ def system_memory(beat_bytes, overrides=None, regions=None, faults=None):
         host_link_model(beat_bytes=beat_bytes, **sizes.get("host", {}),
                         **overrides.get("host", {})),
     ], beat_bytes=beat_bytes, faults=faults)
-
-
-def dma_windows_value(windows, enable=True):
-    """The ``dma_windows`` port value of ``[(base, size, read, write)]`` (at most
-    :data:`hdl.agcu_engines.DMA_WINDOWS`, the rest off); ``enable`` 0: every address
-    allowed."""
-    if len(windows) > DMA_WINDOWS:
-        raise RunError(f"{len(windows)} memory windows, the AGCUs check {DMA_WINDOWS}")
-    entries = [{"base": base, "size": size, "read": read, "write": write}
-               for base, size, read, write in windows]
-    entries += [{"base": 0, "size": 0, "read": 0, "write": 0}] * (DMA_WINDOWS - len(entries))
-    return dma_windows_layout().const({"enable": int(enable),
-                                       "window": entries}).as_value().value
 
 
 def command_word(op, *, src=0, dst=0, length=0):
@@ -239,14 +206,30 @@ class HostDriver:
         await self._check_agcu(agcu, what, op.name)
         return cycles[agcu]
 
+    async def set_windows(self, windows):
+        """``dma_windows`` = ``windows`` (``None``: off), unless they are off already."""
+        if windows is None and not self.windows_set:
+            return
+        try:
+            value = port_value(windows or [], enable=windows is not None)
+        except ValueError as error:
+            raise RunError(str(error)) from None
+        await self.bench.cycles(1)          # no set() after a read() in the same cycle
+        self.bench.set("dma_windows", value)
+        self.windows_set = windows is not None
+
     async def copy(self, jobs, timeout=1_000_000):
         """``COPY`` commands ``[(agcu, src, dst, length)]`` (distinct AGCUs) issued on one
         edge; wait for all. Returns ``(cycles, {agcu: cycles})`` from that edge to the
-        last ``done`` (to each AGCU's). Raises :class:`RunError` on an AGCU error."""
+        last ``done`` (to each AGCU's). Raises :class:`RunError` on an AGCU error. A
+        driver that confines launches (``windows``) confines the copy to its sources
+        (read) and destinations (written)."""
         bench = self.bench
         agcus = [job[0] for job in jobs]
         if len(set(agcus)) != len(agcus):
             raise RunError(f"copy jobs name an AGCU twice: {agcus}")
+        await self.set_windows(copy_windows(jobs, self.machine.beat_bytes)
+                               if self.windows else None)
         await self.issue_latency()
         what = f"copy on AGCU{'s' if len(agcus) > 1 else ''} {', '.join(map(str, agcus))}"
         await self._issue(agcus, 0, timeout, what)
@@ -548,13 +531,9 @@ class HostDriver:
         (``windows``: its memory windows, default from its manifest when the driver
         confines launches)."""
         check_program(program)
-        if windows is not None or self.windows or self.windows_set:
-            if windows is None and self.windows:
-                windows = program.dma_windows(DMA_WINDOWS)
-            await self.bench.cycles(1)          # no set() after a read() in the same cycle
-            self.bench.set("dma_windows", dma_windows_value(windows or [],
-                                                            enable=windows is not None))
-            self.windows_set = windows is not None
+        if windows is None and self.windows:
+            windows = program.dma_windows(DMA_WINDOWS)
+        await self.set_windows(windows)
         for address, words in program.inputs.values():
             if words is not None:            # None: produced by an earlier program
                 self.write(address, words)
@@ -606,13 +585,14 @@ class HostDriver:
 async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, memory=None,
                        stall="none", perf_counters=None, load_timeout=100_000,
                        inline_output_words=INLINE_OUTPUT_WORDS, timeouts=None,
-                       watchdog_cycles=None, faults=None):
+                       watchdog_cycles=None, faults=None, windows=False):
     """Run the programs saved in ``program_dirs``, in order, on one system and memory.
 
     Each launch's outputs go to ``<program_dir>/outputs.npz``. ``timeouts`` (one per
     program) overrides ``timeout``. ``watchdog_cycles`` programs the array's watchdog
     (default: half of each launch's timeout; 0: off). ``faults`` injects AXI error
-    responses (:class:`rdu.sim.memory_system.FaultInjector`). Returns
+    responses (:class:`rdu.sim.memory_system.FaultInjector`). ``windows``: each launch
+    confined to its manifest's memory windows (``HostDriver(windows=True)``). Returns
     ``{"launches": [per program: cycles, load_cycles, agcu_cycles, array_cycles,
     execute_beats (per region, the execution's AXI beats), outputs, outputs_file, perf],
     "memory":
@@ -628,7 +608,8 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
             raise RunError(f"program {program.name!r} is for another machine than "
                            f"{programs[0].name!r}: {difference}")
     driver = HostDriver(bench, machine, memory=memory, stall=stall,
-                        perf_counters=perf_counters, progress=progress, faults=faults)
+                        perf_counters=perf_counters, progress=progress, faults=faults,
+                        windows=windows)
     launches = []
     for index, (program, directory) in enumerate(zip(programs, program_dirs, strict=True)):
         launches.append(await driver.run(
@@ -645,12 +626,13 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
 async def run_schedule(bench, schedule_file, *, progress=False, memory=None, stall="none",
                        perf_counters=None, load_timeout=100_000,
                        inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None,
-                       launch_latency=0):
+                       launch_latency=0, windows=False):
     """Run the steps of ``schedule_file`` (written by :func:`rdu.runtime.run_schedule`)
     in order on one system and memory: ``write`` (backdoor, no cycles), ``copy``
     (AGCU ``COPY`` jobs on one edge: :meth:`HostDriver.copy`), ``launch`` (a saved
     program: :meth:`HostDriver.run`); the host needs ``launch_latency`` cycles to issue
-    each launch and each copy. Returns ``{"steps": [{"kind", "cycles", "launch_cycles",
+    each launch and each copy; ``windows``: each launch and copy confined to the memory
+    windows of what it declares. Returns ``{"steps": [{"kind", "cycles", "launch_cycles",
     ...}], "cycles": clock edges of the whole schedule, "memory": per-region
     statistics}``."""
     schedule = HostSchedule.load(schedule_file)
@@ -661,7 +643,7 @@ async def run_schedule(bench, schedule_file, *, progress=False, memory=None, sta
     machine = launches[0].machine
     driver = HostDriver(bench, machine, memory=memory, stall=stall,
                         perf_counters=perf_counters, progress=progress,
-                        launch_latency=launch_latency)
+                        launch_latency=launch_latency, windows=windows)
     done, programs = [], iter(launches)
     first = bench.cycle
     with np.load(schedule.writes) as writes:
@@ -705,11 +687,13 @@ def load_outputs(result):
 
 
 async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_counters=None,
-                           inline_output_words=INLINE_OUTPUT_WORDS, progress=False):
+                           inline_output_words=INLINE_OUTPUT_WORDS, progress=False,
+                           windows=None):
     """Run an orchestrated schedule (``plan_file``, written by
     :func:`rdu.runtime.run_schedule` with ``execution="orchestrated"``): every image,
     bitstream and the schedule's words written into memory (backdoor), the array's
-    watchdog set, one pulse on ``orch.start``; then the host only watches ``orch``
+    watchdog and the memory windows (``windows``; ``None``: off) set, one pulse on
+    ``orch.start``; then the host only watches ``orch``
     until it is no longer busy (no command, no write). Each command's end is recorded
     from ``orch.completed`` and ``orch.cycles``; after the end every launch's outputs
     are read from memory. An error status raises :class:`RunError` with
@@ -733,6 +717,7 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
     commands = decode(words)
     await bench.cycles(1)
     bench.set("host.watchdog_cycles", hardware_watchdog_cycles(plan.timeout, plan.watchdog_cycles))
+    await driver.set_windows(windows)
     bench.set("orch.addr", plan.address)
     bench.set("orch.length", 4 * len(words))
     bench.set("orch.start", 1)

@@ -35,7 +35,8 @@ from hdl.regmap import register_map
 
 from ..program import Program
 from ..schedule import decode, error_message
-from .host import RunError, check_program, code_name, hardware_watchdog_cycles, unit_errors
+from .host import RunError, check_program, code_name, unit_errors
+from .limits import hardware_watchdog_cycles
 from .protocol import OrchestrationPlan
 
 __all__ = ["IPDriver", "run_ip_programs", "run_ip_schedule", "ip_params"]
@@ -366,7 +367,7 @@ class IPDriver:
 async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000, pause=False,
                           perf_counters=None, watchdog=None, error_regions=(),
                           bad_programs=None, soft_reset=False, last_starts=None,
-                          abort_after_last=False):
+                          abort_after_last=False, windows=False):
     """Run the saved programs in order on the IP top through its AXI4-Lite registers
     (:class:`IPDriver`); each launch's outputs go to ``<program_dir>/outputs.npz``.
 
@@ -381,7 +382,8 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     (``"watchdog"`` too), started after the launches (their messages in
     ``"refused_last"``). ``abort_after_last``: then ``CONTROL.ABORT`` (its note and
     ``STATUS`` after it in ``"abort"``) and the first program once more, with no reset
-    (``"after_abort"``: its launch).
+    (``"after_abort"``: its launch). ``windows``: each launch confined to its manifest's
+    memory windows.
     """
     programs = [Program.load(directory) for directory in program_dirs]
     if not programs:
@@ -419,7 +421,8 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
                                      for name in ("STATUS", "IRQ_STATUS", "PROG_ADDR")})
         launches.append(await driver.run(
             program, timeout=timeouts[index] if timeouts else timeout,
-            outputs_file=Path(directory) / "outputs.npz", watchdog=watchdog))
+            outputs_file=Path(directory) / "outputs.npz", watchdog=watchdog,
+            windows=windows))
     result = {"launches": launches, "refused": refused, "registers": registers,
               "probes": probes, "after_soft_reset": after_soft_reset,
               "refused_last": await refuse(last_starts, "last start")}
