@@ -28,7 +28,7 @@ The AGCU routes the read beats to ``vector_out`` (kernel execute), to the write 
 read engine, by the command's mode; it flags the first error and decides completion.
 """
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Const, Module, Mux, ResetInserter, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -273,6 +273,9 @@ class AGCU(wiring.Component):
         Always accepted; a ``DONE`` token ends a kernel execute with ``wait_done``.
     cfg : In(ConfigPort())
         Configuration (:func:`agcu_config_layout`).
+    config_flush : In(1)
+        The configuration back to zeros (the abort's flush: the next program's bitstream
+        configures the AGCUs it uses, the others stay empty, as the functional model's).
     bitstream_out : Out(stream.Signature(32))
         Bitstream words read from memory (program load).
     cmd : In(stream.Signature(agcu_command_layout()))
@@ -324,6 +327,7 @@ class AGCU(wiring.Component):
             "control_out": Out(control_stream()),
             "control_in": In(control_stream()),
             "cfg": In(ConfigPort()),
+            "config_flush": In(1),
             "bitstream_out": Out(stream.Signature(WORD_BITS)),
             "cmd": In(stream.Signature(self.command_layout)),
             "abort_cmd": In(1),
@@ -344,7 +348,8 @@ class AGCU(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.config = config = ConfigRegister(self.config_layout)
+        m.submodules.config = config = ResetInserter(self.config_flush)(
+            ConfigRegister(self.config_layout))
         wiring.connect(m, wiring.flipped(self.cfg), config.port)
         engine_args = dict(addr_width=self.addr_width, id_width=self.id_width,
                            beat_bytes=self.beat_bytes, max_burst=self.max_burst,

@@ -235,7 +235,7 @@ class RDUSystem(wiring.Component):
             with m.State("FLUSH"):
                 m.d.comb += [self.aborting.eq(1), self.array.flush.eq(1)]
                 for agcu in self.agcus:
-                    m.d.comb += agcu.abort_cmd.eq(1)
+                    m.d.comb += [agcu.abort_cmd.eq(1), agcu.config_flush.eq(1)]
                 m.next = "IDLE"
 
     def elaborate(self, platform):
