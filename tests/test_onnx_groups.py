@@ -55,6 +55,25 @@ def residual_model(m=8, d=32):
                       name="residual")
 
 
+def mlp_block_model(m=8, d=32, f=64):
+    """The second half of a Llama decoder layer: ``x + LlamaMLP(RMSNorm(x))``; the
+    normalised rows feed both gate and up (one BF16 image read by both)."""
+    rng = np.random.default_rng(3)
+    scale = numpy_helper.from_array((1 + 0.25 * rng.standard_normal(d)).astype(np.float32),
+                                    "norm.weight")
+    mlp = swiglu_model(m, d, f).graph
+    nodes = [helper.make_node("RMSNormalization", ["x", "norm.weight"], ["n"],
+                              name="/post_attention_layernorm", axis=-1, epsilon=1e-6)]
+    for node in mlp.node:
+        node = helper.make_node(node.op_type, ["n" if i == "x" else i for i in node.input],
+                                ["o" if o == "y" else o for o in node.output],
+                                name=node.name)
+        nodes.append(node)
+    nodes.append(helper.make_node("Add", ["x", "o"], ["y"], name="/residual/Add"))
+    return make_model(nodes, [info("x", [1, m, d])], [info("y", [1, m, d])],
+                      [scale, *mlp.initializer], opset=23, name="mlp_block")
+
+
 def two_outputs_model(m=8, d=32, n=16):
     """Two outputs: the softmax rows and their projection."""
     rng = np.random.default_rng(2)
@@ -88,7 +107,8 @@ def run_groups(model, seed=3):
     (swiglu_model, ["matmul", "matmul", "rows", "matmul"]),
     (residual_model, ["rows", "matmul", "rows"]),
     (two_outputs_model, ["rows", "rows", "matmul"]),
-], ids=["swiglu", "residual", "two_outputs"])
+    (mlp_block_model, ["rows", "matmul", "matmul", "rows", "matmul", "rows"]),
+], ids=["swiglu", "residual", "two_outputs", "mlp_block"])
 def test_groups_run_and_agree_with_onnxruntime(build, families):
     """Each model is cut into its groups, runs bit-exact stage by stage and within the
     float64 budget, and agrees with onnxruntime within twice that budget."""

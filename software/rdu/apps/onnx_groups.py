@@ -9,7 +9,8 @@ The cut (:func:`partition`):
   group of its own (matmul family); its FP32 result is written row-major when a row
   group reads it;
 * the other operators form row groups (rows family): a row group ends at a value that
-  is a graph output, an operand of a matmul, or read by two groups; the rest of its
+  is a graph output, an operand of a matmul, or rows read by two groups (a per-row
+  scalar two groups read is computed in both); the rest of its
   operators are those it alone depends on back to graph inputs, constants and other
   groups' values (its row operands: ``x + y``, ``silu(g) * u``);
 * an operand of a matmul that is computed (not a graph input) is rounded to BF16 (a
@@ -61,16 +62,19 @@ def prepared_graph(graph):
     """A copy of ``graph`` in which every computed operand of a matmul is cast to BF16
     (what the row group that writes it stores); ``graph`` itself when none is."""
     copy = graph.extract(graph.name, {}, dict(graph.outputs))
+    casts = {}                          # one cast of a value however many matmuls read it
     for matmul in [node for node in copy.nodes if node.op == "matmul"]:
         operands = list(matmul.inputs)
         for index, operand in enumerate(operands):
             if operand.op == "input" or operand.dtype == "bf16":
                 continue
-            cast = Tensor(copy, operand).astype("bf16").node
-            cast.where = operand.where or matmul.where
-            copy.nodes.remove(cast)
-            copy.nodes.insert(copy.nodes.index(matmul), cast)
-            operands[index] = cast
+            if id(operand) not in casts:
+                cast = Tensor(copy, operand).astype("bf16").node
+                cast.where = operand.where or matmul.where
+                copy.nodes.remove(cast)
+                copy.nodes.insert(copy.nodes.index(matmul), cast)
+                casts[id(operand)] = cast
+            operands[index] = casts[id(operand)]
         matmul.inputs = tuple(operands)
     return copy
 
@@ -110,13 +114,16 @@ def partition(graph):
             inside.update({id(node), id(sink)})
     cut = {id(node) for node in live if _is_row_op(node) and id(node) not in inside and (
         id(node) in outputs or any(user.op == "matmul" for user in users.get(id(node), ())))}
+    rows_of = {id(node): len(node.shape) == 2 and node.shape[1] > 1 for node in live}
     while True:                         # a row value two groups read is cut too
         owners = {}
         for node in live:
             if id(node) in cut:
                 for parent in _members(node, cut, inside)[1:]:
                     owners.setdefault(id(parent), set()).add(id(node))
-        shared = {key for key, sinks in owners.items() if len(sinks) > 1}
+        # a per-row scalar two groups read is computed in each (a group writes rows)
+        shared = {key for key, sinks in owners.items()
+                  if len(sinks) > 1 and rows_of[key]}
         if not shared:
             break
         cut |= shared
