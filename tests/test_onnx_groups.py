@@ -208,3 +208,18 @@ def test_padded_k_after_a_row_group_is_one_line(tmp_path, capsys):
     assert err.startswith("rdu run: error: pad.onnx: node proj (MatMul): the matmul pads "
                           "its K 24 to 32"), err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_row_operand_of_another_shape_is_one_line(tmp_path, capsys):
+    """``Add`` of a matrix and a per-row column input: no family maps it, in one
+    configuration or in a cut; one line naming the node and its op type, exit 2."""
+    nodes = [helper.make_node("Add", ["x", "z"], ["y"], name="add")]
+    path = tmp_path / "add2.onnx"
+    onnx.save(make_model(nodes, [info("x", [4, 8]), info("z", [4, 1])],
+                         [info("y", [4, 8])]), str(path))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rdu run: error: add2.onnx: node add (Add): output 'y': input "
+                          "'z' of shape (4, 1): a row-wise kernel's other inputs are "
+                          "matrices of 'x''s shape (4, 8) or vectors"), err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -61,7 +61,7 @@ def _is_row_op(node):
 def prepared_graph(graph):
     """A copy of ``graph`` in which every computed operand of a matmul is cast to BF16
     (what the row group that writes it stores); ``graph`` itself when none is."""
-    copy = graph.extract(graph.name, {}, dict(graph.outputs))
+    copy = _extract(graph, graph.name, {}, dict(graph.outputs))
     casts = {}                          # one cast of a value however many matmuls read it
     for matmul in [node for node in copy.nodes if node.op == "matmul"]:
         operands = list(matmul.inputs)
@@ -77,6 +77,17 @@ def prepared_graph(graph):
             operands[index] = casts[id(operand)]
         matmul.inputs = tuple(operands)
     return copy
+
+
+def _extract(graph, name, sources, outputs):
+    """:meth:`Graph.extract`, its inputs keeping where they come from (the model's
+    input, or the node whose value a source is) for the compiler's errors."""
+    part = graph.extract(name, sources, outputs)
+    origin = {source_name: source.where for source, source_name in sources.items()}
+    for input_name, node in part.inputs.items():
+        where = origin.get(input_name) or getattr(graph.inputs.get(input_name), "where", "")
+        node.where = where or node.where
+    return part
 
 
 def _bias_add(users, matmul):
@@ -216,8 +227,8 @@ def compile_groups(kernel, machine, model=""):
     graphs = {}
     for index, group in enumerate(groups):
         sources = {source: names[id(source)] for source in group.sources}
-        graphs[index] = graph.extract(_stage_name(graph, group, index), sources,
-                                      {names[id(group.sink)]: group.sink})
+        graphs[index] = _extract(graph, _stage_name(graph, group, index), sources,
+                                 {names[id(group.sink)]: group.sink})
     fixed, programs, start = {}, {}, None
     order = sorted(range(len(groups)), key=lambda i: groups[i].family != "matmul")
     for index in order:

@@ -92,9 +92,12 @@ def _match_rows(graph, name, out):
                if node is not x and all(node is not other for other in others)]
     for vector in vectors:
         if vector.shape != (length,):
-            raise unsupported(vector, f"output {name!r}: input {vector.name!r} of shape "
+            user = next((node for node in nodes if any(i is vector for i in node.inputs)),
+                        vector)     # the operator that reads it: the user's line
+            raise unsupported(user, f"output {name!r}: input {vector.name!r} of shape "
                               f"{vector.shape}: a row-wise kernel's other inputs are "
-                              f"vectors of a row's {length} values")
+                              f"matrices of {x.name!r}'s shape {x.shape} or vectors of a "
+                              f"row's {length} values")
     for node in nodes:
         if node.op not in _ROW_OPS:
             raise unsupported(node, f"output {name!r}: {node.op} is not a row-wise "
