@@ -84,6 +84,24 @@ def two_outputs_model(m=8, d=32, n=16):
                       [initializer(rng, "w", (d, n), d ** -0.5)], name="two")
 
 
+def two_linear_model(m=8, d=32, f=64, n=16):
+    """Two ``nn.Linear`` with biases and a ReLU between (Gemm, transB): the first bias
+    folds into its product; the second product's A is computed, so its bias is a row
+    group's add (folding it would widen K by the ones column the row group would have
+    to write)."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], name="fc1",
+                              transB=1),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Gemm", ["r", "fc2.weight", "fc2.bias"], ["y"], name="fc2",
+                              transB=1)]
+    return make_model(nodes, [info("x", [m, d])], [info("y", [m, n])],
+                      [initializer(rng, "fc1.weight", (f, d), d ** -0.5),
+                       initializer(rng, "fc1.bias", (f,)),
+                       initializer(rng, "fc2.weight", (n, f), f ** -0.5),
+                       initializer(rng, "fc2.bias", (n,))], name="two_linear")
+
+
 def add_mul_model(m=4, d=48):
     """The residual Add and the Mul of two data inputs: one rows configuration."""
     nodes = [helper.make_node("Add", ["x", "y"], ["s"], name="residual"),
@@ -108,7 +126,8 @@ def run_groups(model, seed=3):
     (residual_model, ["rows", "matmul", "rows"]),
     (two_outputs_model, ["rows", "rows", "matmul"]),
     (mlp_block_model, ["rows", "matmul", "matmul", "rows", "matmul", "rows"]),
-], ids=["swiglu", "residual", "two_outputs", "mlp_block"])
+    (two_linear_model, ["matmul", "rows", "matmul", "rows"]),
+], ids=["swiglu", "residual", "two_outputs", "mlp_block", "two_linear"])
 def test_groups_run_and_agree_with_onnxruntime(build, families):
     """Each model is cut into its groups, runs bit-exact stage by stage and within the
     float64 budget, and agrees with onnxruntime within twice that budget."""
@@ -223,3 +242,16 @@ def test_row_operand_of_another_shape_is_one_line(tmp_path, capsys):
                           "'z' of shape (4, 1): a row-wise kernel's other inputs are "
                           "matrices of 'x''s shape (4, 8) or vectors"), err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_computed_second_operand_is_one_line():
+    """A matrix product whose B is computed (``x @ relu(y)``): refused in one line
+    naming the node and its op type."""
+    nodes = [helper.make_node("Relu", ["y"], ["r"], name="act"),
+             helper.make_node("MatMul", ["x", "r"], ["z"], name="mm")]
+    model = make_model(nodes, [info("x", [8, 32]), info("y", [32, 16])], [info("z", [8, 16])])
+    with pytest.raises(ValueError) as caught:
+        compile_groups(onnx_kernel(model), Machine())
+    text = str(caught.value)
+    assert text.startswith("model.onnx: node mm (MatMul): its second operand is computed")
+    assert "\n" not in text

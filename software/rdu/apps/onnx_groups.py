@@ -59,13 +59,13 @@ def _is_row_op(node):
 
 
 def prepared_graph(graph):
-    """A copy of ``graph`` in which every computed operand of a matmul is cast to BF16
+    """A copy of ``graph`` in which every computed first operand of a matmul is cast to BF16
     (what the row group that writes it stores); ``graph`` itself when none is."""
     copy = _extract(graph, graph.name, {}, dict(graph.outputs))
     casts = {}                          # one cast of a value however many matmuls read it
     for matmul in [node for node in copy.nodes if node.op == "matmul"]:
         operands = list(matmul.inputs)
-        for index, operand in enumerate(operands):
+        for index, operand in enumerate(operands[:1]):     # A (a computed B is refused)
             if operand.op == "input" or operand.dtype == "bf16":
                 continue
             if id(operand) not in casts:
@@ -91,8 +91,12 @@ def _extract(graph, name, sources, outputs):
 
 
 def _bias_add(users, matmul):
-    """The add that folds a bias into ``matmul`` (its only user), or None."""
+    """The add that folds a bias into ``matmul`` (its only user), or None. Not when A
+    is computed: the fold appends a column of ones to A (K + 1, padded to a beat), which
+    the row group writing A would have to write; the add is then a row group's."""
     mine = users.get(id(matmul), [])
+    if matmul.inputs[0].op != "input":
+        return None
     if len(mine) != 1 or mine[0].op != "binary" or mine[0].attrs["fn"] != "add":
         return None
     add = mine[0]
@@ -119,6 +123,11 @@ def partition(graph):
     cores, inside = {}, set()           # matmul group sink -> matmul; nodes in them
     for node in live:
         if node.op == "matmul":
+            b = node.inputs[1]
+            if b.op != "input":
+                raise CompileError(f"{node.where}: its second operand is computed ("
+                                   f"{b.op} {b.attrs.get('fn', '')}); supported: "
+                                   f"weights and model inputs as a matrix product's B")
             add = _bias_add(users, node)
             sink = add if add is not None and id(node) not in outputs else node
             cores[id(sink)] = node
