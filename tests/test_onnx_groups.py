@@ -255,3 +255,17 @@ def test_computed_second_operand_is_one_line():
     text = str(caught.value)
     assert text.startswith("model.onnx: node mm (MatMul): its second operand is computed")
     assert "\n" not in text
+
+
+def test_residual_on_the_native_rtl_launched_by_the_host():
+    """The pre-norm residual block on the native RTL, each configuration launched by the
+    host (the runtime's one sequence path): every launch timed, bit-exact stage by
+    stage, within budget and onnxruntime's."""
+    kernel, sequence = compile_groups(onnx_kernel(residual_model()), Machine())
+    inputs = kernel.random_inputs(None, 8)
+    figures, results, steps = run_sequence(kernel, sequence, inputs, "native",
+                                           execution="host")
+    assert figures["ok"], figures["max_abs_err"]
+    assert [stage["execute_cycles"] > 0 for stage in figures["stages"]] == [True] * 3
+    assert figures["host_launch_cycles"] > 0
+    assert kernel.references(None, inputs, results)[0]
