@@ -29,12 +29,12 @@ import re
 
 from ..compiler import compile_graph
 from ..compiler.core import CompileError, ImagePlan
-from ..frontend.graph import Tensor
 from ..layout import Image
 from ..onnx import KERNEL_NAME
+from ..onnx.kernel import prepared_graph
 from .unfused import Sequence, Stage, end_of
 
-__all__ = ["Group", "partition", "prepared_graph", "compile_groups", "needs_groups",
+__all__ = ["Group", "partition", "compile_groups", "needs_groups",
            "describe_stage"]
 
 
@@ -56,27 +56,6 @@ def _onnx_node(node):
 
 def _is_row_op(node):
     return node.op not in ("input", "const", "matmul")
-
-
-def prepared_graph(graph):
-    """A copy of ``graph`` in which every computed first operand of a matmul is cast to BF16
-    (what the row group that writes it stores); ``graph`` itself when none is."""
-    copy = _extract(graph, graph.name, {}, dict(graph.outputs))
-    casts = {}                          # one cast of a value however many matmuls read it
-    for matmul in [node for node in copy.nodes if node.op == "matmul"]:
-        operands = list(matmul.inputs)
-        for index, operand in enumerate(operands[:1]):     # A (a computed B is refused)
-            if operand.op == "input" or operand.dtype == "bf16":
-                continue
-            if id(operand) not in casts:
-                cast = Tensor(copy, operand).astype("bf16").node
-                cast.where = operand.where or matmul.where
-                copy.nodes.remove(cast)
-                copy.nodes.insert(copy.nodes.index(matmul), cast)
-                casts[id(operand)] = cast
-            operands[index] = casts[id(operand)]
-        matmul.inputs = tuple(operands)
-    return copy
 
 
 def _extract(graph, name, sources, outputs):
@@ -226,7 +205,7 @@ def compile_groups(kernel, machine, model=""):
     """The :class:`Sequence` of the ONNX kernel ``kernel`` (:class:`rdu.onnx.OnnxKernel`)
     on ``machine``, and the kernel whose graph has the inserted casts (the one whose
     budget checks the run): ``(kernel, sequence)``."""
-    graph = prepared_graph(kernel.imported.graph)
+    graph = prepared_graph(kernel.imported.graph)       # done by onnx_kernel already
     kernel = dataclasses.replace(kernel, imported=dataclasses.replace(kernel.imported,
                                                                       graph=graph))
     groups = partition(graph)

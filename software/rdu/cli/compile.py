@@ -43,6 +43,10 @@ def cmd_compile(args):
         args.usage_error("the following arguments are required: -o/--output")
     if args.output:
         check_output(args.output)
+    if args.execution != "fused" and not args.target.endswith(".onnx"):
+        raise CommandError(f"{args.target}: 'rdu compile --execution unfused' cuts an ONNX "
+                           f"model; a kernel by name runs unfused with 'rdu run "
+                           f"--execution unfused'")
     kernel, program, _, _ = program_for(args)
     if program is None:
         ran = ", ".join(args.compilation.seconds)
@@ -105,6 +109,10 @@ def add_parsers(commands):
                           help="program file to write (required when emit runs); a model "
                                "of several configurations writes FILE.1.rdu, FILE.2.rdu, "
                                "... one per configuration")
+    compile_.add_argument("--execution", choices=["fused", "unfused"], default="fused",
+                          help="an ONNX model: fused, as few configurations as the "
+                               "compiler fuses; unfused, cut into its groups even when "
+                               "one configuration would do (docs/onnx.md)")
     compile_.add_argument("--bitstream", metavar="FILE.bin",
                           help="also write the bare bitstream (what AGCU 0 loads)")
     compile_.add_argument("--json", action="store_true", help="print the report as JSON")
