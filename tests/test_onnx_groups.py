@@ -293,3 +293,26 @@ def test_swiglu_fused_as_one_gated_mlp_on_the_native_rtl(tmp_path, capsys):
     assert fused["cycles"] < cut["cycles"]
     y = [np.load(tmp_path / execution / "y.npy") for execution in runs]
     assert np.array_equal(*y)
+
+
+def test_mlp_block_cut_around_one_gated_mlp(tmp_path, capsys):
+    """``x + LlamaMLP(RMSNorm(x))`` on the mlp kernel's machine: RMSNorm, the SwiGLU as
+    one gated mlp configuration (reading the normalised rows where the RMSNorm wrote
+    them), the residual add (reading the mlp's result where it wrote it); on the
+    functional model, then on the native RTL through ``rdu run``."""
+    model = mlp_block_model()
+    machine = Machine(agcus=5)
+    kernel, sequence = compile_groups(onnx_kernel(model), machine)
+    assert [stage.program.meta["group"] for stage in sequence.stages] == ["rows", "mlp",
+                                                                         "rows"]
+    assert len(sequence.stages[1].program.meta["operands"]) == 4      # gated
+    _, cut = compile_groups(onnx_kernel(model), machine, fuse_mlp=False)
+    assert len(cut.stages) == 6
+    inputs = kernel.random_inputs(None, 9)
+    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
+    assert figures["ok"] and kernel.references(None, inputs, results)[0]
+    path = tmp_path / "mlp_block.onnx"
+    onnx.save(model, str(path))
+    assert main(["run", str(path), "--sim", "native", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["launches"] == 3 and "5 AGCUs" in report["machine"]

@@ -34,7 +34,8 @@ from ..onnx import KERNEL_NAME
 from ..onnx.kernel import prepared_graph
 from .unfused import Sequence, Stage, end_of
 
-__all__ = ["Group", "partition", "compile_groups", "needs_groups",
+__all__ = ["Group", "partition", "compile_groups", "needs_groups", "mlp_candidates",
+           "merged",
            "describe_stage"]
 
 
@@ -145,6 +146,46 @@ def partition(graph):
     return groups
 
 
+def mlp_candidates(graph, groups):
+    """``(down, rows, firsts)`` group indices the mlp family may fuse into one group:
+    a matmul whose A is the value of a row group read by it alone, that row group
+    reading only one or two matmuls of one A (gated), each read by it alone, none of
+    them a model output."""
+    by_sink = {id(group.sink): index for index, group in enumerate(groups)}
+    readers, outputs = {}, {id(node) for node in graph.outputs.values()}
+    for index, group in enumerate(groups):
+        for source in group.sources:
+            readers.setdefault(id(source), []).append(index)
+
+    def only(index, reader):
+        sink = groups[index].sink
+        return readers.get(id(sink)) == [reader] and id(sink) not in outputs
+
+    for down, group in enumerate(groups):
+        if group.family != "matmul" or group.sink.op != "matmul" or len(group.sources) != 1:
+            continue
+        rows = by_sink.get(id(group.sources[0]))
+        if rows is None or groups[rows].family != "rows" or not only(rows, down):
+            continue
+        firsts = [by_sink.get(id(source)) for source in groups[rows].sources]
+        if not 1 <= len(firsts) <= 2 or None in firsts or any(
+                groups[f].family != "matmul" or groups[f].sink.op != "matmul" or
+                not only(f, rows) for f in firsts):
+            continue
+        if len({id(groups[f].sink.inputs[0]) for f in firsts}) == 1:
+            yield down, rows, firsts
+
+
+def merged(groups, down, rows, firsts):
+    """``groups`` with the mlp candidate ``(down, rows, firsts)`` as one mlp group (at
+    ``down``'s place), reading what the first products read."""
+    first = groups[firsts[0]]
+    group = Group(groups[down].sink, "mlp", list(first.sources))
+    gone = {rows, *firsts}
+    return [group if index == down else other for index, other in enumerate(groups)
+            if index not in gone]
+
+
 def _members(sink, cut, inside):
     """``sink`` and the row operators only it depends on (up to inputs, constants, cut
     values and matmul groups)."""
@@ -201,14 +242,18 @@ def _fixed_plan(start, stage_graph, fixed, own_out=None):
     return ImagePlan(start=start, addresses=addresses, layouts=layouts)
 
 
-def compile_groups(kernel, machine, model=""):
+def compile_groups(kernel, machine, model="", fuse_mlp=True):
     """The :class:`Sequence` of the ONNX kernel ``kernel`` (:class:`rdu.onnx.OnnxKernel`)
     on ``machine``, and the kernel whose graph has the inserted casts (the one whose
-    budget checks the run): ``(kernel, sequence)``."""
+    budget checks the run): ``(kernel, sequence)``. ``fuse_mlp``: the products and the
+    row group of an MLP (:func:`mlp_candidates`) as one mlp group where the mlp family
+    compiles them for ``machine`` (SwiGLU as one gated mlp configuration)."""
     graph = prepared_graph(kernel.imported.graph)       # done by onnx_kernel already
     kernel = dataclasses.replace(kernel, imported=dataclasses.replace(kernel.imported,
                                                                       graph=graph))
     groups = partition(graph)
+    if fuse_mlp:
+        groups = _fused_mlps(graph, groups, machine)
     names = _names(graph, groups)
     row_readers = {id(source) for group in groups if group.family == "rows"
                    for source in group.sources}
@@ -237,7 +282,7 @@ def compile_groups(kernel, machine, model=""):
                     (name in stage_graph.inputs and name in graph.inputs):
                 continue
             image = Image.from_json(images[name])
-            if group.family == "matmul" and name != out:
+            if group.family != "rows" and name != out:
                 _check_a_width(group, stage_graph, name, image)
             fixed[name] = (images[name]["address"], image)
     stages = []
@@ -256,6 +301,26 @@ def compile_groups(kernel, machine, model=""):
                 for name in graph.outputs}
 
     return kernel, Sequence(KERNEL_NAME, {}, stages, assemble)
+
+
+def _fused_mlps(graph, groups, machine):
+    """``groups`` with every :func:`mlp_candidates` the mlp family compiles for
+    ``machine`` as one group (SwiGLU: gate, up, ``silu(g) * u``, down in one)."""
+    while True:
+        for down, rows, firsts in mlp_candidates(graph, groups):
+            trial = merged(groups, down, rows, firsts)
+            group = trial[down - sum(index < down for index in (rows, *firsts))]
+            sources = {source: f"s{index}" for index, source in enumerate(group.sources)}
+            try:
+                program = compile_graph(_extract(graph, f"{graph.name}_mlp", sources,
+                                                 {"y": group.sink}), machine)
+            except CompileError:
+                continue
+            if program.meta["group"] == "mlp":
+                groups = trial
+                break
+        else:
+            return groups
 
 
 def _check_family(program, group, stage_graph):
@@ -282,6 +347,10 @@ def describe_stage(stage):
     family = meta["group"]
     if family == "matmul":
         shape = f"{meta['m']}x{meta['k']} @ {meta['k']}x{meta['n']}"
+    elif family == "mlp":
+        gated = len(meta["operands"]) > 3
+        shape = (f"{'gated ' if gated else ''}{meta['m']}x{meta['d']} -> {meta['f']} -> "
+                 f"{meta['d']}")
     elif family == "rows":
         shape = f"{meta['rows']} rows of {meta['length']}"
     else:

@@ -275,8 +275,9 @@ def _onnx_program(args):
         raise CommandError(f"{args.target}: --dump-after, --passes and --skip compile one "
                            f"configuration; this model is several (rdu inspect "
                            f"{args.target} lists them)")
-    kernel, sequence = compile_groups(kernel, machine_for(args),
-                                      model=str(Path(args.target).resolve()))
+    kernel, sequence = compile_groups(kernel, machine_for(args, kernel.machine),
+                                      model=str(Path(args.target).resolve()),
+                                      fuse_mlp=execution == "fused")
     return kernel, sequence, arrays, sources
 
 
