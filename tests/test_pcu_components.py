@@ -277,23 +277,27 @@ def _assert_simd_matches_model(dut, lanes, stages, config, nrng, rng, stall):
     assert got["left"] == {"in0": 0, "in1": 0, "scalar_in": 0}
 
 
-@pytest.mark.parametrize("special", ["pipelined", "iterative"])
-def test_simd_pipeline_random_configs(special, seed):
+@pytest.mark.parametrize("special,fp_latency", [("pipelined", "off"), ("iterative", "off"),
+                                                ("pipelined", "default")])
+def test_simd_pipeline_random_configs(special, fp_latency, seed):
     """Random operations, sources, reductions, tails, emits and accumulator stages,
     random stalls: every word out of the pipeline bit-exact against
-    rdu.pcu_model.run_simd, every input beat taken, one DONE."""
+    rdu.pcu_model.run_simd, every input beat taken, one DONE; with the combinational
+    operators and with the pipelined ones (``fp_latency``)."""
     lanes, stages = 4, 3
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     for _ in range(3):
         config = random_simd_config(nrng, stages)
-        dut = SIMDPipeline(lanes, stages, special=special)
+        dut = SIMDPipeline(lanes, stages, special=special, fp_latency=fp_latency)
         _assert_simd_matches_model(dut, lanes, stages, config, nrng, rng, 0.25)
 
 
-def test_simd_pipeline_every_source(seed):
+@pytest.mark.parametrize("fp_latency", ["off", "default"])
+def test_simd_pipeline_every_source(fp_latency, seed):
     """Each operand source in turn in the last stage of a two-stage pipeline (``madd``
-    reads all three), every iteration emitted: results bit-exact against the model."""
+    reads all three), every iteration emitted: results bit-exact against the model,
+    with the combinational operators and the pipelined ones."""
     lanes, stages = 2, 2
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
@@ -303,8 +307,8 @@ def test_simd_pipeline_every_source(seed):
         config["counters"][0] = {"min": 0, "max": 3, "stride": 1}
         config["stages"][stages - 1].update(
             op=int(Op.MADD), src_a=int(source), src_b=int(source), src_c=int(source))
-        _assert_simd_matches_model(SIMDPipeline(lanes, stages), lanes, stages, config,
-                                   nrng, rng, 0.2)
+        _assert_simd_matches_model(SIMDPipeline(lanes, stages, fp_latency=fp_latency),
+                                   lanes, stages, config, nrng, rng, 0.2)
 
 
 # -- shared ALU ---------------------------------------------------------------------------
