@@ -19,7 +19,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .fp import Op
-from .fp_latency import FPKind
+from .fp_latency import DEFAULT_LATENCY, FPKind
 from .fp_pipelined import (
     PipelinedBF16ToFP32,
     PipelinedFP32Add,
@@ -45,9 +45,9 @@ class PipelinedFPALU(wiring.Component):
 
     Parameters
     ----------
-    table : dict
-        ``{FPKind: latency}`` (:data:`hdl.fp_latency.DEFAULT_LATENCY`); every latency at
-        least 1 (the result is registered).
+    table : dict or None
+        ``{FPKind: latency}``; every latency at least 1 (the result is registered).
+        ``None``: :data:`hdl.fp_latency.DEFAULT_LATENCY`.
 
     Attributes
     ----------
@@ -59,7 +59,8 @@ class PipelinedFPALU(wiring.Component):
         The result of ``op`` on the operands of ``op_latency(op, table)`` cycles before.
     """
 
-    def __init__(self, table):
+    def __init__(self, table=None):
+        table = DEFAULT_LATENCY if table is None else table
         check_latency_table(table)
         for kind, latency in table.items():
             if latency < 1:

@@ -81,13 +81,16 @@ def issue_interval(m, config, table):
     return _maximum(m, intervals, "simd_interval")
 
 
-def _delay_line(body, domain, enable, value, depth, name):
-    """``value`` and its copies 1 .. ``depth`` cycles (of ``enable``) old."""
+def _delay_line(body, domain, enable, value, depth, latency, name):
+    """``value`` (a struct with ``valid``) and its copies 1 .. ``depth`` cycles (of
+    ``enable``) old; a beat goes no further than tap ``latency`` (a signal), so that a
+    run with a longer latency never finds one of the run before there."""
     taps = [value]
     for number in range(1, depth + 1):
         delayed = Signal.like(value, name=f"{name}_d{number}")
         with body.If(enable):
-            body.d[domain] += delayed.eq(taps[-1])
+            body.d[domain] += [delayed.eq(taps[-1]),
+                               delayed.valid.eq(taps[-1].valid & (latency >= number))]
         taps.append(delayed)
     return taps
 
@@ -118,7 +121,8 @@ def pipelined_stage(pipe, body, stage, cfg, here, acc_read, acc_write, previous,
     carried = Signal(_carried_layout(out.shape()), name=f"stage{stage}_in")
     body.d.comb += [getattr(carried, name).eq(getattr(previous, name))
                     for name, _ in carried.shape()]
-    taps = _delay_line(body, domain, enable, carried, stage_depth(table), f"stage{stage}")
+    taps = _delay_line(body, domain, enable, carried, stage_depth(table), latency,
+                       f"stage{stage}")
     leaving = Signal.like(carried, name=f"stage{stage}_out")
     _tap(body, taps, latency, leaving)
     body.d.comb += [getattr(out, name).eq(getattr(leaving, name))
@@ -161,8 +165,7 @@ def pipelined_stage(pipe, body, stage, cfg, here, acc_read, acc_write, previous,
             body.d[domain] += last.eq(previous.vec[lane])
     with body.If(simd & acc_here):
         body.d.comb += acc_write.data.eq(Cat(*results))
-    # (a beat shifts on past its op's tap: only the taps up to it hold one)
-    return [tap.valid & (latency >= number) for number, tap in enumerate(taps[1:], 1)]
+    return [tap.valid for tap in taps[1:]]
 
 
 def _tree(m, enable, level, operator, result, name):
@@ -205,7 +208,7 @@ def pipelined_reduction(m, previous, reduce, lanes, table, advance):
         "vec": data.ArrayLayout(unsigned(32), lanes)}), name="red_beat")
     m.d.comb += [beat.valid.eq(previous.flags.valid), beat.emit.eq(previous.flags.emit),
                  beat.done.eq(previous.flags.done), beat.vec.eq(previous.vec)]
-    taps = _delay_line(m, "sync", advance, beat, levels * table[FPKind.ADD], "red")
+    taps = _delay_line(m, "sync", advance, beat, levels * table[FPKind.ADD], latency, "red")
     leaving = Signal.like(beat, name="red_out")
     _tap(m, taps, latency, leaving)
     scalar = Signal(32, name="red_result")

@@ -129,10 +129,14 @@ def test_simd_op_sweep_amaranth(seed):
                  ops=ALL_OPS, beats=3)
 
 
-@pytest.mark.parametrize("lanes,stages", [(4, 3), (8, 2)])
-def test_simd_random_amaranth(lanes, stages, seed):
-    run_amaranth(PCU(lanes=lanes, stages=stages), simd_random_configs, seed=seed,
-                 lanes=lanes, stages=stages, configs=6 if lanes == 4 else 1)
+@pytest.mark.parametrize("lanes,stages,fp_latency", [(4, 3, "off"), (8, 2, "off"),
+                                                    (4, 3, "default")])
+def test_simd_random_amaranth(lanes, stages, fp_latency, seed):
+    """Random SIMD configurations under random stalls, bit-exact against the model; with
+    ``fp_latency="default"`` on the pipelined operators (the same words)."""
+    run_amaranth(PCU(lanes=lanes, stages=stages, fp_latency=fp_latency),
+                 simd_random_configs, seed=seed, lanes=lanes, stages=stages,
+                 configs=6 if lanes == 4 else 1)
 
 
 # -- Verilator tier: one lanes=4 build for the long runs, one lanes=8 build -------------
