@@ -10,6 +10,7 @@ from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 
 from hdl.fp import Op
+from hdl.fp_latency import DEFAULT_LATENCY, op_latency, simd_latency
 from hdl.interfaces import config_words
 from hdl.pcu import FPGA_PCU_OPTIONS, PCU
 from hdl.pcu_config import pcu_config_layout
@@ -28,6 +29,7 @@ from tb.suites.pcu import (
     systolic_matmuls,
     systolic_throughput,
 )
+from tb.suites.pcu_latency import simd_timing_cases, timing_case
 
 ALL_OPS = [int(op) for op in Op]
 SHAPES = [(4, 3, 4), (9, 20, 7), (1, 1, 1)]
@@ -124,9 +126,12 @@ def test_shared_units_checked():
         PCU(lanes=4, shared_units=1)
 
 
-def test_simd_op_sweep_amaranth(seed):
-    run_amaranth(PCU(lanes=4, stages=2), simd_op_sweep, seed=seed, lanes=4, stages=2,
-                 ops=ALL_OPS, beats=3)
+@pytest.mark.parametrize("fp_latency", ["off", "default"])
+def test_simd_op_sweep_amaranth(fp_latency, seed):
+    """Every op through stage 0 under random stalls, bit-exact against the model, with
+    the combinational operators and the pipelined ones."""
+    run_amaranth(PCU(lanes=4, stages=2, fp_latency=fp_latency), simd_op_sweep, seed=seed,
+                 lanes=4, stages=2, ops=ALL_OPS, beats=3)
 
 
 @pytest.mark.parametrize("lanes,stages,fp_latency", [(4, 3, "off"), (8, 2, "off"),
@@ -235,10 +240,12 @@ def test_special_functions_verilator(sim_dir, seed):
     assert stats.result["beats"] == 2_000
 
 
-def test_softmax_amaranth(seed):
-    """A whole softmax as five configured runs, against the model and numpy."""
-    stats = run_amaranth(PCU(lanes=4, stages=2), softmax_rows, seed=seed, lanes=4, stages=2,
-                         rows=2, beats_per_row=4)
+@pytest.mark.parametrize("fp_latency", ["off", "default"])
+def test_softmax_amaranth(fp_latency, seed):
+    """A whole softmax as five configured runs (its row max and row sum loop-carried:
+    ``MAX`` and ``ADD`` into ``REG``), against the model and numpy."""
+    stats = run_amaranth(PCU(lanes=4, stages=2, fp_latency=fp_latency), softmax_rows,
+                         seed=seed, lanes=4, stages=2, rows=2, beats_per_row=4)
     assert stats.result["error_over_budget"] <= 1.0
 
 
@@ -251,7 +258,38 @@ def test_simd_timing(stages, tail, seed):
                          stages=stages, tail=tail, beats=5)
     marks = stats.result
     assert marks["out"][0] - marks["in"][0] == stages + 4 + (SPECIAL_STEPS if tail else 0)
+    assert marks["out"][0] - marks["in"][0] == simd_latency(
+        ["PASS"] * stages, "NONE", 4, None, SPECIAL_STEPS if tail else 0)
     assert np.diff(marks["out"]).tolist() == [1] * 4
+
+
+#: (ops, reduce, src_b) of the stages of a two-stage PCU: each op class, each
+#: reduction, and loop-carried operands (REG)
+_LATENCY_CASES = [
+    (("PASS", "PASS"), 0, 3), (("MUL", "ADD"), 1, 3), (("MADD", "MAX"), 2, 3),
+    (("TO_BF16", "FROM_BF16"), 0, 3), (("SUB", "LT"), 0, 3), (("IADD", "SELECT"), 0, 3),
+    (("ADD", "PASS"), 0, 1), (("MAX", "PASS"), 0, 1), (("PASS", "MADD"), 1, 1),
+]
+
+
+def test_simd_timing_pipelined(seed):
+    """Beat in -> beat out on a two-stage PCU, without stalls, for each op class and
+    reduction: the latency :func:`hdl.fp_latency.simd_latency` gives (``stages + 4``
+    with the combinational operators), one beat per cycle; a stage whose ``REG`` is
+    loop-carried takes a beat every latency of its op (the interlock: ADD 7, MADD 11,
+    MAX 1). Every word bit-exact against the model. (With ``fp_latency`` off,
+    ``test_simd_timing`` holds :func:`hdl.fp_latency.simd_latency` to ``stages + 4``.)"""
+    fp_latency, table = "default", DEFAULT_LATENCY
+    cases = [timing_case(ops, reduce=reduce, src_b=src_b) for ops, reduce, src_b in
+             _LATENCY_CASES]
+    beats = 6
+    marks = run_amaranth(PCU(lanes=4, stages=2, fp_latency=fp_latency), simd_timing_cases,
+                         seed=seed, lanes=4, stages=2, cases=cases, beats=beats).result
+    for (ops, reduce, src_b), mark in zip(_LATENCY_CASES, marks):
+        latency = simd_latency(ops, ("NONE", "SUM", "MAX")[reduce], 4, table)
+        interval = max(op_latency(op, table) for op in ops) if src_b == 1 else 1
+        assert mark["out"][0] - mark["in"][0] == latency, (ops, reduce, mark)
+        assert np.diff(mark["out"]).tolist() == [interval] * (beats - 1), (ops, mark)
 
 
 @pytest.mark.parametrize("tail", [1, 2, 3])
@@ -285,12 +323,15 @@ def test_causal_mask_amaranth(base, seed):
     assert stats.result == int((keys - query > base).sum())
 
 
-def test_rescaled_accumulator_amaranth(seed):
+@pytest.mark.parametrize("fp_latency", ["off", "default"])
+def test_rescaled_accumulator_amaranth(fp_latency, seed):
     """The accumulator memory holds a vector per beat across counter 1 (online softmax's
     ``O = O * alpha + O_c``), emitted on the last chunk only, under random stalls,
-    against numpy float32."""
-    stats = run_amaranth(PCU(lanes=4, stages=4), rescaled_accumulator, seed=seed, lanes=4,
-                         dims=5, chunks=4, groups=2)
+    against numpy float32; with ``fp_latency`` the multiply-add's 11 cycles exceed
+    counter 0's 5 iterations, so the interlock spaces the beats."""
+    stats = run_amaranth(PCU(lanes=4, stages=4, fp_latency=fp_latency),
+                         rescaled_accumulator, seed=seed, lanes=4, dims=5, chunks=4,
+                         groups=2)
     assert stats.result == 10          # the last chunk's 5 beats, per group
 
 
