@@ -21,7 +21,8 @@ Plain Python (no Amaranth): the software reads it too.
 import enum
 
 __all__ = ["FPKind", "DEFAULT_LATENCY", "latency_of", "FP_LATENCY_CHOICES", "latency_table",
-           "OP_KINDS", "op_latency", "reduction_latency", "simd_latency"]
+           "OP_KINDS", "op_latency", "reduction_latency", "simd_latency", "simd_in_flight",
+           "interval_bound"]
 
 
 class FPKind(enum.Enum):
@@ -112,3 +113,21 @@ def simd_latency(ops, reduce, lanes, table, special_steps=0):
     With ``table = None``: ``stages + 4`` (``+ special_steps``), as ``docs/pcu.md``."""
     stages = sum(op_latency(op, table) for op in ops)
     return stages + special_steps + reduction_latency(reduce, lanes, table) + 4
+
+
+def simd_in_flight(ops, reduce, lanes, table):
+    """Beats a SIMD PCU holds between its head and its tail FIFOs (the functional
+    model's pipeline capacity): the stages' latencies, the special-function or bypass
+    register, the reduction tree's latency and the tail register (``stages + 2`` with
+    ``table = None``)."""
+    return sum(op_latency(op, table) for op in ops) + reduction_latency(reduce, lanes,
+                                                                        table) + 2
+
+
+def interval_bound(table):
+    """The most cycles the interlock of a pipelined SIMD PCU leaves between two beats (a
+    loop-carried ``REG`` through the longest operator); 1 with ``table = None``. The
+    runtime's watchdog estimate scales by it."""
+    if table is None:
+        return 1
+    return max(1, *(op_latency(op, table) for op in OP_KINDS))

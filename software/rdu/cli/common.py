@@ -24,6 +24,8 @@ from rdu.program import Program
 from rdu.runtime import RunFailure
 from rdu.units.registry import PCU_VARIANTS
 
+from hdl.fp_latency import FP_LATENCY_CHOICES
+
 __all__ = ["CommandError", "WrongResult", "Parser", "HelpFormatter", "add_command",
            "add_machine_options", "machine_overrides", "machine_for", "add_kernel_options",
            "load_array", "size_option", "kernel_params", "program_for", "check_output",
@@ -85,6 +87,12 @@ def add_machine_options(cmd, defaults):
                             "FPGA configuration's, docs/fpga.md: the same results, "
                             "exp and reciprocal 13 and 8 cycles per vector; needs "
                             f"--lanes <= --stages) (default machine: {reference.pcu})")
+    group.add_argument("--fp-latency", dest="fp_latency", choices=list(FP_LATENCY_CHOICES),
+                       default=reference.fp_latency if defaults else None,
+                       help="the PCUs' SIMD stages on combinational FP operators (off) or "
+                            "on the pipelined ones of hdl.fp_latency (default): the same "
+                            "results, more latency (docs/pcu.md) (default machine: "
+                            f"{reference.fp_latency})")
 
 
 def machine_overrides(args):
@@ -94,6 +102,8 @@ def machine_overrides(args):
                  if getattr(args, option, None) is not None}
     if getattr(args, "pcu", None) is not None:
         overrides["pcu"] = args.pcu
+    if getattr(args, "fp_latency", None) is not None:
+        overrides["fp_latency"] = args.fp_latency
     return overrides
 
 
