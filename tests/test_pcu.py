@@ -285,7 +285,7 @@ def test_simd_timing_pipelined(seed):
     beats = 6
     marks = run_amaranth(PCU(lanes=4, stages=2, fp_latency=fp_latency), simd_timing_cases,
                          seed=seed, lanes=4, stages=2, cases=cases, beats=beats).result
-    for (ops, reduce, src_b), mark in zip(_LATENCY_CASES, marks):
+    for (ops, reduce, src_b), mark in zip(_LATENCY_CASES, marks, strict=True):
         latency = simd_latency(ops, ("NONE", "SUM", "MAX")[reduce], 4, table)
         interval = max(op_latency(op, table) for op in ops) if src_b == 1 else 1
         assert mark["out"][0] - mark["in"][0] == latency, (ops, reduce, mark)

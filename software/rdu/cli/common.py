@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hdl.fp_latency import FP_LATENCY_CHOICES
 from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
 from rdu.frontend.kernels import INPUT_DTYPES, KERNELS, get_kernel
@@ -23,8 +24,6 @@ from rdu.onnx import onnx_kernel
 from rdu.program import Program
 from rdu.runtime import RunFailure
 from rdu.units.registry import PCU_VARIANTS
-
-from hdl.fp_latency import FP_LATENCY_CHOICES
 
 __all__ = ["CommandError", "WrongResult", "Parser", "HelpFormatter", "add_command",
            "add_machine_options", "machine_overrides", "machine_for", "add_kernel_options",
