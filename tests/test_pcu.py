@@ -349,3 +349,26 @@ def test_last_source_amaranth(seed):
     stats = run_amaranth(PCU(lanes=4, stages=4), running_max_step, seed=seed, lanes=4,
                          beats=7, rows=3)
     assert stats.result >= 12          # each row's first beat at least (3 rows x 4 lanes)
+
+
+def test_fp_latency_checked_and_carried_by_the_machine():
+    """``fp_latency``: its values, refused with shared units, carried by the machine
+    description into the RTL's PCU variant and the watchdog's interval bound."""
+    from rdu.machine import Machine, MachineError
+    from rdu.runtime.watchdog import special_function_period
+
+    assert PCU(lanes=4, fp_latency="default").fp_latency == "default"
+    assert PCU(lanes=4).fp_latency == PCU(lanes=4, fp_latency=0).fp_latency == "off"
+    with pytest.raises(ValueError, match="fp_latency must be one of off, default, not 'x'"):
+        PCU(lanes=4, fp_latency="x")
+    with pytest.raises(ValueError, match="not shared_units"):
+        PCU(lanes=4, stages=4, shared_units=True, fp_latency="default")
+    machine = Machine(rows=2, cols=2, lanes=4, fp_latency="default")
+    unit = machine.system_params()["compute_unit"]
+    assert unit(lanes=4).fp_latency == "default" and "fp_latency" in repr(unit)
+    assert Machine.from_json(machine.to_json()) == machine
+    assert "compute_unit" not in Machine(rows=2, cols=2, lanes=4).system_params()
+    assert special_function_period(machine) == max(op_latency(op, DEFAULT_LATENCY)
+                                                   for op in Op)
+    with pytest.raises(MachineError, match="fp_latency"):
+        Machine(rows=2, cols=2, lanes=4, pcu="fpga", fp_latency="default")
