@@ -13,6 +13,8 @@ from rdu.models import fp as fpmodel
 from rdu.models import pcu_reference as pcu_model
 
 from hdl.fp import Op
+from hdl.fp_alu_pipelined import PipelinedFPALU
+from hdl.fp_latency import DEFAULT_LATENCY, op_latency
 from hdl.pcu_config import COUNTERS, Source, pcu_config_layout
 from hdl.pcu_counters import CounterChain, chain_status_layout
 from hdl.pcu_simd import SIMDPipeline
@@ -343,6 +345,32 @@ def test_shared_alu_both_sides(seed):
                 assert ctx.get(dut.pe.result) == int(want)
 
     _simulate(dut, bench, clock=False)
+
+
+def test_pipelined_alu(seed):
+    """``PipelinedFPALU``: every operation, a new operand set each cycle, its result
+    exactly ``op_latency`` cycles later equal to rdu.fpmodel.apply (the combinational
+    ALU's word)."""
+    nrng = np.random.default_rng(seed)
+    dut = PipelinedFPALU()
+    a, b, c = random_operands(nrng, 24)
+
+    async def bench(ctx):
+        for op in Op:
+            latency = op_latency(op, DEFAULT_LATENCY)
+            ctx.set(dut.op, op)
+            for cycle in range(len(a) + latency):
+                if cycle < len(a):
+                    ctx.set(dut.a, int(a[cycle]))
+                    ctx.set(dut.b, int(b[cycle]))
+                    ctx.set(dut.c, int(c[cycle]))
+                if cycle >= latency:
+                    index = cycle - latency
+                    want = fpmodel.apply(int(op), a[index], b[index], c[index])
+                    assert ctx.get(dut.result) == int(want), (op, index)
+                await ctx.tick()
+
+    _simulate(dut, bench)
 
 
 # -- special-function units -------------------------------------------------------------
