@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hdl.fp_latency import FP_LATENCY_CHOICES
 from rdu.apps.onnx_groups import compile_groups, needs_groups
 from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
@@ -87,6 +88,12 @@ def add_machine_options(cmd, defaults):
                             "FPGA configuration's, docs/fpga.md: the same results, "
                             "exp and reciprocal 13 and 8 cycles per vector; needs "
                             f"--lanes <= --stages) (default machine: {reference.pcu})")
+    group.add_argument("--fp-latency", dest="fp_latency", choices=list(FP_LATENCY_CHOICES),
+                       default=reference.fp_latency if defaults else None,
+                       help="the PCUs' SIMD stages on combinational FP operators (off) or "
+                            "on the pipelined ones of hdl.fp_latency (default): the same "
+                            "results, more latency (docs/pcu.md) (default machine: "
+                            f"{reference.fp_latency})")
 
 
 def machine_overrides(args):
@@ -96,6 +103,8 @@ def machine_overrides(args):
                  if getattr(args, option, None) is not None}
     if getattr(args, "pcu", None) is not None:
         overrides["pcu"] = args.pcu
+    if getattr(args, "fp_latency", None) is not None:
+        overrides["fp_latency"] = args.fp_latency
     return overrides
 
 
