@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 from . import defaults
 from .clock_gate import gated_domain
 from .fp import Op
+from .fp_latency import latency_table
 from .interfaces import (
     ConfigPort,
     ConfigRegister,
@@ -90,6 +91,14 @@ class PCU(wiring.Component):
         ``(row, col)`` on stage ``row``'s ALU of lane ``col``, as in the paper's PCU)
         instead of a ``lanes x lanes`` array of MACs of its own: the FPGA area option
         (needs ``stages >= lanes``); the same results and cycles bit for bit.
+    fp_latency : str or None
+        ``"off"`` (or ``None``, 0; the default): the SIMD stages compute each operator in
+        one cycle. ``"default"``: the SIMD stages and the lane reduction tree on the
+        pipelined operators of :data:`hdl.fp_latency.DEFAULT_LATENCY` (a stage takes
+        its op's latency, an interlock spaces beats whose ``REG`` would be read early):
+        the same words, more latency (``docs/pcu.md``, "SIMD stages on the pipelined
+        operators"). The systolic array and the tail special functions stay as they
+        are; not with ``shared_units``.
 
     Attributes
     ----------
@@ -114,8 +123,11 @@ class PCU(wiring.Component):
     """
 
     def __init__(self, lanes=defaults.LANES, stages=defaults.STAGES, fifo_depth=FIFO_DEPTH, *,
-                 special="pipelined", shared_units=False):
+                 special="pipelined", shared_units=False, fp_latency=None):
         check_lanes(lanes)
+        self._fp_latency = "off" if latency_table(fp_latency) is None else fp_latency
+        if self._fp_latency != "off" and shared_units:
+            raise ValueError("fp_latency needs the SIMD stages' own ALUs, not shared_units")
         check_stages(stages)
         if not isinstance(shared_units, bool):
             raise TypeError(f"Shared units must be a bool, not {shared_units!r}")
@@ -165,6 +177,11 @@ class PCU(wiring.Component):
         return self._stages
 
     @property
+    def fp_latency(self):
+        """``"off"`` or ``"default"``: the SIMD stages' operators (:mod:`hdl.fp_latency`)."""
+        return self._fp_latency
+
+    @property
     def shared_units(self):
         """The systolic array uses the SIMD ALUs (no MACs of its own)."""
         return self._shared_units
@@ -211,7 +228,7 @@ class PCU(wiring.Component):
                                    (simd & (~run.idle | pipeline_busy)) | config_written)
         m.submodules.simd = simd_body = SIMDPipeline(
             lanes, stages, special=self._special, shared_units=self._shared_units,
-            domain=simd_domain)
+            domain=simd_domain, fp_latency=self._fp_latency)
         m.submodules.systolic = systolic_body = SystolicArray(
             lanes, shared_units=self._shared_units, domain=systolic_domain)
         m.d.comb += pipeline_busy.eq(simd_body.busy)

@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from .clock_gate import gates_clocks
 from .fp import FPALU, FPALU_SIGNATURE, fp32_add, fp32_max, fp32_to_bf16
+from .fp_latency import latency_table
 from .interfaces import control_stream, scalar_stream, vector_stream
 from .pcu_config import (
     ACC_DEPTH,
@@ -20,6 +21,7 @@ from .pcu_config import (
     pcu_config_layout,
 )
 from .pcu_counters import chain_status_layout
+from .pcu_simd_pipelined import issue_interval, pipelined_reduction, pipelined_stage
 from .special_function import SPECIAL_UNITS
 
 __all__ = ["SIMDPipeline"]
@@ -62,6 +64,12 @@ class SIMDPipeline(wiring.Component):
     domain : str
         Clock domain of the stage registers, the accumulator memory's writes and the
         configuration copies (the PCU's gated ``simd`` domain in simulation builds).
+    fp_latency : str or None
+        ``"off"`` / ``None`` / 0: every stage's ALU is combinational (one register per
+        stage); ``"default"``: the stages, the lane reduction tree and the interlock on
+        the pipelined operators of :data:`hdl.fp_latency.DEFAULT_LATENCY`
+        (:func:`hdl.fp_latency.latency_table`, :mod:`hdl.pcu_simd_pipelined`). Not with
+        ``shared_units``.
 
     Attributes
     ----------
@@ -88,8 +96,11 @@ class SIMDPipeline(wiring.Component):
     """
 
     def __init__(self, lanes, stages, *, special="pipelined", shared_units=False,
-                 domain="sync"):
+                 domain="sync", fp_latency=None):
         check_stages(stages)
+        self.latency_table = latency_table(fp_latency)
+        if self.latency_table is not None and shared_units:
+            raise ValueError("fp_latency needs the SIMD stages' own ALUs, not shared_units")
         self._lanes, self._stages = lanes, stages
         self._special, self._shared_units, self._domain = special, shared_units, domain
         members = {
@@ -110,6 +121,15 @@ class SIMDPipeline(wiring.Component):
         if shared_units:
             members["alus"] = In(FPALU_SIGNATURE).array(stages, lanes)
         super().__init__(members)
+
+    @property
+    def lanes(self):
+        return self._lanes
+
+    @property
+    def domain(self):
+        """The clock domain of the stage registers."""
+        return self._domain
 
     def elaborate(self, platform):
         m = Module()
@@ -157,7 +177,7 @@ class SIMDPipeline(wiring.Component):
         held_scalar = Signal(32, name="simd_held_scalar")
         in0, in1, scalar_in, issue = self.in0, self.in1, self.scalar_in, self.issue
         m.d.comb += issue.eq(self.running & advance & in0.valid & (~uses_in1 | in1.valid) &
-                             (~need_scalar | scalar_in.valid))
+                             (~need_scalar | scalar_in.valid) & self._interlock(m, advance))
         m.d.comb += [
             in0.ready.eq(issue),
             in1.ready.eq(issue & uses_in1),
@@ -181,6 +201,22 @@ class SIMDPipeline(wiring.Component):
         ]
         return SimpleNamespace(record=record, head=head, tail=tail, advance=advance,
                                out_ready=out_ready)
+
+    def _interlock(self, m, advance):
+        """1 when the pipeline may take a beat without reading a ``REG`` before it is
+        written: always with combinational stages; with ``fp_latency``, every
+        :func:`hdl.pcu_simd_pipelined.issue_interval` cycles of ``advance``."""
+        if self.latency_table is None:
+            return 1
+        interval = issue_interval(m, self.config, self.latency_table)
+        wait = Signal.like(interval, name="simd_interlock_wait")
+        with m.If(~self.running):
+            m.d.sync += wait.eq(0)
+        with m.Elif(self.issue):
+            m.d.sync += wait.eq(interval - 1)
+        with m.Elif(advance & (wait != 0)):
+            m.d.sync += wait.eq(wait - 1)
+        return wait == 0
 
     def _row_padded(self, m, payload):
         """``payload`` with the row's padding (``row_pad``: the last words of the run of
@@ -218,9 +254,13 @@ class SIMDPipeline(wiring.Component):
             here = config.acc_stage if stage == 0 else acc_stage
             acc_read = acc_read_first if stage == 0 else acc_read_later
             out = Signal(flow.record, name=f"simd_stage{stage}")
-            busy_terms.append(out.valid)
-            self._stage(body, stage, cfg, here, acc_read, acc_write, previous, out,
-                        flow.advance)
+            if self.latency_table is None:
+                busy_terms.append(out.valid)
+                self._stage(body, stage, cfg, here, acc_read, acc_write, previous, out,
+                            flow.advance)
+            else:
+                busy_terms += pipelined_stage(self, body, stage, cfg, here, acc_read,
+                                              acc_write, previous, out, flow.advance)
             previous = out
         return previous, busy_terms
 
@@ -258,7 +298,7 @@ class SIMDPipeline(wiring.Component):
             last = Signal(32, name=f"stage{stage}_last{lane}")
             reg_value = Mux(first, cfg.constant, Mux(acc_here, acc_data[lane], register))
             last_value = Mux(previous.first, cfg.constant, last)
-            operands = [self._operand(body, src, f"stage{stage}_lane{lane}_operand", lane,
+            operands = [self.operand(body, src, f"stage{stage}_lane{lane}_operand", lane,
                                       cfg, previous, reg_value, last_value)
                         for src in (cfg.src_a, cfg.src_b, cfg.src_c)]
             body.d.comb += [alu.op.eq(cfg.op), alu.a.eq(operands[0]),
@@ -272,7 +312,7 @@ class SIMDPipeline(wiring.Component):
             body.d.comb += acc_write.data.eq(Cat(*results))
 
     @staticmethod
-    def _operand(body, src, name, lane, cfg, previous, reg_value, last_value):
+    def operand(body, src, name, lane, cfg, previous, reg_value, last_value):
         """The operand that source field ``src`` selects for lane ``lane``."""
         operand = Signal(32, name=name)
         with body.Switch(src):
@@ -337,10 +377,8 @@ class SIMDPipeline(wiring.Component):
         ]
         return result
 
-    def _reduction(self, m, previous, flow):
-        """The reduction tree (pairs (0,1), (2,3), ... then pairs of those) into the last
-        register, which empties into the tail streams."""
-        config, tail = self.config, flow.tail
+    def _combinational_tree(self, m, previous):
+        """The combinational lane reduction of ``previous.vec`` (``fp_latency`` off)."""
         level = [previous.vec[lane] for lane in range(self._lanes)]
         depth = 0
         while len(level) > 1:
@@ -349,15 +387,27 @@ class SIMDPipeline(wiring.Component):
                 left, right = level[2 * pair], level[2 * pair + 1]
                 total = fp32_add(m, left, right, name=f"red_add{depth}_{pair}")
                 largest = fp32_max(m, left, right, name=f"red_max{depth}_{pair}")
-                nxt.append(Mux(config.reduce == Reduce.MAX, largest, total))
+                nxt.append(Mux(self.config.reduce == Reduce.MAX, largest, total))
             level = nxt
             depth += 1
-        flags = previous.flags
+        return level[0]
+
+    def _reduction(self, m, previous, flow):
+        """The reduction tree (pairs (0,1), (2,3), ... then pairs of those) into the last
+        register, which empties into the tail streams."""
+        config, tail = self.config, flow.tail
+        if self.latency_table is None:
+            flags, vec = previous.flags, previous.vec
+            scalar = self._combinational_tree(m, previous)
+        else:
+            flags, scalar = pipelined_reduction(m, previous, config.reduce, self._lanes,
+                                                self.latency_table, flow.advance)
+            vec = flags.vec
         with m.If(flow.advance):
             m.d.sync += [
                 tail.valid.eq(flags.valid), tail.emit.eq(flags.emit),
-                tail.done.eq(flags.done), tail.vec.eq(previous.vec),
-                tail.scalar.eq(level[0]),
+                tail.done.eq(flags.done), tail.vec.eq(vec),
+                tail.scalar.eq(scalar),
             ]
         with m.Elif(flow.out_ready):
             m.d.sync += tail.valid.eq(0)

@@ -10,6 +10,7 @@ from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 
 from hdl.fp import Op
+from hdl.fp_latency import DEFAULT_LATENCY, op_latency, simd_latency
 from hdl.interfaces import config_words
 from hdl.pcu import FPGA_PCU_OPTIONS, PCU
 from hdl.pcu_config import pcu_config_layout
@@ -28,6 +29,7 @@ from tb.suites.pcu import (
     systolic_matmuls,
     systolic_throughput,
 )
+from tb.suites.pcu_latency import simd_timing_cases, timing_case
 
 ALL_OPS = [int(op) for op in Op]
 SHAPES = [(4, 3, 4), (9, 20, 7), (1, 1, 1)]
@@ -124,15 +126,22 @@ def test_shared_units_checked():
         PCU(lanes=4, shared_units=1)
 
 
-def test_simd_op_sweep_amaranth(seed):
-    run_amaranth(PCU(lanes=4, stages=2), simd_op_sweep, seed=seed, lanes=4, stages=2,
-                 ops=ALL_OPS, beats=3)
+@pytest.mark.parametrize("fp_latency", ["off", "default"])
+def test_simd_op_sweep_amaranth(fp_latency, seed):
+    """Every op through stage 0 under random stalls, bit-exact against the model, with
+    the combinational operators and the pipelined ones."""
+    run_amaranth(PCU(lanes=4, stages=2, fp_latency=fp_latency), simd_op_sweep, seed=seed,
+                 lanes=4, stages=2, ops=ALL_OPS, beats=3)
 
 
-@pytest.mark.parametrize("lanes,stages", [(4, 3), (8, 2)])
-def test_simd_random_amaranth(lanes, stages, seed):
-    run_amaranth(PCU(lanes=lanes, stages=stages), simd_random_configs, seed=seed,
-                 lanes=lanes, stages=stages, configs=6 if lanes == 4 else 1)
+@pytest.mark.parametrize("lanes,stages,fp_latency", [(4, 3, "off"), (8, 2, "off"),
+                                                    (4, 3, "default")])
+def test_simd_random_amaranth(lanes, stages, fp_latency, seed):
+    """Random SIMD configurations under random stalls, bit-exact against the model; with
+    ``fp_latency="default"`` on the pipelined operators (the same words)."""
+    run_amaranth(PCU(lanes=lanes, stages=stages, fp_latency=fp_latency),
+                 simd_random_configs, seed=seed, lanes=lanes, stages=stages,
+                 configs=6 if lanes == 4 else 1)
 
 
 # -- Verilator tier: one lanes=4 build for the long runs, one lanes=8 build -------------
@@ -247,7 +256,38 @@ def test_simd_timing(stages, tail, seed):
                          stages=stages, tail=tail, beats=5)
     marks = stats.result
     assert marks["out"][0] - marks["in"][0] == stages + 4 + (SPECIAL_STEPS if tail else 0)
+    assert marks["out"][0] - marks["in"][0] == simd_latency(
+        ["PASS"] * stages, "NONE", 4, None, SPECIAL_STEPS if tail else 0)
     assert np.diff(marks["out"]).tolist() == [1] * 4
+
+
+#: (ops, reduce, src_b) of the stages of a two-stage PCU: each op class, each
+#: reduction, and loop-carried operands (REG)
+_LATENCY_CASES = [
+    (("PASS", "PASS"), 0, 3), (("MUL", "ADD"), 1, 3), (("MADD", "MAX"), 2, 3),
+    (("TO_BF16", "FROM_BF16"), 0, 3), (("SUB", "LT"), 0, 3), (("IADD", "SELECT"), 0, 3),
+    (("ADD", "PASS"), 0, 1), (("MAX", "PASS"), 0, 1), (("PASS", "MADD"), 1, 1),
+]
+
+
+def test_simd_timing_pipelined(seed):
+    """Beat in -> beat out on a two-stage PCU, without stalls, for each op class and
+    reduction: the latency :func:`hdl.fp_latency.simd_latency` gives (``stages + 4``
+    with the combinational operators), one beat per cycle; a stage whose ``REG`` is
+    loop-carried takes a beat every latency of its op (the interlock: ADD 7, MADD 11,
+    MAX 1). Every word bit-exact against the model. (With ``fp_latency`` off,
+    ``test_simd_timing`` holds :func:`hdl.fp_latency.simd_latency` to ``stages + 4``.)"""
+    fp_latency, table = "default", DEFAULT_LATENCY
+    cases = [timing_case(ops, reduce=reduce, src_b=src_b) for ops, reduce, src_b in
+             _LATENCY_CASES]
+    beats = 6
+    marks = run_amaranth(PCU(lanes=4, stages=2, fp_latency=fp_latency), simd_timing_cases,
+                         seed=seed, lanes=4, stages=2, cases=cases, beats=beats).result
+    for (ops, reduce, src_b), mark in zip(_LATENCY_CASES, marks, strict=True):
+        latency = simd_latency(ops, ("NONE", "SUM", "MAX")[reduce], 4, table)
+        interval = max(op_latency(op, table) for op in ops) if src_b == 1 else 1
+        assert mark["out"][0] - mark["in"][0] == latency, (ops, reduce, mark)
+        assert np.diff(mark["out"]).tolist() == [interval] * (beats - 1), (ops, mark)
 
 
 @pytest.mark.parametrize("tail", [1, 2, 3])
@@ -281,12 +321,15 @@ def test_causal_mask_amaranth(base, seed):
     assert stats.result == int((keys - query > base).sum())
 
 
-def test_rescaled_accumulator_amaranth(seed):
+@pytest.mark.parametrize("fp_latency", ["off", "default"])
+def test_rescaled_accumulator_amaranth(fp_latency, seed):
     """The accumulator memory holds a vector per beat across counter 1 (online softmax's
     ``O = O * alpha + O_c``), emitted on the last chunk only, under random stalls,
-    against numpy float32."""
-    stats = run_amaranth(PCU(lanes=4, stages=4), rescaled_accumulator, seed=seed, lanes=4,
-                         dims=5, chunks=4, groups=2)
+    against numpy float32; with ``fp_latency`` the multiply-add's 11 cycles exceed
+    counter 0's 5 iterations, so the interlock spaces the beats."""
+    stats = run_amaranth(PCU(lanes=4, stages=4, fp_latency=fp_latency),
+                         rescaled_accumulator, seed=seed, lanes=4, dims=5, chunks=4,
+                         groups=2)
     assert stats.result == 10          # the last chunk's 5 beats, per group
 
 
@@ -304,3 +347,26 @@ def test_last_source_amaranth(seed):
     stats = run_amaranth(PCU(lanes=4, stages=4), running_max_step, seed=seed, lanes=4,
                          beats=7, rows=3)
     assert stats.result >= 12          # each row's first beat at least (3 rows x 4 lanes)
+
+
+def test_fp_latency_checked_and_carried_by_the_machine():
+    """``fp_latency``: its values, refused with shared units, carried by the machine
+    description into the RTL's PCU variant and the watchdog's interval bound."""
+    from rdu.machine import Machine, MachineError
+    from rdu.runtime.watchdog import special_function_period
+
+    assert PCU(lanes=4, fp_latency="default").fp_latency == "default"
+    assert PCU(lanes=4).fp_latency == PCU(lanes=4, fp_latency=0).fp_latency == "off"
+    with pytest.raises(ValueError, match="fp_latency must be one of off, default, not 'x'"):
+        PCU(lanes=4, fp_latency="x")
+    with pytest.raises(ValueError, match="not shared_units"):
+        PCU(lanes=4, stages=4, shared_units=True, fp_latency="default")
+    machine = Machine(rows=2, cols=2, lanes=4, fp_latency="default")
+    unit = machine.system_params()["compute_unit"]
+    assert unit(lanes=4).fp_latency == "default" and "fp_latency" in repr(unit)
+    assert Machine.from_json(machine.to_json()) == machine
+    assert "compute_unit" not in Machine(rows=2, cols=2, lanes=4).system_params()
+    assert special_function_period(machine) == max(op_latency(op, DEFAULT_LATENCY)
+                                                   for op in Op)
+    with pytest.raises(MachineError, match="fp_latency"):
+        Machine(rows=2, cols=2, lanes=4, pcu="fpga", fp_latency="default")

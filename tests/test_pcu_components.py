@@ -13,6 +13,8 @@ from rdu.models import fp as fpmodel
 from rdu.models import pcu_reference as pcu_model
 
 from hdl.fp import Op
+from hdl.fp_alu_pipelined import PipelinedFPALU
+from hdl.fp_latency import DEFAULT_LATENCY, op_latency
 from hdl.pcu_config import COUNTERS, Source, pcu_config_layout
 from hdl.pcu_counters import CounterChain, chain_status_layout
 from hdl.pcu_simd import SIMDPipeline
@@ -277,34 +279,42 @@ def _assert_simd_matches_model(dut, lanes, stages, config, nrng, rng, stall):
     assert got["left"] == {"in0": 0, "in1": 0, "scalar_in": 0}
 
 
-@pytest.mark.parametrize("special", ["pipelined", "iterative"])
-def test_simd_pipeline_random_configs(special, seed):
+@pytest.mark.parametrize("special,fp_latency", [("pipelined", "off"), ("iterative", "off"),
+                                                ("pipelined", "default")])
+def test_simd_pipeline_random_configs(special, fp_latency, seed):
     """Random operations, sources, reductions, tails, emits and accumulator stages,
     random stalls: every word out of the pipeline bit-exact against
-    rdu.pcu_model.run_simd, every input beat taken, one DONE."""
+    rdu.pcu_model.run_simd, every input beat taken, one DONE; with the combinational
+    operators and with the pipelined ones (``fp_latency``)."""
     lanes, stages = 4, 3
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     for _ in range(3):
         config = random_simd_config(nrng, stages)
-        dut = SIMDPipeline(lanes, stages, special=special)
+        dut = SIMDPipeline(lanes, stages, special=special, fp_latency=fp_latency)
         _assert_simd_matches_model(dut, lanes, stages, config, nrng, rng, 0.25)
 
 
-def test_simd_pipeline_every_source(seed):
+@pytest.mark.parametrize("fp_latency", ["off", "default"])
+def test_simd_pipeline_every_source(fp_latency, seed):
     """Each operand source in turn in the last stage of a two-stage pipeline (``madd``
-    reads all three), every iteration emitted: results bit-exact against the model."""
+    reads all three), every iteration emitted: results bit-exact against the model,
+    with the combinational operators; with the pipelined ones the sources that travel
+    beside the operators or come back to them (REG through the interlock, LAST, IN1,
+    SCALAR, COUNTER: the others are the same multiplexer inputs either way)."""
     lanes, stages = 2, 2
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
-    for source in Source:
+    sources = list(Source) if fp_latency == "off" else [
+        Source.REG, Source.LAST, Source.IN1, Source.SCALAR, Source.COUNTER]
+    for source in sources:
         config = random_simd_config(nrng, stages)
         config.update(vector_out=1, emit_every=1, tail=0, acc_stage=0)
         config["counters"][0] = {"min": 0, "max": 3, "stride": 1}
         config["stages"][stages - 1].update(
             op=int(Op.MADD), src_a=int(source), src_b=int(source), src_c=int(source))
-        _assert_simd_matches_model(SIMDPipeline(lanes, stages), lanes, stages, config,
-                                   nrng, rng, 0.2)
+        _assert_simd_matches_model(SIMDPipeline(lanes, stages, fp_latency=fp_latency),
+                                   lanes, stages, config, nrng, rng, 0.2)
 
 
 # -- shared ALU ---------------------------------------------------------------------------
@@ -339,6 +349,32 @@ def test_shared_alu_both_sides(seed):
                 assert ctx.get(dut.pe.result) == int(want)
 
     _simulate(dut, bench, clock=False)
+
+
+def test_pipelined_alu(seed):
+    """``PipelinedFPALU``: every operation, a new operand set each cycle, its result
+    exactly ``op_latency`` cycles later equal to rdu.fpmodel.apply (the combinational
+    ALU's word)."""
+    nrng = np.random.default_rng(seed)
+    dut = PipelinedFPALU()
+    a, b, c = random_operands(nrng, 24)
+
+    async def bench(ctx):
+        for op in Op:
+            latency = op_latency(op, DEFAULT_LATENCY)
+            ctx.set(dut.op, op)
+            for cycle in range(len(a) + latency):
+                if cycle < len(a):
+                    ctx.set(dut.a, int(a[cycle]))
+                    ctx.set(dut.b, int(b[cycle]))
+                    ctx.set(dut.c, int(c[cycle]))
+                if cycle >= latency:
+                    index = cycle - latency
+                    want = fpmodel.apply(int(op), a[index], b[index], c[index])
+                    assert ctx.get(dut.result) == int(want), (op, index)
+                await ctx.tick()
+
+    _simulate(dut, bench)
 
 
 # -- special-function units -------------------------------------------------------------

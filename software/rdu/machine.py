@@ -15,6 +15,7 @@ True
 from dataclasses import asdict, dataclass, fields
 
 from hdl import defaults
+from hdl.fp_latency import FP_LATENCY_CHOICES, latency_table
 
 from .bitstream import Geometry
 from .mapper import ArrayGeometry
@@ -70,6 +71,12 @@ class Machine:
         :data:`rdu.units.registry.PCU_VARIANTS`: ``standard``, or ``fpga`` (the FPGA
         configuration's: the same words, exp and the reciprocal 13 and 8 cycles per
         vector; needs ``lanes <= stages``).
+    fp_latency : str
+        The PCU's ``fp_latency`` (:data:`hdl.fp_latency.FP_LATENCY_CHOICES`): ``"off"``
+        (every SIMD stage one cycle) or ``"default"`` (the SIMD stages and the lane
+        reduction on the pipelined FP operators of :data:`hdl.fp_latency.DEFAULT_LATENCY`:
+        the same words, more latency; not with ``pcu = "fpga"``). The RTL, the functional
+        model's pipeline capacity and the runtime's watchdog read it.
     hbm_bytes, ddr_bytes, host_bytes : int
         Capacities of the HBM, DDR and host-memory windows (at their fixed bases of
         :mod:`rdu.memory_map`; each must end before the next region's base).
@@ -83,13 +90,14 @@ class Machine:
     agcu_positions: tuple = None
     compute: bool = True
     pcu: str = "standard"
+    fp_latency: str = "off"
     hbm_bytes: int = HBM.size
     ddr_bytes: int = DDR.size
     host_bytes: int = HOST.size
 
     def __post_init__(self):
         for item in fields(self):
-            if item.name in ("agcu_positions", "compute", "pcu"):
+            if item.name in ("agcu_positions", "compute", "pcu", "fp_latency"):
                 continue
             value = getattr(self, item.name)
             if not isinstance(value, int) or isinstance(value, bool):
@@ -102,8 +110,11 @@ class Machine:
         if self.pcu not in PCU_VARIANTS:
             raise MachineError(f"machine parameter pcu must be one of "
                                f"{', '.join(PCU_VARIANTS)}, not {self.pcu!r}")
+        if self.fp_latency not in FP_LATENCY_CHOICES:
+            raise MachineError(f"machine parameter fp_latency must be one of "
+                               f"{', '.join(FP_LATENCY_CHOICES)}, not {self.fp_latency!r}")
         try:
-            PCU_VARIANTS[self.pcu].check(self.lanes, self.stages)
+            self.pcu_variant.check(self.lanes, self.stages)
         except ValueError as error:
             raise MachineError(f"machine parameter pcu {self.pcu}: {error}") from None
         if not 1 <= self.stages <= 16:
@@ -145,6 +156,18 @@ class Machine:
                                    f"{region.name} window at {region.base:#x}), not {size}")
 
     # -- derived facts -------------------------------------------------------------------
+    @property
+    def pcu_variant(self):
+        """The :class:`~rdu.units.registry.PCUVariant` the RTL builds its PCUs with
+        (``pcu`` with ``fp_latency``)."""
+        return PCU_VARIANTS[self.pcu].with_fp_latency(self.fp_latency)
+
+    @property
+    def latency_table(self):
+        """``{FPKind: latency}`` of the PCUs' SIMD stages, or ``None`` (combinational):
+        :func:`hdl.fp_latency.latency_table` of ``fp_latency``."""
+        return latency_table(self.fp_latency)
+
     def positions(self):
         """``[(side, row)]`` of every AGCU (the default rule unless given)."""
         return [tuple(position) for position in self.agcu_positions]
@@ -199,8 +222,8 @@ class Machine:
                   "agcu_positions": [list(position) for position in self.positions()]}
         if not self.compute:
             params["compute_unit"] = None
-        elif self.pcu != "standard":
-            params["compute_unit"] = PCU_VARIANTS[self.pcu]
+        elif self.pcu != "standard" or self.fp_latency != "off":
+            params["compute_unit"] = self.pcu_variant
         if self.compute and self.stages != 4:
             raise MachineError(f"the RTL system builds PCUs of 4 SIMD stages; this machine "
                                f"has {self.stages} (run it on the functional model)")
@@ -210,7 +233,9 @@ class Machine:
         return (f"{self.rows}x{self.cols} array, {self.lanes} lanes, {self.stages} stages, "
                 f"{self.pmu_bytes // 1024} KiB PMUs, {self.agcus} AGCUs"
                 + ("" if self.compute else ", PMUs only")
-                + (f", {self.pcu} PCUs" if self.compute and self.pcu != "standard" else ""))
+                + (f", {self.pcu} PCUs" if self.compute and self.pcu != "standard" else "")
+                + (f", fp_latency {self.fp_latency}" if self.compute and
+                   self.fp_latency != "off" else ""))
 
     # -- manifest ------------------------------------------------------------------------
     def to_json(self):

@@ -35,6 +35,7 @@ from amaranth.lib import wiring
 
 from hdl.agcu import AGCU
 from hdl.fp import BF16MultiplyAccumulate, FPLanes
+from hdl.fp_alu_pipelined import PipelinedFPALU
 from hdl.fp_latency import DEFAULT_LATENCY
 from hdl.fp_pipelined import PIPELINED_OPERATORS, PipelinedFP32Add, PipelinedFP32Mul
 from hdl.ip import RDUIP
@@ -76,11 +77,16 @@ FPGA_UNITS = {
        for cls, latencies in ((PipelinedFP32Add, (0, 2, 4, 6, 8)),
                                  (PipelinedFP32Mul, (0, 2, 4, 6)))
        for latency in latencies if latency != DEFAULT_LATENCY[cls.KIND]},
+    # one lane of the SIMD stage's ALU on the pipelined operators (the PCU's fp_latency)
+    "fp_alu_pipelined": (PipelinedFPALU, {}),
     "pcu": (PCU, {"lanes": 4, "stages": 4}),
     # the PCU of the FPGA configuration: the iterating exp / reciprocal unit and the
     # systolic array on the SIMD ALUs (rdu.units.registry.PCU_VARIANTS["fpga"])
     "pcu_iterative": (PCU, {"lanes": 4, "stages": 4, "special": "iterative"}),
     "fpga_pcu": (PCU, {"lanes": 4, "stages": 4, **FPGA_PCU_OPTIONS}),
+    # the same with its SIMD stages and reduction tree on the pipelined operators
+    "pcu_iterative_pipelined": (PCU, {"lanes": 4, "stages": 4, "special": "iterative",
+                                      "fp_latency": "default"}),
     "system_2x2": (RDUSystem,
                    {"rows": 2, "cols": 2, "lanes": 4, "agcus": 2, "capacity_bytes": 16384,
                     "compute_unit": PCU_VARIANTS["fpga"]}),

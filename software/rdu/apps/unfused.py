@@ -36,7 +36,8 @@ from ..frontend.gemm import pack_images, unpack_images
 from ..frontend.graph import Graph, exp, reciprocal
 from ..layout import Image
 
-__all__ = ["Stage", "Sequence", "compile_unfused", "unfused_attention", "unfused_graph"]
+__all__ = ["Stage", "Sequence", "compile_unfused", "unfused_attention", "unfused_graph",
+           "end_of"]
 
 
 @dataclass
@@ -122,7 +123,7 @@ def _with_images(program, arrays):
     return pack_images(clone, arrays)
 
 
-def _end(program):
+def end_of(program):
     """The first page after everything ``program`` occupies in HBM."""
     ends = [program.bitstream_address + 4 * len(program.bitstream)]
     ends += [layout["address"] + Image.from_json(layout).nbytes
@@ -163,7 +164,7 @@ def unfused_attention(machine, seq, dim, heads, kv_heads, mode="decode", causal=
     def compile_stage(graph, plan):
         nonlocal start
         program = compile_graph(graph, machine, plan=plan)
-        start = _end(program)
+        start = end_of(program)
         return program
 
     for g in range(kv_heads):
@@ -272,7 +273,7 @@ def unfused_graph(kernel, machine, params):
                       if name != "a"}, {"a": (1, "a")})
     first = graph.extract(f"{graph.name}_matmul", {}, {"h": core})
     first_program = compile_graph(first, machine, plan=ImagePlan(
-        start=_end(last.program) if last else None,
+        start=end_of(last.program) if last else None,
         layouts={"h": Image(core.shape, (), None, None, "fp32")}))
     rows_name = "a" if last else out_name
     second = graph.extract(f"{graph.name}_rows", {core: "h"}, {rows_name: rows_out})
@@ -282,7 +283,7 @@ def unfused_graph(kernel, machine, params):
         addresses["a"] = last.program.meta["images"]["a"]["address"]
         layouts["a"] = _image(last.program, "a")
     second_program = compile_graph(second, machine, plan=ImagePlan(
-        start=_end(first_program), addresses=addresses, layouts=layouts))
+        start=end_of(first_program), addresses=addresses, layouts=layouts))
     stages = [Stage(first.name, first, first_program, _user_inputs(first)),
               Stage(second.name, second, second_program, produced={"h": (0, "h")})]
     if last:

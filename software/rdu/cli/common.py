@@ -14,8 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from hdl.fp_latency import FP_LATENCY_CHOICES
+from rdu.apps.onnx_groups import compile_groups, needs_groups
 from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
+from rdu.compiler.core import CompileError
 from rdu.frontend.kernels import INPUT_DTYPES, KERNELS, get_kernel
 from rdu.machine import MACHINE_OPTIONS, Machine
 from rdu.onnx import KERNEL_NAME as ONNX_KERNEL
@@ -85,6 +88,12 @@ def add_machine_options(cmd, defaults):
                             "FPGA configuration's, docs/fpga.md: the same results, "
                             "exp and reciprocal 13 and 8 cycles per vector; needs "
                             f"--lanes <= --stages) (default machine: {reference.pcu})")
+    group.add_argument("--fp-latency", dest="fp_latency", choices=list(FP_LATENCY_CHOICES),
+                       default=reference.fp_latency if defaults else None,
+                       help="the PCUs' SIMD stages on combinational FP operators (off) or "
+                            "on the pipelined ones of hdl.fp_latency (default): the same "
+                            "results, more latency (docs/pcu.md) (default machine: "
+                            f"{reference.fp_latency})")
 
 
 def machine_overrides(args):
@@ -94,6 +103,8 @@ def machine_overrides(args):
                  if getattr(args, option, None) is not None}
     if getattr(args, "pcu", None) is not None:
         overrides["pcu"] = args.pcu
+    if getattr(args, "fp_latency", None) is not None:
+        overrides["fp_latency"] = args.fp_latency
     return overrides
 
 
@@ -251,9 +262,11 @@ def _compile(args, kernel, params):
 
 
 def _onnx_program(args):
-    """``rdu run``/``compile MODEL.onnx``: import the model, compile it."""
-    if getattr(args, "execution", "fused") != "fused":
-        raise CommandError(f"{args.target}: an ONNX model runs fused (--execution fused)")
+    """``rdu run``/``compile MODEL.onnx``: import the model, compile it: one
+    configuration when the compiler fuses it (``--execution fused``), else (or with
+    ``--execution unfused``/``unfused-host``) a :class:`rdu.apps.unfused.Sequence` of
+    configurations (:func:`rdu.apps.onnx_groups.compile_groups`)."""
+    execution = getattr(args, "execution", "fused")
     for name in sorted({p for k in KERNELS.values() for p in (*k.params, *k.inputs)}):
         if getattr(args, name, None) is not None:
             raise CommandError(f"{args.target}: an ONNX model's shapes and inputs are its "
@@ -261,7 +274,20 @@ def _onnx_program(args):
                                f"inputs: --input NAME=FILE.npy)")
     kernel = onnx_kernel(args.target)
     arrays, sources = _onnx_arrays(args, kernel)
-    return kernel, _compile(args, kernel, {}), arrays, sources
+    if execution == "fused" and not needs_groups(kernel.imported.graph):
+        try:
+            return kernel, _compile(args, kernel, {}), arrays, sources
+        except CompileError:
+            pass                    # not one configuration: several (the groups' errors)
+    if getattr(args, "dump_after", None) or getattr(args, "passes_selected", None) or \
+            getattr(args, "passes_skipped", None):
+        raise CommandError(f"{args.target}: --dump-after, --passes and --skip compile one "
+                           f"configuration; this model is several (rdu inspect "
+                           f"{args.target} lists them)")
+    kernel, sequence = compile_groups(kernel, machine_for(args, kernel.machine),
+                                      model=str(Path(args.target).resolve()),
+                                      fuse_mlp=execution == "fused")
+    return kernel, sequence, arrays, sources
 
 
 def program_for(args):
@@ -287,6 +313,10 @@ def program_for(args):
         raise CommandError(f"{target}: a bare bitstream carries no shapes or tensors; "
                            f"compile a program file with 'rdu compile ... -o FILE.rdu'")
     program = Program.read(target)
+    if program.kernel == ONNX_KERNEL and "groups" in program.params:
+        raise CommandError(f"{target} is configuration {program.params['group']} of "
+                           f"{program.params['groups']} of {program.params['model']}: run "
+                           f"the model (rdu run {Path(program.params['model']).name})")
     if program.kernel == ONNX_KERNEL:
         kernel = onnx_kernel(program.params["model"])
         arrays, sources = _onnx_arrays(args, kernel)

@@ -4,6 +4,8 @@ prefix of the pass pipeline (``--passes``, ``--skip``, ``--dump-after``)."""
 import time
 from pathlib import Path
 
+from rdu.apps.onnx_groups import describe_stage
+from rdu.apps.unfused import Sequence
 from rdu.bitstream import to_bytes
 from rdu.cli.common import (
     CommandError,
@@ -41,12 +43,18 @@ def cmd_compile(args):
         args.usage_error("the following arguments are required: -o/--output")
     if args.output:
         check_output(args.output)
+    if args.execution != "fused" and not args.target.endswith(".onnx"):
+        raise CommandError(f"{args.target}: 'rdu compile --execution unfused' cuts an ONNX "
+                           f"model; a kernel by name runs unfused with 'rdu run "
+                           f"--execution unfused'")
     kernel, program, _, _ = program_for(args)
     if program is None:
         ran = ", ".join(args.compilation.seconds)
         print_report({"passes": ran, "program": "none (emit did not run: no file written)",
                       "compile_seconds": round(time.perf_counter() - start, 2)}, args.json)
         return 0
+    if isinstance(program, Sequence):
+        return _write_sequence(args, kernel, program, start)
     program.write(args.output)
     if args.bitstream:
         check_output(args.bitstream)
@@ -66,13 +74,45 @@ def cmd_compile(args):
     return 0
 
 
+def sequence_paths(output, count):
+    """The program files of a model of ``count`` configurations written for ``-o
+    output``: ``NAME.1.rdu`` ... ``NAME.<count>.rdu`` beside it."""
+    path = Path(output)
+    return [path.with_name(f"{path.stem}.{index}{path.suffix or '.rdu'}")
+            for index in range(1, count + 1)]
+
+
+def _write_sequence(args, kernel, sequence, start):
+    """``rdu compile MODEL.onnx`` of several configurations: one program file each."""
+    if args.bitstream:
+        raise CommandError(f"{args.target} is {len(sequence.stages)} configurations: "
+                           f"--bitstream writes one (each program file holds its own)")
+    paths = sequence_paths(args.output, len(sequence.stages))
+    report = {"kernel": kernel.describe(None), "machine": sequence.machine.describe(),
+              "configurations": len(sequence.stages)}
+    for index, (stage, path) in enumerate(zip(sequence.stages, paths, strict=True), 1):
+        stage.program.write(path)
+        report[f"configuration {index}"] = (f"{path} ({len(stage.program.bitstream)} "
+                                            f"bitstream words): {stage.name}: "
+                                            f"{describe_stage(stage)}")
+    report["compile_seconds"] = round(time.perf_counter() - start, 2)
+    print_report(report, args.json)
+    return 0
+
+
 def add_parsers(commands):
     """``rdu compile`` on the subparsers object ``commands``."""
     compile_ = add_command(commands, "compile", "compile a kernel into a program file "
                                                 "(manifest + bitstream)")
     add_kernel_options(compile_, run=False)
     compile_.add_argument("-o", "--output", metavar="FILE.rdu",
-                          help="program file to write (required when emit runs)")
+                          help="program file to write (required when emit runs); a model "
+                               "of several configurations writes FILE.1.rdu, FILE.2.rdu, "
+                               "... one per configuration")
+    compile_.add_argument("--execution", choices=["fused", "unfused"], default="fused",
+                          help="an ONNX model: fused, as few configurations as the "
+                               "compiler fuses; unfused, cut into its groups even when "
+                               "one configuration would do (docs/onnx.md)")
     compile_.add_argument("--bitstream", metavar="FILE.bin",
                           help="also write the bare bitstream (what AGCU 0 loads)")
     compile_.add_argument("--json", action="store_true", help="print the report as JSON")

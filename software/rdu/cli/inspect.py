@@ -3,8 +3,10 @@
 import json
 from pathlib import Path
 
+from rdu.apps.onnx_groups import describe_stage
+from rdu.apps.unfused import Sequence
 from rdu.bitstream import from_bytes, read_bitstream
-from rdu.cli.common import CommandError, add_command
+from rdu.cli.common import CommandError, add_command, program_for
 from rdu.program import MAGIC, Program
 from rdu.units.registry import UNITS
 
@@ -39,6 +41,8 @@ def cmd_inspect(args):
     """``rdu inspect``: a program file's manifest (or a bare bitstream's header) and
     every unit's configuration fields."""
     path = Path(args.file)
+    if path.suffix == ".onnx":
+        return inspect_model(args)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -76,6 +80,9 @@ def cmd_inspect(args):
               f"{', '.join(f'{side} of row {row}' for side, row in program.machine.positions())}"
               f", HBM {program.machine.hbm_bytes >> 20} MiB, DDR "
               f"{program.machine.ddr_bytes >> 20} MiB")
+        if "groups" in program.params:
+            print(f"  configuration {program.params['group']} of "
+                  f"{program.params['groups']} of the model: {program.meta['group']} family")
         print(f"  bitstream at {program.bitstream_address:#x} ({len(words)} words), "
               f"EXECUTE on AGCU {', '.join(map(str, program.execute))}")
         for name, tensor in manifest["tensors"].items():
@@ -97,11 +104,37 @@ def cmd_inspect(args):
     return 0
 
 
+def inspect_model(args):
+    """``rdu inspect MODEL.onnx``: the configurations the model compiles into on the
+    default machine, what each one is, reads and writes."""
+    args.target, args.execution = args.file, "fused"
+    kernel, program, _, _ = program_for(args)
+    stages = program.stages if isinstance(program, Sequence) else []
+    report = {"kernel": kernel.describe(None), "machine": program.machine.describe(),
+              "configurations": len(stages) or 1}
+    if stages:
+        for index, stage in enumerate(stages, 1):
+            report[f"configuration {index}"] = f"{stage.name}: {describe_stage(stage)}"
+    else:
+        report["configuration 1"] = (f"{program.name}: {program.meta['group']}, "
+                                     f"{program.meta.get('pcus')} PCUs (one fused "
+                                     f"configuration)")
+    if args.json:
+        print(json.dumps(report))
+    else:
+        width = max(len(key) for key in report)
+        for key, value in report.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
+
+
 def add_parsers(commands):
     """``rdu inspect`` on the subparsers object ``commands``."""
     inspect = add_command(commands, "inspect",
                           "print a program's manifest and every unit's fields")
-    inspect.add_argument("file", help="a program file (.rdu) or a bare bitstream")
+    inspect.add_argument("file", help="a program file (.rdu), a bare bitstream, or an "
+                                      "ONNX model (its configurations on the default "
+                                      "machine)")
     inspect.add_argument("--stages", type=int, default=4,
                          help="PCU SIMD stages, for a bare bitstream (a program file "
                               "records them)")

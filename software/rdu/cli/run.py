@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rdu.apps.onnx_groups import describe_stage
+from rdu.apps.unfused import Sequence
 from rdu.cli.common import (
     CommandError,
     WrongResult,
@@ -44,14 +46,16 @@ def cmd_run(args):
                                f"has no signals)")
         check_output(args.waves)
     execution = getattr(args, "execution", "fused")    # rdu sim: always fused
-    unfused = execution != "fused"
-    if unfused and not backend.schedules:
-        raise CommandError(f"--execution {execution} runs on --sim "
-                           f"{sim_names(lambda b: b.schedules)} (the IP block runs one "
-                           f"program per start)")
-    if unfused and args.waves:
-        raise CommandError("--waves is for --execution fused (one program)")
     kernel, program, arrays, sources = program_for(args)
+    unfused = isinstance(program, Sequence)     # unfused, or an ONNX model's groups
+    if unfused and not backend.schedules:
+        what = (f"--execution {execution}" if execution != "fused" else
+                "a model of several configurations")
+        raise CommandError(f"{what} runs on --sim {sim_names(lambda b: b.schedules)} (the IP "
+                           f"block runs one program per start)")
+    if unfused and args.waves:
+        raise CommandError("--waves is for one configuration (--execution fused of a "
+                           "kernel or a model the compiler fuses)")
     if arrays and set(arrays) != set(kernel.data_inputs()):
         missing = sorted(set(kernel.data_inputs()) - set(arrays))
         raise CommandError(f"give every input or none: missing "
@@ -61,7 +65,10 @@ def cmd_run(args):
     if unfused:
         figures, results, _ = run_sequence(
             kernel, program, inputs, args.sim, seed=args.seed, progress=not args.json,
-            timeout=args.timeout, execution=EXECUTIONS[execution], windows=args.windows)
+            timeout=args.timeout, execution=EXECUTIONS[execution] or "orchestrated",
+            windows=args.windows)
+        figures["configurations"] = [f"{stage.name}: {describe_stage(stage)}"
+                                     for stage in program.stages]
         result = None
     else:
         figures, results, result = run_kernel(kernel, program, inputs, args.sim,
@@ -77,7 +84,8 @@ def cmd_run(args):
         "ok": ok and agrees,
         "kernel": kernel.describe(program),
         "sim": args.sim,
-        "execution": execution,
+        "execution": ("configurations in sequence, orchestrated" if unfused and
+                      execution == "fused" else execution),
         "seed": args.seed,
         "inputs": ", ".join(sources.values()) if sources else f"random (seed {args.seed})",
         "machine": program.machine.describe(),
@@ -117,7 +125,7 @@ def save_run(save, program, inputs, results, report):
         files[f"{tensor}.npy"] = "float32 (the BF16 input values)"
     for tensor, values in results.items():
         np.save(save / f"{tensor}.npy", values)
-        stored = program.tensors.get(tensor, {}).get("dtype")
+        stored = getattr(program, "tensors", {}).get(tensor, {}).get("dtype")
         files[f"{tensor}.npy"] = str(np.asarray(values).dtype) + (
             " (the BF16 output values)" if stored == "bf16" else "")
     report["saved"] = f"{save}: " + ", ".join(f"{name} {dtype}"

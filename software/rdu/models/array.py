@@ -105,12 +105,17 @@ class FunctionalArray:
     agcu_positions : sequence of (side, row), optional
         Where each AGCU sits (``hdl.system.RDUSystem``'s parameter); default
         :func:`agcu_edge`'s rule. ``agcu_edges[k]`` is AGCU ``k``'s edge port.
+    simd_batch : bool
+        SIMD PCUs compute in batches (``False``: one beat at a time).
+    fp_latency : str
+        The PCUs' ``fp_latency`` (``Machine.fp_latency``): their SIMD pipelines' capacity.
     """
 
     def __init__(self, rows, cols, lanes, *, compute=True, stages=defaults.STAGES,
                  capacity_bytes=defaults.PMU_BYTES, agcus=defaults.AGCUS, agcu_config_words=16,
                  fifo_depth=SWITCH_FIFO_DEPTH, switch_layout=None, agcu_positions=None,
-                 simd_batch=True):
+                 simd_batch=True, fp_latency="off"):
+        self.fp_latency = fp_latency
         self.geometry = Geometry(rows, cols, lanes)
         #: SIMD PCUs compute in batches (False: pcu_reference.SimdState.step per beat)
         self.simd_batch = simd_batch
@@ -264,7 +269,8 @@ class FunctionalArray:
                 config = self.config(kind, row, col)
                 if kind == UnitKind.PCU:
                     units.append(UNITS[kind].model(row, col, lanes, self.stages, config,
-                                                   queues, batch=self.simd_batch))
+                                                   queues, batch=self.simd_batch,
+                                                   fp_latency=self.fp_latency))
                 else:
                     units.append(UNITS[kind].model(row, col, lanes, self.capacity_words,
                                                    config, self.sram[row, col], queues))

@@ -133,7 +133,7 @@ class FunctionalMachine:
             machine.rows, machine.cols, machine.lanes, compute=machine.compute,
             stages=machine.stages, capacity_bytes=machine.pmu_bytes, agcus=machine.agcus,
             agcu_config_words=config_words(agcu_config_layout()),
-            agcu_positions=machine.positions())
+            agcu_positions=machine.positions(), fp_latency=machine.fp_latency)
         self.loader = ConfigLoader(self.array.geometry, self.array.units, self.array.words)
         self.pending_arguments = {}
         self.execute_traffic = {}

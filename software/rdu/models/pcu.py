@@ -13,6 +13,7 @@ from collections import deque
 import numpy as np
 
 from hdl.fp import Op
+from hdl.fp_latency import latency_table, simd_in_flight
 from hdl.pcu_config import Mode, Reduce, Tail
 
 from . import pcu_reference
@@ -127,13 +128,20 @@ def enum_codes(shape):
 
 
 class PCUModel(Unit):
-    """Pattern Compute Unit (``hdl/pcu.py``) at item level."""
+    """Pattern Compute Unit (``hdl/pcu.py``) at item level.
 
-    def __init__(self, row, col, lanes, stages, cfg, queues, batch=True):
+    A SIMD run holds at most :func:`hdl.fp_latency.simd_in_flight` beats between its
+    inputs and its outputs (the hardware's stage, special-function and reduction
+    registers: ``stages + 2``, more with ``fp_latency``); the model keeps no cycles.
+    """
+
+    def __init__(self, row, col, lanes, stages, cfg, queues, batch=True, fp_latency="off"):
         self.name = f"PCU({row},{col})"
         #: SIMD runs computed in batches (SimdRun); False: SimdState.step per beat
         self.batch = batch
         self.lanes, self.stages_count, self.cfg = lanes, stages, cfg
+        self.latency_table = latency_table(fp_latency)
+        self.depth = stages + 2
         self.in0, self.in1 = queues["vector_in0"], queues["vector_in1"]
         self.sin, self.cin = queues["scalar_in"], queues["control_in"]
         self.vout, self.sout, self.cout = (queues["vector_out"], queues["scalar_out"],
@@ -184,6 +192,8 @@ class PCUModel(Unit):
             self.state = "simd"
             self.steps = Iterations(cfg["counters"])
             self.pipeline = deque()
+            self.depth = simd_in_flight([Op(stage["op"]) for stage in cfg["stages"]],
+                                        Reduce(cfg["reduce"]), self.lanes, self.latency_table)
             self.mac_beat = self.lanes * sum(stage["op"] in (Op.MUL, Op.MADD)
                                              for stage in cfg["stages"])
             if self.batch:
@@ -250,7 +260,7 @@ class PCUModel(Unit):
         vout, sout, cout = self.vout, self.sout, self.cout
         vitems, sitems = vout.items, sout.items
         pipeline = self.pipeline
-        depth = self.stages_count + 2
+        depth = self.depth
         uses_in1, scalar_in = run.state.uses_in1, cfg["scalar_in"]
         vector_out, reduce = cfg["vector_out"], cfg["reduce"] != Reduce.NONE
         inner, total = run.inner, len(self.steps)
@@ -312,7 +322,7 @@ class PCUModel(Unit):
         moved = 0
         cfg, simd = self.cfg, self.simd
         in0, in1, sin = self.in0.items, self.in1.items, self.sin.items
-        depth = self.stages_count + 2          # pipeline, special-function, reduction registers
+        depth = self.depth          # pipeline, special-function, reduction registers
         while True:
             progress = False
             if self.pipeline:
@@ -387,7 +397,7 @@ class PCUModel(Unit):
                                               ("vector_in1", self.in1)) if not queue.items]
             return [f"{self.name} waits on {' and '.join(empty)} "
                     f"(k step {self.iteration} of {self.total})"]
-        if self.pipeline and len(self.pipeline) >= self.stages_count + 2:
+        if self.pipeline and len(self.pipeline) >= self.depth:
             full = [q.name for q in (self.vout, self.sout, self.cout) if q.full()]
             return [f"{self.name} waits on {' and '.join(full) or 'its outputs'}"]
         (_, _, _), first, _, _ = self.steps[min(self.iteration, len(self.steps) - 1)]

@@ -75,9 +75,9 @@ def exact_mlp(program, graph):
     operators on them as a row kernel's (:func:`exact_rows`), the second matmul on the
     BF16 rows."""
     meta = program.meta
-    x_name, w1_name, w2_name = meta["operands"]
+    x_name, w1_name, w2_name, *up_name = meta["operands"]
     logical = {}
-    for name in (x_name, w1_name, w2_name):
+    for name in (x_name, w1_name, w2_name, *up_name):
         words = program.inputs[name][1]
         if words is None:
             raise ValueError(f"{program.name}: input image {name} is not packed")
@@ -87,13 +87,19 @@ def exact_mlp(program, graph):
                                            logical[w1_name][:k1])
     (out_name, out), = graph.outputs.items()
     cast, _ = out.inputs
-    first = next(node for node in graph.live_nodes() if node.op == "matmul" and
-                 node is not out)
-    chain = graph.extract(f"{graph.name}_activation", {first: "h"}, {"s": cast})
+    firsts = [node for node in graph.live_nodes() if node.op == "matmul" and
+              node is not out]
+    sources = {firsts[0]: "h"}
     m = cast.shape[0]
     # the hidden rows with their padding to the second matmul's K (W1's zero columns)
-    activated = exact_rows(chain, {"h": np.asarray(hidden, np.uint32)[:m, :k2]},
-                           meta["lanes"])["s"]
+    hidden_rows = {"h": np.asarray(hidden, np.uint32)[:m, :k2]}
+    if up_name:             # gated: the up product, the chain's second row operand
+        up = pcu_reference.systolic_accumulate(logical[x_name][:, :k1].T.copy(),
+                                               logical[up_name[0]][:k1])
+        sources[firsts[1]] = "u"
+        hidden_rows["u"] = np.asarray(up, np.uint32)[:m, :k2]
+    chain = graph.extract(f"{graph.name}_activation", sources, {"s": cast})
+    activated = exact_rows(chain, hidden_rows, meta["lanes"])["s"]
     value = pcu_reference.systolic_accumulate(np.asarray(activated, np.uint32)[:, :k2].T.copy(),
                                           logical[w2_name][:k2])
     m, n = program.tensors[out_name]["shape"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..frontend.graph import Tensor
 from ..frontend.kernels import KERNELS, Kernel, KernelInputError, to_bf16_words
 from ..models import pcu_reference as pcu_model
 from ..models import reference
@@ -20,7 +21,7 @@ from .importer import import_model
 from .values import core_shape
 
 __all__ = ["OnnxKernel", "onnx_kernel", "KERNEL_NAME", "onnxruntime_outputs", "compare",
-           "rounded_model"]
+           "rounded_model", "prepared_graph"]
 
 #: The kernel name a program compiled from an ONNX model records (its params: the model).
 KERNEL_NAME = "onnx"
@@ -151,6 +152,29 @@ class OnnxKernel(Kernel):
         return f"onnx {self.imported.label} ({graph.name}: {shapes})"
 
 
+def prepared_graph(graph):
+    """A copy of ``graph`` in which every computed first operand of a matmul is cast to BF16
+    (what the row group that writes it stores, or what a fused mlp's chain ends in)."""
+    copy = graph.extract(graph.name, {}, dict(graph.outputs))
+    for name, node in copy.inputs.items():     # where they come from, for errors
+        node.where = graph.inputs[name].where or node.where
+    casts = {}                          # one cast of a value however many matmuls read it
+    for matmul in [node for node in copy.nodes if node.op == "matmul"]:
+        operands = list(matmul.inputs)
+        for index, operand in enumerate(operands[:1]):     # A (a computed B is refused)
+            if operand.op == "input" or operand.dtype == "bf16":
+                continue
+            if id(operand) not in casts:
+                cast = Tensor(copy, operand).astype("bf16").node
+                cast.where = operand.where or matmul.where
+                copy.nodes.remove(cast)
+                copy.nodes.insert(copy.nodes.index(matmul), cast)
+                casts[id(operand)] = cast
+            operands[index] = casts[id(operand)]
+        matmul.inputs = tuple(operands)
+    return copy
+
+
 def machine_defaults(graph):
     """Machine parameters a model needs by default: the fused kernels' machines (the
     ``attention`` and ``mlp`` kernels': 4 and 5 AGCUs) for attention or a graph of two
@@ -164,7 +188,7 @@ def machine_defaults(graph):
 def onnx_kernel(path):
     """The :class:`OnnxKernel` of the model at ``path`` (or a ModelProto)."""
     imported = import_model(path)
-    graph = imported.graph
+    imported.graph = graph = prepared_graph(imported.graph)
     return OnnxKernel(KERNEL_NAME, (), {name: () for name in graph.inputs},
                       {name: () for name in graph.outputs},
                       f"the ONNX model {imported.label}",

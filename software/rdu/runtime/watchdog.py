@@ -9,6 +9,8 @@ stop a run that will never end, never a correct one (``tests/test_watchdog.py``
 compares it with measured cycles; ``python -m benchmarks.watchdog`` sweeps more shapes).
 """
 
+from hdl.fp_latency import interval_bound
+
 from ..units.registry import PCU_VARIANTS, busiest_unit
 
 __all__ = ["WATCHDOG_FLOOR_CYCLES", "COMPUTE_MARGIN", "LAUNCH_TIMEOUT_FACTOR",
@@ -36,8 +38,11 @@ SIMULATION_SLACK_CYCLES = 100_000
 
 def special_function_period(machine):
     """Cycles per vector of ``machine``'s PCU special functions (its
-    :class:`~rdu.units.registry.PCUVariant`'s ``special_function_period``)."""
-    return PCU_VARIANTS[machine.pcu].special_function_period
+    :class:`~rdu.units.registry.PCUVariant`'s ``special_function_period``), times the
+    longest interval the interlock of its pipelined SIMD stages may leave between beats
+    (:func:`hdl.fp_latency.interval_bound`: 1 with ``fp_latency`` off)."""
+    return PCU_VARIANTS[machine.pcu].special_function_period * interval_bound(
+        machine.latency_table)
 
 
 def work_cycles(program):

@@ -18,7 +18,7 @@ class and options, called like the class (``variant(lanes=8)``).
 0
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hdl import defaults
 from hdl.agcu import AGCU, agcu_config_layout
@@ -175,11 +175,20 @@ class PCUVariant:
     def __call__(self, lanes=defaults.LANES, stages=defaults.STAGES, fifo_depth=FIFO_DEPTH):
         return self.rtl(lanes, stages, fifo_depth, **self.options)
 
+    def with_fp_latency(self, fp_latency):
+        """This variant with the PCU's ``fp_latency`` (``"off"``: itself)."""
+        if fp_latency in (None, 0, "off"):
+            return self
+        return replace(self, options={**self.options, "fp_latency": fp_latency})
+
     def check(self, lanes, stages):
         """Raise ``ValueError`` if this variant cannot be built with ``lanes`` lanes and
         ``stages`` stages (the shared units need ``stages >= lanes``)."""
         if self.options.get("shared_units"):
             check_shared_units(lanes, stages)
+            if self.options.get("fp_latency", "off") != "off":
+                raise ValueError("fp_latency needs the SIMD stages' own ALUs, not "
+                                 "shared_units")
 
     @property
     def special_function_period(self):
@@ -190,7 +199,9 @@ class PCUVariant:
         return 1
 
     def __repr__(self):
-        return f"PCUVariant({self.name!r})"
+        fp_latency = self.options.get("fp_latency", "off")
+        extra = "" if fp_latency == "off" else f", fp_latency={fp_latency!r}"
+        return f"PCUVariant({self.name!r}{extra})"
 
 
 #: The compute units (``standard``: the simulated machines' PCU; ``fpga``: the FPGA

@@ -48,6 +48,7 @@ class MlpGroup(Group):
     chain: RowGroup             # the element-wise operators on them, ending in the cast
     second: MatmulGroup         # (the cast rows) @ w2
     output: str
+    up: MatmulGroup | None = None   # gated (SwiGLU): a @ w_up, the chain's second row operand
 
     def describe(self):
         ops = ", ".join(node.attrs.get("fn", node.op) for node in self.chain.nodes)
@@ -68,13 +69,12 @@ def _match_mlp(graph, name, out):
     if not (cast.op == "unary" and cast.attrs["fn"] == "cast" and cast.dtype == "bf16"):
         raise unsupported(cast, f"output {name!r}: round the first matmul's activated "
                            f"rows to BF16 (.astype('bf16')) before the second matmul")
-    chain, stack, first = [], [cast], None
+    chain, stack, firsts = [], [cast], []
     while stack:
         node = stack.pop()
         if node.op == "matmul":
-            if first is not None and node is not first:
-                raise unsupported(node, f"output {name!r}: more than two matmuls")
-            first = node
+            if all(node is not f for f in firsts):
+                firsts.append(node)
             continue
         if node.op == "const" or any(node is c for c in chain):
             continue
@@ -84,14 +84,23 @@ def _match_mlp(graph, name, out):
                                f"{node.op} {node.attrs.get('fn', '')} of shape {node.shape})")
         chain.append(node)
         stack.extend(node.inputs)
-    if first is None:
+    if not firsts:
         raise unsupported(out, f"output {name!r}: the second matmul's A does not come from "
                            f"a matmul")
     order = {id(node): index for index, node in enumerate(graph.nodes)}
+    firsts.sort(key=lambda node: order[id(node)])
+    if len(firsts) > 2 or len(firsts) == 2 and firsts[0].inputs[0] is not firsts[1].inputs[0]:
+        raise unsupported(firsts[-1], f"output {name!r}: the operators before the second "
+                          f"matmul read {len(firsts)} matmuls; fused: one, or two of the "
+                          f"same A (gated: act(a @ w_gate) * (a @ w_up))")
     chain.sort(key=lambda node: order[id(node)])
+    first = firsts[0]
     group1 = matmul_group(first, "%hidden")
+    up = matmul_group(firsts[1], "%up") if len(firsts) == 2 else None
     second = MatmulGroup(cast, w2, output=name, nodes=[out])
-    return MlpGroup(group1, RowGroup(first, chain, "%activated", cast), second, name)
+    others = [firsts[1]] if up is not None else []
+    return MlpGroup(group1, RowGroup(first, chain, "%activated", cast, others=others),
+                    second, name, up)
 
 
 #: Row blocks a pass at most: merges of more result streams rarely route (on the 8x8
@@ -152,13 +161,18 @@ def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
     ``max_pcus``, each weight read once a pass."""
     lanes = geometry.lanes
     where = f"output {group.output!r}"
-    if machine.agcus < 3:
-        raise CompileError(f"{where}: a fused MLP loads A, W1 and W2 at once: it needs 3 "
-                           f"AGCUs, the machine has {machine.agcus} (--agcus)")
+    loads = 3 if group.up is None else 4
+    if machine.agcus < loads:
+        raise CompileError(f"{where}: a fused MLP loads A, W1{', W_up' if loads > 3 else ''} "
+                           f"and W2 at once: it needs {loads} AGCUs, the machine has "
+                           f"{machine.agcus} (--agcus)")
     m, f = group.first.m, group.first.n
     chain_pcus = len(RowChainBuilder(group.chain, stages).build())
     capacity = geometry.capacity()
-    free = capacity["pcu"] - chain_pcus
+    free = capacity["pcu"] - chain_pcus - (group.up is not None)
+    if group.up is not None and m > lanes:
+        raise CompileError(f"{where}: a gated MLP is fused for one row block ({lanes} "
+                           f"rows) yet, not {m}")
     if free < 2:
         raise CompileError(f"{where}: two matmuls and an activation of {chain_pcus} PCUs "
                            f"need {chain_pcus + 2} PCUs, the array has {capacity['pcu']}")
@@ -168,7 +182,8 @@ def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
     k_beats = ceil_div(group.first.k, 2 * lanes) * 2
     blocks = min(free // 2, (capacity["pmu"] - 2) // 2, ceil_div(m, lanes), k_beats,
                  MAX_ROW_BLOCKS, max_pcus or free)
-    splits = (1, 1) if blocks > 1 else weight_splits(machine, lanes, free, max_pcus)
+    splits = (1, 1) if blocks > 1 or group.up is not None else \
+        weight_splits(machine, lanes, free, max_pcus)
     first = tile_matmul(group.first, geometry, max(1, blocks), machine.agcus)
     second = tile_matmul(group.second, geometry, max(1, blocks), machine.agcus)
     # the hidden rows fill the second matmul's panel in whole BF16 beats: the first
@@ -202,8 +217,10 @@ def _check_padding_activation(graph, group, where, lanes):
     outputs = {}
     for zero in (0, 0x80000000):
         rows = np.full(chain.x.shape, zero, np.uint32)
-        part = graph.extract("padding", {chain.x: "h"}, {"s": chain.out_node})
-        outputs[zero] = reference.exact_rows(part, {"h": rows}, lanes)["s"]
+        sources = {chain.x: "h", **{other: f"u{i}" for i, other in enumerate(chain.others)}}
+        part = graph.extract("padding", sources, {"s": chain.out_node})
+        outputs[zero] = reference.exact_rows(part, {name: rows for name in sources.values()},
+                                             lanes)["s"]
     values = np.concatenate(list(outputs.values())).view(np.float32)
     if not np.all(np.isfinite(values)):
         raise CompileError(f"{where}: the hidden size {group.first.n} is padded to whole "
@@ -306,6 +323,8 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
     images1, images2 = matmul_images(first, t1), matmul_images(second, t2)
     images = {first.a.name: images1[first.a.name], first.b.name: images1[first.b.name],
               second.b.name: images2[second.b.name], group.output: images2[group.output]}
+    if group.up is not None:
+        images[group.up.b.name] = matmul_images(group.up, t1)[group.up.b.name]
     for image_name, image in images.items():
         check_layout(name, plan, image_name, image)
     addresses, bitstream_address = place_images(name, images, hbm_size, plan)
@@ -330,6 +349,13 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
     # the activation, beat by beat: rows of a column tile, tile after tile
     pcus = RowChainBuilder(group.chain, stages).build()
     streams = {id(group.chain.x): hidden}
+    if group.up is not None:
+        # gated: the up product on a systolic PCU of its own, reading the same X panel
+        # in lockstep; its tiles wait in a relay while the gate's go down the chain
+        up, _ = _matmul(kernel, "matmul1u", t1, 1, x_panels, tensors[group.up.b.name],
+                        addresses[group.up.b.name], producers)
+        streams[id(group.chain.others[0])] = _relay(kernel, "up_tiles", up, lanes, t1)
+        producers += 1
     readers = {}
     for pcu in pcus:
         for value in (pcu.in0, pcu.in1):
@@ -340,7 +366,8 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
             raise CompileError(f"{name}: the operators between the matmuls must be "
                                f"element-wise (no reductions, no per-row scalars)")
         pcu.name = f"act{index}"
-        inputs = [_late(kernel, streams, readers, value, pcu, lanes, t1)
+        inputs = [streams[id(value)] if value in group.chain.others else
+                  _late(kernel, streams, readers, value, pcu, lanes, t1)
                   for value in (pcu.in0, pcu.in1) if value is not None]
         streams[id(pcu.row_value)] = kernel.compute(pcu.name, "map", inputs, config={
             "mode": "simd", "trips": (rows, t1.col_tiles, t1.passes),
@@ -374,7 +401,8 @@ class MlpFamily(Family):
     benchmark = ("mlp", {"m": 8, "d": 32, "f": 64})
 
     def claims(self, graph):
-        return sum(node.op == "matmul" for node in graph.live_nodes()) == 2
+        """Two matmuls, or three (gated: two first products of one A)."""
+        return sum(node.op == "matmul" for node in graph.live_nodes()) in (2, 3)
 
     def fuse(self, graph, name, out):
         return _match_mlp(graph, name, out)
@@ -398,9 +426,11 @@ class MlpFamily(Family):
         t1, t2 = t.first, t.second
         return {
             "group": self.name, "m": t1.m, "d": t1.k, "f": t1.n, "pcus":
-            kernel.units_needed()["pcu"], "k_pad": [t1.k_pad, t2.k_pad], "macs": t.macs,
+            kernel.units_needed()["pcu"], "k_pad": [t1.k_pad, t2.k_pad],
+            "macs": t.macs + (t1.macs if group.up is not None else 0),
             "splits": list(t.splits), "blocks": t.blocks, "passes": t1.passes,
-            "operands": [group.first.a.name, group.first.b.name, group.second.b.name],
+            "operands": [group.first.a.name, group.first.b.name, group.second.b.name,
+                         *([group.up.b.name] if group.up is not None else [])],
             "chain": [node.describe() for node in group.chain.nodes],
             "pcu_programs": pcu_programs(kernel)}
 
@@ -411,9 +441,10 @@ class MlpFamily(Family):
         """``2 M D F`` MACs (X ``M x D`` times W1 ``D x F``, the hidden rows times W2
         ``F x D``); X, W1 and W2 read, the output written (the hidden rows stay in the
         array)."""
-        x, w1, _ = program.meta["operands"]
+        x, w1, *_ = program.meta["operands"]
         (m, d), f = tensor_shape(program, x), tensor_shape(program, w1)[1]
-        return moved_work(program, program.meta["operands"], 2 * m * d * f)
+        products = len(program.meta["operands"]) - 1      # gated: three
+        return moved_work(program, program.meta["operands"], products * m * d * f)
 
 
 #: The mlp family.

@@ -6,7 +6,10 @@ casts) is a :class:`RowGroup`, streamed row by row through a chain of SIMD PCUs
 ``L / lanes`` beats; row buffers of up to four rows in the PMUs. Inputs of shape
 ``(L,)`` are per-column *vectors* (a normalisation's weight): each is loaded once (an
 AGCU load of its own) into a PMU that streams it again for every row, a row operand like
-the input's rows (RMSNorm ``x * rsqrt(mean(x * x) + eps) * w``).
+the input's rows (RMSNorm ``x * rsqrt(mean(x * x) + eps) * w``). Further input matrices of
+the input's shape (a residual ``x + y``, a gate ``silu(g) * u``) are *row operands*: each
+streams from HBM row by row as the input does (an AGCU load of its own, the same walk)
+into the PCU stage that reads it as its second row operand (``IN1``).
 """
 
 from dataclasses import dataclass, field
@@ -32,13 +35,15 @@ __all__ = ["RowGroup", "RowTiling", "RowsFamily", "ROWS", "tile_rows", "lower_ro
 class RowGroup(Group):
     """``out = f(x)`` row by row: ``nodes`` in order, each a row ``(R, L)`` or a per-row
     scalar ``(R, 1)`` value; ``vectors`` the inputs of shape ``(L,)`` (read again for
-    every row)."""
+    every row); ``others`` the further input matrices of ``x``'s shape (row operands,
+    each streamed row by row as ``x``)."""
     x: Node
     nodes: list
     output: str
     out_node: Node | None = None
     kinds: dict = field(default_factory=dict, repr=False, compare=False)
     vectors: list = field(default_factory=list)
+    others: list = field(default_factory=list)
 
     @property
     def rows(self):
@@ -77,17 +82,22 @@ def _match_rows(graph, name, out):
     nodes = [node for node in graph.live_nodes() if node.op not in ("input", "const")]
     inputs = [node for node in graph.live_nodes() if node.op == "input"]
     matrices = [node for node in inputs if len(node.shape) == 2]
-    if len(matrices) != 1:
-        raise unsupported(out, f"output {name!r}: a row-wise kernel takes one input "
+    if not matrices:
+        raise unsupported(out, f"output {name!r}: a row-wise kernel takes an input "
                            f"matrix (got {', '.join(i.name for i in inputs) or 'none'})")
     x = matrices[0]
     rows, length = x.shape
-    vectors = [node for node in inputs if node is not x]
+    others = [node for node in matrices[1:] if node.shape == x.shape]
+    vectors = [node for node in inputs
+               if node is not x and all(node is not other for other in others)]
     for vector in vectors:
         if vector.shape != (length,):
-            raise unsupported(vector, f"output {name!r}: input {vector.name!r} of shape "
+            user = next((node for node in nodes if any(i is vector for i in node.inputs)),
+                        vector)     # the operator that reads it: the user's line
+            raise unsupported(user, f"output {name!r}: input {vector.name!r} of shape "
                               f"{vector.shape}: a row-wise kernel's other inputs are "
-                              f"vectors of a row's {length} values")
+                              f"matrices of {x.name!r}'s shape {x.shape} or vectors of a "
+                              f"row's {length} values")
     for node in nodes:
         if node.op not in _ROW_OPS:
             raise unsupported(node, f"output {name!r}: {node.op} is not a row-wise "
@@ -101,7 +111,7 @@ def _match_rows(graph, name, out):
     if out.shape != (rows, length):
         raise unsupported(out, f"output {name!r}: a row-wise kernel's output must be "
                            f"rows {(rows, length)}, not {out.shape}")
-    return RowGroup(x, nodes, name, out, vectors=vectors)
+    return RowGroup(x, nodes, name, out, vectors=vectors, others=others)
 
 
 @dataclass(frozen=True)
@@ -178,6 +188,9 @@ def _row_images(name, group, tiling, plan):
     shape, size = (tiling.rows, tiling.padded), (tiling.rows, group.length)
     images = {x.name: Image(shape, (Piece(x.name, (0, 0), size),), None, None, fmt),
               out: Image(shape, (Piece(out, (0, 0), size),), None, None, out_fmt)}
+    for other in group.others:
+        images[other.name] = Image(shape, (Piece(other.name, (0, 0), size),), None, None,
+                                   "bf16" if other.dtype == "bf16" else "fp32")
     for vector in group.vectors:
         images[vector.name] = Image(
             (1, tiling.padded), (Piece(vector.name, (0, 0), (1, group.length)),), None, None,
@@ -231,6 +244,12 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
     streams = {id(x): kernel.load(tensors[x.name], pattern, name=f"load_{x.name}",
                                   config={"bf16": images[x.name].format == "bf16"})}
     launch = kernel.output(kernel.nodes[f"load_{x.name}"], "control_out")
+    for other in group.others:          # further row operands: streamed as x is
+        streams[id(other)] = kernel.load(
+            tensors[other.name], walk_rows(name, other.name, images[other.name],
+                                           addresses[other.name], rows, tiling.padded, beat),
+            name=f"load_{other.name}",
+            config={"bf16": images[other.name].format == "bf16"})
     streams.update(_vector_streams(kernel, name, group, tiling, images, addresses, tensors))
     scalar_streams = {}
     delayed = {}
@@ -313,7 +332,7 @@ def lower_rows(name, group, tiling, hbm_size, stages, plan=None):
 
 
 class RowsFamily(Family):
-    """Row-wise operators over one input matrix (softmax, ...)."""
+    """Row-wise operators over an input matrix (softmax, RMSNorm, x + y, ...)."""
     name = "rows"
     placement_seed = "rows"
     benchmark = ("softmax", {"m": 8, "n": 64})

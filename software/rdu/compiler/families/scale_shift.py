@@ -78,14 +78,16 @@ class ScaleShiftFamily(Family):
     placement_seed = "scale_shift"
 
     def claims(self, graph):
-        """Element-wise graphs of several inputs, one of them a vector; one with a
+        """Element-wise graphs of several BF16 inputs, one of them a vector; one with a
         reduction or a special function (RMSNorm's ``x * rsqrt(mean(x * x) + eps) * w``)
-        is the rows family's."""
+        or an FP32 input (a bias ``h + b`` on a matmul's FP32 result, a configuration of
+        a model cut in several) is the rows family's."""
         nodes = graph.live_nodes()
         inputs = [node for node in nodes if node.op == "input"]
         return (not any(node.op in ("matmul", "attention", "reduce") or
                         node.op == "unary" and node.attrs["fn"] != "cast" for node in nodes)
-                and len(inputs) > 1 and any(len(node.shape) == 1 for node in inputs))
+                and len(inputs) > 1 and any(len(node.shape) == 1 for node in inputs)
+                and all(node.dtype == "bf16" for node in inputs))
 
     def fuse(self, graph, name, out):
         why = (f"output {name!r}: a scale-and-shift kernel is x * g + b of a BF16 input "
