@@ -29,21 +29,13 @@ from pathlib import Path
 import numpy as np
 from amaranth.hdl import UnusedElaboratable
 
+from benchmarks.fuzz import print_table
 from hdl.system import RDUSystem
 from tb.suites.abort import KINDS, model_trials, recovery_trials, run_recovery
 from tb.suites.fuzz import TARGETS, rtl_outcome
 
 COLUMNS = ("tier", "kind", "trials", "bad: outputs", "bad: error status", "bad: watchdog stop",
            "bad: other", "aborted", "good bit-exact", "resets needed")
-
-
-def _print_table(title, rows):
-    print(f"\n{title}\n")
-    print("| " + " | ".join(COLUMNS) + " |")
-    print("|" + "|".join("---" for _ in COLUMNS) + "|")
-    for row in rows:
-        print("| " + " | ".join(str(value) for value in row) + " |")
-    sys.stdout.flush()
 
 
 def _bad_class(outcome):
@@ -183,8 +175,8 @@ def main(argv=None):
             print(f"[abort] RTL ({args.sim}): {min(args.rtl, len(trials))} trials, "
                   f"{cycles} cycles, {time.perf_counter() - start:.0f} s", file=sys.stderr,
                   flush=True)
-    _print_table(f"Recovery without reset: {args.target}, seed {args.seed}"
-                 + (f", RTL {args.sim} {cycles} cycles" if cycles else ""), rows)
+    print_table(f"Recovery without reset: {args.target}, seed {args.seed}"
+                + (f", RTL {args.sim} {cycles} cycles" if cycles else ""), COLUMNS, rows)
     print(f"\nproblems: {len(problems)}")
     for text in problems:
         print(f"  {text}")

@@ -53,7 +53,8 @@ RTL_COLUMNS = ("target", "family", "cases", "error status", "watchdog stop",
                "resets", "cycles", "seconds")
 
 
-def _print_table(title, header, rows):
+def print_table(title, header, rows):
+    """A markdown table with a title line, on stdout."""
     print(f"\n{title}\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
@@ -168,7 +169,7 @@ def schedule_campaign(args, work_dir, rows, problems):
                                 stats, time.perf_counter() - start, problems))
     kinds = Counter((case.kind, model[0], result["outcome"]) for case, model, result in
                     zip(cases, models, results, strict=False))
-    _print_table("Schedules on the RTL by damage (kind, model, RTL)",
+    print_table("Schedules on the RTL by damage (kind, model, RTL)",
                  ("damage", "model", "RTL", "cases"),
                  [(*key, count) for key, count in sorted(kinds.items())])
 
@@ -190,7 +191,7 @@ def axi_campaign(args, work_dir, problems):
                           watchdog=10**9, program_dir=str(directory),
                           transactions=args.axi, fuzz_seed=args.seed)
     result = stats.result
-    _print_table(f"AXI4-Lite on the IP top ({time.perf_counter() - start:.0f} s, "
+    print_table(f"AXI4-Lite on the IP top ({time.perf_counter() - start:.0f} s, "
                  f"{stats.cycles} cycles)", ("what", "count"),
                  [*result["counts"].items(),
                   *((f"run ended {name}", count) for name, count in
@@ -231,10 +232,10 @@ def main(argv=None):
             if schedule:
                 schedule_campaign(args, work_dir, rows, problems)
         if rows["model"]:
-            _print_table(f"Functional model (seed {args.seed})", MODEL_COLUMNS,
+            print_table(f"Functional model (seed {args.seed})", MODEL_COLUMNS,
                          rows["model"])
         if rows["rtl"]:
-            _print_table(f"RTL ({args.sim}; outcome classes of the RTL)", RTL_COLUMNS,
+            print_table(f"RTL ({args.sim}; outcome classes of the RTL)", RTL_COLUMNS,
                          rows["rtl"])
         if args.axi:
             axi_campaign(args, work_dir, problems)

@@ -170,6 +170,21 @@ def _execute_bench(bench, memory_stall, stream_stall, write_order, fast):
             bench.source("vector_in", stream_stall), bench.sink("control_out", stream_stall))
 
 
+def execute_windows(bench, memory_stall, stream_stall, write_order, fast):
+    """The agents of a kernel-execute test (:func:`_execute_bench`), a random image in a
+    32 KiB load window of DDR and the reference image of a 32 KiB store window of HBM:
+    ``(memory, port, host, out, inp, control, load_window, store_window, image,
+    stored)``."""
+    memory, port, host, out, inp, control = _execute_bench(
+        bench, memory_stall, stream_stall, write_order, fast)
+    load_window = (DDR.base + 0x40_0000, 32768)
+    store_window = (HBM.base + 0x10_0000, 32768)
+    image = bytes(bench.rng.getrandbits(8) for _ in range(load_window[1]))
+    memory.load(load_window[0], image)
+    stored = bytearray(memory.dump(*store_window).tobytes())
+    return memory, port, host, out, inp, control, load_window, store_window, image, stored
+
+
 def _send_stores(rng, inp, stores, store_window, stored):
     """Random beats for the store addresses, sent on ``vector_in`` and written into the
     reference image ``stored`` of ``store_window``."""
@@ -194,14 +209,9 @@ async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="r
     reference memory after ``done``; the issued bursts against the coalescing
     reference.
     """
-    memory, port, host, out, inp, control = _execute_bench(
-        bench, memory_stall, stream_stall, write_order, fast)
+    memory, port, host, out, inp, control, load_window, store_window, image, stored = \
+        execute_windows(bench, memory_stall, stream_stall, write_order, fast)
     rng = bench.rng
-    load_window = (DDR.base + 0x40_0000, 32768)
-    store_window = (HBM.base + 0x10_0000, 32768)
-    image = bytes(rng.getrandbits(8) for _ in range(load_window[1]))
-    memory.load(load_window[0], image)
-    stored = bytearray(memory.dump(*store_window).tobytes())
     total = {"loaded": 0, "stored": 0, "read_bursts": 0, "write_bursts": 0}
     for _ in range(kernels):
         load = random_pattern(rng, *load_window)

@@ -2,7 +2,7 @@
 checked against the memory image, the coalescing reference and the memory port."""
 
 import numpy as np
-from rdu.memory_map import DDR, HBM
+from rdu.memory_map import HBM
 
 from hdl.agcu import AGCUError, AGCUOp
 from hdl.interfaces import ControlToken
@@ -12,9 +12,9 @@ from .agcu import (
     BEAT,
     _check_bursts,
     _check_stored,
-    _execute_bench,
     _send_stores,
     beat_value,
+    execute_windows,
     pattern_addresses,
     random_pattern,
     reference_bursts,
@@ -54,14 +54,9 @@ async def abort(bench, *, stall="random", fast=True):
     * then a ``COPY`` and a kernel execute run correctly (no reset), and a store that
       wraps (``ADDRESS_WRAP``) is not charged to the argument load after it.
     """
-    memory, port, host, out, inp, control = _execute_bench(bench, stall, stall, "aw_first",
-                                                           fast)
+    memory, port, host, out, inp, control, load_window, store_window, image, stored = \
+        execute_windows(bench, stall, stall, "aw_first", fast)
     rng = bench.rng
-    load_window = (DDR.base + 0x40_0000, 32768)
-    store_window = (HBM.base + 0x10_0000, 32768)
-    image = bytes(rng.getrandbits(8) for _ in range(load_window[1]))
-    memory.load(load_window[0], image)
-    stored = bytearray(memory.dump(*store_window).tobytes())
     load = random_pattern(rng, *load_window)
     # the whole window, 64 bursts: more than the engine issues ahead of its data
     store = {"base": store_window[0], "count": [32, 32, 1], "stride": [BEAT, 32 * BEAT, 0]}

@@ -3,7 +3,7 @@ tiers: bursts checked against the windows at the memory port, memory outside the
 unchanged."""
 
 from rdu.dma_windows import port_value
-from rdu.memory_map import DDR, HBM
+from rdu.memory_map import HBM
 
 from hdl.agcu import AGCUError, AGCUOp
 from hdl.interfaces import ControlToken
@@ -12,7 +12,7 @@ from .agcu import (
     BEAT,
     LANES,
     _check_stored,
-    _execute_bench,
+    execute_windows,
     pattern_addresses,
     random_pattern,
     write_config,
@@ -26,14 +26,9 @@ async def windows(bench, *, stall="random", fast=True):
     refused burst's address in ``error_addr``; no burst outside the windows reaches
     the memory port (checked burst by burst), memory outside them is unchanged, the
     port holds nothing; with the windows disabled the same copy runs."""
-    memory, port, host, out, inp, control = _execute_bench(bench, stall, stall, "aw_first",
-                                                           fast)
+    memory, port, host, out, inp, control, load_window, store_window, image, stored = \
+        execute_windows(bench, stall, stall, "aw_first", fast)
     rng = bench.rng
-    load_window = (DDR.base + 0x40_0000, 32768)
-    store_window = (HBM.base + 0x10_0000, 32768)
-    image = bytes(rng.getrandbits(8) for _ in range(load_window[1]))
-    memory.load(load_window[0], image)
-    stored = bytearray(memory.dump(*store_window).tobytes())
     half = store_window[1] // 2
     allowed = [(load_window[0], load_window[1], 1, 0), (store_window[0], half, 0, 1)]
     bench.set("windows", port_value(allowed))
