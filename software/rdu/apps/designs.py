@@ -40,7 +40,7 @@ DESIGNS = {design.name: design for design in [
            {"lanes": 4, "stages": 4, **FPGA_PCU_OPTIONS},
            "the PCU of the FPGA configuration (hdl.pcu.FPGA_PCU_OPTIONS): iterating exp / "
            "reciprocal, 4x4 systolic array on the SIMD ALUs (docs/fpga.md)", quick=False),
-    Design("pcu_fp_latency", PCU, {"lanes": 4, "stages": 4, "fp_latency": "default"},
+    Design("pcu_fp_latency", PCU, {"lanes": 2, "stages": 2, "fp_latency": "default"},
            "the PCU with its SIMD stages and lane reduction on the pipelined FP operators "
            "(fp_latency, hdl.fp_latency.DEFAULT_LATENCY; docs/pcu.md)"),
     Design("pmu", PMU, {"lanes": 8, "capacity_bytes": 65536},
