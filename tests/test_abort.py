@@ -96,3 +96,22 @@ def test_model_windows_confine_a_launch(seed):
     machine.dma_windows = None
     outputs, _ = machine.run_program(program)
     assert all(np.array_equal(outputs[name], expected[name]) for name in expected)
+
+
+def test_runtime_confines_launches_by_default(seed):
+    """``rdu.runtime.run_programs`` confines each launch to its manifest's windows
+    unless ``windows=False``: a GEMM whose manifest declares only half of C (its store
+    writes all of it) ends with ``WINDOW`` at the first undeclared beat; unconfined it
+    runs and its declared half equals the full program's."""
+    from rdu.runtime import RunFailure, run_programs
+    program = TARGETS[0].bases(seed % 1000)[0]
+    address, words = program.outputs["c"]
+    beat = program.machine.beat_bytes
+    half = words // 2 // (beat // 4) * (beat // 4)
+    short = type(program)(**{**program.__dict__, "outputs": {"c": (address, half)}})
+    with pytest.raises(RunFailure, match=rf"WINDOW .*0x{address + 4 * half:08x} is outside "
+                                         rf"its windows"):
+        run_programs([short], "model")
+    full, = run_programs([program], "model")
+    unconfined, = run_programs([short], "model", windows=False)
+    assert np.array_equal(unconfined.outputs["c"], full.outputs["c"][:half])

@@ -109,13 +109,13 @@ class Program:
         is then allowed too): :func:`rdu.dma_windows.merge_regions`."""
         return merge_regions(self.dma_regions(), count, self.machine.beat_bytes)
 
-    def dma_regions(self):
-        """``[(address, nbytes, read, write)]``: the bitstream and the inputs (read) and
-        the outputs (written) of the manifest, as they are (:meth:`dma_windows` merges
-        them)."""
+    def dma_regions(self, bitstream=True):
+        """``[(address, nbytes, read, write)]``: the bitstream (unless ``bitstream`` is
+        false: a schedule loads it from elsewhere) and the inputs (read) and the outputs
+        (written) of the manifest, as they are (:meth:`dma_windows` merges them)."""
         sizes = {entry["address"]: entry["words"] for entry in self.tensors.values()
                  if "address" in entry and "words" in entry}
-        regions = [(self.bitstream_address, 4 * len(self.bitstream), 1, 0)]
+        regions = [(self.bitstream_address, 4 * len(self.bitstream), 1, 0)] if bitstream else []
         for name, (address, words) in self.inputs.items():
             length = len(words) if words is not None else sizes.get(address)
             if length is None:

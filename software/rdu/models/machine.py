@@ -179,7 +179,8 @@ class FunctionalMachine:
         """Read as the AGCU's read engine: returns ``(bytes, error)`` where ``error`` is
         ``(beat, code, detail)`` of the first failing beat or ``None``. Unmapped pages
         read as zeros (the memory answers DECERR with zero data); addresses past
-        ``2**32`` wrap (``ADDRESS_WRAP``)."""
+        ``2**32`` wrap (``ADDRESS_WRAP``); the bytes stop before the first beat the
+        windows refuse (it and every later burst are never issued)."""
         out = bytearray()
         errors = []
         for offset, address, chunk in self._pages(base, nbytes):
@@ -188,7 +189,13 @@ class FunctionalMachine:
                 errors.append((offset // self.beat, AGCUError.ADDRESS_WRAP,
                                f"read address 0x{address:x} leaves the 32-bit address "
                                f"space (used as 0x{used:08x})"))
-            errors += self._window_errors(offset, used, chunk, False)
+            refused = self._window_errors(offset, used, chunk, False)
+            if refused:
+                allowed = refused[0][0] * self.beat - offset
+                if allowed:
+                    out += (self.memory.read(used, allowed) if self._mapped(used, allowed)
+                            else bytes(allowed))
+                return bytes(out), errors + refused
             if self._mapped(used, chunk):
                 out += self.memory.read(used, chunk)
             else:
@@ -308,9 +315,6 @@ class FunctionalMachine:
         # the whole source is read before anything is written: an overlapping copy to
         # a lower address is what the RTL does; to a higher address it depends on timing
         raw, read_errors = self._stream_read(src, length)
-        refused = [error for error in read_errors if error[1] == AGCUError.WINDOW]
-        if refused:                 # the refused beats are never read, nor written
-            raw = raw[:refused[0][0] * self.beat]
         write_errors = self._stream_write(dst, raw)
         self._report(result, self._first_error(read_errors, write_errors))
 
@@ -326,11 +330,8 @@ class FunctionalMachine:
         beats = -(-length // self.beat)           # whole beats are read
         raw, read_errors = self._stream_read(src, beats * self.beat)
         words = np.frombuffer(raw[:length], dtype="<u4").astype(np.uint32).tolist()
-        error = self._first_error(read_errors)
-        if error is not None and error[1] == AGCUError.WINDOW:
-            words = words[:error[0] * self.beat // 4]     # the refused beats never come
         result.words = words
-        self._report(result, error)
+        self._report(result, self._first_error(read_errors))
         if result.op == AGCUOp.ARGUMENT_LOAD:
             self.pending_arguments.setdefault(result.agcu, []).extend(words)
         elif result.agcu == 0 and not capture:

@@ -35,7 +35,8 @@ class Orchestration:
     def dma_windows(self, count, beat, address=None):
         """At most ``count`` memory windows (:func:`rdu.dma_windows.merge_regions`) for
         the whole schedule: its words and every ``PROGRAM_LOAD`` read, each launch's
-        manifest regions (:meth:`rdu.program.Program.dma_regions`), each ``COPY``'s source
+        inputs and outputs (:meth:`rdu.program.Program.dma_regions`; its bitstream is read
+        where the schedule placed it), each ``COPY``'s source
         read and destination written. The host sets them before ``orch.start``: a
         command damaged to leave them (a length of megabytes, an address elsewhere)
         ends with ``WINDOW`` instead of reading or writing another program's memory.
@@ -48,8 +49,8 @@ class Orchestration:
             elif command.op == ScheduleOp.COPY:
                 regions += [(command.src, command.length, 1, 0),
                             (command.dst, command.length, 0, 1)]
-        for _, program, _ in self.launches:
-            regions += program.dma_regions()
+        for _, program, _ in self.launches:     # its bitstream: the PROGRAM_LOAD's src
+            regions += program.dma_regions(bitstream=False)
         return merge_regions(regions, count, beat)
 
 
