@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..frontend.graph import FrontendError, Graph
+from . import attention
 from .ops import convert_node
 from .values import Const, OnnxImportError, Value, core_shape, identifier
 
@@ -173,6 +174,8 @@ def _static_shape(importer, info):
     if not dims:
         importer.fail(f"input {info.name!r} is a scalar", "tensors of one or more "
                       "dimensions")
+    if len(dims) == 4 and dims[0] == 1:
+        return tuple(dims), elem            # (1, heads, rows, dim): heads of attention
     if len(core_shape(dims, keep=2)) > 2:
         importer.fail(f"input {info.name!r} of shape {tuple(dims)} has a leading dimension "
                       f"{dims[0]} over 1", "batch 1: matrices with leading size-1 "
@@ -210,14 +213,16 @@ def import_model(source):
             continue                          # an initializer listed as an input too
         shape, elem = _static_shape(importer, info)
         name = importer.fresh(info.name)
-        tensor = importer.call(importer.graph.input, name, core_shape(shape, keep=2))
+        keep = 3 if len(shape) == 4 else 2
+        tensor = importer.call(importer.graph.input, name, core_shape(shape, keep=keep))
         importer.values[info.name] = Value(tensor, shape)
         tensor.node.where = f"{label}: input {info.name}"
         data[name], shapes[name], elems[name] = info.name, shape, elem
     for node in graph.node:
         importer.node = node
         first = len(importer.graph.nodes)
-        convert_node(importer, node)
+        if not attention.convert(importer, node):
+            convert_node(importer, node)
         for created in importer.graph.nodes[first:]:     # the compiler's errors name it
             created.where = f"{label}: node {node.name or node.output[0]} ({node.op_type})"
     importer.node = None
@@ -226,6 +231,9 @@ def import_model(source):
         value = importer.get(info.name)
         if isinstance(value, Const):
             importer.fail(f"output {info.name!r} depends on no input (a constant)")
+        if isinstance(value, attention.PENDING):
+            importer.fail(f"output {info.name!r} is a step of attention (the scores or "
+                          f"the probabilities)", "attention's result as the output")
         name = importer.fresh(info.name)
         importer.call(importer.graph.output, name, value.tensor)
         outputs[name], shapes[name] = info.name, value.shape

@@ -11,6 +11,8 @@ Concat, Constant arithmetic) costs nothing on the machine.
 import numpy as np
 
 from ..frontend.graph import Tensor, exp, matmul, reciprocal, relu, rsqrt, sqrt
+from .folds import ATTRIBUTES as _FOLD_ATTRIBUTES
+from .folds import FOLDS as _MORE_FOLDS
 from .values import Const, Value, core_shape
 
 __all__ = ["CONVERTERS", "FOLDS", "ATTRIBUTES", "convert_node", "supported_operators"]
@@ -372,7 +374,8 @@ def _fold_cast(attrs, x):
     from onnx import TensorProto
     types = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16,
              TensorProto.BFLOAT16: ml_dtypes.bfloat16, TensorProto.INT64: np.int64,
-             TensorProto.INT32: np.int32, TensorProto.DOUBLE: np.float64}
+             TensorProto.INT32: np.int32, TensorProto.DOUBLE: np.float64,
+             TensorProto.BOOL: np.bool_}
     return np.asarray(x).astype(types[attrs["to"]])
 
 
@@ -430,7 +433,7 @@ FOLDS = {
     "Concat": lambda attrs, *xs: np.concatenate(xs, axis=attrs["axis"]),
     "MatMul": lambda attrs, a, b: a @ b, "Softmax": _softmax,
     "ReduceMax": _fold_reduce(np.max), "ReduceSum": _fold_reduce(np.sum),
-    "ReduceMean": _fold_reduce(np.mean),
+    "ReduceMean": _fold_reduce(np.mean), **_MORE_FOLDS,
 }
 
 _FLOAT = 1       # onnx.TensorProto.FLOAT (a cast to it widens: the values stay)
@@ -465,6 +468,7 @@ ATTRIBUTES = {
     "Gather": ("axis",), "Concat": ("axis",),
     "RMSNormalization": ("axis", "epsilon", "stash_type"),
     "Constant": ("value", "value_float", "value_floats", "value_int", "value_ints"),
+    **_FOLD_ATTRIBUTES,
 }
 
 
@@ -494,8 +498,8 @@ def convert_node(imp, node):
         imp.fail(f"operator domain {node.domain!r}", "the default ONNX domain")
     if node.op_type not in CONVERTERS and node.op_type not in FOLDS:
         imp.fail(f"operator {node.op_type} is not supported",
-                 ", ".join(supported_operators()) + " (and Gather, Concat of "
-                 "constants)")
+                 ", ".join(supported_operators()) + " (and of constants "
+                 "only: " + ", ".join(sorted(set(FOLDS) - set(CONVERTERS))) + ")")
     attrs = _attrs(node)
     allowed = ATTRIBUTES.get(node.op_type, ())
     extra = sorted(set(attrs) - set(allowed))

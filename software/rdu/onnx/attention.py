@@ -1,0 +1,228 @@
+"""Scaled dot-product attention as the exporters write it, recognised as the front end's
+:func:`rdu.frontend.graph.attention` (``docs/onnx.md``, "Attention")::
+
+    MatMul(Q, Transpose(K)) -> Mul or Div by a constant (the scale; optional)
+      -> Add of a constant mask, or Where(mask, ., -inf) (optional; folded at import
+         time from Shape, Range, comparisons, Trilu, ...) -> Softmax(axis=-1)
+      -> MatMul(., V)
+
+Q is ``(1, H, rows, D)`` (or ``(H, rows, D)``), K and V ``(1, G, L, D)``, ``G`` dividing
+``H``. The steps between the two products are kept as *pending* values
+(:class:`KeysT`, :class:`Scores`, :class:`Probs`): only the last product makes a
+front-end operator, so the scores never exist as a tensor. The mask must be none (all
+zeros) or the causal pattern (0 at and below the diagonal, ``-inf`` or at most
+``-1e4`` above), which is the attention family's causal mode; any other mask is refused
+in one line naming the node that adds it.
+
+Anything else a pending value meets (a Relu of the scores, a product of the
+probabilities with a weight) is refused in one line naming the node.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..frontend.graph import attention
+from .values import Const, Value
+
+__all__ = ["KeysT", "Scores", "Probs", "convert", "MASKED"]
+
+#: An additive mask value at or below this masks its position (exp underflows to 0).
+MASKED = -1e4
+
+
+@dataclass
+class KeysT:
+    """``Transpose(K)`` of a heads tensor (its last two axes swapped)."""
+    k: Value
+
+
+@dataclass
+class Scores:
+    """``Q K^T * scale + mask``; ``mask``: additive (numpy, broadcast to the scores'
+    ONNX shape) or None; ``mask_node``: the node that added it (for the error)."""
+    q: Value
+    k: Value
+    shape: tuple
+    scale: float = 1.0
+    mask: np.ndarray = None
+    mask_node: object = None
+
+
+@dataclass
+class Probs:
+    """``Softmax(scores)`` over the keys."""
+    scores: Scores
+
+
+PENDING = (KeysT, Scores, Probs)
+
+
+def _heads(imp, value, what):
+    """``value`` as a heads tensor: a front-end tensor of three dimensions."""
+    if isinstance(value, Value) and len(value.tensor.shape) == 3:
+        return value
+    shape = value.shape if isinstance(value, Value) else np.shape(value.array)
+    imp.fail(f"attention {what} of shape {tuple(shape)} is not a model input of heads",
+             "Q, K and V as model inputs of shape (1, heads, rows, dim); computed ones "
+             "(projections of x) are not built yet")
+
+
+def _constant(imp, value, what):
+    if not isinstance(value, Const):
+        imp.fail(f"{what} is computed", f"{what} as a constant")
+    return np.asarray(value.array)
+
+
+def _scale(imp, scores, value, divide):
+    array = np.asarray(_constant(imp, value, "the scale"), np.float64)
+    if not array.size or not np.all(array == array.flat[0]) or not array.flat[0] > 0 \
+            or not np.isfinite(array.flat[0]):
+        imp.fail(f"scale {array.ravel()[:4].tolist()}", "a positive constant of equal "
+                 "elements")
+    factor = 1.0 / array.flat[0] if divide else array.flat[0]
+    mask = None if scores.mask is None else scores.mask * factor
+    return Scores(scores.q, scores.k, scores.shape, scores.scale * factor, mask,
+                  scores.mask_node)
+
+
+def _masked(imp, scores, additive):
+    additive = np.asarray(additive, np.float64)
+    try:
+        np.broadcast_to(additive, scores.shape)
+    except ValueError:
+        imp.fail(f"mask of shape {additive.shape} for scores of shape {scores.shape}")
+    mask = additive if scores.mask is None else scores.mask + additive
+    return Scores(scores.q, scores.k, scores.shape, scores.scale, mask, imp.node)
+
+
+def _where(imp, cond, a, b):
+    """``Where(cond, scores, fill)`` or ``Where(cond, fill, scores)`` as an additive
+    mask: ``fill`` (a constant at or below :data:`MASKED`) where it is chosen."""
+    cond = _constant(imp, cond, "the condition")
+    scores, fill, pick = (a, b, ~cond.astype(bool)) if isinstance(a, Scores) else (
+        b, a, cond.astype(bool))
+    if not isinstance(scores, Scores):
+        imp.fail("Where of pending attention values", "Where(mask, scores, -inf)")
+    fill = np.asarray(_constant(imp, fill, "the masked value"), np.float64)
+    if np.any(fill > MASKED):
+        imp.fail(f"masked value {fill.ravel()[:2].tolist()}", f"-inf or at most {MASKED}")
+    return _masked(imp, scores, np.where(pick, fill, 0.0))
+
+
+def _causal(imp, scores):
+    """Whether ``scores``' mask is the causal one (False: none); refuses another."""
+    if scores.mask is None:
+        return False
+    mask = np.broadcast_to(scores.mask, scores.shape)
+    rows, keys = scores.shape[-2:]
+    flat = mask.reshape(-1, rows, keys)
+    if not np.all(flat == flat[:1]):
+        return _refuse_mask(imp, scores, "differs between heads")
+    mask = flat[0]
+    if np.all(mask == 0):
+        return False
+    causal = np.triu(np.ones((rows, keys), bool), 1)
+    if rows != keys or not np.all(mask[~causal] == 0) or not np.all(mask[causal] <= MASKED):
+        return _refuse_mask(imp, scores, "is not the causal pattern")
+    return True
+
+
+def _refuse_mask(imp, scores, what):
+    node, imp.node = imp.node, scores.mask_node
+    imp.fail(f"the attention mask {what}", f"no mask, or the causal mask (0 at and below "
+             f"the diagonal, -inf or at most {MASKED:g} above), rows = keys")
+    imp.node = node
+
+
+def _finish(imp, probs, v):
+    scores = probs.scores
+    q, k = scores.q, scores.k
+    v = _heads(imp, v, "V")
+    causal = _causal(imp, scores)
+    out = imp.call(lambda a, b, c: attention(a, b, c, float(scores.scale), causal),
+                   q.tensor, k.tensor, v.tensor)
+    shape = tuple(np.broadcast_shapes(scores.shape[:-2], v.shape[:-2])) + \
+        (scores.shape[-2], v.shape[-1])
+    return Value(out, shape)
+
+
+def _matmul(imp, a, b):
+    if isinstance(a, Probs):
+        return _finish(imp, a, b)
+    if isinstance(b, KeysT):
+        q = _heads(imp, a, "Q")
+        shape = tuple(np.broadcast_shapes(q.shape[:-2], b.k.shape[:-2])) + \
+            (q.shape[-2], b.k.shape[-2])
+        if q.shape[-1] != b.k.shape[-1]:
+            imp.fail(f"Q of shape {q.shape} against K of shape {b.k.shape}")
+        return Scores(q, b.k, shape)
+    imp.fail("a matrix product of pending attention values", "MatMul(Q, Transpose(K)) "
+             "and MatMul(Softmax(.), V)")
+
+
+def _transpose(imp, node, x):
+    from onnx import helper
+    perm = [helper.get_attribute_value(a) for a in node.attribute if a.name == "perm"]
+    rank = len(x.shape)
+    perm = list(perm[0]) if perm else list(range(rank))[::-1]
+    if perm == list(range(rank - 2)) + [rank - 1, rank - 2]:
+        return KeysT(_heads(imp, x, "K"))
+    imp.fail(f"perm {perm} of a heads tensor of shape {x.shape}", "transposes of the "
+             "last two axes (K^T)")
+
+
+def _softmax(imp, node, scores):
+    from onnx import helper
+    axis = [helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"]
+    axis = axis[0] if axis else -1
+    if axis not in (-1, len(scores.shape) - 1):
+        imp.fail(f"Softmax over axis {axis} of the scores", "Softmax over the keys (the "
+                 "last axis)")
+    return Probs(scores)
+
+
+def convert(imp, node):
+    """Convert ``node`` when it is a step of attention (its inputs include a pending
+    value, or a Transpose or MatMul of a heads tensor); False when it is not."""
+    values = [imp.get(name) if name else None for name in node.input]
+    pending = [v for v in values if isinstance(v, PENDING)]
+    heads = [v for v in values if isinstance(v, Value) and len(v.tensor.shape) == 3]
+    op = node.op_type
+    if not pending and not (heads and op in ("Transpose", "MatMul")):
+        return False
+    out = _step(imp, node, op, values)
+    if out is None:
+        imp.fail(f"{op} of {type(pending[0]).__name__.lower()} (a step of attention)",
+                 "attention as MatMul(Q, Transpose(K)), Mul or Div by a constant, Add "
+                 "of a constant mask or Where, Softmax, MatMul(., V)")
+    imp.values[node.output[0]] = out
+    return True
+
+
+def _step(imp, node, op, values):
+    first = values[0]
+    if op == "Transpose" and isinstance(first, Value):
+        return _transpose(imp, node, first)
+    if op == "MatMul":
+        return _matmul(imp, *values)
+    if op in ("Identity", "Cast") and isinstance(first, PENDING):
+        return first            # casts of the scores to float: nothing
+    if not isinstance(first, Scores) and op != "Where" and not (
+            len(values) == 2 and isinstance(values[1], Scores)):
+        return None
+    if op in ("Mul", "Div"):
+        scores, other = (first, values[1]) if isinstance(first, Scores) else (
+            values[1], first)
+        if op == "Div" and other is values[0]:
+            return None         # c / scores
+        return _scale(imp, scores, other, op == "Div")
+    if op == "Add":
+        scores, other = (first, values[1]) if isinstance(first, Scores) else (
+            values[1], first)
+        return _masked(imp, scores, _constant(imp, other, "the mask"))
+    if op == "Where":
+        return _where(imp, *values)
+    if op == "Softmax":
+        return _softmax(imp, node, first)
+    return None
