@@ -25,7 +25,7 @@ import numpy as np
 from ..frontend.graph import attention
 from .values import Const, Value
 
-__all__ = ["KeysT", "Scores", "Probs", "convert", "MASKED"]
+__all__ = ["KeysT", "Scores", "Probs", "PENDING", "convert", "MASKED"]
 
 #: An additive mask value at or below this masks its position (exp underflows to 0).
 MASKED = -1e4
@@ -189,6 +189,8 @@ def convert(imp, node):
     pending = [v for v in values if isinstance(v, PENDING)]
     heads = [v for v in values if isinstance(v, Value) and len(v.tensor.shape) == 3]
     op = node.op_type
+    if op == "Reshape" and isinstance(values[0], Value) and isinstance(values[1], Const):
+        _split_heads(imp, values[0], values[1])
     if not pending and not (heads and op in ("Transpose", "MatMul")):
         return False
     out = _step(imp, node, op, values)
@@ -198,6 +200,20 @@ def convert(imp, node):
                  "of a constant mask or Where, Softmax, MatMul(., V)")
     imp.values[node.output[0]] = out
     return True
+
+
+def _split_heads(imp, value, shape):
+    """Refuse a reshape of a computed matrix into heads (``(1, L, H * D)`` to ``(1, L,
+    H, D)``): attention reads its Q, K, V from model inputs only (``docs/onnx.md``)."""
+    target = [int(d) for d in np.asarray(shape.array).ravel()]
+    if len(target) < 4 or -1 in target or 0 in target:
+        return
+    if [d for d in target if d != 1] != [d for d in value.shape if d != 1]:
+        imp.fail(f"heads of a computed tensor {value.shape} (a projection, to "
+                 f"{tuple(target)})", "attention of Q, K, V model inputs of shape (1, "
+                 "heads, rows, dim); the attention configuration reads Q^T by pass and K "
+                 "by key block with its mask dimensions, which no configuration before "
+                 "it writes yet")
 
 
 def _step(imp, node, op, values):

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from ..frontend.graph import FrontendError, Graph
-from . import attention
+from .attention import PENDING
+from .attention import convert as convert_attention
 from .ops import convert_node
 from .values import Const, OnnxImportError, Value, core_shape, identifier
 
@@ -221,7 +222,7 @@ def import_model(source):
     for node in graph.node:
         importer.node = node
         first = len(importer.graph.nodes)
-        if not attention.convert(importer, node):
+        if not convert_attention(importer, node):
             convert_node(importer, node)
         for created in importer.graph.nodes[first:]:     # the compiler's errors name it
             created.where = f"{label}: node {node.name or node.output[0]} ({node.op_type})"
@@ -231,7 +232,7 @@ def import_model(source):
         value = importer.get(info.name)
         if isinstance(value, Const):
             importer.fail(f"output {info.name!r} depends on no input (a constant)")
-        if isinstance(value, attention.PENDING):
+        if isinstance(value, PENDING):
             importer.fail(f"output {info.name!r} is a step of attention (the scores or "
                           f"the probabilities)", "attention's result as the output")
         name = importer.fresh(info.name)

@@ -1,0 +1,203 @@
+"""Attention from ONNX (rdu.onnx.attention, docs/onnx.md "Attention"): the exporters'
+``MatMul(Q, Transpose(K))``, scale, mask, ``Softmax``, ``MatMul(., V)`` recognised as
+the front end's attention, the causal mask folded from shape and position arithmetic
+into the family's causal mode; run on the functional model (one run on the native RTL)
+and checked bit-exact against the chain, within the float64 budget and against
+onnxruntime; other masks and computed Q, K, V refused in one line naming the node."""
+
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from rdu.cli import main  # noqa: E402
+from rdu.machine import Machine  # noqa: E402
+from rdu.onnx import OnnxImportError, import_model, onnx_kernel  # noqa: E402
+from rdu.runtime import run_kernel  # noqa: E402
+
+
+def info(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _model(nodes, inputs, outputs, initializers=(), name="sdpa"):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model
+
+
+def _causal_where(scores, seq_from="q"):
+    """``Where(row >= col, scores, -inf)`` with the positions from ``Shape`` and
+    ``Range`` (as the dynamo exporter writes the causal mask)."""
+    nodes = [helper.make_node("Shape", [seq_from], ["shape"], name="shape"),
+             helper.make_node("Constant", [], ["two"], name="two", value_int=2),
+             helper.make_node("Gather", ["shape", "two"], ["n"], name="seq_len"),
+             helper.make_node("Constant", [], ["zero"], name="zero", value_int=0),
+             helper.make_node("Constant", [], ["one"], name="one", value_int=1),
+             helper.make_node("Range", ["zero", "n", "one"], ["pos"], name="positions"),
+             helper.make_node("Unsqueeze", ["pos", "axis1"], ["cols"], name="cols"),
+             helper.make_node("Unsqueeze", ["pos", "axis0"], ["rows"], name="rows"),
+             helper.make_node("LessOrEqual", ["rows", "cols"], ["keep"], name="keep"),
+             helper.make_node("Constant", [], ["ninf"], name="ninf",
+                              value_float=float("-inf")),
+             helper.make_node("Where", ["keep", scores, "ninf"], ["masked"], name="mask")]
+    axes = [numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+            numpy_helper.from_array(np.array([0], np.int64), "axis0")]
+    return nodes, axes
+
+
+def _additive(kind, seq):
+    """A constant additive mask of (1, 1, seq, seq): the causal one as exporters write
+    it (``Trilu`` of a ``ConstantOfShape`` of float32's minimum), or a wrong one."""
+    if kind == "causal":
+        value = numpy_helper.from_array(np.array([np.finfo(np.float32).min], np.float32))
+        return [helper.make_node("Constant", [], ["mshape"], name="mshape",
+                                 value_ints=[1, 1, seq, seq]),
+                helper.make_node("ConstantOfShape", ["mshape"], ["full"], name="full",
+                                 value=value),
+                helper.make_node("Constant", [], ["k1"], name="k1", value_int=1),
+                helper.make_node("Trilu", ["full", "k1"], ["m"], name="triu", upper=1)], []
+    wrong = np.tril(np.full((seq, seq), -1e9, np.float32), -1)     # anti-causal
+    return [], [numpy_helper.from_array(wrong[None, None], "m")]
+
+
+def sdpa_model(heads=2, kv_heads=2, rows=8, seq=8, dim=16, mask=None, scale="Div"):
+    """``softmax(Q K^T / sqrt(dim) + mask) V`` as the exporters write it, Q, K, V
+    inputs of (1, heads, rows, dim) and (1, kv_heads, seq, dim)."""
+    c = float(np.sqrt(dim)) if scale == "Div" else float(1 / np.sqrt(dim))
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+             helper.make_node("Constant", [], ["c"], name="c", value_float=c),
+             helper.make_node(scale, ["s", "c"], ["scaled"], name="scale")]
+    inits, last = [], "scaled"
+    if mask == "where":
+        more, inits = _causal_where(last)
+        nodes, last = nodes + more, "masked"
+    elif mask in ("causal", "wrong"):
+        more, inits = _additive(mask, seq)
+        nodes += more + [helper.make_node("Add", [last, "m"], ["masked"], name="mask")]
+        last = "masked"
+    nodes += [helper.make_node("Softmax", [last], ["p"], name="softmax", axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["o"], name="pv")]
+    inputs = [info("q", [1, heads, rows, dim]), info("k", [1, kv_heads, seq, dim]),
+              info("v", [1, kv_heads, seq, dim])]
+    return _model(nodes, inputs, [info("o", [1, heads, rows, dim])], inits)
+
+
+def run_on_model(model, seed=3):
+    kernel = onnx_kernel(model)
+    program = kernel.compile(Machine(**kernel.machine))
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, _ = run_kernel(kernel, program, inputs, "model")
+    agrees, others = kernel.references(program, inputs, results)
+    return kernel, program, figures, agrees, others["max_abs_err_onnxruntime"]
+
+
+@pytest.mark.parametrize("params, causal", [
+    ({}, False),
+    ({"mask": "where"}, True),
+    ({"mask": "causal", "seq": 16, "rows": 16, "scale": "Mul"}, True),
+    ({"heads": 4, "kv_heads": 1, "seq": 24, "rows": 24, "dim": 32}, False),
+    ({"heads": 4, "kv_heads": 4, "rows": 1, "seq": 40}, False),
+], ids=["prefill", "causal_where", "causal_trilu_add", "multi_query", "decode"])
+def test_attention_runs_and_agrees_with_onnxruntime(params, causal):
+    """One configuration of the attention family: the scale and the mask as the
+    model writes them; bit-exact against the chain, within budget, onnxruntime's."""
+    model = sdpa_model(**params)
+    kernel, program, figures, agrees, error = run_on_model(model)
+    node, = [n for n in kernel.imported.graph.live_nodes() if n.op == "attention"]
+    assert node.attrs["causal"] is causal
+    assert node.attrs["scale"] == pytest.approx(1 / np.sqrt(params.get("dim", 16)))
+    assert program.meta["group"] == "attention"
+    assert figures["ok"], figures["max_abs_err"]
+    assert agrees and 0 < error < 4e-3, error
+
+
+def test_causal_mask_matters():
+    """The causal mode is not vacuous: the same inputs without the mask differ from
+    onnxruntime's causal result far beyond the budget."""
+    from rdu.onnx.kernel import compare, onnxruntime_outputs
+    causal = onnx_kernel(sdpa_model(mask="where"))
+    plain = onnx_kernel(sdpa_model())
+    program = plain.compile(Machine(**plain.machine))
+    inputs = plain.random_inputs(program, 4)
+    _, results, _ = run_kernel(plain, program, inputs, "model")
+    others = onnxruntime_outputs(causal.imported, inputs)
+    assert not compare(causal.imported.graph, inputs, results, others)[0]
+
+
+def _weak_where():
+    """The causal ``Where`` with -1 where it masks: not a mask the family takes."""
+    model = sdpa_model(mask="where")
+    ninf, = [node for node in model.graph.node if node.name == "ninf"]
+    ninf.attribute[0].f = -1.0
+    return model
+
+
+def _projected_model():
+    """Q, K, V as projections of x split into heads (Reshape, Transpose)."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    for name in "qkv":
+        inits += [numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32),
+                                          f"w{name}"),
+                  numpy_helper.from_array(np.array([1, 8, 2, 16], np.int64), f"s{name}")]
+        nodes += [helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}2"],
+                                   name=f"{name}_proj"),
+                  helper.make_node("Reshape", [f"{name}2", f"s{name}"], [f"{name}4"],
+                                   name=f"{name}_heads"),
+                  helper.make_node("Transpose", [f"{name}4"], [name], name=f"{name}_t",
+                                   perm=[0, 2, 1, 3])]
+    sdpa = sdpa_model().graph
+    nodes += list(sdpa.node)
+    return _model(nodes, [info("x", [1, 8, 32])], [info("o", [1, 2, 8, 16])], inits)
+
+
+@pytest.mark.parametrize("model, message", [
+    (sdpa_model(mask="wrong"), "sdpa.onnx: node mask (Add): the attention mask is not "
+     "the causal pattern; supported: no mask, or the causal mask"),
+    (_weak_where(), "sdpa.onnx: node mask (Where): masked value [-1.0]; supported: "
+     "-inf or at most -10000"),
+    (_projected_model(), "sdpa.onnx: node q_heads (Reshape): heads of a computed "
+     "tensor (1, 8, 32)"),
+])
+def test_unsupported_attention_is_one_line(model, message):
+    with pytest.raises(OnnxImportError) as caught:
+        import_model(model)
+    text = str(caught.value)
+    assert message in text and "\n" not in text, text
+
+
+def test_step_of_attention_used_otherwise_is_one_line():
+    """The scores feeding anything but the pattern (a Relu) are refused at that node."""
+    model = sdpa_model()
+    relu = helper.make_node("Relu", ["scaled"], ["r"], name="act")
+    model.graph.node.insert(4, relu)
+    model.graph.output.append(info("r", [1, 2, 8, 8]))
+    with pytest.raises(OnnxImportError) as caught:
+        import_model(model)
+    assert "node act (Relu): Relu of scores (a step of attention)" in str(caught.value)
+
+
+def test_cli_causal_attention_on_the_native_rtl(tmp_path, capsys):
+    """``rdu run`` of the causal model on the native RTL (the 4x4 with 4 AGCUs the
+    attention tests build): bit-exact, within budget and onnxruntime's; a wrong mask
+    exits 2 with one line."""
+    path = tmp_path / "causal.onnx"
+    onnx.save(sdpa_model(heads=4, kv_heads=4, rows=16, seq=16, mask="where"), str(path))
+    assert main(["run", str(path), "--sim", "native", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["cycles"] > 0 and "4 AGCUs" in report["machine"]
+    assert report["max_abs_err_onnxruntime"] < 4e-3
+    onnx.save(sdpa_model(mask="wrong"), str(path))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rdu run: error: causal.onnx: node mask (Add): the attention "
+                          "mask is not the causal pattern"), err
+    assert err.count("\n") == 1
