@@ -201,3 +201,106 @@ def test_cli_causal_attention_on_the_native_rtl(tmp_path, capsys):
     assert err.startswith("rdu run: error: causal.onnx: node mask (Add): the attention "
                           "mask is not the causal pattern"), err
     assert err.count("\n") == 1
+
+
+def rotary_model(seq=8, hidden=64, dim=32, project=True, halves=("neg_x2", "x1")):
+    """Llama's rotary embedding of ``q = x @ Wq`` (or of the input itself):
+    ``q * cos + rotate_half(q) * sin``, ``cos`` and ``sin`` from position ids
+    (``Shape``, ``Range``, ``Cast``, ``MatMul`` by the inverse frequencies, ``Concat``,
+    ``Cos``, ``Sin``) and ``rotate_half(q) = Concat(Neg(q2), q1)`` of ``Slice`` s."""
+    rng = np.random.default_rng(1)
+    half = dim // 2
+    inverse = (1.0 / 10000 ** (np.arange(0, dim, 2) / dim)).astype(np.float32)
+    inits = [numpy_helper.from_array(inverse.reshape(1, half), "inv_freq"),
+             numpy_helper.from_array(np.array([0], np.int64), "start"),
+             numpy_helper.from_array(np.array([half], np.int64), "middle"),
+             numpy_helper.from_array(np.array([2 ** 62], np.int64), "end"),
+             numpy_helper.from_array(np.array([-1], np.int64), "last"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+             helper.make_node("Constant", [], ["i1"], name="i1", value_int=1),
+             helper.make_node("Gather", ["shape", "i1"], ["n"], name="seq_len"),
+             helper.make_node("Constant", [], ["zero"], name="zero", value_int=0),
+             helper.make_node("Constant", [], ["one"], name="one", value_int=1),
+             helper.make_node("Range", ["zero", "n", "one"], ["pos"], name="position_ids"),
+             helper.make_node("Cast", ["pos"], ["posf"], name="pos_float",
+                              to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["posf", "axis1"], ["column"], name="column"),
+             helper.make_node("MatMul", ["column", "inv_freq"], ["freqs"], name="freqs"),
+             helper.make_node("Concat", ["freqs", "freqs"], ["emb"], name="emb", axis=-1),
+             helper.make_node("Cos", ["emb"], ["cos"], name="cos"),
+             helper.make_node("Sin", ["emb"], ["sin"], name="sin")]
+    source = "x"
+    if project:
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((hidden, dim)) * 0.2).astype(np.float32), "wq"))
+        nodes.append(helper.make_node("MatMul", ["x", "wq"], ["q"], name="q_proj"))
+        source = "q"
+    nodes += [helper.make_node("Slice", [source, "start", "middle", "last"], ["x1"],
+                               name="x1"),
+              helper.make_node("Slice", [source, "middle", "end", "last"], ["x2"],
+                               name="x2"),
+              helper.make_node("Neg", ["x2"], ["neg_x2"], name="neg"),
+              helper.make_node("Concat", list(halves), ["rh"], name="rotate_half", axis=-1),
+              helper.make_node("Mul", [source, "cos"], ["qc"], name="mul_cos"),
+              helper.make_node("Mul", ["rh", "sin"], ["rs"], name="mul_sin"),
+              helper.make_node("Add", ["qc", "rs"], ["y"], name="rotary")]
+    width = hidden if project else dim
+    return _model(nodes, [info("x", [1, seq, width])], [info("y", [1, seq, dim])], inits,
+                  name="rotary")
+
+
+@pytest.mark.parametrize("project, families", [
+    (True, ["matmul", "matmul", "rows"]),
+    (False, ["matmul", "rows"]),
+], ids=["of_a_projection", "of_an_input"])
+def test_rotary_runs_and_agrees_with_onnxruntime(project, families):
+    """``rotate_half`` is a product by a constant signed permutation, folded into the
+    projection's weight (``x @ (Wq R)``, both products reading x); cos and sin are FP32
+    tables of the row group. Stage by stage bit-exact, within budget, onnxruntime's."""
+    from rdu.apps.onnx_groups import compile_groups
+    from rdu.runtime import run_sequence
+    kernel = onnx_kernel(rotary_model(project=project))
+    graph = kernel.imported.graph
+    assert graph.inputs["cos"].dtype == graph.inputs["sin"].dtype == "fp32"
+    if project:
+        weights = kernel.imported.weights
+        half = 16
+        rotated = np.concatenate([-weights["wq"][:, half:], weights["wq"][:, :half]], 1)
+        assert np.array_equal(weights["wq_rotated"], rotated)
+    kernel, sequence = compile_groups(kernel, Machine(**kernel.machine))
+    assert [stage.program.meta["group"] for stage in sequence.stages] == families
+    inputs = kernel.random_inputs(None, 2)
+    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
+    assert figures["ok"], figures["max_abs_err"]
+    agrees, others = kernel.references(None, inputs, results)
+    assert agrees and others["max_abs_err_onnxruntime"] < 1e-6
+
+
+def test_rotary_permutation_follows_the_concat():
+    """The signed permutation is the model's: ``Concat(x1, Neg(x2))`` (another one)
+    runs and agrees with its own onnxruntime result, and not with the rotate_half
+    model's."""
+    from rdu.apps.onnx_groups import compile_groups
+    from rdu.onnx.kernel import compare, onnxruntime_outputs
+    from rdu.runtime import run_sequence
+    right = onnx_kernel(rotary_model(project=False))
+    other = onnx_kernel(rotary_model(project=False, halves=("x1", "neg_x2")))
+    kernel, sequence = compile_groups(other, Machine(**other.machine))
+    inputs = kernel.random_inputs(None, 3)
+    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
+    assert figures["ok"] and kernel.references(None, inputs, results)[0]
+    theirs = onnxruntime_outputs(right.imported, inputs)
+    assert not compare(right.imported.graph, inputs, results, theirs)[0]
+
+
+def test_slice_of_a_computed_tensor_used_otherwise_is_one_line():
+    """A half that is not put back together by a Concat (a Relu of it) is refused."""
+    model = rotary_model(project=False)
+    relu = helper.make_node("Relu", ["x1"], ["r"], name="act")
+    model.graph.node.insert(len(model.graph.node) - 1, relu)
+    with pytest.raises(OnnxImportError) as caught:
+        import_model(model)
+    text = str(caught.value)
+    assert "rotary.onnx: node act (Relu): Relu of a Slice of a computed tensor" in text
+    assert "\n" not in text

@@ -24,6 +24,8 @@ from ..frontend.graph import FrontendError, Graph
 from .attention import PENDING
 from .attention import convert as convert_attention
 from .ops import convert_node
+from .rotary import Part
+from .rotary import convert as convert_rotary
 from .values import Const, OnnxImportError, Value, core_shape, identifier
 
 __all__ = ["Importer", "Imported", "import_model", "OPSET_RANGE", "load_model"]
@@ -107,8 +109,10 @@ class Importer:
             self.fail(f"input {name!r} is not defined before this node")
         return self.values[name]
 
-    def tensor(self, value):
-        """A :class:`Value` for ``value``: a constant becomes a weight input."""
+    def tensor(self, value, dtype="bf16"):
+        """A :class:`Value` for ``value``: a constant becomes a weight input (``dtype``:
+        BF16 as the machine holds weights, or FP32: a table the model computes from
+        shapes, which onnxruntime holds in float)."""
         if isinstance(value, Value):
             return value
         array = np.asarray(value.array)
@@ -117,7 +121,7 @@ class Importer:
         shape = core_shape(array.shape, keep=1)
         name = self.fresh(value.name or "weight")
         try:
-            tensor = self.graph.input(name, shape)
+            tensor = self.graph.input(name, shape, dtype)
         except FrontendError as error:
             self.fail(f"weight {value.name!r}: {error}")
         self.weights[name] = np.asarray(array, np.float32).reshape(shape)
@@ -134,7 +138,9 @@ class Importer:
             widens = np.broadcast_shapes(array.shape, other_shape) != tuple(other_shape)
             if array.size and not widens and np.all(array == array.flat[0]):
                 return float(array.flat[0]), array.shape
-            value = self.tensor(value)
+            # an initializer's values are held in BF16 (onnxruntime's reference rounds
+            # them too); a table computed from shapes (rotary's cos and sin) in FP32
+            value = self.tensor(value, "bf16" if value.origin else "fp32")
         return value.tensor, value.shape
 
     def call(self, function, *args):
@@ -222,7 +228,7 @@ def import_model(source):
     for node in graph.node:
         importer.node = node
         first = len(importer.graph.nodes)
-        if not convert_attention(importer, node):
+        if not convert_rotary(importer, node) and not convert_attention(importer, node):
             convert_node(importer, node)
         for created in importer.graph.nodes[first:]:     # the compiler's errors name it
             created.where = f"{label}: node {node.name or node.output[0]} ({node.op_type})"
@@ -232,7 +238,7 @@ def import_model(source):
         value = importer.get(info.name)
         if isinstance(value, Const):
             importer.fail(f"output {info.name!r} depends on no input (a constant)")
-        if isinstance(value, PENDING):
+        if isinstance(value, (*PENDING, Part)):
             importer.fail(f"output {info.name!r} is a step of attention (the scores or "
                           f"the probabilities)", "attention's result as the output")
         name = importer.fresh(info.name)

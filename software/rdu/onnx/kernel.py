@@ -105,7 +105,10 @@ class OnnxKernel(Kernel):
                                model=self.model_path)
 
     def weight_words(self):
-        return {name: to_bf16_words(array, name)
+        """The weights' words: BF16 (rounded) or FP32 as the graph's inputs hold them."""
+        inputs = self.imported.graph.inputs
+        return {name: to_bf16_words(array, name) if inputs[name].dtype == "bf16" else
+                np.asarray(array, np.float32).view(np.uint32)
                 for name, array in self.imported.weights.items()}
 
     def random_inputs(self, program, seed):
@@ -177,12 +180,14 @@ def prepared_graph(graph):
 
 def machine_defaults(graph):
     """Machine parameters a model needs by default: the fused kernels' machines (the
-    ``attention`` and ``mlp`` kernels': 4 and 5 AGCUs) for attention or a graph of two
-    matrix products (the MLP), else none."""
+    ``attention`` and ``mlp`` kernels': 4 and 5 AGCUs) for attention, or for a graph of
+    two matrix products (the MLP) or of FP32 tables (rotary's ``x * cos +
+    rotate_half(x) * sin``: a row group of four loads), else none."""
     ops = [node.op for node in graph.live_nodes()]
     if "attention" in ops:
         return dict(KERNELS["attention"].machine)
-    return dict(KERNELS["mlp"].machine) if ops.count("matmul") > 1 else {}
+    tables = any(node.dtype == "fp32" for node in graph.inputs.values())
+    return dict(KERNELS["mlp"].machine) if ops.count("matmul") > 1 or tables else {}
 
 
 def onnx_kernel(path):
