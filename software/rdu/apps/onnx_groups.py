@@ -32,6 +32,7 @@ from ..compiler.core import CompileError, ImagePlan
 from ..layout import Image
 from ..onnx import KERNEL_NAME
 from ..onnx.kernel import prepared_graph
+from .onnx_attention import attention_members, compile_attention
 from .unfused import Sequence, Stage, end_of
 
 __all__ = ["Group", "partition", "compile_groups", "needs_groups", "mlp_candidates",
@@ -56,7 +57,7 @@ def _onnx_node(node):
 
 
 def _is_row_op(node):
-    return node.op not in ("input", "const", "matmul")
+    return node.op not in ("input", "const", "matmul", "attention", "heads")
 
 
 def _extract(graph, name, sources, outputs):
@@ -95,14 +96,14 @@ def partition(graph):
         for parent in node.inputs:
             users.setdefault(id(parent), []).append(node)
     outputs = {id(node) for node in graph.outputs.values()}
+    cores, inside = {}, set()           # matmul group sink -> matmul; nodes in them
+    attentions = set()
     for node in live:
         if node.op == "attention":
-            raise CompileError(f"{node.where}: attention in a model of several "
-                               f"configurations is not built yet (one configuration: "
-                               f"attention alone)")
-    cores, inside = {}, set()           # matmul group sink -> matmul; nodes in them
+            inside.update(attention_members(node, users, outputs))
+            attentions.add(id(node))
     for node in live:
-        if node.op == "matmul":
+        if node.op == "matmul" and id(node) not in inside:
             b = node.inputs[1]
             if b.op != "input":
                 raise CompileError(f"{node.where}: its second operand is computed ("
@@ -129,7 +130,9 @@ def partition(graph):
         cut |= shared
     groups = []
     for node in live:
-        if id(node) in cores:
+        if id(node) in attentions:
+            groups.append(Group(node, "attention", []))
+        elif id(node) in cores:
             matmul = cores[id(node)]
             sources = [i for i in matmul.inputs if i.op not in ("input", "const")]
             groups.append(Group(node, "matmul", sources))
@@ -252,6 +255,8 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
     kernel = dataclasses.replace(kernel, imported=dataclasses.replace(kernel.imported,
                                                                       graph=graph))
     groups = partition(graph)
+    attentions = [group for group in groups if group.family == "attention"]
+    groups = [group for group in groups if group.family != "attention"]
     if fuse_mlp:
         groups = _fused_mlps(graph, groups, machine)
     names = _names(graph, groups)
@@ -294,6 +299,14 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
         produced = {name: (producer[name], name) for name in stage_graph.inputs
                     if name in producer}
         stages.append(Stage(stage_graph.name, stage_graph, programs[index], user, produced))
+    for group in attentions:            # its projections, then the attention
+        name = next(n for n, node in graph.outputs.items() if node is group.sink)
+        more = compile_attention(graph, group.sink, machine, start, name, len(stages),
+                                 {"model": model})
+        start = max(end_of(stage.program) for stage in more)
+        stages += more
+        producer[name] = len(stages) - 1
+        names[id(group.sink)] = name
     where = {name: producer[names[id(node)]] for name, node in graph.outputs.items()}
 
     def assemble(results):

@@ -45,7 +45,9 @@ class Stage:
     """One program of a sequence: ``graph`` compiled to ``program``; ``user``:
     ``{tensor: function(user inputs) -> uint32 words}`` for the inputs the host packs;
     ``produced``: ``{tensor: (stage index, output name)}`` for the intermediates an
-    earlier stage wrote (already in memory at the program's address)."""
+    earlier stage wrote (already in memory at the program's address); ``(stage index,
+    output name, function)``: several stages wrote it, ``function(per-stage outputs)``
+    gives its words (attention's heads, :mod:`rdu.apps.onnx_attention`)."""
     name: str
     graph: Graph
     program: object
@@ -102,8 +104,8 @@ class Sequence:
         produced = []
         for stage in self.stages:
             arrays = {name: make(inputs) for name, make in stage.user.items()}
-            for name, (index, output) in stage.produced.items():
-                arrays[name] = produced[index][output]
+            for name, (index, output, *gather) in stage.produced.items():
+                arrays[name] = gather[0](produced) if gather else produced[index][output]
             program = _with_images(stage.program, arrays)
             produced.append(family_named(program.meta["group"]).exact(program, stage.graph))
         return self.assemble(produced), produced

@@ -101,7 +101,7 @@ def run_passes(compilation, names):
 
 
 def compile_graph(graph, machine=None, *, geometry=None, kernel="", params=None,
-                  state=None, plan=None, passes=None, skip=()):
+                  state=None, plan=None, passes=None, skip=(), max_pcus=None):
     """Compile ``graph`` for ``machine``; return the :class:`~rdu.program.Program`.
 
     ``kernel`` and ``params`` name the registered kernel and its shape (recorded in the
@@ -110,14 +110,15 @@ def compile_graph(graph, machine=None, *, geometry=None, kernel="", params=None,
     :class:`~rdu.compiler.core.ImagePlan` (addresses and layouts fixed by the caller).
     ``passes`` (names in pipeline order) and ``skip`` select the passes to run
     (:func:`~rdu.compiler.core.select_passes`); a selection without ``emit`` returns
-    None (the state has what ran).
+    None (the state has what ran). ``max_pcus``: a matmul uses at most this many
+    systolic PCUs (a producer whose result must be whole tiles of ``lanes`` rows).
     """
     names = select_passes(PIPELINE, passes, skip)
     machine, geometry = machine_geometry(machine, geometry)
     if not machine.compute:
         raise CompileError(f"kernel {graph.name!r} needs PCUs: this machine has PMUs only")
     compilation = Compilation(graph, machine, geometry, kernel_name=kernel or graph.name,
-                              params=dict(params or {}), plan=plan)
+                              params=dict(params or {}), plan=plan, max_pcus=max_pcus)
     if state is not None:
         state.append(compilation)
     try:

@@ -104,6 +104,7 @@ class AttentionShape:
     chunk: int
     scale: float = None
     causal: bool = False
+    dim_align: int = 2
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -162,8 +163,10 @@ class AttentionShape:
     @property
     def dim_k(self):
         """Dimensions of the score product: ``dim`` and the mask dimensions, made even
-        (a pass's ``Q^T`` is whole AXI beats of BF16; an extra dimension is zero)."""
-        return _ceil(self.dim + self.mask_dims, 2) * 2
+        (a pass's ``Q^T`` is whole AXI beats of BF16; an extra dimension is zero), or a
+        multiple of ``dim_align`` (the lanes, when a matmul writes Q^T and K: whole
+        tiles of ``lanes`` rows)."""
+        return _ceil(self.dim + self.mask_dims, self.dim_align) * self.dim_align
 
     @property
     def dim_pad(self):

@@ -34,6 +34,7 @@ Operators (numpy broadcasting of trailing dimensions; a Python number is a const
 ``x.T``                                transpose of a matrix
 ``x.broadcast_to(shape)``              explicit broadcast
 :func:`attention`                      ``softmax(q k^T * scale) v`` per head (fused)
+:func:`heads`                          ``(rows, H * D)`` as ``(H, rows, D)``
 =====================================  ==============================================
 
 Errors name the user's line: ``kernel.py:12: cannot add shapes (4, 8) and (5,)``.
@@ -44,8 +45,8 @@ import os
 from dataclasses import dataclass, field
 
 __all__ = ["FrontendError", "Node", "Tensor", "Graph", "matmul", "maximum", "minimum",
-           "relu", "exp", "reciprocal", "rsqrt", "sqrt", "attention", "DTYPES", "DTYPE_BYTES",
-           "ELEMENTWISE"]
+           "relu", "exp", "reciprocal", "rsqrt", "sqrt", "attention", "heads", "DTYPES",
+           "DTYPE_BYTES", "ELEMENTWISE"]
 
 DTYPES = ("bf16", "fp32")
 #: Bytes of one element of each dtype as stored in memory.
@@ -300,6 +301,21 @@ def attention(q, k, v, scale=None, causal=False):
                             f"({q.shape[1]} rows, {k.shape[1]} keys)")
     return q.graph._add("attention", (q.node, k.node, v.node), q.shape, "fp32", where,
                         scale=scale, causal=bool(causal))
+
+
+def heads(x, count):
+    """``x`` ``(rows, count * dim)`` seen as ``count`` heads ``(count, rows, dim)``
+    (head ``h`` is columns ``h * dim ..``): attention's operands from projections. A
+    relayout: the configuration that computes ``x`` writes it where attention reads it
+    (:mod:`rdu.apps.onnx_attention`)."""
+    where = _user_line()
+    x = _tensor(x, "heads")
+    if len(x.shape) != 2 or not isinstance(count, int) or count < 1 or \
+            x.shape[1] % count:
+        raise FrontendError(f"{where}: heads of {x.shape} in {count}: needs a matrix of "
+                            f"a multiple of {count} columns")
+    return x.graph._add("heads", (x.node,), (count, x.shape[0], x.shape[1] // count),
+                        x.dtype, where, count=count)
 
 
 class Graph:

@@ -110,7 +110,8 @@ def attention_shape(program):
     """The :class:`rdu.frontend.attention.AttentionShape` an attention program was compiled for."""
     m = program.meta
     return AttentionShape(m["mode"], m["seq"], m["dim"], m["heads"], m["kv_heads"],
-                          m["lanes"], m["chunk"], m["scale"], m["causal"])
+                          m["lanes"], m["chunk"], m["scale"], m["causal"],
+                          m.get("dim_align", 2))
 
 
 def exact_attention(program):
@@ -267,15 +268,43 @@ def float64_outputs(graph, inputs):
             result = (np.broadcast_to(x, node.shape), np.broadcast_to(ex, node.shape))
         elif node.op == "attention":
             from ..frontend.attention import attention64, scale_value
-            (q, _), (k, _), (v, _) = args
-            result = attention64(q, k, v, scale_value(q.shape[2], node.attrs.get("scale")),
-                                 node.attrs.get("causal", False))
+            result = _attention_budget(args, scale_value(args[0][0].shape[2],
+                                                         node.attrs.get("scale")),
+                                       node.attrs.get("causal", False), attention64)
+        elif node.op == "heads":
+            (x, ex), = args
+            heads = node.shape[0]
+            result = (_split_heads(x, heads), _split_heads(ex, heads))
         else:
             raise ValueError(f"{node.where}: no float64 reference for {node.op}")
         v, budget = result
         cache[id(node)] = (v, budget + _TINY)
         return cache[id(node)]
     return {name: value(node) for name, node in graph.outputs.items()}
+
+
+def _split_heads(x, heads):
+    """``(rows, heads * dim)`` as ``(heads, rows, dim)``."""
+    rows = x.shape[0]
+    return x.reshape(rows, heads, -1).transpose(1, 0, 2)
+
+
+def _attention_budget(args, scale, causal, attention64):
+    """Attention's float64 value and budget: the chain's own (``2^-8 max|V|``) plus what
+    errors of computed operands move it by: a score moves by at most ``d = scale
+    (|q| |ek|^T + |eq| |k|^T)``, so each probability by a factor within ``exp(+-2 d)``,
+    and ``O`` by at most ``2 (exp(2 d) - 1) max|V|``, plus V's own error."""
+    (q, eq), (k, ek), (v, ev) = args
+    out, budget = attention64(q, k, v, scale, causal)
+    if not (np.any(eq) or np.any(ek) or np.any(ev)):
+        return out, budget
+    group = q.shape[0] // k.shape[0]
+    for h in range(q.shape[0]):
+        g = h // group
+        moved = float(scale) * (np.abs(q[h]) @ np.abs(ek[g]).T + np.abs(eq[h]) @
+                                np.abs(k[g]).T).max()
+        budget[h] += 2 * np.expm1(2 * moved) * np.abs(v[g]).max() + ev[g].max()
+    return out, budget
 
 
 def check(graph, inputs, results):

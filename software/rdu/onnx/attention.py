@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..frontend.graph import attention
+from ..frontend.graph import attention, heads
 from .values import Const, Value
 
 __all__ = ["KeysT", "Scores", "Probs", "PENDING", "convert", "MASKED"]
@@ -50,12 +50,20 @@ class Scores:
 
 
 @dataclass
+class Split:
+    """A computed ``(1, L, H * D)`` reshaped to ``(1, L, H, D)``: heads, once
+    transposed to ``(1, H, L, D)`` (Q, V) or ``(1, H, D, L)`` (K^T)."""
+    x: Value
+    count: int
+
+
+@dataclass
 class Probs:
     """``Softmax(scores)`` over the keys."""
     scores: Scores
 
 
-PENDING = (KeysT, Scores, Probs)
+PENDING = (KeysT, Scores, Probs, Split)
 
 
 def _heads(imp, value, what):
@@ -189,8 +197,12 @@ def convert(imp, node):
     pending = [v for v in values if isinstance(v, PENDING)]
     heads = [v for v in values if isinstance(v, Value) and len(v.tensor.shape) == 3]
     op = node.op_type
-    if op == "Reshape" and isinstance(values[0], Value) and isinstance(values[1], Const):
-        _split_heads(imp, values[0], values[1])
+    if op == "Reshape" and isinstance(values[0], Value) and isinstance(values[1], Const) \
+            and len(values[0].tensor.shape) == 2:
+        split = _split_heads(imp, values[0], values[1])
+        if split is not None:
+            imp.values[node.output[0]] = split
+            return True
     if not pending and not (heads and op in ("Transpose", "MatMul")):
         return False
     out = _step(imp, node, op, values)
@@ -203,23 +215,40 @@ def convert(imp, node):
 
 
 def _split_heads(imp, value, shape):
-    """Refuse a reshape of a computed matrix into heads (``(1, L, H * D)`` to ``(1, L,
-    H, D)``): attention reads its Q, K, V from model inputs only (``docs/onnx.md``)."""
+    """A reshape of a computed matrix ``(1, L, H * D)`` into heads ``(1, L, H, D)``: a
+    :class:`Split`; None for a reshape that adds or drops size-1 dimensions only."""
     target = [int(d) for d in np.asarray(shape.array).ravel()]
-    if len(target) < 4 or -1 in target or 0 in target:
-        return
-    if [d for d in target if d != 1] != [d for d in value.shape if d != 1]:
-        imp.fail(f"heads of a computed tensor {value.shape} (a projection, to "
-                 f"{tuple(target)})", "attention of Q, K, V model inputs of shape (1, "
-                 "heads, rows, dim); the attention configuration reads Q^T by pass and K "
-                 "by key block with its mask dimensions, which no configuration before "
-                 "it writes yet")
+    if len(target) != 4 or [d for d in target if d != 1] == \
+            [d for d in value.shape if d != 1]:
+        return None
+    rows, width = value.tensor.shape if len(value.tensor.shape) == 2 else (0, 0)
+    size = target[2] * target[3] if target[2] > 0 and target[3] > 0 else 0
+    if target[0] != 1 or target[1] not in (rows, 0, -1) or size != width:
+        imp.fail(f"reshape of {value.shape} to {tuple(target)}", "reshapes into heads: "
+                 "(1, L, H * D) to (1, L, H, D)")
+    return Split(value, target[2])
+
+
+def _heads_of(imp, split, perm):
+    """``Transpose`` of a :class:`Split`: ``(0, 2, 1, 3)`` the heads (Q, V), ``(0, 2,
+    3, 1)`` K^T; the heads rounded to BF16, as attention reads them."""
+    if perm not in ([0, 2, 1, 3], [0, 2, 3, 1]):
+        imp.fail(f"perm {perm} of heads", "perm [0, 2, 1, 3] (heads) or [0, 2, 3, 1] "
+                 "(K^T)")
+    tensor = imp.call(lambda t: heads(t.astype("bf16"), split.count), split.x.tensor)
+    value = Value(tensor, (1,) + tensor.shape)
+    return value if perm == [0, 2, 1, 3] else KeysT(value)
 
 
 def _step(imp, node, op, values):
     first = values[0]
     if op == "Transpose" and isinstance(first, Value):
         return _transpose(imp, node, first)
+    if op == "Transpose" and isinstance(first, Split):
+        from onnx import helper
+        perm = [list(helper.get_attribute_value(a)) for a in node.attribute
+                if a.name == "perm"]
+        return _heads_of(imp, first, perm[0] if perm else [3, 2, 1, 0])
     if op == "MatMul":
         return _matmul(imp, *values)
     if op in ("Identity", "Cast") and isinstance(first, PENDING):

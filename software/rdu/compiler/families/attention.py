@@ -63,6 +63,7 @@ class AttentionGroup(Group):
     output: str
     node: Node
     causal: bool = False
+    dim_align: int = 2
 
     def describe(self):
         return (f"group {self.output}: attention q{list(self.q.shape)} "
@@ -80,7 +81,7 @@ def _match_attention(graph, name, out):
                                f"inputs (got {operand.op} {operand.dtype})")
     q, k, v = out.inputs
     return AttentionGroup(q, k, v, out.attrs.get("scale"), name, out,
-                          out.attrs.get("causal", False))
+                          out.attrs.get("causal", False), out.attrs.get("dim_align", 2))
 
 
 def tile_attention(group, geometry, machine):
@@ -95,7 +96,7 @@ def tile_attention(group, geometry, machine):
     try:
         shape = AttentionShape("decode" if rows == 1 and not group.causal else "prefill",
                                seq, dim, heads, kv_heads, lanes, chunk, group.scale,
-                               group.causal)
+                               group.causal, group.dim_align)
     except AttentionError as error:
         raise CompileError(f"{group.node.where}: {error}") from None
     where = group.node.where
@@ -256,6 +257,7 @@ class AttentionFamily(Family):
             "group": self.name, "mode": t.mode, "seq": t.seq, "dim": t.dim,
             "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
             "scale": t.scale, "causal": t.causal, "passes": len(t.passes()),
+            "dim_align": t.dim_align,
             "pcus": kernel.units_needed()["pcu"], "macs": t.macs,
             "operands": [group.q.name, group.k.name, group.v.name],
             "pcu_programs": pcu_programs(kernel)}
