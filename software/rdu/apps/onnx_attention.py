@@ -52,16 +52,45 @@ def _projection(node):
     return (x, w) if x.op == "input" and w.op == "input" else None
 
 
+def _next_in_tail(current, after, op, fn):
+    """Whether ``after`` (the one user of ``current``) is the tail's next step."""
+    if after.op != op or (fn and after.attrs.get("fn") != fn):
+        return False
+    if op == "matmul":
+        return after.inputs[0] is current and after.inputs[1].op == "input"
+    if op == "binary":
+        other = [i for i in after.inputs if i is not current]
+        return len(other) == 1 and other[0].op == "input" and other[0].shape == after.shape
+    return True
+
+
+def tail_of(node, users, outputs):
+    """``[merge_heads, cast, o_proj matmul, residual add]`` after attention ``node``, or
+    its first three, or nothing (attention the output); a one-line error for anything
+    else."""
+    chain, current = [], node
+    for op, fn in (("merge_heads", None), ("unary", "cast"), ("matmul", None),
+                   ("binary", "add")):
+        after = users.get(id(current), [])
+        if not after or id(current) in outputs or len(after) != 1 or \
+                not _next_in_tail(current, after[0], op, fn):
+            break
+        chain.append(after[0])
+        current = after[0]
+    if not users.get(id(current)) and id(current) in outputs and len(chain) in (0, 3, 4):
+        return chain
+    raise CompileError(f"{node.where}: operators after attention in a model of several "
+                       f"configurations: supported: attention's result as a model output, "
+                       f"or merged heads @ o_proj (+ a model input: the residual)")
+
+
 def attention_members(node, users, outputs):
     """The ids of the nodes an attention group of ``node`` holds (its operands' heads,
-    casts and projections); a one-line error when it is not attention of projections of
-    one model input, or its result is read by anything but the model's output."""
-    if users.get(id(node)) or id(node) not in outputs:
-        raise CompileError(f"{node.where}: operators after attention in a model of several "
-                           f"configurations are not built yet (attention writes O^T pass "
-                           f"by pass in FP32); supported: attention's result as a model "
-                           f"output")
-    members, sources = set(), set()
+    casts and projections, and :func:`tail_of`); a one-line error when it is not
+    attention of projections of one model input followed by what :func:`tail_of`
+    takes."""
+    members = {id(member) for member in tail_of(node, users, outputs)}
+    sources = set()
     for operand in node.inputs:
         found = _projection(operand)
         if found is None:
@@ -157,12 +186,28 @@ def _identity_b(x_words, rows, width, columns):
     return _bf16(b)
 
 
-def compile_attention(graph, node, machine, start, out_name, first, params):
-    """``[Stage]``: the projections (Q per head, K per head and copy, V per head and
-    chunk), then the attention; ``first`` the index of the first in the sequence."""
+def _attention_of(sink):
+    """The attention node at the head of ``sink``'s tail (:func:`tail_of`), and the
+    tail."""
+    tail = []
+    node = sink
+    while node.op != "attention":
+        tail.insert(0, node)
+        node = node.inputs[0] if node.op != "binary" else next(
+            i for i in node.inputs if i.op != "input")
+    return node, tail
+
+
+def compile_attention(graph, sink, machine, start, out_name, first, params):
+    """``([Stage], transform)``: the projections (Q per head, K per head and copy, V per
+    head and chunk), the attention, and its tail (:func:`tail_of`: the heads merged
+    into ``o_proj``'s B, ``o_proj``, the residual); ``first`` the index of the first in
+    the sequence; ``transform`` turns the last stage's result into the output's words
+    (``o_proj`` and the residual compute the transposed rows), or None."""
+    node, tail = _attention_of(sink)
     built = _Builder(graph, node, machine, params.get("model", ""))
     built.params = params
-    att_graph, att = built.attention_program(out_name, start, params)
+    att_graph, att = built.attention_program("o" if tail else out_name, start, params)
     s = attention_shape(att)
     layout = {name: Image.from_json(att.meta["images"][name]) for name in "qkv"}
     address = {name: att.meta["images"][name]["address"] for name in "qkv"}
@@ -230,8 +275,12 @@ def compile_attention(graph, node, machine, start, out_name, first, params):
                 address["v"], x_chunk, w_head,
                 (s.chunk, width), (width, dim), offsets["v"][keys]))
     produced = _gathered(stages, s, first, heads, dim)
-    stages.append(Stage(att_graph.name, att_graph, att, {}, produced))
-    return stages
+    stages.append(Stage(f"{graph.name}_{first + len(stages)}_attention", att_graph, att, {},
+                        produced))
+    if not tail:
+        return stages, None
+    start = max(end_of(stage.program) for stage in stages)
+    return _tail_stages(built, s, att, tail, out_name, first, start, stages)
 
 
 def _gathered(stages, s, first, heads, dim):
@@ -257,3 +306,96 @@ def _gathered(stages, s, first, heads, dim):
 
     return {"q": (find("_q0"), "out", q), "k": (find("_k0_0"), "out", k),
             "v": (find("_v0_0"), "out", v)}
+
+
+def _tail_stages(built, s, att, tail, out_name, first, start, stages):
+    """The attention's result through ``o_proj`` (and the residual), transposed:
+    ``y^T = Wo^T O^T`` so that ``O^T``, which the attention writes pass by pass, is the
+    matmul's B. A cast-only row group turns the attention's FP32 ``O^T`` (viewed as
+    rows of two dimensions of ``lanes`` queries) into BF16 B, column tile by column
+    tile; ``o_proj`` writes ``y^T`` row-major; the residual row group adds ``x^T``."""
+    lanes, dim, heads = s.lanes, s.dim, s.heads
+    rows, tiles = s.rows, s.rows // lanes
+    matmul = tail[2]
+    wo = matmul.inputs[1]
+    hidden = wo.shape[1]
+    where = built.node.where
+    if dim % lanes or rows % (2 * lanes):
+        raise CompileError(f"{where}: o_proj after attention of {rows} rows of dim {dim}; "
+                           f"supported: dim a multiple of {lanes}, rows of {2 * lanes}")
+    name = built.graph.name
+    y_name = "yT" if len(tail) == 4 else out_name       # o_proj's result (transposed)
+    # o_proj first: its B image is what the cast-only row group writes
+    o_graph = Graph(f"{name}_o_proj")
+    o_graph.output(y_name, o_graph.input("wo_t", (hidden, heads * dim)) @
+                   o_graph.input("ob", (heads * dim, rows)))
+    row_major = Image((hidden, rows), (), None, None, "fp32")
+    o_prog = compile_graph(o_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
+                           plan=ImagePlan(start=start, layouts={y_name: row_major}))
+    b_image = Image.from_json(o_prog.meta["images"]["ob"])
+    if b_image.shape != (heads * dim, rows):
+        raise CompileError(f"{where}: o_proj pads its K {heads * dim} or N {rows}; the row "
+                           f"group before it would have to write the padding")
+    count = heads * tiles * dim // 2
+    split = (heads, tiles, dim // 2, 2, lanes)
+    view_in = Image((count, 2 * lanes), (), None, None, "fp32")
+    view_out = Image((count, 2 * lanes), (), split, (1, 0, 2, 3, 4), "bf16")
+    o_image = Image.from_json(att.meta["images"]["o"])
+    _same_bytes(where, view_in, o_image, lambda m: m.reshape(split).transpose(
+        0, 1, 4, 2, 3).reshape(heads * tiles * lanes, dim))
+    _same_bytes(where, view_out, b_image, lambda m: m.reshape(split).transpose(
+        0, 2, 3, 1, 4).reshape(heads * dim, rows))
+    m_graph = Graph(f"{name}_merge_heads")
+    m_graph.output("ob", m_graph.input("o", (count, 2 * lanes), "fp32").astype("bf16"))
+    m_prog = compile_graph(m_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
+                           plan=ImagePlan(start=end_of(o_prog), addresses={
+                               "o": att.meta["images"]["o"]["address"],
+                               "ob": o_prog.meta["images"]["ob"]["address"]},
+                               layouts={"o": view_in, "ob": view_out}))
+    att_index = first + len(stages) - 1
+
+    def o_view(produced):
+        o = np.asarray(produced[att_index]["o"], np.uint32)     # (heads, rows, dim)
+        return o.reshape(heads, tiles, lanes, dim // 2, 2).transpose(
+            0, 1, 3, 4, 2).reshape(count, 2 * lanes)
+
+    def b_of(produced):
+        view = np.asarray(produced[att_index + 1]["ob"], np.uint32)
+        return view.reshape(split).transpose(0, 2, 3, 1, 4).reshape(heads * dim, rows)
+
+    def wo_t(inputs):
+        return np.ascontiguousarray(np.asarray(inputs[wo.name], np.uint32).reshape(
+            heads * dim, hidden).T)
+
+    stages.append(Stage(f"{name}_{att_index + 1}_merge_heads", m_graph, m_prog, {},
+                        {"o": (att_index, "o", o_view)}))
+    stages.append(Stage(f"{name}_{att_index + 2}_o_proj", o_graph, o_prog, {"wo_t": wo_t},
+                        {"ob": (att_index + 1, "ob", b_of)}))
+    if len(tail) < 4:
+        return stages, lambda words: np.ascontiguousarray(np.asarray(words)[:hidden].T)
+    x = next(i for i in tail[3].inputs if i.op == "input")
+    r_graph = Graph(f"{name}_residual")
+    r_graph.output(out_name, r_graph.input("yT", (hidden, rows), "fp32") +
+                   r_graph.input("xT", (hidden, rows)))
+    r_prog = compile_graph(r_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
+                           plan=ImagePlan(start=end_of(m_prog), addresses={
+                               "yT": o_prog.meta["images"]["yT"]["address"]},
+                               layouts={"yT": Image.from_json(o_prog.meta["images"]["yT"])}))
+
+    def x_t(inputs):
+        return np.ascontiguousarray(np.asarray(inputs[x.name], np.uint32).reshape(
+            rows, hidden).T)
+
+    stages.append(Stage(f"{name}_{att_index + 3}_residual", r_graph, r_prog, {"xT": x_t},
+                        {"yT": (att_index + 2, "yT")}))
+    return stages, lambda words: np.ascontiguousarray(np.asarray(words).T)
+
+
+def _same_bytes(where, view, image, arrange):
+    """``view`` and ``image`` place every element at the same byte: ``arrange`` turns
+    a matrix of ``view``'s shape into ``image``'s logical one (padding aside)."""
+    ours = arrange(view.byte_offsets())
+    theirs = image.byte_offsets()[:ours.shape[0], :ours.shape[1]]
+    if not np.array_equal(ours, theirs):
+        raise CompileError(f"{where}: the merged heads' view {view.describe()} is not the "
+                           f"layout of {image.describe()}")

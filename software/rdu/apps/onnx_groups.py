@@ -32,7 +32,7 @@ from ..compiler.core import CompileError, ImagePlan
 from ..layout import Image
 from ..onnx import KERNEL_NAME
 from ..onnx.kernel import prepared_graph
-from .onnx_attention import attention_members, compile_attention
+from .onnx_attention import attention_members, compile_attention, tail_of
 from .unfused import Sequence, Stage, end_of
 
 __all__ = ["Group", "partition", "compile_groups", "needs_groups", "mlp_candidates",
@@ -97,11 +97,11 @@ def partition(graph):
             users.setdefault(id(parent), []).append(node)
     outputs = {id(node) for node in graph.outputs.values()}
     cores, inside = {}, set()           # matmul group sink -> matmul; nodes in them
-    attentions = set()
+    attentions = {}                     # attention -> its group's sink (the tail's end)
     for node in live:
         if node.op == "attention":
             inside.update(attention_members(node, users, outputs))
-            attentions.add(id(node))
+            attentions[id(node)] = ([node] + tail_of(node, users, outputs))[-1]
     for node in live:
         if node.op == "matmul" and id(node) not in inside:
             b = node.inputs[1]
@@ -131,7 +131,7 @@ def partition(graph):
     groups = []
     for node in live:
         if id(node) in attentions:
-            groups.append(Group(node, "attention", []))
+            groups.append(Group(attentions[id(node)], "attention", []))
         elif id(node) in cores:
             matmul = cores[id(node)]
             sources = [i for i in matmul.inputs if i.op not in ("input", "const")]
@@ -299,10 +299,11 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
         produced = {name: (producer[name], name) for name in stage_graph.inputs
                     if name in producer}
         stages.append(Stage(stage_graph.name, stage_graph, programs[index], user, produced))
+    transforms = {}
     for group in attentions:            # its projections, then the attention
         name = next(n for n, node in graph.outputs.items() if node is group.sink)
-        more = compile_attention(graph, group.sink, machine, start, name, len(stages),
-                                 {"model": model})
+        more, transforms[name] = compile_attention(graph, group.sink, machine, start, name,
+                                                   len(stages), {"model": model})
         start = max(end_of(stage.program) for stage in more)
         stages += more
         producer[name] = len(stages) - 1
@@ -310,8 +311,10 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
     where = {name: producer[names[id(node)]] for name, node in graph.outputs.items()}
 
     def assemble(results):
-        return {name: results[where[name]][names[id(graph.outputs[name])]]
-                for name in graph.outputs}
+        out = {name: results[where[name]][names[id(graph.outputs[name])]]
+               for name in graph.outputs}
+        return {name: transforms[name](words) if transforms.get(name) else words
+                for name, words in out.items()}
 
     return kernel, Sequence(KERNEL_NAME, {}, stages, assemble)
 

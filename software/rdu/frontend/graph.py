@@ -35,6 +35,7 @@ Operators (numpy broadcasting of trailing dimensions; a Python number is a const
 ``x.broadcast_to(shape)``              explicit broadcast
 :func:`attention`                      ``softmax(q k^T * scale) v`` per head (fused)
 :func:`heads`                          ``(rows, H * D)`` as ``(H, rows, D)``
+:func:`merge_heads`                    ``(H, rows, D)`` as ``(rows, H * D)``
 =====================================  ==============================================
 
 Errors name the user's line: ``kernel.py:12: cannot add shapes (4, 8) and (5,)``.
@@ -45,7 +46,8 @@ import os
 from dataclasses import dataclass, field
 
 __all__ = ["FrontendError", "Node", "Tensor", "Graph", "matmul", "maximum", "minimum",
-           "relu", "exp", "reciprocal", "rsqrt", "sqrt", "attention", "heads", "DTYPES",
+           "relu", "exp", "reciprocal", "rsqrt", "sqrt", "attention", "heads", "merge_heads",
+           "DTYPES",
            "DTYPE_BYTES", "ELEMENTWISE"]
 
 DTYPES = ("bf16", "fp32")
@@ -316,6 +318,17 @@ def heads(x, count):
                             f"a multiple of {count} columns")
     return x.graph._add("heads", (x.node,), (count, x.shape[0], x.shape[1] // count),
                         x.dtype, where, count=count)
+
+
+def merge_heads(x):
+    """``x`` ``(H, rows, D)`` as ``(rows, H * D)`` (head ``h`` is columns ``h * D ..``):
+    attention's result into ``o_proj``, the inverse of :func:`heads`."""
+    where = _user_line()
+    x = _tensor(x, "merge_heads")
+    if len(x.shape) != 3:
+        raise FrontendError(f"{where}: merge_heads of {x.shape}: needs (heads, rows, dim)")
+    count, rows, dim = x.shape
+    return x.graph._add("merge_heads", (x.node,), (rows, count * dim), x.dtype, where)
 
 
 class Graph:

@@ -271,6 +271,9 @@ def float64_outputs(graph, inputs):
             result = _attention_budget(args, scale_value(args[0][0].shape[2],
                                                          node.attrs.get("scale")),
                                        node.attrs.get("causal", False), attention64)
+        elif node.op == "merge_heads":
+            (x, ex), = args
+            result = (_merge_heads(x), _merge_heads(ex))
         elif node.op == "heads":
             (x, ex), = args
             heads = node.shape[0]
@@ -287,6 +290,11 @@ def _split_heads(x, heads):
     """``(rows, heads * dim)`` as ``(heads, rows, dim)``."""
     rows = x.shape[0]
     return x.reshape(rows, heads, -1).transpose(1, 0, 2)
+
+
+def _merge_heads(x):
+    """``(heads, rows, dim)`` as ``(rows, heads * dim)``."""
+    return x.transpose(1, 0, 2).reshape(x.shape[1], -1)
 
 
 def _attention_budget(args, scale, causal, attention64):

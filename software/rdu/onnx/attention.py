@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..frontend.graph import attention, heads
+from ..frontend.graph import attention, heads, merge_heads
 from .values import Const, Value
 
 __all__ = ["KeysT", "Scores", "Probs", "PENDING", "convert", "MASKED"]
@@ -58,12 +58,19 @@ class Split:
 
 
 @dataclass
+class Merged:
+    """Attention's result ``(1, H, L, D)`` transposed to ``(1, L, H, D)``: reshaped to
+    ``(1, L, H * D)`` it is the heads merged (:func:`rdu.frontend.graph.merge_heads`)."""
+    x: Value
+
+
+@dataclass
 class Probs:
     """``Softmax(scores)`` over the keys."""
     scores: Scores
 
 
-PENDING = (KeysT, Scores, Probs, Split)
+PENDING = (KeysT, Scores, Probs, Split, Merged)
 
 
 def _heads(imp, value, what):
@@ -176,6 +183,8 @@ def _transpose(imp, node, x):
     perm = list(perm[0]) if perm else list(range(rank))[::-1]
     if perm == list(range(rank - 2)) + [rank - 1, rank - 2]:
         return KeysT(_heads(imp, x, "K"))
+    if perm == [0, 2, 1, 3] and x.tensor.node.op == "attention":
+        return Merged(x)
     imp.fail(f"perm {perm} of a heads tensor of shape {x.shape}", "transposes of the "
              "last two axes (K^T)")
 
@@ -205,6 +214,16 @@ def convert(imp, node):
             return True
     if not pending and not (heads and op in ("Transpose", "MatMul")):
         return False
+    if op == "Reshape" and isinstance(values[0], Merged):
+        merged = values[0].x
+        target = [int(d) for d in np.asarray(_constant(imp, values[1], "the shape")).ravel()]
+        count, rows, dim = merged.tensor.shape
+        if target not in ([1, rows, count * dim], [rows, count * dim], [1, rows, -1],
+                          [0, 0, -1], [1, 0, -1]):
+            imp.fail(f"reshape of merged heads to {target}", f"(1, {rows}, {count * dim})")
+        tensor = imp.call(merge_heads, merged.tensor)
+        imp.values[node.output[0]] = Value(tensor, (1, rows, count * dim))
+        return True
     out = _step(imp, node, op, values)
     if out is None:
         imp.fail(f"{op} of {type(pending[0]).__name__.lower()} (a step of attention)",
