@@ -41,15 +41,40 @@ from .unfused import Stage, end_of
 __all__ = ["attention_members", "compile_attention"]
 
 
+def _heads_of_projection(node):
+    """``(x, w, nodes)`` of ``heads(x @ w)`` (x, w inputs), or None."""
+    if node.op != "heads" or node.inputs[0].op != "matmul":
+        return None
+    x, w = node.inputs[0].inputs
+    return (x, w, [node, node.inputs[0]]) if x.op == "input" and w.op == "input" else None
+
+
 def _projection(node):
-    """``(x, w)`` of an attention operand ``heads(cast(x @ w))``, or None."""
-    if node.op != "heads":
+    """An attention operand ``cast(heads(x @ w))`` as ``[(x, w, None)]``, or rotary's
+    ``cast(heads(x @ w1) * t1 + heads(x @ w2) * t2)`` (``t`` FP32 tables of ``(rows,
+    dim)``) as ``[(x, w1, t1), (x, w2, t2)]``; and the nodes it holds. None otherwise."""
+    if node.op != "unary" or node.attrs.get("fn") != "cast":
         return None
-    cast = node.inputs[0]
-    if cast.op != "unary" or cast.attrs.get("fn") != "cast" or cast.inputs[0].op != "matmul":
+    inner = node.inputs[0]
+    found = _heads_of_projection(inner)
+    if found is not None:
+        return [found[:2] + (None,)], [node] + found[2]
+    if inner.op != "binary" or inner.attrs["fn"] != "add":
         return None
-    x, w = cast.inputs[0].inputs
-    return (x, w) if x.op == "input" and w.op == "input" else None
+    parts, nodes = [], [node, inner]
+    for product in inner.inputs:
+        if product.op != "binary" or product.attrs["fn"] != "mul":
+            return None
+        for heads_node, table in (product.inputs, product.inputs[::-1]):
+            found = _heads_of_projection(heads_node)
+            if found is not None and table.op == "input" and table.dtype == "fp32" and \
+                    table.shape == heads_node.shape[1:]:
+                parts.append(found[:2] + (table,))
+                nodes += [product] + found[2]
+                break
+        else:
+            return None
+    return parts, nodes
 
 
 def _next_in_tail(current, after, op, fn):
@@ -86,25 +111,26 @@ def tail_of(node, users, outputs):
 
 def attention_members(node, users, outputs):
     """The ids of the nodes an attention group of ``node`` holds (its operands' heads,
-    casts and projections, and :func:`tail_of`); a one-line error when it is not
-    attention of projections of one model input followed by what :func:`tail_of`
-    takes."""
+    rotary products, casts and projections, and :func:`tail_of`); a one-line error
+    when it is not attention of projections of one model input followed by what
+    :func:`tail_of` takes."""
     members = {id(member) for member in tail_of(node, users, outputs)}
     sources = set()
-    for operand in node.inputs:
+    for index, operand in enumerate(node.inputs):
         found = _projection(operand)
-        if found is None:
+        if found is None or (index == 2 and len(found[0]) > 1):
             raise CompileError(f"{node.where}: attention of {operand.op} "
                                f"{operand.attrs.get('fn', '')} in a model of several "
                                f"configurations; supported: attention of model inputs (one "
-                               f"configuration), or of projections x @ W split into heads")
-        cast, matmul = operand.inputs[0], operand.inputs[0].inputs[0]
-        for inner in (cast, matmul):
+                               f"configuration), or of projections x @ W split into heads "
+                               f"(Q and K with rotary embeddings)")
+        parts, nodes = found
+        for inner in nodes:
             if len(users.get(id(inner), ())) != 1 or id(inner) in outputs:
                 raise CompileError(f"{inner.where}: a projection of attention read "
                                    f"elsewhere too; supported: read by attention alone")
-        members |= {id(operand), id(cast), id(matmul)}
-        sources.add(id(found[0]))
+        members |= {id(inner) for inner in nodes}
+        sources |= {id(x) for x, _, _ in parts}
     if len(sources) != 1:
         raise CompileError(f"{node.where}: attention of projections of several tensors; "
                            f"supported: Q, K and V projections of one model input")
@@ -119,10 +145,10 @@ def _bf16(array):
     return pcu_model.bf16_words(np.asarray(array, np.float32))
 
 
-def _product_graph(name, a_shape, b_shape):
+def _product_graph(name, a_shape, b_shape, bf16=True):
     graph = Graph(name)
     a, b = graph.input("a", a_shape), graph.input("b", b_shape)
-    graph.output("out", (a @ b).astype("bf16"))
+    graph.output("out", (a @ b).astype("bf16") if bf16 else a @ b)
     return graph
 
 
@@ -137,16 +163,33 @@ def _check_bytes(where, program, wanted):
                            f"attention's image")
 
 
+def _view(matrix, lanes):
+    """A ``(rows, columns)`` matrix stored column tile by column tile (``lanes``
+    columns) as the row-major ``(tiles * rows / 2, 2 lanes)`` matrix of the same
+    bytes: a row is two rows of a tile."""
+    rows, columns = matrix.shape
+    return matrix.reshape(rows // 2, 2, columns // lanes, lanes).transpose(
+        2, 0, 1, 3).reshape(-1, 2 * lanes)
+
+
+def _unview(view, rows, lanes):
+    """The inverse of :func:`_view`."""
+    return view.reshape(-1, rows // 2, 2, lanes).transpose(1, 2, 0, 3).reshape(rows, -1)
+
+
 class _Builder:
     """The configurations of one attention of projections (module docstring)."""
 
-    def __init__(self, graph, node, machine, model):
-        self.graph, self.node, self.machine, self.model = graph, node, machine, model
-        self.q, self.k, self.v = (_projection(operand) for operand in node.inputs)
-        self.x = self.q[0].name
-        self.rows, self.width = self.q[0].shape
+    def __init__(self, graph, node, machine, params):
+        self.graph, self.node, self.machine, self.params = graph, node, machine, params
+        self.parts = {name: _projection(operand)[0]
+                      for name, operand in zip("qkv", node.inputs, strict=True)}
+        x = self.parts["q"][0][0]
+        self.x = x.name
+        self.rows, self.width = x.shape
+        self.stages, self.first, self.start, self.final = [], 0, None, {}
 
-    def attention_program(self, out_name, start, params):
+    def attention_program(self, out_name, start):
         node, graph = self.node, Graph(f"{self.graph.name}_attention")
         q, k, v = (graph.input(name, operand.shape)
                    for name, operand in zip("qkv", node.inputs, strict=True))
@@ -159,22 +202,120 @@ class _Builder:
                                f"query and {k.shape[0]} key/value heads, {q.shape[1]} rows; "
                                f"supported: as many key/value heads as query heads, rows a "
                                f"multiple of {self.machine.lanes}")
-        program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=params,
-                                plan=ImagePlan(start=start))
-        return graph, program
+        return graph, compile_graph(graph, self.machine, kernel=KERNEL_NAME,
+                                    params=self.params, plan=ImagePlan(start=start))
 
-    def produce(self, name, start, address, a, b, shape_a, shape_b, wanted):
-        """A producer stage: ``(a() @ b()).astype(bf16)`` written where ``wanted`` (the
-        byte offsets of its elements in the attention's image at ``address``) says."""
-        offset = int(wanted[0, 0])
-        address += offset
-        wanted = wanted - offset
-        graph = _product_graph(name, shape_a, shape_b)
+    def name(self, what):
+        return f"{self.graph.name}_{self.first + len(self.stages)}_{what}"
+
+    def add(self, stage):
+        self.stages.append(stage)
+        self.start = end_of(stage.program)
+        return self.first + len(self.stages) - 1
+
+    def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True):
+        """A producer: ``(a() @ b())`` (rounded to BF16) written where ``wanted`` (the
+        byte offsets of its elements in an image at ``address``) says, or on pages of
+        its own (``wanted`` None); the stage's index."""
+        plan = ImagePlan(start=self.start)
+        if wanted is not None:
+            offset = int(wanted[0, 0])
+            wanted = wanted - offset
+            plan = ImagePlan(start=self.start, addresses={"out": address + offset})
+        name = self.name(what)
+        graph = _product_graph(name, shape_a, shape_b, bf16)
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
-                                plan=ImagePlan(start=start, addresses={"out": address}),
-                                max_pcus=1)
-        _check_bytes(self.node.where, program, wanted)
-        return Stage(name, graph, program, {"a": a, "b": b})
+                                plan=plan, max_pcus=1)
+        if wanted is not None:
+            _check_bytes(self.node.where, program, wanted)
+        return self.add(Stage(name, graph, program, {"a": a, "b": b}))
+
+    def weight_a(self, w_name, h, dim, dim_k, coefficients):
+        """A of a transposed projection: head ``h``'s columns of ``w`` transposed, then
+        ``coefficients``' rows past ``dim`` against the identity rows of B (or zeros:
+        None)."""
+        width, columns = self.width, coefficients.shape[1]
+
+        def make(inputs):
+            w = _floats(inputs[w_name]).reshape(width, -1)[:, h * dim:(h + 1) * dim]
+            a = np.zeros((dim_k, width + columns), np.float32)
+            a[:dim, :width] = w.T
+            a[dim:, width:] = coefficients[dim:]
+            return _bf16(a)
+        return make
+
+    def operand(self, kind, h, s, target, address, wanted, copy=0):
+        """``kind`` (q or k) of head ``h`` transposed, ``target`` ``(dim_k, columns)``
+        the image's constants, written at ``wanted`` (byte offsets, same shape) of the
+        image at ``address``: one producer, or (rotary) two FP32 ones and the row group
+        ``p1 * t1 + p2 * t2`` (the mask dimensions through ``t1 = 1``, ``t2 = 0``).
+        Records in ``final`` how to read the result as that matrix."""
+        dim_k, columns = target.shape
+        rows, width, lanes = self.rows, self.width, s.lanes
+
+        def b(inputs):
+            return _identity_b(inputs[self.x], rows, width, columns)
+
+        tag = f"q{h}" if kind == "q" else f"k{h}_{copy}"
+        parts = self.parts[kind]
+        if len(parts) == 1:
+            index = self.produce(tag, address, self.weight_a(parts[0][1].name, h, s.dim,
+                                                              dim_k, target),
+                                 b, (dim_k, width + columns), (width + columns, columns),
+                                 wanted)
+            self.final[(kind, h, tag)] = (index, "out", lambda words: words)
+            return
+        firsts = []
+        for number, (_, w, _) in enumerate(parts):
+            coefficients = target if number == 0 else np.zeros_like(target)
+            firsts.append(self.produce(f"{tag}_{number}", None, self.weight_a(
+                w.name, h, s.dim, dim_k, coefficients), b, (dim_k, width + columns),
+                (width + columns, columns), None, bf16=False))
+        self.final[(kind, h, tag)] = (self.rotary(tag, s, parts, firsts, target, address,
+                                                  wanted), "out",
+                                      lambda words: _unview(words, dim_k, lanes))
+
+    def rotary(self, tag, s, parts, firsts, target, address, wanted):
+        """The row group ``(p1 * t1 + p2 * t2)`` to BF16 over the producers' FP32
+        results and the tables, viewed as rows of two dimensions (:func:`_view`),
+        written into the attention's image; its stage index."""
+        dim_k, columns = target.shape
+        lanes, dim = s.lanes, s.dim
+        count = dim_k * columns // (2 * lanes)
+        graph = Graph(self.name(tag))
+        p1, p2, t1, t2 = (graph.input(name, (count, 2 * lanes), "fp32")
+                          for name in ("p1", "p2", "t1", "t2"))
+        graph.output("out", (p1 * t1 + p2 * t2).astype("bf16"))
+        offset = int(wanted[0, 0])
+        view = Image((count, 2 * lanes), (), None, None, "fp32")
+        if not np.array_equal(_view(wanted - offset, lanes),
+                              np.arange(count * 2 * lanes).reshape(count, -1) * 2):
+            raise CompileError(f"{self.node.where}: rotary's row group cannot write the "
+                               f"attention's image as rows")
+        addresses = {"out": address + offset}
+        for name, index in zip(("p1", "p2"), firsts, strict=True):
+            addresses[name] = self.stages[index - self.first].program.meta["images"][
+                "out"]["address"]
+        program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
+                                plan=ImagePlan(start=self.start, addresses=addresses,
+                                               layouts={"p1": view, "p2": view}))
+
+        def table(number, table_name):
+            def make(inputs):
+                full = np.zeros((dim_k, columns), np.float32)
+                values = _floats(inputs[table_name]).reshape(self.rows, dim)
+                full[:dim, :self.rows] = values.T
+                full[dim:] = 1.0 if number == 0 else 0.0
+                return _view(full, lanes).view(np.uint32)
+            return make
+
+        def viewed(index):
+            return (index, "out", lambda produced: _view(
+                np.asarray(produced[index]["out"], np.uint32), lanes))
+
+        user = {f"t{n + 1}": table(n, t.name) for n, (_, _, t) in enumerate(parts)}
+        produced = {"p1": viewed(firsts[0]), "p2": viewed(firsts[1])}
+        return self.add(Stage(graph.name, graph, program, user, produced))
 
 
 def _identity_b(x_words, rows, width, columns):
@@ -200,14 +341,15 @@ def _attention_of(sink):
 
 def compile_attention(graph, sink, machine, start, out_name, first, params):
     """``([Stage], transform)``: the projections (Q per head, K per head and copy, V per
-    head and chunk), the attention, and its tail (:func:`tail_of`: the heads merged
-    into ``o_proj``'s B, ``o_proj``, the residual); ``first`` the index of the first in
-    the sequence; ``transform`` turns the last stage's result into the output's words
-    (``o_proj`` and the residual compute the transposed rows), or None."""
+    head and chunk; with rotary, two products and a row group each), the attention,
+    and its tail (:func:`tail_of`: the heads merged into ``o_proj``'s B, ``o_proj``,
+    the residual); ``first`` the index of the first in the sequence; ``transform``
+    turns the last stage's result into the output's words (``o_proj`` and the residual
+    compute the transposed rows), or None."""
     node, tail = _attention_of(sink)
-    built = _Builder(graph, node, machine, params.get("model", ""))
-    built.params = params
-    att_graph, att = built.attention_program("o" if tail else out_name, start, params)
+    built = _Builder(graph, node, machine, params)
+    att_graph, att = built.attention_program("o" if tail else out_name, start)
+    built.first, built.start = first, end_of(att)
     s = attention_shape(att)
     layout = {name: Image.from_json(att.meta["images"][name]) for name in "qkv"}
     address = {name: att.meta["images"][name]["address"] for name in "qkv"}
@@ -216,65 +358,22 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
     constants = {name: _floats(attention_images(s)[name].matrix(zero)).reshape(
         layout[name].shape) for name in "qk"}
     offsets = {name: layout[name].byte_offsets() for name in "qkv"}
-    rows, width, dim, lanes = built.rows, built.width, s.dim, s.lanes
-    stages, start = [], end_of(att)
-    heads = node.inputs[0].shape[0]
-
-    def weight_a(w_name, h, coefficients):
-        def make(inputs):
-            w = _floats(inputs[w_name]).reshape(width, -1)[:, h * dim:(h + 1) * dim]
-            a = np.zeros((s.dim_k, width + coefficients.shape[1]), np.float32)
-            a[:dim, :width] = w.T
-            a[dim:, width:] = coefficients[dim:]
-            return _bf16(a)
-        return make
-
-    def add(stage):
-        nonlocal start
-        stages.append(stage)
-        start = end_of(stage.program)
-
     passes = s.passes()
-    for h in range(heads):
+    for h in range(s.heads):
         mine = [p for p, (_, _, queries) in enumerate(passes) if queries[0][0] == h]
-        block = slice(mine[0] * lanes, (mine[-1] + 1) * lanes)
-        target = constants["q"][block].T                       # (dim_k, rows)
-        add(built.produce(
-            f"{graph.name}_{first + len(stages)}_q{h}", start,
-            address["q"],
-            weight_a(built.q[1].name, h, target),
-            lambda inputs: _identity_b(inputs[built.x], rows, width, rows),
-            (s.dim_k, width + rows), (width + rows, rows), offsets["q"][block].T))
+        block = slice(mine[0] * s.lanes, (mine[-1] + 1) * s.lanes)
+        built.operand("q", h, s, constants["q"][block].T, address["q"],
+                      offsets["q"][block].T)
         for copy in range(s.key_copies):
-            base = (h * s.key_copies + copy) * s.seq_pad
-            keys = slice(base, base + s.seq_pad)
-            add(built.produce(
-                f"{graph.name}_{first + len(stages)}_k{h}_{copy}", start,
-                address["k"],
-                weight_a(built.k[1].name, h, constants["k"][keys].T),
-                lambda inputs: _identity_b(inputs[built.x], rows, width, s.seq_pad),
-                (s.dim_k, width + s.seq_pad), (width + s.seq_pad, s.seq_pad),
-                offsets["k"][keys].T))
+            keys = slice((h * s.key_copies + copy) * s.seq_pad,
+                         (h * s.key_copies + copy + 1) * s.seq_pad)
+            built.operand("k", h, s, constants["k"][keys].T, address["k"],
+                          offsets["k"][keys].T, copy)
         for chunk in range(s.chunks):
-            keys = slice(h * s.seq_pad + chunk * s.chunk, h * s.seq_pad + (chunk + 1) *
-                         s.chunk)
-
-            def x_chunk(inputs, chunk=chunk):
-                x = np.zeros((s.chunk, width), np.float32)
-                part = _floats(inputs[built.x]).reshape(rows, width)[
-                    chunk * s.chunk:(chunk + 1) * s.chunk]
-                x[:len(part)] = part
-                return _bf16(x)
-
-            def w_head(inputs, h=h):
-                w = _floats(inputs[built.v[1].name]).reshape(width, -1)
-                return _bf16(w[:, h * dim:(h + 1) * dim])
-
-            add(built.produce(
-                f"{graph.name}_{first + len(stages)}_v{h}_{chunk}", start,
-                address["v"], x_chunk, w_head,
-                (s.chunk, width), (width, dim), offsets["v"][keys]))
-    produced = _gathered(stages, s, first, heads, dim)
+            _values(built, s, h, chunk, address["v"], offsets["v"][
+                h * s.seq_pad + chunk * s.chunk:h * s.seq_pad + (chunk + 1) * s.chunk])
+    stages = built.stages
+    produced = _gathered(built, s)
     stages.append(Stage(f"{graph.name}_{first + len(stages)}_attention", att_graph, att, {},
                         produced))
     if not tail:
@@ -283,29 +382,54 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
     return _tail_stages(built, s, att, tail, out_name, first, start, stages)
 
 
-def _gathered(stages, s, first, heads, dim):
+def _values(built, s, h, chunk, address, wanted):
+    """V of head ``h``, keys of ``chunk``: ``x_chunk @ Wv_h`` in V's image."""
+    width, rows, dim = built.width, built.rows, s.dim
+    w_name = built.parts["v"][0][1].name
+
+    def x_chunk(inputs):
+        x = np.zeros((s.chunk, width), np.float32)
+        part = _floats(inputs[built.x]).reshape(rows, width)[
+            chunk * s.chunk:(chunk + 1) * s.chunk]
+        x[:len(part)] = part
+        return _bf16(x)
+
+    def w_head(inputs):
+        w = _floats(inputs[w_name]).reshape(width, -1)
+        return _bf16(w[:, h * dim:(h + 1) * dim])
+
+    index = built.produce(f"v{h}_{chunk}", address, x_chunk, w_head, (s.chunk, width),
+                          (width, dim), wanted)
+    built.final[("v", h, f"v{h}_{chunk}")] = (index, "out", lambda words: words)
+
+
+def _gathered(built, s):
     """``{q, k, v: (stage, "out", function)}``: each operand's ``(heads, rows, dim)``
     words from the producers' results (for the stage-by-stage reference)."""
-    names = [stage.name for stage in stages]
+    final, dim = built.final, s.dim
 
-    def find(prefix):
-        return first + next(i for i, name in enumerate(names) if name.endswith(prefix))
+    def matrix(produced, kind, h, tag=None):
+        index, output, to_matrix = next(value for (k, head, t), value in final.items()
+                                        if k == kind and head == h and
+                                        (tag is None or t == tag))
+        return np.asarray(to_matrix(np.asarray(produced[index][output], np.uint32)))
 
     def q(produced):
-        return np.stack([np.asarray(produced[find(f"_q{h}")]["out"])[:dim, :s.rows].T
-                         for h in range(heads)])
+        return np.stack([matrix(produced, "q", h)[:dim, :s.rows].T for h in range(s.heads)])
 
     def k(produced):
-        return np.stack([np.asarray(produced[find(f"_k{h}_0")]["out"])[:dim, :s.seq].T
-                         for h in range(heads)])
+        return np.stack([matrix(produced, "k", h, f"k{h}_0")[:dim, :s.seq].T
+                         for h in range(s.heads)])
 
     def v(produced):
-        return np.stack([np.concatenate([np.asarray(produced[find(f"_v{h}_{c}")]["out"])
+        return np.stack([np.concatenate([matrix(produced, "v", h, f"v{h}_{c}")
                                          for c in range(s.chunks)])[:s.seq, :dim]
-                         for h in range(heads)])
+                         for h in range(s.heads)])
 
-    return {"q": (find("_q0"), "out", q), "k": (find("_k0_0"), "out", k),
-            "v": (find("_v0_0"), "out", v)}
+    first = {kind: next(value[0] for key, value in final.items() if key[0] == kind)
+             for kind in "qkv"}
+    return {name: (first[name], "out", function)
+            for name, function in (("q", q), ("k", k), ("v", v))}
 
 
 def _tail_stages(built, s, att, tail, out_name, first, start, stages):

@@ -155,8 +155,11 @@ def _finish(imp, probs, v):
     q, k = scores.q, scores.k
     v = _heads(imp, v, "V")
     causal = _causal(imp, scores)
+    # attention reads BF16: a computed operand is rounded (the budget counts it)
+    operands = [t if t.dtype == "bf16" else imp.call(lambda x: x.astype("bf16"), t)
+                for t in (q.tensor, k.tensor, v.tensor)]
     out = imp.call(lambda a, b, c: attention(a, b, c, float(scores.scale), causal),
-                   q.tensor, k.tensor, v.tensor)
+                   *operands)
     shape = tuple(np.broadcast_shapes(scores.shape[:-2], v.shape[:-2])) + \
         (scores.shape[-2], v.shape[-1])
     return Value(out, shape)
@@ -250,11 +253,11 @@ def _split_heads(imp, value, shape):
 
 def _heads_of(imp, split, perm):
     """``Transpose`` of a :class:`Split`: ``(0, 2, 1, 3)`` the heads (Q, V), ``(0, 2,
-    3, 1)`` K^T; the heads rounded to BF16, as attention reads them."""
+    3, 1)`` K^T (attention rounds them to BF16, :func:`_finish`)."""
     if perm not in ([0, 2, 1, 3], [0, 2, 3, 1]):
         imp.fail(f"perm {perm} of heads", "perm [0, 2, 1, 3] (heads) or [0, 2, 3, 1] "
                  "(K^T)")
-    tensor = imp.call(lambda t: heads(t.astype("bf16"), split.count), split.x.tensor)
+    tensor = imp.call(lambda t: heads(t, split.count), split.x.tensor)
     value = Value(tensor, (1,) + tensor.shape)
     return value if perm == [0, 2, 1, 3] else KeysT(value)
 

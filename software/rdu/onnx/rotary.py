@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..frontend.graph import matmul
+from ..frontend.graph import heads, matmul
 from .values import Const, Value
 
 __all__ = ["Part", "convert", "signed_permutation"]
@@ -75,8 +75,18 @@ def _slice(imp, x, starts, ends, axes=None, steps=None):
 
 
 def _rotated(imp, x, matrix):
-    """``x @ matrix``: ``a @ (W matrix)`` when ``x`` is ``a @ W`` of a weight ``W``."""
+    """``x @ matrix``: ``a @ (W matrix)`` when ``x`` is ``a @ W`` of a weight ``W``;
+    of heads of ``a @ W`` (``W`` of ``H`` heads of ``D`` columns), heads of ``a @ (W
+    R)`` with ``R`` the block-diagonal of ``matrix``."""
     node = x.tensor.node
+    if node.op == "heads":
+        inner = Value(type(x.tensor)(x.tensor.graph, node.inputs[0]), None)
+        if inner.tensor.node.op != "matmul":
+            imp.fail(f"rotate_half of heads of {inner.tensor.node.op}", "rotate_half of "
+                     "heads of a projection x @ W")
+        count = node.attrs["count"]
+        rotated = _rotated(imp, inner, np.kron(np.eye(count, dtype=np.float32), matrix))
+        return Value(imp.call(lambda t: heads(t, count), rotated.tensor), x.shape)
     if node.op == "matmul" and node.inputs[1].op == "input" and \
             node.inputs[1].name in imp.weights:
         a, w = node.inputs
