@@ -103,7 +103,7 @@ def run_on_model(model, seed=3):
     ({}, False),
     ({"mask": "where"}, True),
     ({"mask": "causal", "seq": 16, "rows": 16, "scale": "Mul"}, True),
-    ({"heads": 4, "kv_heads": 1, "seq": 24, "rows": 24, "dim": 32}, False),
+    ({"heads": 4, "kv_heads": 1, "seq": 24, "rows": 24}, False),
     ({"heads": 4, "kv_heads": 4, "rows": 1, "seq": 40}, False),
 ], ids=["prefill", "causal_where", "causal_trilu_add", "multi_query", "decode"])
 def test_attention_runs_and_agrees_with_onnxruntime(params, causal):
@@ -279,21 +279,24 @@ def onnxruntime_error(kernel, inputs, results, model=None):
                      np.abs(others[name]).max()) for name in others)
 
 
-@pytest.mark.parametrize("params, stages", [
-    ({}, ["q0", "k0_0", "v0_0", "q1", "k1_0", "v1_0", "attention"]),
-    ({"seq": 8, "heads": 4, "hidden": 64}, None),
+@pytest.mark.parametrize("params, stages, other", [
+    ({"seq": 8}, ["q0", "k0_0", "v0_0", "q1", "k1_0", "v1_0", "attention"], None),
     ({"causal": True, "o_proj": True}, ["q0", "k0_0", "k0_1", "v0_0", "q1", "k1_0", "k1_1",
-                                        "v1_0", "attention", "merge_heads", "o_proj"]),
+                                        "v1_0", "attention", "merge_heads", "o_proj"],
+     {"o_proj": True}),
     ({"rope": ("neg", "x1"), "o_proj": True, "residual": True},
      ["q0_0", "q0_1", "q0", "k0_0_0", "k0_0_1", "k0_0", "v0_0", "q1_0", "q1_1", "q1",
-      "k1_0_0", "k1_0_1", "k1_0", "v1_0", "attention", "merge_heads", "o_proj", "residual"]),
-], ids=["prefill", "padded_keys", "causal_o_proj", "rope_o_proj_residual"])
-def test_attention_of_projections_runs_and_agrees_with_onnxruntime(params, stages):
+      "k1_0_0", "k1_0_1", "k1_0", "v1_0", "attention", "merge_heads", "o_proj", "residual"],
+     {"rope": ("x1", "neg"), "o_proj": True, "residual": True}),
+], ids=["padded_keys", "causal_o_proj", "rope_o_proj_residual"])
+def test_attention_of_projections_runs_and_agrees_with_onnxruntime(params, stages, other):
     """Q, K, V projections of x split into heads: configurations that write Q^T by
     pass and K by key block (mask constants included: the identity rows of the
     host-packed B) where the attention configuration reads them; stage by stage
     bit-exact (the attention fed the words the projections wrote), within budget,
-    onnxruntime's."""
+    within the stated budget of onnxruntime's; and far outside it against the model
+    ``other`` (without the causal mask: the K copies' -BIG come from the projections;
+    with another rotate_half)."""
     from rdu.apps.onnx_groups import compile_groups
     from rdu.runtime import run_sequence
     kernel, sequence = compile_groups(onnx_kernel(projected_model(**params)), Machine(agcus=4))
@@ -313,38 +316,23 @@ def test_attention_of_projections_runs_and_agrees_with_onnxruntime(params, stage
     agrees, others = kernel.references(None, inputs, results)
     assert agrees and others["max_abs_err_onnxruntime"] > 0     # BF16 Q, K, V
     assert onnxruntime_error(kernel, inputs, results) < SHARE
-
-
-@pytest.mark.parametrize("ours, other", [
-    ({"causal": True}, {}),
-    ({"rope": ("neg", "x1")}, {"rope": ("x1", "neg")}),
-], ids=["causal_mask", "rotate_half"])
-def test_attention_of_projections_is_not_vacuous(ours, other):
-    """The causal mask and rotary in the cut matter: the machine's result is far from
-    onnxruntime's for the model without the mask (the K copies' -BIG come from the
-    projections), or with another rotate_half: far outside the stated budget."""
-    from rdu.apps.onnx_groups import compile_groups
-    from rdu.runtime import run_sequence
-    kernel, sequence = compile_groups(onnx_kernel(projected_model(**ours)), Machine(agcus=4))
-    inputs = kernel.random_inputs(None, 6)
-    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
-    assert figures["ok"] and kernel.references(None, inputs, results)[0]
-    assert onnxruntime_error(kernel, inputs, results) < SHARE
-    assert onnxruntime_error(kernel, inputs, results, projected_model(**other)) > 10 * SHARE
+    if other:
+        assert onnxruntime_error(kernel, inputs, results,
+                                 projected_model(**other)) > 10 * SHARE
 
 
 def test_cli_attention_block_on_the_native_rtl(tmp_path, capsys):
-    """``rdu run`` of a LlamaAttention block, ``x + o_proj(causal attention of rotary Q,
-    K and V projections of x)``, on the native RTL (the 4x4 with 4 AGCUs the attention
-    tests build): 24 configurations, bit-exact stage by stage, within budget and
-    onnxruntime's; an operator after it that the cut does not take exits 2 with one
-    line naming the attention."""
+    """``rdu run`` of a LlamaAttention block of one head, ``x + o_proj(causal attention
+    of rotary Q, K and V projections of x)``, on the native RTL (the 4x4 with 4 AGCUs
+    the attention tests build): 14 configurations, bit-exact stage by stage, within
+    budget and onnxruntime's; an operator after it that the cut does not take exits 2
+    with one line naming the attention."""
     path = tmp_path / "attn.onnx"
-    onnx.save(projected_model(causal=True, o_proj=True, residual=True, rope=("neg", "x1")),
-              str(path))
+    onnx.save(projected_model(heads=1, causal=True, o_proj=True, residual=True,
+                              rope=("neg", "x1")), str(path))
     assert main(["run", str(path), "--sim", "native", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["ok"] and report["launches"] == 24 and "4 AGCUs" in report["machine"]
+    assert report["ok"] and report["launches"] == 14 and "4 AGCUs" in report["machine"]
     assert report["max_abs_err_onnxruntime"] > 0       # BF16 Q, K, V, O (FP32 there)
     onnx.save(projected_model(o_proj=True, after="Relu"), str(path))
     assert main(["run", str(path)]) == 2

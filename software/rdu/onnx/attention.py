@@ -240,15 +240,16 @@ def _split_heads(imp, value, shape):
     """A reshape of a computed matrix ``(1, L, H * D)`` into heads ``(1, L, H, D)``: a
     :class:`Split`; None for a reshape that adds or drops size-1 dimensions only."""
     target = [int(d) for d in np.asarray(shape.array).ravel()]
-    if len(target) != 4 or [d for d in target if d != 1] == \
-            [d for d in value.shape if d != 1]:
+    if len(target) != 4:
         return None
     rows, width = value.tensor.shape if len(value.tensor.shape) == 2 else (0, 0)
     size = target[2] * target[3] if target[2] > 0 and target[3] > 0 else 0
-    if target[0] != 1 or target[1] not in (rows, 0, -1) or size != width:
-        imp.fail(f"reshape of {value.shape} to {tuple(target)}", "reshapes into heads: "
-                 "(1, L, H * D) to (1, L, H, D)")
-    return Split(value, target[2])
+    if target[0] == 1 and target[1] in (rows, 0, -1) and size == width:
+        return Split(value, target[2])
+    if [d for d in target if d != 1] == [d for d in value.shape if d != 1]:
+        return None
+    imp.fail(f"reshape of {value.shape} to {tuple(target)}", "reshapes into heads: "
+             "(1, L, H * D) to (1, L, H, D)")
 
 
 def _heads_of(imp, split, perm):
