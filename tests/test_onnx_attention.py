@@ -310,6 +310,8 @@ def test_attention_of_projections_runs_and_agrees_with_onnxruntime(params, stage
     assert groups[att:] == ["attention"] + tail
     assert set(groups[:att]) == ({"matmul", "rows"} if params.get("rope") else {"matmul"})
     assert sequence.stages[att].program.meta["causal"] is params.get("causal", False)
+    assert [(stage.program.params["group"], stage.program.params["groups"])
+            for stage in sequence.stages] == [(i + 1, len(names)) for i in range(len(names))]
     inputs = kernel.random_inputs(None, 5)
     figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
     assert figures["ok"], figures["max_abs_err"]

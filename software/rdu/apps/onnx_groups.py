@@ -308,6 +308,8 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
         stages += more
         producer[name] = len(stages) - 1
         names[id(group.sink)] = name
+    for index, stage in enumerate(stages):  # with attention's, the count is the sequence's
+        stage.program.params.update(group=index + 1, groups=len(stages))
     where = {name: producer[names[id(node)]] for name, node in graph.outputs.items()}
 
     def assemble(results):
