@@ -280,15 +280,16 @@ def onnxruntime_error(kernel, inputs, results, model=None):
 
 
 @pytest.mark.parametrize("params, stages, other", [
-    ({"seq": 8}, ["q0", "k0_0", "v0_0", "q1", "k1_0", "v1_0", "attention"], None),
-    ({"causal": True, "o_proj": True}, ["q0", "k0_0", "k0_1", "v0_0", "q1", "k1_0", "k1_1",
-                                        "v1_0", "attention", "merge_heads", "o_proj"],
+    ({"seq": 8}, ["q0", "k0_0", "q1", "k1_0", "v", "attention"], None),
+    ({"dim": 12}, ["q0", "k0_0", "v0_0", "q1", "k1_0", "v1_0", "attention"], None),
+    ({"causal": True, "o_proj": True}, ["q0", "k0_0", "k0_1", "q1", "k1_0", "k1_1", "v",
+                                        "attention", "merge_heads", "o_proj"],
      {"o_proj": True}),
     ({"rope": ("neg", "x1"), "o_proj": True, "residual": True},
-     ["q0_0", "q0_1", "q0", "k0_0_0", "k0_0_1", "k0_0", "v0_0", "q1_0", "q1_1", "q1",
-      "k1_0_0", "k1_0_1", "k1_0", "v1_0", "attention", "merge_heads", "o_proj", "residual"],
+     ["q0_0", "q0_1", "q0", "k0_0_0", "k0_0_1", "k0_0", "q1_0", "q1_1", "q1", "k1_0_0",
+      "k1_0_1", "k1_0", "v", "attention", "merge_heads", "o_proj", "residual"],
      {"rope": ("x1", "neg"), "o_proj": True, "residual": True}),
-], ids=["padded_keys", "causal_o_proj", "rope_o_proj_residual"])
+], ids=["padded_keys", "dim_12", "causal_o_proj", "rope_o_proj_residual"])
 def test_attention_of_projections_runs_and_agrees_with_onnxruntime(params, stages, other):
     """Q, K, V projections of x split into heads: configurations that write Q^T by
     pass and K by key block (mask constants included: the identity rows of the

@@ -369,9 +369,11 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
                          (h * s.key_copies + copy + 1) * s.seq_pad)
             built.operand("k", h, s, constants["k"][keys].T, address["k"],
                           offsets["k"][keys].T, copy)
-        for chunk in range(s.chunks):
+        for chunk in range(s.chunks if not _one_v(s) else 0):
             _values(built, s, h, chunk, address["v"], offsets["v"][
                 h * s.seq_pad + chunk * s.chunk:h * s.seq_pad + (chunk + 1) * s.chunk])
+    if _one_v(s):
+        _all_values(built, s, address["v"], offsets["v"])
     stages = built.stages
     produced = _gathered(built, s)
     stages.append(Stage(f"{graph.name}_{first + len(stages)}_attention", att_graph, att, {},
@@ -380,6 +382,34 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
         return stages, None
     start = max(end_of(stage.program) for stage in stages)
     return _tail_stages(built, s, att, tail, out_name, first, start, stages)
+
+
+def _one_v(s):
+    """Whether V of every head is one product ``x @ Wv``: one chunk of keys and whole
+    dimension blocks, so its column tiles (head, dimension block) are V's image."""
+    return s.chunks == 1 and s.dim_pad == s.dim
+
+
+def _all_values(built, s, address, offsets):
+    """V of every head, one chunk: ``x_pad @ Wv`` in V's image."""
+    width, rows, heads = built.width, built.rows, s.heads
+    w_name = built.parts["v"][0][1].name
+
+    def x_pad(inputs):
+        x = np.zeros((s.seq_pad, width), np.float32)
+        x[:rows] = _floats(inputs[built.x]).reshape(rows, width)
+        return _bf16(x)
+
+    def weight(inputs):
+        return _bf16(_floats(inputs[w_name]).reshape(width, heads * s.dim))
+
+    wanted = offsets.reshape(heads, s.seq_pad, s.dim).transpose(1, 0, 2).reshape(
+        s.seq_pad, heads * s.dim)
+    index = built.produce("v", address, x_pad, weight, (s.seq_pad, width),
+                          (width, heads * s.dim), wanted)
+    for h in range(heads):
+        built.final[("v", h, f"v{h}_0")] = (index, "out", lambda words, h=h: np.asarray(
+            words)[:, h * s.dim:(h + 1) * s.dim])
 
 
 def _values(built, s, h, chunk, address, wanted):
