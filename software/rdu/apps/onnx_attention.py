@@ -476,7 +476,8 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
     where = built.node.where
     if dim % lanes or rows % (2 * lanes):
         raise CompileError(f"{where}: o_proj after attention of {rows} rows of dim {dim}; "
-                           f"supported: dim a multiple of {lanes}, rows of {2 * lanes}")
+                           f"supported: dim a multiple of {lanes}, rows a multiple of "
+                           f"{2 * lanes}")
     name = built.graph.name
     y_name = "yT" if len(tail) == 4 else out_name       # o_proj's result (transposed)
     # o_proj first: its B image is what the cast-only row group writes
