@@ -446,3 +446,27 @@ def test_slice_of_a_computed_tensor_used_otherwise_is_one_line():
     text = str(caught.value)
     assert "rotary.onnx: node act (Relu): Relu of a Slice of a computed tensor" in text
     assert "\n" not in text
+
+
+@pytest.mark.parametrize("other", [{"causal": False}, {"rope": ("x1", "neg")}],
+                         ids=["mask_removed", "rotate_half_swapped"])
+def test_cli_onnxruntime_check_tells_a_wrong_model(tmp_path, capsys, monkeypatch, other):
+    """``rdu run``'s check against onnxruntime is tight enough to tell a wrong model:
+    the machine runs the causal LlamaAttention block, onnxruntime a model without the
+    causal mask or with another rotate_half (the same weights): exit 1, one line
+    naming the share budget. Against the model itself the check passes (exit 0)."""
+    from rdu.onnx import kernel as onnx_kernel_module
+    params = {"causal": True, "o_proj": True, "rope": ("neg", "x1"), "seq": 16}
+    path = tmp_path / "attn.onnx"
+    onnx.save(projected_model(**params), str(path))
+    assert main(["run", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["max_abs_err_onnxruntime"] > 0
+    wrong = onnx_kernel(projected_model(**{**params, **other})).imported
+    real = onnx_kernel_module.onnxruntime_outputs
+    monkeypatch.setattr(onnx_kernel_module, "onnxruntime_outputs",
+                        lambda imported, inputs: real(wrong, inputs))
+    assert main(["run", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "differs from onnxruntime's" in err and "or 2% of its largest output" in err
+    assert err.count("\n") == 1, err
