@@ -185,22 +185,48 @@ def _rope(dim, names, halves=("neg", "x1")):
     return nodes, ropes, inits
 
 
+def rms_norm(source, target, hidden, prefix, seed=7):
+    """Llama's RMSNorm as the exporters write it at opset 18: ``Pow``, ``ReduceMean``,
+    ``Add`` of epsilon, ``Sqrt``, ``Reciprocal``, ``Mul``, ``Mul`` by the weight."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((1 + 0.25 * rng.standard_normal(hidden)).astype(
+        np.float32), f"{prefix}.weight"),
+        numpy_helper.from_array(np.array([-1], np.int64), f"{prefix}_axes"),
+        numpy_helper.from_array(np.array(2.0, np.float32), f"{prefix}_two"),
+        numpy_helper.from_array(np.array(1e-6, np.float32), f"{prefix}_eps")]
+    p = prefix
+    nodes = [helper.make_node("Pow", [source, f"{p}_two"], [f"{p}_sq"], name=f"{p}_pow"),
+             helper.make_node("ReduceMean", [f"{p}_sq", f"{p}_axes"], [f"{p}_var"],
+                              name=f"{p}_mean", keepdims=1),
+             helper.make_node("Add", [f"{p}_var", f"{p}_eps"], [f"{p}_ve"], name=f"{p}_add"),
+             helper.make_node("Sqrt", [f"{p}_ve"], [f"{p}_sd"], name=f"{p}_sqrt"),
+             helper.make_node("Reciprocal", [f"{p}_sd"], [f"{p}_r"], name=f"{p}_rec"),
+             helper.make_node("Mul", [source, f"{p}_r"], [f"{p}_xr"], name=f"{p}_mul"),
+             helper.make_node("Mul", [f"{p}.weight", f"{p}_xr"], [target], name=f"{p}_scale")]
+    return nodes, inits
+
+
 def projected_model(seq=16, hidden=32, heads=2, dim=16, causal=False, o_proj=False,
-                    residual=False, after=None, rope=None):
+                    residual=False, after=None, rope=None, norm=False):
     """Llama's attention without rotary: Q, K, V projections of x split into heads
     (``Reshape`` to (1, L, H, D), ``Transpose`` (0, 2, 1, 3)), scaled dot-product
     attention (causal: ``Add`` of an initializer of ``-inf`` above the diagonal);
     ``o_proj``: the heads merged back (``Transpose``, ``Reshape``) and projected;
     ``residual``: ``x +`` that; ``after``: one more operator on the result; ``rope``:
-    rotary embeddings of Q and K (the ``halves`` of rotate_half, :func:`_rope`)."""
+    rotary embeddings of Q and K (the ``halves`` of rotate_half, :func:`_rope`);
+    ``norm``: the projections of ``RMSNorm(x)`` (:func:`rms_norm`), the residual of x."""
     rng = np.random.default_rng(0)
     nodes, ropes, inits = _rope(dim, "qk", rope) if rope else ([], [], [])
+    if norm:
+        more, weights = rms_norm("x", "xn", hidden, "input_layernorm")
+        nodes, inits = more + nodes, inits + weights
     for name in "qkv":
         inits += [numpy_helper.from_array((rng.standard_normal((hidden, heads * dim)) *
                                            0.3).astype(np.float32), f"w{name}"),
                   numpy_helper.from_array(np.array([1, seq, heads, dim], np.int64),
                                           f"s{name}")]
-        nodes += [helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}2"],
+        source = "xn" if norm else "x"
+        nodes += [helper.make_node("MatMul", [source, f"w{name}"], [f"{name}2"],
                                    name=f"{name}_proj"),
                   helper.make_node("Reshape", [f"{name}2", f"s{name}"], [f"{name}4"],
                                    name=f"{name}_heads"),
@@ -289,7 +315,15 @@ def onnxruntime_error(kernel, inputs, results, model=None):
      ["q0_0", "q0_1", "q0", "k0_0_0", "k0_0_1", "k0_0", "q1_0", "q1_1", "q1", "k1_0_0",
       "k1_0_1", "k1_0", "v", "attention", "merge_heads", "o_proj", "residual"],
      {"rope": ("x1", "neg"), "o_proj": True, "residual": True}),
-], ids=["padded_keys", "dim_12", "causal_o_proj", "rope_o_proj_residual"])
+    ({"norm": True, "causal": True, "rope": ("neg", "x1"), "o_proj": True,
+      "residual": True, "hidden": 64, "dim": 32},
+     ["norm_squares", "norm_sums", "norm", "q0_0", "q0_1", "q0", "k0_0_0", "k0_0_1",
+      "k0_0", "k0_1_0", "k0_1_1", "k0_1", "q1_0", "q1_1", "q1", "k1_0_0", "k1_0_1",
+      "k1_0", "k1_1_0", "k1_1_1", "k1_1", "norm_rows", "v", "attention", "merge_heads",
+      "o_proj", "residual"],
+     {"causal": True, "rope": ("neg", "x1"), "o_proj": True, "residual": True,
+      "hidden": 64, "dim": 32}),
+], ids=["padded_keys", "dim_12", "causal_o_proj", "rope_o_proj_residual", "norm_llama"])
 def test_attention_of_projections_runs_and_agrees_with_onnxruntime(params, stages, other):
     """Q, K, V projections of x split into heads: configurations that write Q^T by
     pass and K by key block (mask constants included: the identity rows of the

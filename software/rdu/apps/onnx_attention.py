@@ -33,9 +33,13 @@ from ..compiler.core import CompileError, ImagePlan
 from ..frontend.attention import images as attention_images
 from ..frontend.graph import Graph, attention
 from ..layout import Image
-from ..models import pcu_reference as pcu_model
 from ..models.reference import attention_shape
 from ..onnx import KERNEL_NAME
+from .onnx_norm import NormB, norm_members, norm_of
+from .onnx_views import bf16 as _bf16
+from .onnx_views import floats as _floats
+from .onnx_views import unview as _unview
+from .onnx_views import view as _view
 from .unfused import Stage, end_of
 
 __all__ = ["attention_members", "compile_attention"]
@@ -46,7 +50,8 @@ def _heads_of_projection(node):
     if node.op != "heads" or node.inputs[0].op != "matmul":
         return None
     x, w = node.inputs[0].inputs
-    return (x, w, [node, node.inputs[0]]) if x.op == "input" and w.op == "input" else None
+    fits = x.op == "input" or norm_of(x) is not None
+    return (x, w, [node, node.inputs[0]]) if fits and w.op == "input" else None
 
 
 def _projection(node):
@@ -131,18 +136,13 @@ def attention_members(node, users, outputs):
                                    f"elsewhere too; supported: read by attention alone")
         members |= {id(inner) for inner in nodes}
         sources |= {id(x) for x, _, _ in parts}
+        members |= {member for x, _, _ in parts if x.op != "input"
+                    for member in norm_members(x, users, outputs)}
     if len(sources) != 1:
         raise CompileError(f"{node.where}: attention of projections of several tensors; "
-                           f"supported: Q, K and V projections of one model input")
+                           f"supported: Q, K and V projections of one model input or "
+                           f"of its RMSNorm")
     return members
-
-
-def _floats(words):
-    return np.asarray(words, np.uint32).view(np.float32)
-
-
-def _bf16(array):
-    return pcu_model.bf16_words(np.asarray(array, np.float32))
 
 
 def _product_graph(name, a_shape, b_shape, bf16=True):
@@ -163,20 +163,6 @@ def _check_bytes(where, program, wanted):
                            f"attention's image")
 
 
-def _view(matrix, lanes):
-    """A ``(rows, columns)`` matrix stored column tile by column tile (``lanes``
-    columns) as the row-major ``(tiles * rows / 2, 2 lanes)`` matrix of the same
-    bytes: a row is two rows of a tile."""
-    rows, columns = matrix.shape
-    return matrix.reshape(rows // 2, 2, columns // lanes, lanes).transpose(
-        2, 0, 1, 3).reshape(-1, 2 * lanes)
-
-
-def _unview(view, rows, lanes):
-    """The inverse of :func:`_view`."""
-    return view.reshape(-1, rows // 2, 2, lanes).transpose(1, 2, 0, 3).reshape(rows, -1)
-
-
 class _Builder:
     """The configurations of one attention of projections (module docstring)."""
 
@@ -185,7 +171,8 @@ class _Builder:
         self.parts = {name: _projection(operand)[0]
                       for name, operand in zip("qkv", node.inputs, strict=True)}
         x = self.parts["q"][0][0]
-        self.x = x.name
+        self.norm = None if x.op == "input" else x      # cast(RMSNorm(x0)): onnx_norm
+        self.x = x.name if x.op == "input" else norm_of(x)[0].name
         self.rows, self.width = x.shape
         self.stages, self.first, self.start, self.final = [], 0, None, {}
 
@@ -216,19 +203,56 @@ class _Builder:
     def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True):
         """A producer: ``(a() @ b())`` (rounded to BF16) written where ``wanted`` (the
         byte offsets of its elements in an image at ``address``) says, or on pages of
-        its own (``wanted`` None); the stage's index."""
-        plan = ImagePlan(start=self.start)
+        its own (``wanted`` None); the stage's index. ``a`` or ``b`` None: the norm's
+        (:mod:`rdu.apps.onnx_norm`: x as V's A, ``[x^T; I]`` as Q's and K's B)."""
+        addresses = {}
         if wanted is not None:
             offset = int(wanted[0, 0])
             wanted = wanted - offset
-            plan = ImagePlan(start=self.start, addresses={"out": address + offset})
+            addresses["out"] = address + offset
+        if b is None:
+            addresses["b"] = self.norm_b(shape_b[1]).address
+        if a is None:
+            addresses["a"] = self.norm_rows().program.meta["images"]["out"]["address"]
         name = self.name(what)
         graph = _product_graph(name, shape_a, shape_b, bf16)
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
-                                plan=plan, max_pcus=1)
+                                plan=ImagePlan(start=self.start, addresses=addresses),
+                                max_pcus=1)
         if wanted is not None:
             _check_bytes(self.node.where, program, wanted)
-        return self.add(Stage(name, graph, program, {"a": a, "b": b}))
+        user = {key: value for key, value in (("a", a), ("b", b)) if value is not None}
+        produced = {}
+        if b is None:
+            produced["b"] = self.norm_b(shape_b[1]).b(shape_b[1], program)
+        if a is None:
+            produced["a"] = (self.norm_rows_index, "out")
+            rows = Image.from_json(self.norm_rows().program.meta["images"]["out"])
+            if not np.array_equal(rows.byte_offsets(), Image.from_json(
+                    program.meta["images"]["a"]).byte_offsets()):
+                raise CompileError(f"{self.node.where}: V's producer pads the norm's rows "
+                                   f"({self.rows} of {self.width}); supported: as many "
+                                   f"keys as a key chunk holds, whole beats")
+        return self.add(Stage(name, graph, program, user, produced))
+
+    def norm_b(self, columns):
+        """The :class:`~rdu.apps.onnx_norm.NormB` of ``columns`` (built once)."""
+        if getattr(self, "_norm_b", None) is None:
+            self._norm_b = NormB(self, self.norm, columns)
+        return self._norm_b
+
+    def norm_rows(self):
+        """The model's norm as a row group writing x's BF16 rows (V's A), built once."""
+        if getattr(self, "_norm_rows", None) is None:
+            name = self.name("norm_rows")
+            graph = self.graph.extract(name, {}, {"out": self.norm})
+            program = compile_graph(graph, self.machine, kernel=KERNEL_NAME,
+                                    params=self.params, plan=ImagePlan(start=self.start))
+            self.norm_rows_index = self.add(Stage(name, graph, program, {
+                tensor: (lambda inputs, tensor=tensor: inputs[tensor])
+                for tensor in graph.inputs}))
+            self._norm_rows = self.stages[self.norm_rows_index - self.first]
+        return self._norm_rows
 
     def weight_a(self, w_name, h, dim, dim_k, coefficients):
         """A of a transposed projection: head ``h``'s columns of ``w`` transposed, then
@@ -255,6 +279,8 @@ class _Builder:
 
         def b(inputs):
             return _identity_b(inputs[self.x], rows, width, columns)
+        if self.norm is not None:
+            b = None                    # written by the norm's configurations
 
         tag = f"q{h}" if kind == "q" else f"k{h}_{copy}"
         parts = self.parts[kind]
@@ -359,6 +385,10 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
         layout[name].shape) for name in "qk"}
     offsets = {name: layout[name].byte_offsets() for name in "qkv"}
     passes = s.passes()
+    if built.norm is not None and not _one_v(s):
+        raise CompileError(f"{node.where}: a norm before the projections with V of "
+                           f"{s.chunks} key chunks or a head dimension of {s.dim} (padded "
+                           f"to {s.dim_pad}); supported: one chunk, whole dimension blocks")
     for h in range(s.heads):
         mine = [p for p, (_, _, queries) in enumerate(passes) if queries[0][0] == h]
         block = slice(mine[0] * s.lanes, (mine[-1] + 1) * s.lanes)
@@ -405,7 +435,8 @@ def _all_values(built, s, address, offsets):
 
     wanted = offsets.reshape(heads, s.seq_pad, s.dim).transpose(1, 0, 2).reshape(
         s.seq_pad, heads * s.dim)
-    index = built.produce("v", address, x_pad, weight, (s.seq_pad, width),
+    index = built.produce("v", address, x_pad if built.norm is None else None, weight,
+                          (s.seq_pad, width),
                           (width, heads * s.dim), wanted)
     for h in range(heads):
         built.final[("v", h, f"v{h}_0")] = (index, "out", lambda words, h=h: np.asarray(

@@ -1,0 +1,33 @@
+"""Words and views of the configurations of attention of projections
+(:mod:`rdu.apps.onnx_attention`, :mod:`rdu.apps.onnx_norm`): a matrix stored column tile
+by column tile (a matmul's B and result) seen as rows a row group reads and writes."""
+
+import numpy as np
+
+from ..models import pcu_reference as pcu_model
+
+__all__ = ["floats", "bf16", "view", "unview"]
+
+
+def floats(words):
+    """uint32 words as float32 values."""
+    return np.asarray(words, np.uint32).view(np.float32)
+
+
+def bf16(array):
+    """float32 values rounded to BF16 words."""
+    return pcu_model.bf16_words(np.asarray(array, np.float32))
+
+
+def view(matrix, lanes):
+    """A ``(rows, columns)`` matrix stored column tile by column tile (``lanes``
+    columns) as the row-major ``(tiles * rows / 2, 2 lanes)`` matrix of the same
+    bytes: a row is two rows of a tile."""
+    rows, columns = matrix.shape
+    return matrix.reshape(rows // 2, 2, columns // lanes, lanes).transpose(
+        2, 0, 1, 3).reshape(-1, 2 * lanes)
+
+
+def unview(view, rows, lanes):
+    """The inverse of :func:`view`."""
+    return view.reshape(-1, rows // 2, 2, lanes).transpose(1, 2, 0, 3).reshape(rows, -1)
