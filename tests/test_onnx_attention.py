@@ -206,15 +206,36 @@ def rms_norm(source, target, hidden, prefix, seed=7):
     return nodes, inits
 
 
+def mlp_half(source, target, hidden, ffn, rng):
+    """``target = source + LlamaMLP(RMSNorm(source))``: the post-attention norm
+    (:func:`rms_norm`), gate and up projections, SiLU as ``Sigmoid`` and ``Mul``, the
+    gate, down projection, the residual ``Add``."""
+    nodes, inits = rms_norm(source, "hn", hidden, "post_attention_layernorm", seed=8)
+    for name, shape in (("gate", (hidden, ffn)), ("up", (hidden, ffn)),
+                        ("down", (ffn, hidden))):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * shape[0] ** -0.5)
+                                             .astype(np.float32), f"mlp.{name}_proj"))
+    nodes += [helper.make_node("MatMul", ["hn", "mlp.gate_proj"], ["g"], name="gate_proj"),
+              helper.make_node("MatMul", ["hn", "mlp.up_proj"], ["u"], name="up_proj"),
+              helper.make_node("Sigmoid", ["g"], ["gs"], name="act_sigmoid"),
+              helper.make_node("Mul", ["g", "gs"], ["ga"], name="act_mul"),
+              helper.make_node("Mul", ["ga", "u"], ["gu"], name="gate_mul"),
+              helper.make_node("MatMul", ["gu", "mlp.down_proj"], ["dn"], name="down_proj"),
+              helper.make_node("Add", [source, "dn"], [target], name="mlp_residual")]
+    return nodes, inits
+
+
 def projected_model(seq=16, hidden=32, heads=2, dim=16, causal=False, o_proj=False,
-                    residual=False, after=None, rope=None, norm=False):
+                    residual=False, after=None, rope=None, norm=False, mlp=None):
     """Llama's attention without rotary: Q, K, V projections of x split into heads
     (``Reshape`` to (1, L, H, D), ``Transpose`` (0, 2, 1, 3)), scaled dot-product
     attention (causal: ``Add`` of an initializer of ``-inf`` above the diagonal);
     ``o_proj``: the heads merged back (``Transpose``, ``Reshape``) and projected;
     ``residual``: ``x +`` that; ``after``: one more operator on the result; ``rope``:
     rotary embeddings of Q and K (the ``halves`` of rotate_half, :func:`_rope`);
-    ``norm``: the projections of ``RMSNorm(x)`` (:func:`rms_norm`), the residual of x."""
+    ``norm``: the projections of ``RMSNorm(x)`` (:func:`rms_norm`), the residual of x;
+    ``mlp``: the FFN width of the decoder layer's second half after the residual,
+    ``h + LlamaMLP(RMSNorm(h))`` (:func:`mlp_half`)."""
     rng = np.random.default_rng(0)
     nodes, ropes, inits = _rope(dim, "qk", rope) if rope else ([], [], [])
     if norm:
@@ -237,7 +258,10 @@ def projected_model(seq=16, hidden=32, heads=2, dim=16, causal=False, o_proj=Fal
     sdpa = sdpa_model(heads=heads, kv_heads=heads, rows=seq, seq=seq, dim=dim)
     nodes += [node for node in sdpa.graph.node if node.name not in ("softmax", "pv")]
     last = "scaled"
-    if causal:
+    if causal == "where":                # Shape, Range, LessOrEqual, Where
+        more, axes = _causal_where(last)
+        nodes, inits, last = nodes + more, inits + axes, "masked"
+    elif causal:
         mask = np.triu(np.full((seq, seq), -np.inf, np.float32), 1)
         inits.append(numpy_helper.from_array(mask, "causal_mask"))
         nodes.append(helper.make_node("Add", [last, "causal_mask"], ["masked"], name="mask"))
@@ -257,6 +281,9 @@ def projected_model(seq=16, hidden=32, heads=2, dim=16, causal=False, o_proj=Fal
         if residual:
             nodes.append(helper.make_node("Add", ["x", last], ["yr"], name="residual"))
             last = "yr"
+        if mlp:
+            more, weights = mlp_half(last, "ym", hidden, mlp, rng)
+            nodes, inits, last = nodes + more, inits + weights, "ym"
         if after:
             nodes.append(helper.make_node(after, [last], ["ya"], name="after"))
             last = "ya"
@@ -504,3 +531,43 @@ def test_cli_onnxruntime_check_tells_a_wrong_model(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err
     assert "differs from onnxruntime's" in err and "or 2% of its largest output" in err
     assert err.count("\n") == 1, err
+
+
+def decoder_model(seq=16, hidden=64, heads=2, dim=32, ffn=128, **changes):
+    """A Llama decoder layer as the exporters write it: ``h = x + o_proj(attention(
+    RMSNorm(x)))`` (rotary from position ids, the causal mask from ``Shape``, ``Range``,
+    ``LessOrEqual``, ``Where``), ``y = h + LlamaMLP(RMSNorm(h))``; ``changes`` of
+    :func:`projected_model`'s parameters make a wrong one."""
+    params = {"seq": seq, "hidden": hidden, "heads": heads, "dim": dim, "causal": "where",
+              "rope": ("neg", "x1"), "o_proj": True, "residual": True, "norm": True,
+              "mlp": ffn}
+    return projected_model(**{**params, **changes})
+
+
+def test_decoder_layer_runs_and_agrees_with_onnxruntime():
+    """The whole decoder layer: the attention half as before (its input norm on the
+    view of the projections' B), the MLP half in transposed space after the residual
+    (squares, sums by a matmul of ones, the norm's operators, gate, up, ``silu(g) *
+    u``, down, the residual, all on views of column tiles); stage by stage bit-exact,
+    within the stated budget of onnxruntime's; far outside it against the layer
+    without the causal mask, with another rotate_half, and without its input norm."""
+    from rdu.apps.onnx_groups import compile_groups
+    from rdu.runtime import run_sequence
+    kernel, sequence = compile_groups(onnx_kernel(decoder_model()), Machine(agcus=4))
+    names = [stage.name.split("_", 2)[-1] for stage in sequence.stages]
+    assert names[:3] == ["norm_squares", "norm_sums", "norm"]
+    assert names[-8:] == ["squares", "sums", "norm", "matmul", "matmul", "rows", "matmul",
+                          "rows"]
+    groups = [stage.program.meta["group"] for stage in sequence.stages]
+    assert groups[-8:] == ["rows", "matmul", "rows", "matmul", "matmul", "rows", "matmul",
+                           "rows"]
+    assert groups.count("attention") == 1 and len(names) == 35
+    inputs = kernel.random_inputs(None, 5)
+    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
+    assert figures["ok"], figures["max_abs_err"]
+    agrees, others = kernel.references(None, inputs, results)
+    assert agrees and others["max_abs_err_onnxruntime"] > 0
+    assert onnxruntime_error(kernel, inputs, results) < SHARE
+    for wrong in ({"causal": False}, {"rope": ("x1", "neg")}, {"norm": False}):
+        assert onnxruntime_error(kernel, inputs, results,
+                                 decoder_model(**wrong)) > 5 * SHARE, wrong

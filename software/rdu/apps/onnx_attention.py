@@ -109,6 +109,8 @@ def tail_of(node, users, outputs):
         current = after[0]
     if not users.get(id(current)) and id(current) in outputs and len(chain) in (0, 3, 4):
         return chain
+    if len(chain) == 4 and id(current) not in outputs:
+        return chain                    # read by more of the model: onnx_transposed
     raise CompileError(f"{node.where}: operators after attention in a model of several "
                        f"configurations: supported: attention's result as a model output, "
                        f"or merged heads @ o_proj (+ a model input: the residual)")
@@ -197,7 +199,7 @@ class _Builder:
 
     def add(self, stage):
         self.stages.append(stage)
-        self.start = end_of(stage.program)
+        self.start = max(self.start or 0, end_of(stage.program))
         return self.first + len(self.stages) - 1
 
     def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True):
@@ -516,8 +518,11 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
     o_graph.output(y_name, o_graph.input("wo_t", (hidden, heads * dim)) @
                    o_graph.input("ob", (heads * dim, rows)))
     row_major = Image((hidden, rows), (), None, None, "fp32")
+    views = continued = out_name is None      # the residual read by more of the model
     o_prog = compile_graph(o_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
-                           plan=ImagePlan(start=start, layouts={y_name: row_major}))
+                           plan=ImagePlan(start=start, layouts={} if views else
+                                          {y_name: row_major}),
+                           max_pcus=1 if views else None)
     b_image = Image.from_json(o_prog.meta["images"]["ob"])
     if b_image.shape != (heads * dim, rows):
         raise CompileError(f"{where}: o_proj pads its K {heads * dim} or N {rows}; the row "
@@ -560,20 +565,33 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
     if len(tail) < 4:
         return stages, lambda words: np.ascontiguousarray(np.asarray(words)[:hidden].T)
     x = next(i for i in tail[3].inputs if i.op == "input")
+    shape = (hidden * rows // (2 * lanes), 2 * lanes) if continued else (hidden, rows)
+    if continued and hidden % 2:
+        raise CompileError(f"{where}: a residual of odd width {hidden} read by more of the "
+                           f"model; supported: an even width")
     r_graph = Graph(f"{name}_residual")
-    r_graph.output(out_name, r_graph.input("yT", (hidden, rows), "fp32") +
-                   r_graph.input("xT", (hidden, rows)))
+    r_graph.output(out_name or "h", r_graph.input("yT", shape, "fp32") +
+                   r_graph.input("xT", shape))
+    y_image = Image.from_json(o_prog.meta["images"]["yT"])
     r_prog = compile_graph(r_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
                            plan=ImagePlan(start=end_of(m_prog), addresses={
                                "yT": o_prog.meta["images"]["yT"]["address"]},
-                               layouts={"yT": Image.from_json(o_prog.meta["images"]["yT"])}))
+                               layouts={"yT": Image(shape, (), None, None, "fp32")
+                                        if continued else y_image}))
+    if continued and y_image.byte_offsets().shape != (hidden, rows):
+        raise CompileError(f"{where}: o_proj pads its result ({hidden} x {rows}); "
+                           f"supported: whole passes")
 
     def x_t(inputs):
-        return np.ascontiguousarray(np.asarray(inputs[x.name], np.uint32).reshape(
-            rows, hidden).T)
+        x_t = np.asarray(inputs[x.name], np.uint32).reshape(rows, hidden).T
+        return np.ascontiguousarray(_view(x_t, lanes) if continued else x_t)
+
+    def y_t(produced):
+        words = np.asarray(produced[att_index + 2]["yT"], np.uint32)
+        return _view(words, lanes) if continued else words
 
     stages.append(Stage(f"{name}_{att_index + 3}_residual", r_graph, r_prog, {"xT": x_t},
-                        {"yT": (att_index + 2, "yT")}))
+                        {"yT": (att_index + 2, "yT", y_t)}))
     return stages, lambda words: np.ascontiguousarray(np.asarray(words).T)
 
 

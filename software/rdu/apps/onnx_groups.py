@@ -33,6 +33,7 @@ from ..layout import Image
 from ..onnx import KERNEL_NAME
 from ..onnx.kernel import prepared_graph
 from .onnx_attention import attention_members, compile_attention, tail_of
+from .onnx_transposed import compile_transposed
 from .unfused import Sequence, Stage, end_of
 
 __all__ = ["Group", "partition", "compile_groups", "needs_groups", "mlp_candidates",
@@ -128,6 +129,7 @@ def partition(graph):
         if not shared:
             break
         cut |= shared
+    att_sinks = {id(sink) for sink in attentions.values()}
     groups = []
     for node in live:
         if id(node) in attentions:
@@ -141,7 +143,8 @@ def partition(graph):
             seen, sources = set(), []
             for member in members:
                 for parent in member.inputs:
-                    if (id(parent) in cut or id(parent) in cores) and \
+                    if (id(parent) in cut or id(parent) in cores or
+                            id(parent) in att_sinks) and \
                             parent is not node and id(parent) not in seen:
                         seen.add(id(parent))
                         sources.append(parent)
@@ -257,6 +260,8 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
     groups = partition(graph)
     attentions = [group for group in groups if group.family == "attention"]
     groups = [group for group in groups if group.family != "attention"]
+    later = _after_attention(groups, attentions)
+    groups = [group for group in groups if group not in later]
     if fuse_mlp:
         groups = _fused_mlps(graph, groups, machine)
     names = _names(graph, groups)
@@ -301,13 +306,25 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
         stages.append(Stage(stage_graph.name, stage_graph, programs[index], user, produced))
     transforms = {}
     for group in attentions:            # its projections, then the attention
-        name = next(n for n, node in graph.outputs.items() if node is group.sink)
-        more, transforms[name] = compile_attention(graph, group.sink, machine, start, name,
-                                                   len(stages), {"model": model})
+        name = next((n for n, node in graph.outputs.items() if node is group.sink), None)
+        more, transform = compile_attention(graph, group.sink, machine, start, name,
+                                            len(stages), {"model": model})
         start = max(end_of(stage.program) for stage in more)
         stages += more
-        producer[name] = len(stages) - 1
-        names[id(group.sink)] = name
+        if name is not None:
+            transforms[name] = transform
+            producer[name] = len(stages) - 1
+            names[id(group.sink)] = name
+            continue
+        more, after, producers = compile_transposed(
+            graph, later, group.sink, len(stages) - 1,
+            stages[-1].program.meta["images"]["h"]["address"], machine, {"model": model},
+            start, len(stages), group.sink.shape[0])
+        stages += more
+        start = max(end_of(stage.program) for stage in stages)
+        transforms.update(after)
+        producer.update(producers)
+        names.update({id(graph.outputs[out]): out for out in producers})
     for index, stage in enumerate(stages):  # with attention's, the count is the sequence's
         stage.program.params.update(group=index + 1, groups=len(stages))
     where = {name: producer[names[id(node)]] for name, node in graph.outputs.items()}
@@ -319,6 +336,22 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
                 for name, words in out.items()}
 
     return kernel, Sequence(KERNEL_NAME, {}, stages, assemble)
+
+
+def _after_attention(groups, attentions):
+    """The groups that read an attention's result (its residual, read by more of the
+    model: :mod:`rdu.apps.onnx_transposed`), directly or through others; a one-line
+    error when a model holds more than one attention then."""
+    reached = {id(group.sink) for group in attentions}
+    later = []
+    for group in groups:                # graph order
+        if any(id(source) in reached for source in group.sources):
+            later.append(group)
+            reached.add(id(group.sink))
+    if later and len(attentions) > 1:
+        raise CompileError(f"{later[0].sink.where}: operators after one of several "
+                           f"attentions; supported: one attention read by more of the model")
+    return later
 
 
 def _fused_mlps(graph, groups, machine):

@@ -37,7 +37,7 @@ from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
 
-__all__ = ["norm_of", "norm_members", "NormB"]
+__all__ = ["norm_of", "norm_members", "NormB", "replay", "same_view"]
 
 
 def norm_of(x):
@@ -94,7 +94,7 @@ def norm_members(x, users, outputs):
     return ids
 
 
-def _replay(graph, nodes, mapped, shape):
+def replay(graph, nodes, mapped, shape):
     """``nodes`` (in graph order) again in ``graph``: every value of ``shape`` (the view)
     or a scalar constant; ``mapped`` ``{id(node): Tensor}`` the ones given."""
     for node in nodes:
@@ -154,7 +154,7 @@ class NormB:
         q_prog = compile_graph(q_graph, built.machine, kernel=KERNEL_NAME,
                                params=built.params, plan=ImagePlan(
                                    start=end_of(s_prog), addresses={"out": b_image["address"]}))
-        _same(where, Image.from_json(b_image), lanes)
+        same_view(where, Image.from_json(b_image), lanes)
         q_index = built.add(Stage(q_graph.name, q_graph, q_prog, {
             "xT": lambda inputs: transposed(inputs, width)}))
         ones = _bf16(np.ones((depth, width), np.float32))
@@ -170,7 +170,7 @@ class NormB:
         for vector in vectors:
             mapped[id(vector)] = n_graph.input(vector.name, view, vector.dtype)
         skip = {id(x), id(reduce), id(reduce.inputs[0])}
-        mapped = _replay(n_graph, [node for node in nodes if id(node) not in skip], mapped,
+        mapped = replay(n_graph, [node for node in nodes if id(node) not in skip], mapped,
                          view)
         normed = mapped[id(x.inputs[0])] + n_graph.input("itab", view)
         n_graph.output("out", normed.astype("bf16"))
@@ -207,12 +207,12 @@ class NormB:
         if columns != self.columns:
             raise CompileError(f"{where}: a norm before projections of {columns} and "
                                f"{self.columns} columns; supported: as many keys as queries")
-        _same(where, Image.from_json(program.meta["images"]["b"]), self.built.machine.lanes)
+        same_view(where, Image.from_json(program.meta["images"]["b"]), self.built.machine.lanes)
         index = self.index
         return index, "out", lambda produced: self.unview(produced[index]["out"])
 
 
-def _same(where, image, lanes):
+def same_view(where, image, lanes):
     """``image`` (a matrix in column tiles) is stored as its view: rows of two rows of
     a tile, in order (what a row group writes)."""
     offsets = image.byte_offsets()
@@ -221,5 +221,5 @@ def _same(where, image, lanes):
     if rows % 2 or offsets.shape[1] % lanes or not np.array_equal(
             _view(offsets - offsets.flat[0], lanes),
             np.arange(offsets.size).reshape(-1, 2 * lanes) * size):
-        raise CompileError(f"{where}: the norm's row group cannot write "
-                           f"{image.describe()} as rows")
+        raise CompileError(f"{where}: a row group cannot write or read "
+                           f"{image.describe()} as rows (column tiles of whole beats)")
