@@ -303,21 +303,57 @@ class _Builder:
                                                   wanted), "out",
                                       lambda words: _unview(words, dim_k, lanes))
 
-    def rotary(self, tag, s, parts, firsts, target, address, wanted):
+    def stacked(self, kind, s, items, address):
+        """Rotary ``kind`` (q or k) of every ``(head, copy, target, wanted)`` of
+        ``items`` (:meth:`operand`'s) as two products of the blocks stacked (their rows
+        one after another: every head's projection in one product) and one row group
+        that writes each block where the attention reads it."""
+        dim_k, columns = items[0][2].shape
+        blocks, width, parts = len(items), self.width, self.parts[kind]
+
+        def b(inputs):
+            return _identity_b(inputs[self.x], self.rows, width, columns)
+
+        firsts = []
+        for number, (_, w, _) in enumerate(parts):
+            makers = [self.weight_a(w.name, h, s.dim, dim_k, target if number == 0 else
+                                    np.zeros_like(target)) for h, _, target, _ in items]
+
+            def a(inputs, makers=makers):
+                return np.concatenate([np.asarray(make(inputs)).reshape(dim_k, -1)
+                                       for make in makers])
+            firsts.append(self.produce(f"{kind}_{number}", None, a,
+                                       b if self.norm is None else None,
+                                       (blocks * dim_k, width + columns),
+                                       (width + columns, columns), None, bf16=False))
+        index = self.rotary(kind, s, parts, firsts,
+                            np.concatenate([item[2] for item in items]), address,
+                            np.concatenate([item[3] for item in items]), blocks)
+        for number, (h, copy, _, _) in enumerate(items):
+            tag = f"q{h}" if kind == "q" else f"k{h}_{copy}"
+            self.final[(kind, h, tag)] = (index, "out", lambda words, number=number: _unview(
+                np.asarray(words), blocks * dim_k, s.lanes)[number * dim_k:
+                                                            (number + 1) * dim_k])
+
+    def rotary(self, tag, s, parts, firsts, target, address, wanted, blocks=1):
         """The row group ``(p1 * t1 + p2 * t2)`` to BF16 over the producers' FP32
         results and the tables, viewed as rows of two dimensions (:func:`_view`),
-        written into the attention's image; its stage index."""
+        written into the attention's image (``blocks`` heads or K copies stacked in the
+        products: each block's rows of a column tile where the attention reads them);
+        its stage index."""
         dim_k, columns = target.shape
+        dim_k //= blocks
         lanes, dim = s.lanes, s.dim
-        count = dim_k * columns // (2 * lanes)
+        count = blocks * dim_k * columns // (2 * lanes)
         graph = Graph(self.name(tag))
         p1, p2, t1, t2 = (graph.input(name, (count, 2 * lanes), "fp32")
                           for name in ("p1", "p2", "t1", "t2"))
         graph.output("out", (p1 * t1 + p2 * t2).astype("bf16"))
-        offset = int(wanted[0, 0])
+        offset = int(wanted.min())
         view = Image((count, 2 * lanes), (), None, None, "fp32")
-        if not np.array_equal(_view(wanted - offset, lanes),
-                              np.arange(count * 2 * lanes).reshape(count, -1) * 2):
+        out = Image((count, 2 * lanes), (), (columns // lanes, blocks, dim_k // 2, 2 * lanes),
+                    (1, 0, 2, 3), "bf16")
+        if not np.array_equal(_view(wanted - offset, lanes), out.byte_offsets()):
             raise CompileError(f"{self.node.where}: rotary's row group cannot write the "
                                f"attention's image as rows")
         addresses = {"out": address + offset}
@@ -326,7 +362,7 @@ class _Builder:
                 "out"]["address"]
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
                                 plan=ImagePlan(start=self.start, addresses=addresses,
-                                               layouts={"p1": view, "p2": view}))
+                                               layouts={"p1": view, "p2": view, "out": out}))
 
         def table(number, table_name):
             def make(inputs):
@@ -334,7 +370,7 @@ class _Builder:
                 values = _floats(inputs[table_name]).reshape(self.rows, dim)
                 full[:dim, :self.rows] = values.T
                 full[dim:] = 1.0 if number == 0 else 0.0
-                return _view(full, lanes).view(np.uint32)
+                return _view(np.tile(full, (blocks, 1)), lanes).view(np.uint32)
             return make
 
         def viewed(index):
@@ -391,16 +427,22 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
         raise CompileError(f"{node.where}: a norm before the projections with V of "
                            f"{s.chunks} key chunks or a head dimension of {s.dim} (padded "
                            f"to {s.dim_pad}); supported: one chunk, whole dimension blocks")
+    items = {"q": [], "k": []}
     for h in range(s.heads):
         mine = [p for p, (_, _, queries) in enumerate(passes) if queries[0][0] == h]
         block = slice(mine[0] * s.lanes, (mine[-1] + 1) * s.lanes)
-        built.operand("q", h, s, constants["q"][block].T, address["q"],
-                      offsets["q"][block].T)
+        items["q"].append((h, 0, constants["q"][block].T, offsets["q"][block].T))
         for copy in range(s.key_copies):
             keys = slice((h * s.key_copies + copy) * s.seq_pad,
                          (h * s.key_copies + copy + 1) * s.seq_pad)
-            built.operand("k", h, s, constants["k"][keys].T, address["k"],
-                          offsets["k"][keys].T, copy)
+            items["k"].append((h, copy, constants["k"][keys].T, offsets["k"][keys].T))
+    for kind in "qk":
+        if len(built.parts[kind]) == 2 and len({item[2].shape for item in items[kind]}) == 1:
+            built.stacked(kind, s, items[kind], address[kind])
+            continue
+        for h, copy, target, wanted in items[kind]:
+            built.operand(kind, h, s, target, address[kind], wanted, copy)
+    for h in range(s.heads):
         for chunk in range(s.chunks if not _one_v(s) else 0):
             _values(built, s, h, chunk, address["v"], offsets["v"][
                 h * s.seq_pad + chunk * s.chunk:h * s.seq_pad + (chunk + 1) * s.chunk])
