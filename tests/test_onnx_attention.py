@@ -554,8 +554,8 @@ def test_decoder_layer_runs_and_agrees_with_onnxruntime():
     kernel, sequence = compile_groups(onnx_kernel(decoder_model()), Machine(agcus=4))
     names = [stage.name.split("_", 2)[-1] for stage in sequence.stages]
     assert names[:3] == ["norm_squares", "norm_sums", "norm"]
-    assert names[-8:] == ["squares", "sums", "norm", "matmul", "matmul", "rows", "matmul",
-                          "rows"]
+    assert names[-8:] == ["squares", "sums", "post_attention_layernorm_scale", "gate_proj",
+                          "up_proj", "gate_mul", "down_proj", "mlp_residual"]
     groups = [stage.program.meta["group"] for stage in sequence.stages]
     assert groups[-8:] == ["rows", "matmul", "rows", "matmul", "matmul", "rows", "matmul",
                            "rows"]
@@ -569,3 +569,29 @@ def test_decoder_layer_runs_and_agrees_with_onnxruntime():
     for wrong in ({"causal": False}, {"rope": ("x1", "neg")}, {"norm": False}):
         assert onnxruntime_error(kernel, inputs, results,
                                  decoder_model(**wrong)) > 5 * SHARE, wrong
+
+
+def test_cli_decoder_layer_on_the_native_rtl(tmp_path, capsys):
+    """``rdu run`` of the whole decoder layer (hidden 64, 2 heads x 32, FFN 128, L 16)
+    on the native RTL (the 4x4 with 4 AGCUs): 23 configurations, orchestrated on chip
+    (within the schedule memory), bit-exact stage by stage, within the float64 budget
+    and within 2% of onnxruntime's largest output."""
+    path = tmp_path / "decoder.onnx"
+    onnx.save(decoder_model(), str(path))
+    assert main(["run", str(path), "--sim", "native", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["launches"] == 23 and "4 AGCUs" in report["machine"]
+    assert report["execution"] == "configurations in sequence, orchestrated"
+    assert 0 < report["max_abs_err_onnxruntime"] < 2.0
+
+
+def test_unsupported_operator_after_the_residual_is_one_line(tmp_path, capsys):
+    """After the attention's residual, a reduction other than RMSNorm's sum of squares
+    (a Softmax's max) is refused in one line naming its node (exit 2)."""
+    path = tmp_path / "attn.onnx"
+    onnx.save(projected_model(o_proj=True, residual=True, after="Softmax"), str(path))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rdu run: error: attn.onnx: node after (Softmax): a reduction "
+                          "after attention other than a sum of squares"), err
+    assert err.count("\n") == 1

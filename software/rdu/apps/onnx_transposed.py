@@ -24,6 +24,7 @@ feature counts multiples of ``2 lanes``, rows a multiple of ``lanes``; other ope
 naming the node.
 """
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,12 @@ class Transposed:
         return index, output, words
 
 
+def _label(node, family):
+    """The ONNX node's name of ``node`` as a stage name's tail, else ``family``."""
+    found = re.search(r": node (.+) \(\w+\)$", node.where or "")
+    return re.sub(r"\W+", "_", found.group(1)).strip("_") if found else family
+
+
 class _Cut:
     """The configurations after the attention (module docstring)."""
 
@@ -99,7 +106,7 @@ class _Cut:
         source = self.values[id(a)]
         k, n = w.shape
         self.check(node, n)
-        graph = Graph(self.name("matmul"))
+        graph = Graph(self.name(_label(node, "matmul")))
         graph.output(out_name, graph.input("a", (n, k)) @ graph.input("b", (k, self.rows)))
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
                                 plan=ImagePlan(start=self.start,
@@ -155,7 +162,7 @@ class _Cut:
         self.check(sink, depth)
         shape = self.shape(depth)
         sums = [self.sums(reduce, depth) for reduce in reduces]
-        graph = Graph(self.name("rows" if not reduces else "norm"))
+        graph = Graph(self.name(_label(sink, "rows" if not reduces else "norm")))
         mapped, user, produced, addresses, layouts = {}, {}, {}, {}, {}
         for number, (reduce, value) in enumerate(zip(reduces, sums, strict=True)):
             name = f"c{number}"
