@@ -154,7 +154,7 @@ class NormB:
         q_prog = compile_graph(q_graph, built.machine, kernel=KERNEL_NAME,
                                params=built.params, plan=ImagePlan(
                                    start=end_of(s_prog), addresses={"out": b_image["address"]}))
-        same_view(where, Image.from_json(b_image), lanes)
+        same_view(where, Image.from_json(b_image), lanes, (width, columns))
         q_index = built.add(Stage(q_graph.name, q_graph, q_prog, {
             "xT": lambda inputs: transposed(inputs, width)}))
         ones = _bf16(np.ones((depth, width), np.float32))
@@ -207,19 +207,22 @@ class NormB:
         if columns != self.columns:
             raise CompileError(f"{where}: a norm before projections of {columns} and "
                                f"{self.columns} columns; supported: as many keys as queries")
-        same_view(where, Image.from_json(program.meta["images"]["b"]), self.built.machine.lanes)
+        same_view(where, Image.from_json(program.meta["images"]["b"]), self.built.machine.lanes,
+                  (self.depth, columns))
         index = self.index
         return index, "out", lambda produced: self.unview(produced[index]["out"])
 
 
-def same_view(where, image, lanes):
-    """``image`` (a matrix in column tiles) is stored as its view: rows of two rows of
-    a tile, in order (what a row group writes)."""
+def same_view(where, image, lanes, shape):
+    """``image`` (a matrix of ``shape`` in column tiles, no padding) is stored as its
+    view: rows of two rows of a tile, in order (what a row group writes)."""
     offsets = image.byte_offsets()
     rows = offsets.shape[0]
     size = 2 if image.format == "bf16" else 4
-    if rows % 2 or offsets.shape[1] % lanes or not np.array_equal(
+    if offsets.shape != tuple(shape) or rows % 2 or offsets.shape[1] % lanes or \
+            not np.array_equal(
             _view(offsets - offsets.flat[0], lanes),
             np.arange(offsets.size).reshape(-1, 2 * lanes) * size):
         raise CompileError(f"{where}: a row group cannot write or read "
-                           f"{image.describe()} as rows (column tiles of whole beats)")
+                           f"{image.describe()} as rows of {shape[0]} x {shape[1]} "
+                           f"(column tiles of whole beats, no padding rows)")

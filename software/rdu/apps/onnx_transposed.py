@@ -112,9 +112,9 @@ class _Cut:
                                 plan=ImagePlan(start=self.start,
                                                addresses={"b": source.address}),
                                 max_pcus=1)
-        for image in ("b", out_name):
+        for image, shape in (("b", (k, self.rows)), (out_name, (n, self.rows))):
             same_view(node.where, Image.from_json(program.meta["images"][image]),
-                      self.lanes)
+                      self.lanes, shape)
         if source.fmt != "bf16" or not source.rows_view:
             raise CompileError(f"{node.where}: a matrix product of an FP32 value after "
                                f"attention; supported: of a row group's BF16 result")
@@ -231,7 +231,8 @@ class _Cut:
                                plan=ImagePlan(start=self.start), max_pcus=1)
         b_image = s_prog.meta["images"]["b"]
         for image in ("b", "out"):
-            same_view(reduce.where, Image.from_json(s_prog.meta["images"][image]), self.lanes)
+            same_view(reduce.where, Image.from_json(s_prog.meta["images"][image]), self.lanes,
+                      (depth, self.rows))
         q_graph = Graph(self.name("squares"))
         x = q_graph.input("x", shape, source.fmt)
         q_graph.output("out", (x * x).astype("bf16"))
