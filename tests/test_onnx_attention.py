@@ -343,11 +343,10 @@ def onnxruntime_error(kernel, inputs, results, model=None):
       "residual"],
      {"rope": ("x1", "neg"), "o_proj": True, "residual": True}),
     ({"norm": True, "causal": True, "rope": ("neg", "x1"), "o_proj": True,
-      "residual": True, "hidden": 64, "dim": 32},
+      "residual": True},
      ["norm_squares", "norm_sums", "norm", "q_0", "q_1", "q", "k_0", "k_1", "k",
       "norm_rows", "v", "attention", "merge_heads", "o_proj", "residual"],
-     {"causal": True, "rope": ("neg", "x1"), "o_proj": True, "residual": True,
-      "hidden": 64, "dim": 32}),
+     {"causal": True, "rope": ("neg", "x1"), "o_proj": True, "residual": True}),
 ], ids=["padded_keys", "dim_12", "causal_o_proj", "rope_o_proj_residual", "norm_llama"])
 def test_attention_of_projections_runs_and_agrees_with_onnxruntime(params, stages, other):
     """Q, K, V projections of x split into heads: configurations that write Q^T by
