@@ -20,6 +20,7 @@ from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
 from rdu.compiler import reporting_progress
 from rdu.compiler.core import CompileError
+from rdu.compiler.place import ROUTERS, routing
 from rdu.frontend.kernels import INPUT_DTYPES, KERNELS, get_kernel
 from rdu.machine import MACHINE_OPTIONS, Machine
 from rdu.onnx import KERNEL_NAME as ONNX_KERNEL
@@ -168,6 +169,10 @@ def add_kernel_options(cmd, run):
         data.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                           help="an ONNX model's input NAME (repeatable; every input or "
                                "none: random with --seed)")
+    cmd.add_argument("--router", choices=ROUTERS, default=None,
+                     help="how the compiler routes the streams of a placement: greedy, one "
+                          "after the other (the default), or negotiated, all together "
+                          "(PathFinder; large arrays, docs/compiler.md)")
     add_machine_options(cmd, defaults=False)
 
 
@@ -295,7 +300,8 @@ def program_for(args):
     """The program of ``rdu run``/``compile``: compiled from the kernel's options (or an
     ONNX model) or read from a program file; the user's arrays (``--a``...) with it.
     What takes the compiler long is said on stderr (not with ``--json``)."""
-    with reporting_progress(None if getattr(args, "json", False) else _say):
+    with reporting_progress(None if getattr(args, "json", False) else _say), \
+            routing(getattr(args, "router", None) or "greedy"):
         return _program_for(args)
 
 
