@@ -224,3 +224,37 @@ def test_merge_rejects_bad_input():
     b = k.compute("b", "map", [loaded])
     with pytest.raises(IRError, match="counts must be positive integers"):
         k.merge("m", [a, b], [1, 0])
+
+
+def test_negotiated_router_puts_a_gemm_on_every_pcu_of_an_8x8():
+    """On the 8x8 array (32 PCUs, one vector track a link) the greedy router finds no
+    placement of a GEMM on more than about 25 PCUs, and searching takes it minutes; the
+    negotiated router (``rdu compile --router negotiated``) routes one on all 32 in a
+    few tries: no link of a network carries two streams, and the functional model
+    computes the reference's words through those routes."""
+    import numpy as np
+    from rdu.compiler.place import routing
+    from rdu.frontend.kernels import get_kernel
+    from rdu.machine import Machine
+    from rdu.runtime import run_program
+    kernel = get_kernel("gemm")
+    with pytest.raises(ValueError, match="router must be one of greedy, negotiated"):
+        with routing("pathfinder"):
+            pass
+    state = []
+    with routing("negotiated"):
+        program = kernel.compile(Machine(rows=8, cols=8), state=state, m=256, n=16, k=16)
+    assert program.meta["mapping"].startswith("gemm_256x16x16: 32/32 PCU")
+    taken = set()
+    for route in state[0].mapping.routes:
+        for switch, outs in [*route.hops.items(), *route.merges.items()]:
+            for out_port in outs:
+                key = (route.network, route.track, switch, out_port)
+                assert key not in taken, key
+                taken.add(key)
+    inputs = kernel.random_inputs(program, 3)
+    kernel.pack(program, inputs)
+    results = kernel.unpack(program, run_program(program, "model").outputs)
+    for name, words in kernel.exact(program).items():
+        assert np.array_equal(results[name].view(np.uint32), words), name
+    assert kernel.check(program, inputs, results)[0]

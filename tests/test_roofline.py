@@ -180,3 +180,31 @@ def test_a_timed_run_achieves_a_share_of_its_bound(tmp_path):
     written = plot_table(table, tmp_path / "plots")
     assert tmp_path / "plots" / "roofline-gemm.png" in written
     assert (tmp_path / "plots" / "roofline-gemm.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compile_and_inspect_state_the_bound_before_a_run(tmp_path):
+    """``rdu compile`` and ``rdu inspect`` give a program's bound without running it: the
+    MACs of the operands' shapes, the bytes of its inputs and output, the bound of the
+    machine's peaks; no share (nothing was timed)."""
+    path = tmp_path / "g.rdu"
+    m, n, k = 48, 40, 24
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["compile", "gemm", "--m", str(m), "--n", str(n), "--k", str(k),
+                     "-o", str(path), "--json"]) == 0
+    compiled = json.loads(out.getvalue())["roofline"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", str(path), "--json"]) == 0
+    inspected = json.loads(out.getvalue())["roofline"]
+    assert compiled == inspected and compiled["share"] is None
+    machine = Program.read(path).machine
+    hbm = (m * k + k * n) * BF16_BYTES + m * n * 4              # BF16 in, FP32 C out
+    assert compiled["macs"] == m * n * k and compiled["hbm_bytes"] == hbm
+    assert compiled["bound_cycles"] == max(math.ceil(m * n * k / machine.macs_per_cycle),
+                                           math.ceil(hbm / machine.hbm_bytes_per_cycle))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", str(path)]) == 0
+    line, = (line for line in out.getvalue().splitlines() if "roofline:" in line)
+    assert f"{compiled['bound_cycles']} cycles" in line and "achieved" not in line

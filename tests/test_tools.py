@@ -267,7 +267,9 @@ def test_generation_converts_each_unit_kind_once():
 
     from hdl.array import TileArray
     from hdl.pcu import PCU
-    text = generate_verilog(TileArray(2, 2, 4, compute_unit=PCU,
+    # 2 lanes: the smallest PCU (a 2x2 systolic array) has every module kind; 4 lanes
+    # took twice as long to generate and lint
+    text = generate_verilog(TileArray(2, 2, 2, compute_unit=PCU,
                                       capacity_bytes=1024), "tile_array")
     shared = sorted(set(re.findall(r"^module (rdu_(?:unit|switch)_\d+)", text, re.M)))
     assert len(shared) == 3, shared
@@ -394,3 +396,21 @@ def test_rdu_run_softmax_on_the_model(capsys):
     assert main(["run", "softmax", "--m", "3", "--n", "32", "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["ok"] and report["pcus_used"] == 5
+
+
+def test_rdu_compile_says_when_it_tiles_again_with_fewer_pcus(capsys, tmp_path):
+    """A GEMM on a 3x6 array: 9 PCUs and 9 PMUs, but no placement pairs every PCU with a
+    PMU beside it; ``rdu compile`` says so on stderr (with the time it took) and tiles
+    again with one systolic PCU fewer; with --json stdout is the report alone and stderr
+    stays quiet."""
+    argv = ["compile", "gemm", "--m", "96", "--n", "16", "--k", "16", "--rows", "3",
+            "--cols", "6", "--lanes", "4", "-o", str(tmp_path / "g.rdu")]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    said, = err.strip().splitlines()
+    assert said.startswith("[rdu] gemm_96x16x16: no routable placement on the 3x6 array")
+    assert said.endswith("tiling again with at most 8 systolic PCUs")
+    assert "8/9 PCU" in out
+    assert main([*argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "8/9 PCU" in json.loads(out)["mapping"]

@@ -32,7 +32,8 @@ from hdl.switch import Direction, Port
 from .ir import IRError, Merge
 
 __all__ = ["MappingError", "ArrayGeometry", "Site", "Placement", "Route", "Mapping",
-           "map_kernel", "route_kernel", "agcu_site", "default_agcu_rows", "DIRECTIONS"]
+           "map_kernel", "route_kernel", "route_confined", "agcu_site", "default_agcu_rows",
+           "DIRECTIONS", "OPPOSITE"]
 
 #: Port name -> (d_row, d_col) of the neighbour, in hdl.switch.Direction order.
 DIRECTIONS = {direction.port: direction.offset for direction in Direction}
@@ -263,13 +264,47 @@ def _route(kernel, geometry, placement, attempts=None):
     raise MappingError(str(last))
 
 
-def _route_in_order(kernel, geometry, placement, streams):
+class _Confined:
+    """The taken links as one stream sees them when its links were chosen beforehand
+    (:func:`route_confined`): every link outside ``allowed`` is taken too."""
+
+    def __init__(self, used, allowed):
+        self.used, self.allowed = used, allowed
+
+    def __contains__(self, key):
+        _, track, switch, port = key
+        return (track is not None and (switch, port) not in self.allowed) or key in self.used
+
+    def add(self, key):
+        self.used.add(key)
+
+    def discard(self, key):
+        self.used.discard(key)
+
+
+def route_confined(kernel, geometry, placement, allowed):
+    """Route ``kernel`` with each stream on the links chosen for it beforehand
+    (``allowed``: ``{stream name: {(switch, out_port)}}``, e.g. by
+    :func:`rdu.negotiate.negotiate`), on track 0; a :class:`Mapping`, or
+    :class:`MappingError`."""
+    order = sorted((s for s in kernel.streams if s.sinks), key=lambda s: (-len(s.sinks), s.name))
+    try:
+        routes = _route_in_order(kernel, geometry, placement, order, allowed)
+    except _Unroutable as failure:
+        raise MappingError(str(failure)) from None
+    return Mapping(kernel, geometry, placement, routes)
+
+
+def _route_in_order(kernel, geometry, placement, streams, allowed=None):
     used = set()       # (network, track, (row, col), out_port)
     routes = []
     in_mesh = lambda r, c: 0 <= r < geometry.rows and 0 <= c < geometry.cols  # noqa: E731
+    everything = used
     for stream in streams:
         if not stream.sinks:
             continue
+        used = everything if allowed is None else _Confined(everything,
+                                                            allowed[stream.name])
         if isinstance(stream, Merge):
             routes.append(_route_merge(kernel, geometry, placement, stream, used, in_mesh))
             continue
@@ -277,7 +312,7 @@ def _route_in_order(kernel, geometry, placement, streams):
         src_switch = geometry.switch_of(src_site)
         src_port = geometry.attach_port(src_site)
         failure = None
-        for track in range(geometry.tracks):
+        for track in range(geometry.tracks if allowed is None else 1):
             route = Route(stream.name, stream.network, track)
             tree = {src_switch: src_port}          # switch -> input port it arrives on
             ok = True

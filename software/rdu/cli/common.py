@@ -18,7 +18,9 @@ from hdl.fp_latency import FP_LATENCY_CHOICES
 from rdu.apps.onnx_groups import compile_groups, needs_groups
 from rdu.apps.sweep import SweepError
 from rdu.apps.unfused import compile_unfused
+from rdu.compiler import reporting_progress
 from rdu.compiler.core import CompileError
+from rdu.compiler.place import ROUTERS, routing
 from rdu.frontend.kernels import INPUT_DTYPES, KERNELS, get_kernel
 from rdu.machine import MACHINE_OPTIONS, Machine
 from rdu.onnx import KERNEL_NAME as ONNX_KERNEL
@@ -167,6 +169,10 @@ def add_kernel_options(cmd, run):
         data.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                           help="an ONNX model's input NAME (repeatable; every input or "
                                "none: random with --seed)")
+    cmd.add_argument("--router", choices=ROUTERS, default=None,
+                     help="how the compiler routes the streams of a placement: greedy, one "
+                          "after the other (the default), or negotiated, all together "
+                          "(PathFinder; large arrays, docs/compiler.md)")
     add_machine_options(cmd, defaults=False)
 
 
@@ -292,7 +298,18 @@ def _onnx_program(args):
 
 def program_for(args):
     """The program of ``rdu run``/``compile``: compiled from the kernel's options (or an
-    ONNX model) or read from a program file; the user's arrays (``--a``...) with it."""
+    ONNX model) or read from a program file; the user's arrays (``--a``...) with it.
+    What takes the compiler long is said on stderr (not with ``--json``)."""
+    with reporting_progress(None if getattr(args, "json", False) else _say), \
+            routing(getattr(args, "router", None) or "greedy"):
+        return _program_for(args)
+
+
+def _say(line):
+    print(f"[rdu] {line}", file=sys.stderr, flush=True)
+
+
+def _program_for(args):
     arrays, sources = {}, {}
     target = args.target
     if target.endswith(".onnx"):

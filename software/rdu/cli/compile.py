@@ -18,6 +18,7 @@ from rdu.cli.common import (
 from rdu.compiler import PIPELINE, PassSelectionError
 from rdu.compiler.core import select_passes
 from rdu.frontend.kernels import KERNELS
+from rdu.runtime import roofline
 
 
 def pass_selection(args):
@@ -66,12 +67,20 @@ def cmd_compile(args):
         "mapping": meta["mapping"],
         "tiling": meta["tiling"],
         "program": f"{args.output} ({len(program.bitstream)} bitstream words)",
+        "roofline": _roofline([program], args.json),
         "compile_seconds": round(time.perf_counter() - start, 2),
     }
     if args.bitstream:
         report["bitstream"] = args.bitstream
     print_report(report, args.json)
     return 0
+
+
+def _roofline(programs, as_json):
+    """The bound of ``programs``' work on their machine (:mod:`rdu.roofline`, untimed):
+    the ``roofline`` object of ``--json``, or its line."""
+    line = roofline(programs)
+    return line.to_json() if as_json else line.describe()
 
 
 def sequence_paths(output, count):
@@ -95,6 +104,7 @@ def _write_sequence(args, kernel, sequence, start):
         report[f"configuration {index}"] = (f"{path} ({len(stage.program.bitstream)} "
                                             f"bitstream words): {stage.name}: "
                                             f"{describe_stage(stage)}")
+    report["roofline"] = _roofline([stage.program for stage in sequence.stages], args.json)
     report["compile_seconds"] = round(time.perf_counter() - start, 2)
     print_report(report, args.json)
     return 0

@@ -8,6 +8,7 @@ from rdu.apps.unfused import Sequence
 from rdu.bitstream import from_bytes, read_bitstream
 from rdu.cli.common import CommandError, add_command, program_for
 from rdu.program import MAGIC, Program
+from rdu.runtime import roofline
 from rdu.units.registry import UNITS
 
 
@@ -66,6 +67,7 @@ def cmd_inspect(args):
                       "fields": fields if args.raw else pieces.named_fields(fields)})
     if args.json:
         print(json.dumps({"manifest": program.manifest() if program else None,
+                          "roofline": roofline([program]).to_json() if program else None,
                           "header": {"rows": geometry.rows, "cols": geometry.cols,
                                      "lanes": geometry.lanes, "version": header.version,
                                      "payload_words": header.length, "crc": header.crc},
@@ -83,6 +85,7 @@ def cmd_inspect(args):
         if "groups" in program.params:
             print(f"  configuration {program.params['group']} of "
                   f"{program.params['groups']} of the model: {program.meta['group']} family")
+        print(f"  roofline: {roofline([program]).describe()}")
         print(f"  bitstream at {program.bitstream_address:#x} ({len(words)} words), "
               f"EXECUTE on AGCU {', '.join(map(str, program.execute))}")
         for name, tensor in manifest["tensors"].items():

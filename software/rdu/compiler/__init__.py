@@ -31,7 +31,10 @@ run again with one systolic PCU fewer (:meth:`~rdu.compiler.families.base.Family
 fewer_pcus`).
 """
 
+import contextlib
+import contextvars
 import textwrap
+import time
 
 from hdl import defaults
 
@@ -42,8 +45,8 @@ from .core import PASSES, Compilation, CompileError, PassSelectionError, select_
 from .lower import WORD
 from .place import PlacementError
 
-__all__ = ["compile_graph", "CompileError", "PassSelectionError", "PIPELINE", "PASSES",
-           "machine_geometry", "pass_table", "run_passes"]
+__all__ = ["compile_graph", "reporting_progress", "CompileError", "PassSelectionError",
+           "PIPELINE", "PASSES", "machine_geometry", "pass_table", "run_passes"]
 
 #: The passes in the order they run.
 PIPELINE = ("fuse", "tile", "lower", "place", "bind", "check", "encode", "emit")
@@ -77,6 +80,22 @@ def machine_geometry(machine=None, geometry=None, *, stages=defaults.STAGES,
     return machine, geometry
 
 
+#: Where the compiler says what takes long (a callable of one line), or None.
+_PROGRESS = contextvars.ContextVar("rdu_compiler_progress", default=None)
+
+
+@contextlib.contextmanager
+def reporting_progress(say):
+    """Within the block, compilations report what takes long to ``say`` (a callable of
+    one line: each PCU count of a matmul for which ``place`` found no routable
+    placement, with the time it took). ``say`` None: silence."""
+    token = _PROGRESS.set(say)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
 def run_passes(compilation, names):
     """Run the passes ``names`` (a :func:`~rdu.compiler.core.select_passes` selection)
     in order. When ``place`` finds no routable placement and a group's family can use
@@ -85,14 +104,18 @@ def run_passes(compilation, names):
                  None)
     index = 0
     while index < len(names):
+        start = time.perf_counter()
         try:
             compilation.run(names[index])
-        except PlacementError:
+        except PlacementError as error:
             fewer = [pcus for group, tiling in zip(compilation.groups, compilation.tilings,
                                                    strict=True)
                      if (pcus := group.family.fewer_pcus(tiling)) is not None]
             if retry is None or retry > index or not fewer:
                 raise
+            if (say := _PROGRESS.get()) is not None:
+                say(f"{error} ({time.perf_counter() - start:.1f} s); tiling again with at "
+                    f"most {max(fewer)} systolic PCUs")
             compilation.max_pcus = max(fewer)
             index = retry
             continue

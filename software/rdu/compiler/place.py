@@ -10,16 +10,60 @@ structure, so placements are cached by it.
 
 When no placement routes, :class:`PlacementError` says so; the driver
 (:func:`rdu.compiler.compile_graph`) then tiles again with one systolic PCU fewer.
+
+Two routers (:data:`ROUTERS`, chosen for a block of compilations with :func:`routing`,
+``rdu compile --router``): ``greedy`` (the default; :func:`rdu.mapper.route_kernel`,
+streams one after the other with rip-up) and ``negotiated`` (:func:`rdu.negotiate.
+negotiate`, every stream's links chosen together; it routes placements of large arrays
+that the greedy router does not, docs/compiler.md).
 """
 
+import contextlib
+import contextvars
 import math
 import random
 
 from ..ir import Buffer, Compute, Load, Store
-from ..mapper import DIRECTIONS, MappingError, Placement, Site, route_kernel
+from ..mapper import (
+    DIRECTIONS,
+    MappingError,
+    Placement,
+    Site,
+    route_confined,
+    route_kernel,
+)
+from ..negotiate import negotiate
 from .core import CompileError, register
 
-__all__ = ["PlacementError", "search_placement", "PLACEMENT_TRIES", "pairs"]
+__all__ = ["PlacementError", "search_placement", "PLACEMENT_TRIES", "pairs", "ROUTERS",
+           "routing", "route_placement"]
+
+#: The routers a placement search can use.
+ROUTERS = ("greedy", "negotiated")
+_ROUTER = contextvars.ContextVar("rdu_router", default="greedy")
+
+
+@contextlib.contextmanager
+def routing(router):
+    """Within the block, the ``place`` pass routes with ``router`` (:data:`ROUTERS`)."""
+    if router not in ROUTERS:
+        raise ValueError(f"router must be one of {', '.join(ROUTERS)}, not {router!r}")
+    token = _ROUTER.set(router)
+    try:
+        yield
+    finally:
+        _ROUTER.reset(token)
+
+
+def route_placement(kernel, geometry, placement, router="greedy"):
+    """The :class:`rdu.mapper.Mapping` of ``placement`` routed by ``router``, or
+    :class:`MappingError`."""
+    if router == "greedy":
+        return route_kernel(kernel, geometry, placement, attempts=ROUTE_ATTEMPTS)
+    links = negotiate(kernel, geometry, placement)
+    if links is None:
+        raise MappingError(f"kernel {kernel.name!r}: negotiation left links shared")
+    return route_confined(kernel, geometry, placement, links)
 
 #: Random placements tried before giving up on a structure.
 PLACEMENT_TRIES = 1500
@@ -170,12 +214,12 @@ def _annealed_placement(geometry, kernel, paired, rng):
     return placement
 
 
-def search_placement(kernel, geometry, seed, anneal=False):
-    """A routable placement of ``kernel`` (seeded by ``seed``, its families' placement
-    seed, the geometry and the number of pairs), or None. With ``anneal`` (families of
-    long chains: attention, mlp) each random placement is annealed
-    (:func:`_annealed_placement`) before it is routed."""
-    key = (geometry, seed, anneal, _structure(kernel))
+def search_placement(kernel, geometry, seed, anneal=False, router="greedy"):
+    """A placement of ``kernel`` that ``router`` routes (seeded by ``seed``, its
+    families' placement seed, the geometry and the number of pairs), or None. With
+    ``anneal`` (families of long chains: attention, mlp) each random placement is
+    annealed (:func:`_annealed_placement`) before it is routed."""
+    key = (geometry, seed, anneal, router, _structure(kernel))
     if key not in _CACHE:
         paired = pairs(kernel)
         rng = random.Random(f"{seed}-{geometry.rows}x{geometry.cols}-{len(paired)}")
@@ -186,7 +230,7 @@ def search_placement(kernel, geometry, seed, anneal=False):
             if placement is None:
                 continue
             try:
-                route_kernel(kernel, geometry, placement, attempts=ROUTE_ATTEMPTS)
+                route_placement(kernel, geometry, placement, router)
             except MappingError:
                 continue
             found = placement
@@ -207,11 +251,13 @@ def place(state):
         raise PlacementError(f"{kernel.name} needs " + " and ".join(short))
     seed = "+".join(group.family.placement_seed for group in state.groups)
     anneal = any(group.family.anneal for group in state.groups)
-    placement = search_placement(kernel, geometry, seed, anneal)
+    router = _ROUTER.get()
+    placement = search_placement(kernel, geometry, seed, anneal, router)
     if placement is None:
         raise PlacementError(f"{kernel.name}: no routable placement on the "
-                             f"{geometry.rows}x{geometry.cols} array in {PLACEMENT_TRIES} "
-                             f"tries")
-    state.mapping = route_kernel(kernel, geometry, placement, attempts=ROUTE_ATTEMPTS)
+                             f"{geometry.rows}x{geometry.cols} array in "
+                             f"{ATTENTION_TRIES if anneal else PLACEMENT_TRIES} tries"
+                             + ("" if router == "greedy" else f" ({router} router)"))
+    state.mapping = route_placement(kernel, geometry, placement, router)
     return "\n".join([state.mapping.report()] + [
         f"  {name} -> {site}" for name, site in placement.sites.items()])
