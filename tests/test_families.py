@@ -189,10 +189,10 @@ def test_the_retry_with_fewer_pcus_restarts_at_the_pass_that_reads_max_pcus(monk
     real = place.search_placement
     seen = []
 
-    def fussy(kernel, geometry, seed, anneal=False):
+    def fussy(kernel, geometry, seed, anneal=False, router="greedy"):
         pcus = kernel.units_needed()["pcu"]
         seen.append(pcus)
-        return real(kernel, geometry, seed, anneal) if pcus <= 2 else None
+        return real(kernel, geometry, seed, anneal, router) if pcus <= 2 else None
     monkeypatch.setattr(place, "search_placement", fussy)
     state = []
     program = compile_graph(KERNELS["gemm"].graph({"m": 64, "n": 16, "k": 16}), Machine(),
