@@ -18,6 +18,7 @@ from rdu.cli import main  # noqa: E402
 from rdu.machine import Machine  # noqa: E402
 from rdu.onnx import OnnxImportError, import_model, onnx_kernel  # noqa: E402
 from rdu.runtime import run_kernel  # noqa: E402
+from test_onnx import run_on_model  # noqa: E402  (import, compile, run on the model)
 
 
 def info(name, shape):
@@ -88,15 +89,6 @@ def sdpa_model(heads=2, kv_heads=2, rows=8, seq=8, dim=16, mask=None, scale="Div
     inputs = [info("q", [1, heads, rows, dim]), info("k", [1, kv_heads, seq, dim]),
               info("v", [1, kv_heads, seq, dim])]
     return _model(nodes, inputs, [info("o", [1, heads, rows, dim])], inits)
-
-
-def run_on_model(model, seed=3):
-    kernel = onnx_kernel(model)
-    program = kernel.compile(Machine(**kernel.machine))
-    inputs = kernel.random_inputs(program, seed)
-    figures, results, _ = run_kernel(kernel, program, inputs, "model")
-    agrees, others = kernel.references(program, inputs, results)
-    return kernel, program, figures, agrees, others["max_abs_err_onnxruntime"]
 
 
 @pytest.mark.parametrize("params, causal", [
