@@ -10,7 +10,13 @@ from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 
 from hdl.fp import Op
-from hdl.fp_latency import DEFAULT_LATENCY, op_latency, simd_latency
+from hdl.fp_latency import (
+    DEFAULT_LATENCY,
+    op_latency,
+    simd_latency,
+    systolic_group,
+    systolic_pe_latency,
+)
 from hdl.interfaces import config_words
 from hdl.pcu import FPGA_PCU_OPTIONS, PCU
 from hdl.pcu_config import pcu_config_layout
@@ -97,6 +103,33 @@ def test_systolic_cycle_count(seed):
     stats = run_amaranth(PCU(lanes=4, stages=1), systolic_throughput, seed=seed, lanes=4,
                          stages=1, size=16)
     assert stats.result["cycles"] == 16 * 16 + 2 * 4 + 3
+
+
+def test_systolic_pipelined_amaranth(seed):
+    """``fp_latency="default"``: the systolic array on pipelined PEs, tiles of ``lanes x
+    group * lanes`` (``hdl.fp_latency.systolic_group``), random products of several
+    shapes under random stalls on every port, bit-exact against the model."""
+    group = systolic_group(DEFAULT_LATENCY)
+    stats = run_amaranth(PCU(lanes=4, stages=1, fp_latency="default"), systolic_matmuls,
+                         seed=seed, lanes=4, stages=1, shapes=[(5, 7, 30), (4, 1, 3)],
+                         group=group)
+    assert stats.result["worst_relative_error"] < 1e-5
+
+
+def test_systolic_cycle_count_pipelined(seed):
+    """Back-to-back tiles on the pipelined PEs: one beat of ``vector_in1`` per cycle,
+    ``T * K * group + systolic_pe_latency + (group + 1) * lanes + 3`` cycles from start
+    token to DONE token (``T * K + 2 * lanes + 3`` with ``group`` 1 and no PE
+    latency, as ``test_systolic_cycle_count``)."""
+    lanes, table = 4, DEFAULT_LATENCY
+    group = systolic_group(table)
+    size = group * lanes
+    stats = run_amaranth(PCU(lanes=lanes, stages=1, fp_latency="default"),
+                         systolic_throughput, seed=seed, lanes=lanes, stages=1, size=size,
+                         group=group)
+    tiles = size // lanes
+    assert stats.result["cycles"] == tiles * size * group + systolic_pe_latency(table) + \
+        (group + 1) * lanes + 3
 
 
 @pytest.mark.parametrize("suite", ["systolic", "simd"])
