@@ -281,6 +281,25 @@ def test_pipelined_systolic_array_timing(seed):
                               (group + 1) * lanes + 1]
 
 
+def test_pipelined_systolic_back_to_back(seed):
+    """Tiles follow without a gap exactly when ``(K - 1) * group >=
+    systolic_pe_latency + (group + 1) * lanes`` (the next tile's last k step waits for
+    the previous tile's drain): the K on either side of the bound, 4 lanes."""
+    lanes, table = 4, DEFAULT_LATENCY
+    group = systolic_group(table)
+    bound = -(-(systolic_pe_latency(table) + (group + 1) * lanes) // group) + 1
+    nrng = np.random.default_rng(seed)
+    for k_len in (bound - 1, bound):
+        a = random_bf16_matrix(nrng, (2 * lanes, k_len))
+        b = random_bf16_matrix(nrng, (k_len, group * lanes))
+        counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group)
+        result = _run_systolic(PipelinedSystolicArray(lanes, table), lanes,
+                               {"mode": 1, "counters": counters}, beats0, beats1,
+                               random.Random(seed), 0.0, group)
+        takes = result["takes"]
+        assert (takes == list(range(takes[0], takes[0] + len(beats1)))) == (k_len == bound)
+
+
 # -- SIMD pipeline ----------------------------------------------------------------------
 
 def _run_simd(dut, lanes, stages, config, vec0, vec1, scalars, rng, stall):
