@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from .fp_latency import DEFAULT_LATENCY, FPKind, systolic_group
 from .fp_pipelined import PipelinedBF16Mul, PipelinedFP32Add
-from .pcu_systolic import SystolicArray
+from .pcu_systolic import SystolicArray, pe_inputs, skewed_edges
 
 __all__ = ["PipelinedMAC", "PipelinedSystolicArray", "pe_operands_layout",
            "pe_result_layout"]
@@ -213,56 +213,31 @@ class PipelinedSystolicArray(SystolicArray):
                 with array.If(slot == 0):
                     array.d[domain] += inject_a[lane].eq(self.in0.payload[lane][16:])
 
-        def delayed(value, cycles, name):
-            for n in range(cycles):
-                stage = Signal.like(value, name=f"{name}_d{n + 1}")
-                with array.If(active):
-                    array.d[domain] += stage.eq(value)
-                value = stage
-            return value
-
-        west_tag = [delayed(inject_tag, row, f"sys_west_tag{row}") for row in range(lanes)]
-        west_a = [delayed(inject_a[row], row, f"sys_west_a{row}") for row in range(lanes)]
-        north_b = [delayed(inject_b[col], col, f"sys_north_b{col}") for col in range(lanes)]
-        return west_tag, west_a, north_b
+        return skewed_edges(array, domain, active, inject_tag, inject_a, inject_b)
 
     def _pipelined_grid(self, m, array, west_tag, west_a, north_b, row_full):
         """The processing elements; returns their final sums ``[row][col][slot]``."""
         lanes, group, domain, active = self._lanes, self._group, self._domain, self.active
-        tag = west_tag[0].shape()
         shadow = [[Signal(data.ArrayLayout(unsigned(32), group),
                           name=f"sys_shadow{row}_{col}") for col in range(lanes)]
                   for row in range(lanes)]
-        tag_reg = [[None] * lanes for _ in range(lanes)]
-        a_reg = [[None] * lanes for _ in range(lanes)]
-        b_reg = [[None] * lanes for _ in range(lanes)]
-        for row in range(lanes):
-            for col in range(lanes):
-                tag_in = west_tag[row] if col == 0 else tag_reg[row][col - 1]
-                a_in = west_a[row] if col == 0 else a_reg[row][col - 1]
-                b_in = north_b[col] if row == 0 else b_reg[row - 1][col]
-                name = f"pe{row}_{col}"
-                tag_reg[row][col] = Signal(tag, name=f"{name}_tag")
-                a_reg[row][col] = Signal(16, name=f"{name}_a")
-                b_reg[row][col] = Signal(16, name=f"{name}_b")
-                with array.If(active):
-                    array.d[domain] += [tag_reg[row][col].eq(tag_in),
-                                        a_reg[row][col].eq(a_in), b_reg[row][col].eq(b_in)]
-                pe = PipelinedMAC(group, mul_latency=self._mul_latency,
-                                  add_latency=self._add_latency)
-                array.submodules[name] = DomainRenamer(domain)(EnableInserter(active)(pe))
-                array.d.comb += [
-                    pe.i.valid.eq(tag_in.valid), pe.i.payload.a.eq(a_in),
-                    pe.i.payload.b.eq(b_in), pe.i.payload.first.eq(tag_in.first),
-                    pe.i.payload.last.eq(tag_in.last), pe.i.payload.slot.eq(tag_in.slot),
-                ]
-                final = active & pe.o.valid & pe.o.payload.last
-                with array.If(final):
-                    array.d[domain] += shadow[row][col][pe.o.payload.slot].eq(
-                        pe.o.payload.result)
-                if col == lanes - 1:
-                    with m.If(final & (pe.o.payload.slot == group - 1)):
-                        m.d.sync += row_full[row].eq(1)
+        for row, col, name, tag_in, a_in, b_in in pe_inputs(array, domain, active, west_tag,
+                                                            west_a, north_b):
+            pe = PipelinedMAC(group, mul_latency=self._mul_latency,
+                              add_latency=self._add_latency)
+            array.submodules[name] = DomainRenamer(domain)(EnableInserter(active)(pe))
+            array.d.comb += [
+                pe.i.valid.eq(tag_in.valid), pe.i.payload.a.eq(a_in),
+                pe.i.payload.b.eq(b_in), pe.i.payload.first.eq(tag_in.first),
+                pe.i.payload.last.eq(tag_in.last), pe.i.payload.slot.eq(tag_in.slot),
+            ]
+            final = active & pe.o.valid & pe.o.payload.last
+            with array.If(final):
+                array.d[domain] += shadow[row][col][pe.o.payload.slot].eq(
+                    pe.o.payload.result)
+            if col == lanes - 1:
+                with m.If(final & (pe.o.payload.slot == group - 1)):
+                    m.d.sync += row_full[row].eq(1)
         return shadow
 
     def _pipelined_drain(self, m, shadow, row_full, pending, take, slot):
