@@ -19,7 +19,7 @@ from hdl.pcu_config import COUNTERS, Source, pcu_config_layout
 from hdl.pcu_counters import CounterChain, chain_status_layout
 from hdl.pcu_simd import SIMDPipeline
 from hdl.pcu_systolic import SharedALU, SystolicArray
-from hdl.pcu_systolic_pipelined import PipelinedSystolicArray
+from hdl.pcu_systolic_pipelined import PipelinedMAC, PipelinedSystolicArray
 from hdl.special_function import (
     PROGRAMS,
     SpecialFunction,
@@ -279,6 +279,19 @@ def test_pipelined_systolic_array_timing(seed):
     assert issues == takes[group - 1::group]
     assert result["done"] == [takes[-1] + systolic_pe_latency(table) +
                               (group + 1) * lanes + 1]
+
+
+def test_pipelined_mac_arguments():
+    """A PE needs a registered adder and at least as many slots as the adder's latency
+    (a slot's next step must find its sum); its defaults are the latency table's."""
+    pe = PipelinedMAC()
+    assert pe.group == DEFAULT_LATENCY[FPKind.ADD]
+    assert pe.latency == systolic_pe_latency(DEFAULT_LATENCY)
+    assert PipelinedMAC(9, add_latency=8).group == 9
+    with pytest.raises(ValueError, match="at least as many slots as its adder's latency"):
+        PipelinedMAC(6)
+    with pytest.raises(ValueError, match="at least one register, not 0"):
+        PipelinedMAC(4, add_latency=0)
 
 
 def test_pipelined_systolic_back_to_back(seed):
