@@ -13,7 +13,7 @@ timing.
 """
 
 from amaranth import Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
-from amaranth.hdl import DomainRenamer, EnableInserter
+from amaranth.hdl import DomainRenamer
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -225,9 +225,12 @@ class PipelinedSystolicArray(SystolicArray):
                                                             west_a, north_b):
             pe = PipelinedMAC(group, mul_latency=self._mul_latency,
                               add_latency=self._add_latency)
-            array.submodules[name] = DomainRenamer(domain)(EnableInserter(active)(pe))
+            # no clock enable inside the PE (it would fan out to every operator stage):
+            # outside systolic mode its operands are frozen and marked invalid, so no
+            # sum changes
+            array.submodules[name] = DomainRenamer(domain)(pe)
             array.d.comb += [
-                pe.i.valid.eq(tag_in.valid), pe.i.payload.a.eq(a_in),
+                pe.i.valid.eq(active & tag_in.valid), pe.i.payload.a.eq(a_in),
                 pe.i.payload.b.eq(b_in), pe.i.payload.first.eq(tag_in.first),
                 pe.i.payload.last.eq(tag_in.last), pe.i.payload.slot.eq(tag_in.slot),
             ]
