@@ -11,7 +11,9 @@ operators"): the fewest stages with which each operator alone reaches 100 MHz on
 ECP5-85k (nextpnr-ecp5, speed grade 6), or its deepest pipeline where none does.
 The PCU uses them when its ``fp_latency`` parameter is on (:func:`latency_table`):
 each SIMD stage then takes its operator's latency (:func:`op_latency`), the lane
-reduction tree its adder's or comparator's (:func:`reduction_latency`); off, every
+reduction tree its adder's or comparator's (:func:`reduction_latency`), each systolic
+processing element a BF16 product then an FP32 add (:func:`systolic_pe_latency`), its
+tiles interleaved by :func:`systolic_group` to hide the adder's loop; off, every
 operator completes in the cycle of its stage's register (``docs/pcu.md``, "SIMD stages
 on the pipelined operators").
 
@@ -22,7 +24,7 @@ import enum
 
 __all__ = ["FPKind", "DEFAULT_LATENCY", "latency_of", "FP_LATENCY_CHOICES", "latency_table",
            "OP_KINDS", "op_latency", "reduction_latency", "simd_latency", "simd_in_flight",
-           "interval_bound"]
+           "interval_bound", "systolic_group", "systolic_pe_latency"]
 
 
 class FPKind(enum.Enum):
@@ -131,3 +133,24 @@ def interval_bound(table):
     if table is None:
         return 1
     return max(1, *(op_latency(op, table) for op in OP_KINDS))
+
+
+def systolic_group(table):
+    """Column tiles a systolic PCU interleaves (the ``group`` of
+    :class:`hdl.pcu_systolic_pipelined.PipelinedSystolicArray`): 1 with ``table = None``
+    (one output per PE, the combinational MAC), else the adder's latency, the fewest
+    independent sums that keep one accumulation per PE per cycle through the loop
+    ``acc = acc + product`` (``docs/pcu.md``, "Systolic array on the pipelined
+    operators")."""
+    if table is None:
+        return 1
+    return max(1, table[FPKind.ADD])
+
+
+def systolic_pe_latency(table):
+    """Cycles from a PE's operands to its new sum: 0 with ``table = None`` (the
+    combinational MAC, the sum registered in that cycle), else the BF16 product's and the
+    FP32 adder's latencies."""
+    if table is None:
+        return 0
+    return table[FPKind.BF16_MUL] + table[FPKind.ADD]

@@ -37,6 +37,7 @@ from .pcu_config import (
 from .pcu_counters import CounterChain
 from .pcu_simd import SIMDPipeline
 from .pcu_systolic import SharedALU, SystolicArray
+from .pcu_systolic_pipelined import PipelinedSystolicArray
 from .special_function import SPECIAL_UNITS
 from .stream_fifo import StreamFIFO
 
@@ -97,8 +98,11 @@ class PCU(wiring.Component):
         pipelined operators of :data:`hdl.fp_latency.DEFAULT_LATENCY` (a stage takes
         its op's latency, an interlock spaces beats whose ``REG`` would be read early):
         the same words, more latency (``docs/pcu.md``, "SIMD stages on the pipelined
-        operators"). The systolic array and the tail special functions stay as they
-        are; not with ``shared_units``.
+        operators"); the systolic array on pipelined processing elements
+        (:class:`hdl.pcu_systolic_pipelined.PipelinedSystolicArray`: tiles of ``lanes x
+        group * lanes``, other streams; ``docs/pcu.md``, "Systolic array on the
+        pipelined operators"). The tail special functions stay as they are; not with
+        ``shared_units``.
 
     Attributes
     ----------
@@ -229,8 +233,13 @@ class PCU(wiring.Component):
         m.submodules.simd = simd_body = SIMDPipeline(
             lanes, stages, special=self._special, shared_units=self._shared_units,
             domain=simd_domain, fp_latency=self._fp_latency)
-        m.submodules.systolic = systolic_body = SystolicArray(
-            lanes, shared_units=self._shared_units, domain=systolic_domain)
+        table = latency_table(self._fp_latency)
+        if table is None:
+            systolic_body = SystolicArray(lanes, shared_units=self._shared_units,
+                                          domain=systolic_domain)
+        else:
+            systolic_body = PipelinedSystolicArray(lanes, table, domain=systolic_domain)
+        m.submodules.systolic = systolic_body
         m.d.comb += pipeline_busy.eq(simd_body.busy)
         if self._shared_units:
             # one set of ALUs serves both modes (stage x lane)

@@ -9,7 +9,55 @@ from .fp import FPALU, FPALU_SIGNATURE, MAC_SIGNATURE, BF16MultiplyAccumulate, O
 from .interfaces import control_stream, vector_stream
 from .pcu_counters import chain_status_layout
 
-__all__ = ["SystolicArray", "SharedALU"]
+__all__ = ["SystolicArray", "SharedALU", "skew", "skewed_edges", "pe_inputs"]
+
+
+def skew(array, domain, enable, value, cycles, name):
+    """``value`` delayed by ``cycles`` registers of ``domain`` (taken while ``enable``):
+    one cycle per row (A) or column (B) of the array."""
+    for n in range(cycles):
+        stage = Signal.like(value, name=f"{name}_d{n + 1}")
+        with array.If(enable):
+            array.d[domain] += stage.eq(value)
+        value = stage
+    return value
+
+
+def skewed_edges(array, domain, enable, inject_tag, inject_a, inject_b):
+    """The injected tag and words at the array's edges: the tag and A word of row ``i``
+    ``i`` cycles late (west), the B word of column ``j`` ``j`` cycles late (north)."""
+    lanes = len(inject_a)
+    west_tag = [skew(array, domain, enable, inject_tag, row, f"sys_west_tag{row}")
+                for row in range(lanes)]
+    west_a = [skew(array, domain, enable, inject_a[row], row, f"sys_west_a{row}")
+              for row in range(lanes)]
+    north_b = [skew(array, domain, enable, inject_b[col], col, f"sys_north_b{col}")
+               for col in range(lanes)]
+    return west_tag, west_a, north_b
+
+
+def pe_inputs(array, domain, enable, west_tag, west_a, north_b):
+    """The systolic data movement: A words and tags move right one PE per cycle, B words
+    down. Yields ``(row, col, name, tag, a, b)`` for every PE (the values it computes on
+    this cycle: its west and north neighbours' registers, or the skewed edges)."""
+    lanes = len(west_a)
+    tag_shape = west_tag[0].shape()
+    tag_reg = [[None] * lanes for _ in range(lanes)]
+    a_reg = [[None] * lanes for _ in range(lanes)]
+    b_reg = [[None] * lanes for _ in range(lanes)]
+    for row in range(lanes):
+        for col in range(lanes):
+            tag_in = west_tag[row] if col == 0 else tag_reg[row][col - 1]
+            a_in = west_a[row] if col == 0 else a_reg[row][col - 1]
+            b_in = north_b[col] if row == 0 else b_reg[row - 1][col]
+            name = f"pe{row}_{col}"
+            tag_reg[row][col] = Signal(tag_shape, name=f"{name}_tag")
+            a_reg[row][col] = Signal(16, name=f"{name}_a")
+            b_reg[row][col] = Signal(16, name=f"{name}_b")
+            with array.If(enable):
+                array.d[domain] += [tag_reg[row][col].eq(tag_in),
+                                    a_reg[row][col].eq(a_in), b_reg[row][col].eq(b_in)]
+            yield row, col, name, tag_in, a_in, b_in
 
 
 class SystolicArray(wiring.Component):
@@ -121,56 +169,31 @@ class SystolicArray(wiring.Component):
                 array.d[domain] += [inject_a[lane].eq(self.in0.payload[lane][16:]),
                                     inject_b[lane].eq(self.in1.payload[lane][16:])]
 
-        def delayed(value, cycles, name):
-            for n in range(cycles):
-                stage = Signal.like(value, name=f"{name}_d{n + 1}")
-                with array.If(active):
-                    array.d[domain] += stage.eq(value)
-                value = stage
-            return value
-
-        west_tag = [delayed(inject_tag, row, f"sys_west_tag{row}") for row in range(lanes)]
-        west_a = [delayed(inject_a[row], row, f"sys_west_a{row}") for row in range(lanes)]
-        north_b = [delayed(inject_b[col], col, f"sys_north_b{col}") for col in range(lanes)]
-        return west_tag, west_a, north_b
+        return skewed_edges(array, domain, active, inject_tag, inject_a, inject_b)
 
     def _grid(self, m, array, west_tag, west_a, north_b, row_full):
         """The processing elements; returns their shadow registers ``[row][col]``."""
         lanes, domain, active = self._lanes, self._domain, self.active
-        tag = west_tag[0].shape()
         shadow = [[Signal(32, name=f"sys_shadow{row}_{col}") for col in range(lanes)]
                   for row in range(lanes)]
-        tag_reg = [[None] * lanes for _ in range(lanes)]
-        a_reg = [[None] * lanes for _ in range(lanes)]
-        b_reg = [[None] * lanes for _ in range(lanes)]
-        for row in range(lanes):
-            for col in range(lanes):
-                tag_in = west_tag[row] if col == 0 else tag_reg[row][col - 1]
-                a_in = west_a[row] if col == 0 else a_reg[row][col - 1]
-                b_in = north_b[col] if row == 0 else b_reg[row - 1][col]
-                name = f"pe{row}_{col}"
-                tag_reg[row][col] = Signal(tag, name=f"{name}_tag")
-                a_reg[row][col] = Signal(16, name=f"{name}_a")
-                b_reg[row][col] = Signal(16, name=f"{name}_b")
-                with array.If(active):
-                    array.d[domain] += [tag_reg[row][col].eq(tag_in),
-                                        a_reg[row][col].eq(a_in), b_reg[row][col].eq(b_in)]
-                acc = Signal(32, name=f"{name}_acc")
-                if self._shared_units:
-                    mac = self.macs[row][col]
-                else:
-                    # one submodule per PE: Verilog generation then shares one module
-                    mac = array.submodules[name] = BF16MultiplyAccumulate()
-                array.d.comb += [mac.a.eq(a_in), mac.b.eq(b_in), mac.acc.eq(acc),
-                                 mac.first.eq(tag_in.first)]
-                new = mac.result
-                with array.If(active & tag_in.valid):
-                    array.d[domain] += acc.eq(new)
-                    with array.If(tag_in.last):
-                        array.d[domain] += shadow[row][col].eq(new)
-                if col == lanes - 1:
-                    with m.If(active & tag_in.valid & tag_in.last):
-                        m.d.sync += row_full[row].eq(1)
+        for row, col, name, tag_in, a_in, b_in in pe_inputs(array, domain, active, west_tag,
+                                                            west_a, north_b):
+            acc = Signal(32, name=f"{name}_acc")
+            if self._shared_units:
+                mac = self.macs[row][col]
+            else:
+                # one submodule per PE: Verilog generation then shares one module
+                mac = array.submodules[name] = BF16MultiplyAccumulate()
+            array.d.comb += [mac.a.eq(a_in), mac.b.eq(b_in), mac.acc.eq(acc),
+                             mac.first.eq(tag_in.first)]
+            new = mac.result
+            with array.If(active & tag_in.valid):
+                array.d[domain] += acc.eq(new)
+                with array.If(tag_in.last):
+                    array.d[domain] += shadow[row][col].eq(new)
+            if col == lanes - 1:
+                with m.If(active & tag_in.valid & tag_in.last):
+                    m.d.sync += row_full[row].eq(1)
         return shadow
 
     def _drain(self, m, shadow, row_full, pending):

@@ -155,6 +155,73 @@ def test_gemm_on_model(geometry, shape, seed):
         meta["lanes"] ** 2        # every PCU did its share, padding included
 
 
+@pytest.mark.parametrize("shape, pmu_kib", [((9, 13, 7), 64), ((37, 50, 29), 64),
+                                            ((1, 1, 1), 64), ((12, 30, 700), 4)])
+def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
+    """A machine with ``fp_latency="default"``: its systolic PCUs take tiles of
+    ``systolic_group`` column tiles (``docs/pcu.md``, "Systolic array on the pipelined
+    operators"), so the compiler pads the column tiles to whole groups, lays B out by
+    groups and streams a beat of A per group of B beats; on the functional model the
+    words equal the bit-exact reference (K in chunks with 4 KiB PMUs too), and every
+    PCU did its share of MACs."""
+    from rdu.machine import Machine
+    from rdu.runtime import run_program
+
+    from hdl.fp_latency import systolic_group
+    machine = Machine(rows=2, cols=2, lanes=4, pmu_bytes=pmu_kib * 1024,
+                      fp_latency="default")
+    group = systolic_group(machine.latency_table)
+    m, n, k = shape
+    program = gemm.compile_gemm(m, n, k, machine=machine)
+    meta = program.meta
+    assert meta["tile_group"] == group > 1 and meta["col_tiles"] % group == 0
+    assert (meta["chunks"] > 1) == (pmu_kib == 4)
+    a, b = gemm.random_inputs(m, n, k, seed)
+    gemm.pack_inputs(program, a, b)
+    result = run_program(program, "model")
+    c = gemm.unpack_output(program, result.outputs["c"])
+    assert np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, meta["k_pad"]))
+    macs = sum(value.get("macs", 0) for value in result.counters.values())
+    assert macs == meta["pcus"] * meta["passes"] * meta["col_tiles"] * meta["k_pad"] * 16
+
+
+@pytest.mark.verilator
+def test_gemm_on_verilator_fp_latency(sim_dir, seed):
+    """Compiled GEMMs on the RTL of a 2x2 machine with ``fp_latency="default"`` (its
+    systolic PCUs on the pipelined PEs, under Verilator; the build takes about 4 minutes
+    once): the words equal the functional model's and the bit-exact reference."""
+    from rdu.machine import Machine
+    from rdu.runtime import run_programs
+    machine = Machine(rows=2, cols=2, lanes=4, fp_latency="default")
+    programs, operands = [], []
+    for shape in ((9, 13, 7), (23, 30, 17)):
+        program = gemm.compile_gemm(*shape, machine=machine)
+        a, b = gemm.random_inputs(*shape, seed + len(programs))
+        gemm.pack_inputs(program, a, b)
+        programs.append(program)
+        operands.append((a, b))
+    rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "sequence")
+    model = run_programs(programs, "model")
+    for program, (a, b), run, reference in zip(programs, operands, rtl, model, strict=True):
+        assert np.array_equal(run.outputs["c"], reference.outputs["c"])
+        c = gemm.unpack_output(program, run.outputs["c"])
+        assert np.array_equal(c.view(np.uint32),
+                              gemm.exact_reference(a, b, program.meta["k_pad"]))
+
+
+@pytest.mark.parametrize("kernel, params", [
+    ("mlp", {"m": 8, "d": 64, "f": 256}),
+    ("attention", {"seq": 32, "dim": 16, "heads": 1, "kv_heads": 1})])
+def test_grouped_systolic_refused_where_not_lowered(kernel, params):
+    """The MLP and attention families do not generate the grouped systolic streams yet:
+    with ``fp_latency`` on they refuse in one line instead of compiling streams the
+    PCUs would misread."""
+    from rdu.frontend.kernels import get_kernel
+    from rdu.machine import Machine
+    with pytest.raises(CompileError, match="fp_latency default .* not supported yet"):
+        get_kernel(kernel).compile(Machine(fp_latency="default"), **params)
+
+
 def test_gemm_mismatch_is_detected():
     """A wrong A makes the check fail (the check can fail)."""
     program, a, b, c, _ = _run_model(9, 9, 9, SMALL, 5)

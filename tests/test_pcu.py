@@ -10,7 +10,14 @@ from rdu.sim.runner import run_amaranth, run_verilator
 from rdu.sim.verilator import build
 
 from hdl.fp import Op
-from hdl.fp_latency import DEFAULT_LATENCY, op_latency, simd_latency
+from hdl.fp_latency import (
+    DEFAULT_LATENCY,
+    latency_table,
+    op_latency,
+    simd_latency,
+    systolic_group,
+    systolic_pe_latency,
+)
 from hdl.interfaces import config_words
 from hdl.pcu import FPGA_PCU_OPTIONS, PCU
 from hdl.pcu_config import pcu_config_layout
@@ -19,6 +26,7 @@ from tb.suites.pcu import (
     causal_mask,
     config_errors,
     exp_to_bf16,
+    random_bf16_matrix,
     rescaled_accumulator,
     running_max_step,
     simd_op_sweep,
@@ -97,6 +105,68 @@ def test_systolic_cycle_count(seed):
     stats = run_amaranth(PCU(lanes=4, stages=1), systolic_throughput, seed=seed, lanes=4,
                          stages=1, size=16)
     assert stats.result["cycles"] == 16 * 16 + 2 * 4 + 3
+
+
+def test_systolic_pipelined_amaranth(seed):
+    """``fp_latency="default"``: the systolic array on pipelined PEs, tiles of ``lanes x
+    group * lanes`` (``hdl.fp_latency.systolic_group``), random products of several
+    shapes under random stalls on every port, bit-exact against the model."""
+    group = systolic_group(DEFAULT_LATENCY)
+    stats = run_amaranth(PCU(lanes=4, stages=1, fp_latency="default"), systolic_matmuls,
+                         seed=seed, lanes=4, stages=1, shapes=[(5, 7, 30), (4, 1, 3)],
+                         group=group)
+    assert stats.result["worst_relative_error"] < 1e-5
+
+
+def test_systolic_cycle_count_pipelined(seed):
+    """Back-to-back tiles on the pipelined PEs: one beat of ``vector_in1`` per cycle,
+    ``T * K * group + systolic_pe_latency + (group + 1) * lanes + 3`` cycles from start
+    token to DONE token (``T * K + 2 * lanes + 3`` with ``group`` 1 and no PE
+    latency, as ``test_systolic_cycle_count``)."""
+    lanes, table = 4, DEFAULT_LATENCY
+    group = systolic_group(table)
+    size = group * lanes
+    stats = run_amaranth(PCU(lanes=lanes, stages=1, fp_latency="default"),
+                         systolic_throughput, seed=seed, lanes=lanes, stages=1, size=size,
+                         group=group)
+    tiles = size // lanes
+    assert stats.result["cycles"] == tiles * size * group + systolic_pe_latency(table) + \
+        (group + 1) * lanes + 3
+
+
+@pytest.mark.parametrize("fp_latency", ["off", "default"])
+def test_systolic_functional_model(fp_latency, seed):
+    """The functional model (``PCUModel``) of a machine with ``fp_latency`` takes the
+    streams of ``matmul_streams(..., group)`` (a beat of ``vector_in0`` per ``group``
+    of ``vector_in1``), one beat at a time with a two-item ``vector_out``, and gives the
+    reference's rows, then the DONE token."""
+    from rdu.models.pcu import PCUModel
+    from rdu.models.shared import DONE, Queue, item_vector
+
+    lanes, rng = 4, np.random.default_rng(seed)
+    group = systolic_group(latency_table(fp_latency))
+    a = random_bf16_matrix(rng, (6, 5))
+    b = random_bf16_matrix(rng, (5, 9))
+    counters, in0, in1, _ = pcu_model.matmul_streams(a, b, lanes, group)
+    config = {"mode": 1, "counters": counters}
+    queues = {name: Queue(2 if name == "vector_out" else 1000, name) for name in (
+        "vector_in0", "vector_in1", "scalar_in", "control_in", "vector_out", "scalar_out",
+        "control_out")}
+    model = PCUModel(0, 0, lanes, 1, config, queues, fp_latency=fp_latency)
+    queues["control_in"].items.append(0)
+    queues["vector_in0"].items.extend(in0)
+    rows, left = [], list(in1)
+    while not queues["control_out"].items:
+        if left and not queues["vector_in1"].items:
+            queues["vector_in1"].items.append(left.pop(0))
+        progress = model.step()
+        out = queues["vector_out"].items
+        rows.extend(item_vector(out.popleft()) for _ in range(len(out)))
+        assert progress or out or left, model.waits()
+    assert queues["control_out"].items[0] == DONE and not queues["vector_in0"].items
+    expected = pcu_model.run_systolic(config, lanes, in0, in1, group)["vector_out"]
+    assert np.array_equal(np.array(rows, np.uint32), np.array(expected, np.uint32))
+    assert model.counters()["macs"] == len(in1) * lanes * lanes
 
 
 @pytest.mark.parametrize("suite", ["systolic", "simd"])

@@ -14,11 +14,12 @@ from rdu.models import pcu_reference as pcu_model
 
 from hdl.fp import Op
 from hdl.fp_alu_pipelined import PipelinedFPALU
-from hdl.fp_latency import DEFAULT_LATENCY, op_latency
+from hdl.fp_latency import DEFAULT_LATENCY, FPKind, op_latency, systolic_group, systolic_pe_latency
 from hdl.pcu_config import COUNTERS, Source, pcu_config_layout
 from hdl.pcu_counters import CounterChain, chain_status_layout
 from hdl.pcu_simd import SIMDPipeline
 from hdl.pcu_systolic import SharedALU, SystolicArray
+from hdl.pcu_systolic_pipelined import PipelinedMAC, PipelinedSystolicArray
 from hdl.special_function import (
     PROGRAMS,
     SpecialFunction,
@@ -126,18 +127,19 @@ def test_counter_chain_sequence(top, seed):
 
 # -- systolic array ---------------------------------------------------------------------
 
-def _run_systolic(dut, lanes, config, beats0, beats1, rng, stall):
+def _run_systolic(dut, lanes, config, beats0, beats1, rng, stall, group=1):
     """Play the counter chain and run control around ``dut``; return the drained rows,
-    the cycles of each issue and of the DONE token."""
+    the cycles of each issue (a step of the chain), of each beat taken on ``in1`` and of
+    the DONE token. ``group``: ``in1`` beats per step (``PipelinedSystolicArray``)."""
     steps = _reference_chain(config["counters"])
-    result = {"rows": [], "issues": [], "done": []}
+    result = {"rows": [], "issues": [], "takes": [], "done": []}
 
     async def bench(ctx):
         ctx.set(dut.active, 1)
         index = sent0 = sent1 = 0
         cycle = 0
         while not result["done"]:
-            assert cycle < 20 * len(steps) + 200, "systolic array hangs"
+            assert cycle < 20 * group * len(steps) + 400, "systolic array hangs"
             running = index < len(steps)
             ctx.set(dut.running, running)
             ctx.set(dut.finishing, not running)
@@ -153,10 +155,15 @@ def _run_systolic(dut, lanes, config, beats0, beats1, rng, stall):
             ready = rng.random() >= stall
             ctx.set(dut.vector_out.ready, ready)
             ctx.set(dut.control_out.ready, ready)
+            took0, took1 = ctx.get(dut.in0.ready), ctx.get(dut.in1.ready)
+            assert (not took0 or valid0) and (not took1 or valid1)
             if ctx.get(dut.issue):
-                assert ctx.get(dut.in0.ready) and ctx.get(dut.in1.ready)
+                assert took1 and (group > 1 or took0)
                 result["issues"].append(cycle)
-                index, sent0, sent1 = index + 1, sent0 + 1, sent1 + 1
+                index += 1
+            if took1:
+                result["takes"].append(cycle)
+            sent0, sent1 = sent0 + took0, sent1 + took1
             if ctx.get(dut.vector_out.valid) and ready:
                 result["rows"].append(_words(ctx.get(dut.vector_out.payload.as_value()),
                                              lanes))
@@ -208,6 +215,102 @@ def test_systolic_array_timing(seed):
     issues = result["issues"]
     assert issues == list(range(issues[0], issues[0] + len(beats0)))
     assert result["done"] == [issues[-1] + 2 * lanes + 1]
+
+
+def _edge_bf16(nrng, shape):
+    """BF16 words: random normals with zeros of both signs, infinities, NaNs, denormals
+    (zeros on input), and values whose products overflow or flush."""
+    words = random_bf16_matrix(nrng, shape)
+    edges = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000,
+                      0x00010000, 0x80400000, 0x7F7F0000, 0x00800000, 0x3F800000],
+                     np.uint32)
+    mask = nrng.random(shape) < 0.15
+    words[mask] = nrng.choice(edges, size=int(mask.sum()))
+    return words
+
+
+@pytest.mark.parametrize("lanes,shape,edges", [(4, (5, 6, 30), False), (2, (3, 9, 5), True),
+                                               (2, (2, 1, 3), False)])
+def test_pipelined_systolic_array_products(lanes, shape, edges, seed):
+    """``PipelinedSystolicArray`` (the PCU's ``fp_latency="default"``): random BF16 GEMM
+    tiles (with edge-case words: zeros, infinities, NaNs, denormals, overflow) under
+    random stalls on every port, every drained row bit-exact against
+    ``run_systolic(..., group)``, which is the combinational array's reference on the
+    column tiles of the group; the DONE token once, after the last row."""
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    m_len, k_len, n_len = shape
+    draw = _edge_bf16 if edges else random_bf16_matrix
+    a, b = draw(nrng, (m_len, k_len)), draw(nrng, (k_len, n_len))
+    group = systolic_group(DEFAULT_LATENCY)
+    counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group)
+    config = {"mode": 1, "counters": counters}
+    dut = PipelinedSystolicArray(lanes, DEFAULT_LATENCY)
+    assert dut.group == group == DEFAULT_LATENCY[FPKind.ADD]
+    result = _run_systolic(dut, lanes, config, beats0, beats1, rng, 0.3, group)
+    expected = pcu_model.run_systolic(config, lanes, beats0, beats1, group)["vector_out"]
+    assert np.array_equal(np.array(result["rows"], np.uint32), np.array(expected, np.uint32))
+    # the same words as the combinational array's reference, tile for tile
+    plain = pcu_model.matmul_streams(a, b, lanes)
+    flat = pcu_model.run_systolic({"mode": 1, "counters": plain[0]}, lanes, plain[1],
+                                  plain[2])["vector_out"]
+    product = pcu_model.matmul_from_stream(result["rows"], (m_len, n_len), lanes, group)
+    assert np.array_equal(product, pcu_model.matmul_from_stream(flat, (m_len, n_len), lanes))
+    assert len(result["done"]) == 1 and len(result["takes"]) == len(beats1)
+
+
+def test_pipelined_systolic_array_timing(seed):
+    """Without stalls a beat of ``in1`` enters every cycle, tile after tile (one MAC per
+    PE per cycle), the chain steps every ``group`` cycles, and the DONE token comes
+    ``systolic_pe_latency + (group + 1) * lanes + 1`` cycles after the last beat (the
+    skew of row 0, the PE's product and sum, the drain of ``group * lanes`` rows; with
+    ``group`` 1 and no PE latency the combinational array's ``2 * lanes + 1``)."""
+    lanes, table = 4, DEFAULT_LATENCY
+    group = systolic_group(table)
+    nrng = np.random.default_rng(seed)
+    a = random_bf16_matrix(nrng, (8, 12))
+    b = random_bf16_matrix(nrng, (12, 2 * group * lanes))
+    counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group)
+    config = {"mode": 1, "counters": counters}
+    result = _run_systolic(PipelinedSystolicArray(lanes, table), lanes, config, beats0,
+                           beats1, random.Random(seed), 0.0, group)
+    takes, issues = result["takes"], result["issues"]
+    assert takes == list(range(takes[0], takes[0] + len(beats1)))
+    assert issues == takes[group - 1::group]
+    assert result["done"] == [takes[-1] + systolic_pe_latency(table) +
+                              (group + 1) * lanes + 1]
+
+
+def test_pipelined_mac_arguments():
+    """A PE needs a registered adder and at least as many slots as the adder's latency
+    (a slot's next step must find its sum); its defaults are the latency table's."""
+    pe = PipelinedMAC()
+    assert pe.group == DEFAULT_LATENCY[FPKind.ADD]
+    assert pe.latency == systolic_pe_latency(DEFAULT_LATENCY)
+    assert PipelinedMAC(9, add_latency=8).group == 9
+    with pytest.raises(ValueError, match="at least as many slots as its adder's latency"):
+        PipelinedMAC(6)
+    with pytest.raises(ValueError, match="at least one register, not 0"):
+        PipelinedMAC(4, add_latency=0)
+
+
+def test_pipelined_systolic_back_to_back(seed):
+    """Tiles follow without a gap exactly when ``(K - 1) * group >=
+    systolic_pe_latency + (group + 1) * lanes`` (the next tile's last k step waits for
+    the previous tile's drain): the K on either side of the bound, 4 lanes."""
+    lanes, table = 4, DEFAULT_LATENCY
+    group = systolic_group(table)
+    bound = -(-(systolic_pe_latency(table) + (group + 1) * lanes) // group) + 1
+    nrng = np.random.default_rng(seed)
+    for k_len in (bound - 1, bound):
+        a = random_bf16_matrix(nrng, (2 * lanes, k_len))
+        b = random_bf16_matrix(nrng, (k_len, group * lanes))
+        counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group)
+        result = _run_systolic(PipelinedSystolicArray(lanes, table), lanes,
+                               {"mode": 1, "counters": counters}, beats0, beats1,
+                               random.Random(seed), 0.0, group)
+        takes = result["takes"]
+        assert (takes == list(range(takes[0], takes[0] + len(beats1)))) == (k_len == bound)
 
 
 # -- SIMD pipeline ----------------------------------------------------------------------

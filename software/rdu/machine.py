@@ -74,9 +74,11 @@ class Machine:
     fp_latency : str
         The PCU's ``fp_latency`` (:data:`hdl.fp_latency.FP_LATENCY_CHOICES`): ``"off"``
         (every SIMD stage one cycle) or ``"default"`` (the SIMD stages and the lane
-        reduction on the pipelined FP operators of :data:`hdl.fp_latency.DEFAULT_LATENCY`:
-        the same words, more latency; not with ``pcu = "fpga"``). The RTL, the functional
-        model's pipeline capacity and the runtime's watchdog read it.
+        reduction on the pipelined FP operators of :data:`hdl.fp_latency.DEFAULT_LATENCY`,
+        the systolic PEs too, with tiles of :func:`hdl.fp_latency.systolic_group` column
+        tiles: the same words, more latency; not with ``pcu = "fpga"``). The RTL, the
+        functional model, the compiler's matmul streams and the runtime's watchdog read
+        it.
     hbm_bytes, ddr_bytes, host_bytes : int
         Capacities of the HBM, DDR and host-memory windows (at their fixed bases of
         :mod:`rdu.memory_map`; each must end before the next region's base).

@@ -142,9 +142,11 @@ def random_bf16_matrix(rng, shape, scale=1.0):
 
 
 async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
-                           out_stall="random"):
+                           out_stall="random", group=1):
     """For each (M, K, N): tile A @ B onto the systolic mode, stream it under stalls,
-    check every result word against the model and the model against numpy float32."""
+    check every result word against the model and the model against numpy float32.
+    ``group``: column tiles per tile (a PCU with ``fp_latency``:
+    ``hdl.fp_latency.systolic_group``)."""
     from rdu.models import pcu_reference as pcu_model
 
     from hdl.pcu_config import pcu_config_layout
@@ -159,10 +161,11 @@ async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
     for m_len, k_len, n_len in shapes:
         a = random_bf16_matrix(rng, (m_len, k_len))
         b = random_bf16_matrix(rng, (k_len, n_len))
-        counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes)
+        counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group)
         config = {"mode": 1, "counters": counters}
-        expected = pcu_model.run_systolic(config, lanes, beats0, beats1)
-        result = pcu_model.matmul_from_stream(expected["vector_out"], (m_len, n_len), lanes)
+        expected = pcu_model.run_systolic(config, lanes, beats0, beats1, group)
+        result = pcu_model.matmul_from_stream(expected["vector_out"], (m_len, n_len), lanes,
+                                              group)
         reference = a.view(np.float32) @ b.view(np.float32)
         magnitude = np.abs(a.view(np.float32).astype(np.float64)) @ \
             np.abs(b.view(np.float32).astype(np.float64))
@@ -175,14 +178,15 @@ async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
         out.expect_all(pack_vector(row) for row in expected["vector_out"])
         ctrl_out.expect(1)
         ctrl_in.send(0)
-        await bench.streams_done(timeout=20 * len(beats0) + 2000)
+        await bench.streams_done(timeout=20 * len(beats1) + 2000)
         assert await bench.read("busy") == 0
         await bench.cycles(1)
     return {"worst_relative_error": worst}
 
 
-async def systolic_throughput(bench, *, lanes, stages, size):
-    """Stream a size^3 product without stalls; return cycles from start token to DONE."""
+async def systolic_throughput(bench, *, lanes, stages, size, group=1):
+    """Stream a size^3 product without stalls; return cycles from start token to DONE
+    (``group`` as :func:`systolic_matmuls`)."""
     from rdu.models import pcu_reference as pcu_model
 
     from hdl.pcu_config import pcu_config_layout
@@ -190,9 +194,9 @@ async def systolic_throughput(bench, *, lanes, stages, size):
     layout = pcu_config_layout(lanes, stages)
     a = random_bf16_matrix(rng, (size, size))
     b = random_bf16_matrix(rng, (size, size))
-    counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes)
+    counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group)
     config = {"mode": 1, "counters": counters}
-    expected = pcu_model.run_systolic(config, lanes, beats0, beats1)
+    expected = pcu_model.run_systolic(config, lanes, beats0, beats1, group)
     await write_config(bench, layout, config)
     in0 = bench.source("vector_in0")
     in1 = bench.source("vector_in1")
@@ -207,7 +211,7 @@ async def systolic_throughput(bench, *, lanes, stages, size):
     ctrl_in.on_transfer = lambda item, cycle: marks.setdefault("start", cycle)
     ctrl_out.on_transfer = lambda item, cycle: marks.setdefault("done", cycle)
     ctrl_in.send(0)
-    await bench.streams_done(timeout=20 * len(beats0) + 2000)
+    await bench.streams_done(timeout=20 * len(beats1) + 2000)
     cycles = marks["done"] - marks["start"]
     macs = size ** 3
     return {"cycles": cycles, "macs": macs, "macs_per_cycle": macs / cycles,

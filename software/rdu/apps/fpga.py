@@ -40,6 +40,7 @@ from hdl.fp_latency import DEFAULT_LATENCY
 from hdl.fp_pipelined import PIPELINED_OPERATORS, PipelinedFP32Add, PipelinedFP32Mul
 from hdl.ip import RDUIP
 from hdl.pcu import FPGA_PCU_OPTIONS, PCU
+from hdl.pcu_systolic_pipelined import PipelinedMAC, PipelinedSystolicArray
 from hdl.pmu import PMU
 from hdl.special_function import SpecialFunctionIterative, SpecialFunctionPipeline
 from hdl.stream_fifo import StreamFIFO
@@ -79,6 +80,11 @@ FPGA_UNITS = {
        for latency in latencies if latency != DEFAULT_LATENCY[cls.KIND]},
     # one lane of the SIMD stage's ALU on the pipelined operators (the PCU's fp_latency)
     "fp_alu_pipelined": (PipelinedFPALU, {}),
+    # one systolic processing element on the pipelined operators (the PCU's fp_latency)
+    "systolic_mac_pipelined": (PipelinedMAC, {}),
+    # the whole 4 x 4 array on them (skew, shadows, drain)
+    "systolic_array_pipelined": (partial(PipelinedSystolicArray, table=DEFAULT_LATENCY),
+                                 {"lanes": 4}),
     "pcu": (PCU, {"lanes": 4, "stages": 4}),
     # the PCU of the FPGA configuration: the iterating exp / reciprocal unit and the
     # systolic array on the SIMD ALUs (rdu.units.registry.PCU_VARIANTS["fpga"])

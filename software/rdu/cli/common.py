@@ -92,9 +92,10 @@ def add_machine_options(cmd, defaults):
                             f"--lanes <= --stages) (default machine: {reference.pcu})")
     group.add_argument("--fp-latency", dest="fp_latency", choices=list(FP_LATENCY_CHOICES),
                        default=reference.fp_latency if defaults else None,
-                       help="the PCUs' SIMD stages on combinational FP operators (off) or "
-                            "on the pipelined ones of hdl.fp_latency (default): the same "
-                            "results, more latency (docs/pcu.md) (default machine: "
+                       help="the PCUs' SIMD stages and systolic PEs on combinational FP "
+                            "operators (off) or on the pipelined ones of hdl.fp_latency "
+                            "(default): the same results, more latency, GEMM tiles of 7 "
+                            "column tiles (docs/pcu.md) (default machine: "
                             f"{reference.fp_latency})")
 
 

@@ -56,7 +56,9 @@ def produced(kernel, stream, lanes):
     if isinstance(node, Compute):
         trips = node.config["trips"]
         if node.config["mode"] == "systolic":
-            return trips[1] * trips[2] * lanes if port == "vector_out" else None
+            # a tile of ``group`` column blocks drains group * lanes rows
+            group = node.config.get("group", 1)
+            return trips[1] * trips[2] * lanes * group if port == "vector_out" else None
         # SIMD: one emit per iteration (emit_every), per iteration of counter 0 in the
         # last iteration of counter 1 (emit_outer), or per inner loop
         if node.config.get("emit_every"):
@@ -80,6 +82,9 @@ def consumed(kernel, port):
     if isinstance(node, Buffer):
         return _beats(node.config["write"]) * node.config["read_passes"]
     if isinstance(node, Compute):
+        if node.config["mode"] == "systolic" and port.name == "vector_in1":
+            # ``group`` beats of B per k step (hdl.fp_latency.systolic_group)
+            return math.prod(node.config["trips"]) * node.config.get("group", 1)
         return math.prod(node.config["trips"])
     return None
 

@@ -13,7 +13,7 @@ from collections import deque
 import numpy as np
 
 from hdl.fp import Op
-from hdl.fp_latency import latency_table, simd_in_flight
+from hdl.fp_latency import latency_table, simd_in_flight, systolic_group
 from hdl.pcu_config import Mode, Reduce, Tail
 
 from . import pcu_reference
@@ -133,6 +133,10 @@ class PCUModel(Unit):
     A SIMD run holds at most :func:`hdl.fp_latency.simd_in_flight` beats between its
     inputs and its outputs (the hardware's stage, special-function and reduction
     registers: ``stages + 2``, more with ``fp_latency``); the model keeps no cycles.
+    With ``fp_latency`` a systolic tile is ``lanes x group * lanes``
+    (:func:`hdl.fp_latency.systolic_group`): each k step takes one beat of
+    ``vector_in0`` and ``group`` of ``vector_in1``
+    (:func:`rdu.models.pcu_reference.run_systolic`).
     """
 
     def __init__(self, row, col, lanes, stages, cfg, queues, batch=True, fp_latency="off"):
@@ -141,6 +145,7 @@ class PCUModel(Unit):
         self.batch = batch
         self.lanes, self.stages_count, self.cfg = lanes, stages, cfg
         self.latency_table = latency_table(fp_latency)
+        self.group = systolic_group(self.latency_table)
         self.depth = stages + 2
         self.in0, self.in1 = queues["vector_in0"], queues["vector_in1"]
         self.sin, self.cin = queues["scalar_in"], queues["control_in"]
@@ -187,6 +192,7 @@ class PCUModel(Unit):
             for counter in cfg["counters"][1:]:
                 self.total *= pcu_reference.trip_count(counter)
             self.a_beats, self.b_beats = [], []
+            self.slot = 0                  # the column block of the next vector_in1 beat
             self.owed = deque()
         else:
             self.state = "simd"
@@ -216,30 +222,31 @@ class PCUModel(Unit):
     def _systolic(self):
         moved = 0
         in0, in1, vout = self.in0.items, self.in1.items, self.vout
-        k_len, lanes = self.k_len, self.lanes
+        k_len, group = self.k_len, self.group
         while self.iteration < self.total:
             if self.owed and len(vout.items) < vout.capacity:
                 vout.items.append(self.owed.popleft())
                 self.items_out += 1
                 moved += 1
                 continue
-            if not (in0 and in1):
+            if not (in1 and (in0 or self.slot)):
                 break
             last_k = self.iteration % k_len == k_len - 1
-            if last_k and self.owed:
+            if last_k and self.owed and not self.slot:
                 break
-            self.a_beats.append(in0.popleft())
+            if not self.slot:
+                self.a_beats.append(in0.popleft())
+                self.items_in += 1
+                moved += 1
             self.b_beats.append(in1.popleft())
-            self.items_in += 2
-            moved += 2
+            self.items_in += 1
+            moved += 1
+            self.slot = (self.slot + 1) % group
+            if self.slot:
+                continue
             self.iteration += 1
             if last_k:
-                tile = TileResult(self, item_vectors(self.a_beats, lanes),
-                                   item_vectors(self.b_beats, lanes))
-                self.a_beats, self.b_beats = [], []
-                self.pending.append(tile)
-                self.owed.extend(LazyRow(tile, row) for row in range(lanes))
-                self.macs += k_len * lanes * lanes
+                self._tile_done()
         while self.owed and len(vout.items) < vout.capacity:
             vout.items.append(self.owed.popleft())
             self.items_out += 1
@@ -250,6 +257,18 @@ class PCUModel(Unit):
             self.state = "idle"
             moved += 1
         return moved
+
+    def _tile_done(self):
+        """A tile's last k step is taken: its ``group`` blocks of ``lanes`` rows owed."""
+        lanes, group = self.lanes, self.group
+        a = item_vectors(self.a_beats, lanes)
+        b = item_vectors(self.b_beats, lanes).reshape(len(self.a_beats), group, lanes)
+        self.a_beats, self.b_beats = [], []
+        for block in range(group):
+            tile = TileResult(self, a, np.ascontiguousarray(b[:, block]))
+            self.pending.append(tile)
+            self.owed.extend(LazyRow(tile, row) for row in range(lanes))
+        self.macs += self.k_len * lanes * lanes * group
 
     def _simd_batched(self):
         """``_simd_run`` with the arithmetic deferred: the same item moves, the results
@@ -391,10 +410,11 @@ class PCUModel(Unit):
                 return [f"{self.name} waits on vector_out" if self.owed
                         else f"{self.name} waits on control_out"]
             if self.owed and self.iteration % self.k_len == self.k_len - 1 and \
-                    self.in0.items and self.in1.items:
+                    not self.slot and self.in0.items and self.in1.items:
                 return [f"{self.name} waits on vector_out"]
             empty = [name for name, queue in (("vector_in0", self.in0),
-                                              ("vector_in1", self.in1)) if not queue.items]
+                                              ("vector_in1", self.in1))
+                     if not queue.items and (name == "vector_in1" or not self.slot)]
             return [f"{self.name} waits on {' and '.join(empty)} "
                     f"(k step {self.iteration} of {self.total})"]
         if self.pipeline and len(self.pipeline) >= self.depth:

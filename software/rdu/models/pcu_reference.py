@@ -553,56 +553,75 @@ def systolic_tile(a_columns, b_rows):
     return systolic_accumulate(a_columns, b_rows)
 
 
-def run_systolic(config, lanes, vector_in0, vector_in1):
+def run_systolic(config, lanes, vector_in0, vector_in1, group=1):
     """Run a systolic-mode configuration: counter 0 is the reduction length K, each
     other iteration of the chain one tile. Returns the output streams (``vector_out``
-    holds ``lanes`` rows per tile)."""
+    holds ``lanes`` rows per tile).
+
+    ``group`` (:func:`hdl.fp_latency.systolic_group`, more than 1 with ``fp_latency``):
+    a tile is ``lanes x (group * lanes)``; each k step takes one beat of ``vector_in0``
+    and ``group`` beats of ``vector_in1`` (row k of column block 0, 1, ...), and the tile
+    drains as ``group`` blocks of ``lanes`` rows, block 0 first."""
     steps = iterations(config)
     k_len = trip_count(config["counters"][0])
     a = np.asarray(vector_in0, dtype=np.uint32).reshape(-1, lanes)
     b = np.asarray(vector_in1, dtype=np.uint32).reshape(-1, lanes)
-    if len(a) != len(steps) or len(b) != len(steps):
-        raise ValueError(f"Systolic run needs {len(steps)} beats on each input, "
-                         f"not {len(a)} and {len(b)}")
+    if len(a) != len(steps) or len(b) != len(steps) * group:
+        raise ValueError(f"Systolic run needs {len(steps)} beats on vector_in0 and "
+                         f"{len(steps) * group} on vector_in1, not {len(a)} and {len(b)}")
+    b = b.reshape(-1, group, lanes)
     rows = []
     for start in range(0, len(steps), k_len):
-        tile = systolic_tile(a[start:start + k_len], b[start:start + k_len])
-        rows.extend(tile)
+        for block in range(group):
+            rows.extend(systolic_tile(a[start:start + k_len],
+                                      b[start:start + k_len, block]))
     return {"vector_out": rows, "scalar_out": [], "control_out": [1]}
 
 
-def matmul_streams(a_words, b_words, lanes):
+def matmul_streams(a_words, b_words, lanes, group=1):
     """Tile ``A (M x K) @ B (K x N)`` for the systolic mode (zero padding to multiples
-    of ``lanes``). Returns ``(config_counters, in0 beats, in1 beats, tiles)`` where
-    tiles is ``(row tiles, column tiles)``; tiles go row-tile major."""
+    of ``lanes``, and the column tiles to a multiple of ``group``). Returns
+    ``(config_counters, in0 beats, in1 beats, tiles)`` where tiles is ``(row tiles,
+    column tiles)``; tiles go row-tile major. With ``group`` > 1 (:func:`run_systolic`)
+    a tile of the run covers ``group`` column tiles: counter 1 counts
+    ``column tiles / group``, ``in1`` has ``group`` beats per k step (row k of each
+    column tile of the group) and the drained rows are those of ``group = 1`` for the
+    padded column tiles, in the same order."""
     a = np.asarray(a_words, dtype=np.uint32)
     b = np.asarray(b_words, dtype=np.uint32)
     m_len, k_len = a.shape
     if b.shape[0] != k_len:
         raise ValueError(f"Inner dimensions differ: A is {a.shape}, B is {b.shape}")
     n_len = b.shape[1]
-    row_tiles, col_tiles = -(-m_len // lanes), -(-n_len // lanes)
+    row_tiles, col_tiles = -(-m_len // lanes), _col_tiles(n_len, lanes, group)
     a_pad = np.zeros((row_tiles * lanes, k_len), dtype=np.uint32)
     a_pad[:m_len] = a
     b_pad = np.zeros((k_len, col_tiles * lanes), dtype=np.uint32)
     b_pad[:, :n_len] = b
     in0, in1 = [], []
     for ti in range(row_tiles):
-        for tj in range(col_tiles):
+        for tg in range(col_tiles // group):
             for k in range(k_len):
                 in0.append(a_pad[ti * lanes:(ti + 1) * lanes, k])
-                in1.append(b_pad[k, tj * lanes:(tj + 1) * lanes])
+                for tj in range(tg * group, (tg + 1) * group):
+                    in1.append(b_pad[k, tj * lanes:(tj + 1) * lanes])
     counters = [{"min": 0, "max": k_len, "stride": 1},
-                {"min": 0, "max": col_tiles, "stride": 1},
+                {"min": 0, "max": col_tiles // group, "stride": 1},
                 {"min": 0, "max": row_tiles, "stride": 1}]
     return counters, np.array(in0, dtype=np.uint32), np.array(in1, dtype=np.uint32), \
         (row_tiles, col_tiles)
 
 
-def matmul_from_stream(rows, shape, lanes):
+def _col_tiles(n_len, lanes, group):
+    """Column tiles of an ``N``-column product: ``ceil(N / lanes)`` rounded up to a
+    multiple of ``group``."""
+    return -(-n_len // (lanes * group)) * group
+
+
+def matmul_from_stream(rows, shape, lanes, group=1):
     """Reassemble drained tile rows (row-tile major) into the ``shape`` result."""
     m_len, n_len = shape
-    row_tiles, col_tiles = -(-m_len // lanes), -(-n_len // lanes)
+    row_tiles, col_tiles = -(-m_len // lanes), _col_tiles(n_len, lanes, group)
     out = np.zeros((row_tiles * lanes, col_tiles * lanes), dtype=np.uint32)
     rows = np.asarray(rows, dtype=np.uint32).reshape(row_tiles, col_tiles, lanes, lanes)
     for ti in range(row_tiles):

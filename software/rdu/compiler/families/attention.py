@@ -41,7 +41,15 @@ from ...models.fp import NEG_INF
 from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, place_images
-from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
+from .base import (
+    Family,
+    is_bf16_input,
+    moved_work,
+    pcu_programs,
+    refuse_grouped_systolic,
+    tensor_shape,
+    unsupported,
+)
 
 __all__ = ["AttentionGroup", "AttentionFamily", "ATTENTION", "ATTENTION_CHUNK",
            "tile_attention", "lower_attention"]
@@ -88,6 +96,7 @@ def tile_attention(group, geometry, machine):
     """The :class:`rdu.frontend.attention.AttentionShape` of an attention group on ``geometry``:
     chunks of :data:`ATTENTION_CHUNK` keys (fewer for a short sequence), whole AXI beats
     of BF16 keys; refuses what the chain cannot hold."""
+    refuse_grouped_systolic(machine, "attention")
     lanes = geometry.lanes
     heads, rows, dim = group.q.shape
     kv_heads, seq, _ = group.k.shape

@@ -47,6 +47,7 @@ each tile. When no placement routes, the driver tiles again with one systolic PC
 from dataclasses import dataclass, field
 
 from hdl import defaults
+from hdl.fp_latency import systolic_group
 
 from ...frontend.graph import ELEMENTWISE, Node
 from ...ir import AccessPattern, BlockOffset, Kernel
@@ -176,9 +177,15 @@ class MatmulTiling:
     chunks: int             # K chunks (1: the whole row fits a PMU buffer)
     chunk: int              # columns per chunk (a multiple of 2 * lanes)
     k_pitch: int            # PMU row pitch of a chunk (power of two)
-    col_tiles: int
+    col_tiles: int          # a multiple of group
     passes: int
     buffers: int            # PMU buffers of a panel
+    group: int = 1          # column tiles per systolic tile (hdl.fp_latency.systolic_group)
+
+    @property
+    def col_groups(self):
+        """Systolic tiles per pass and PCU: ``group`` column tiles each."""
+        return self.col_tiles // self.group
 
     @property
     def k_pad(self):
@@ -210,12 +217,15 @@ class MatmulTiling:
         return (f"matmul {self.m}x{self.n}x{self.k}: {self.pcus} systolic PCUs"
                 f"{f' + {self.epilogue_pcus} epilogue' if self.epilogue_pcus else ''}, "
                 f"{self.passes} passes of {self.rows_per_pass} rows, {self.col_tiles} column "
-                f"tiles, K padded to {self.k_pad} (pitch {self.k_pitch}, {self.buffers} "
+                f"tiles{f' in groups of {self.group}' if self.group > 1 else ''}, K padded "
+                f"to {self.k_pad} (pitch {self.k_pitch}, {self.buffers} "
                 f"buffers{split}), {self.stores} store streams")
 
 
-def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS):
-    """The tiling of ``group`` on ``geometry`` with at most ``max_pcus`` systolic PCUs."""
+def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group=1):
+    """The tiling of ``group`` on ``geometry`` with at most ``max_pcus`` systolic PCUs;
+    ``tile_group``: column tiles per systolic tile (the PCUs'
+    :func:`hdl.fp_latency.systolic_group`: more than 1 with ``fp_latency``)."""
     lanes = geometry.lanes
     capacity = geometry.capacity()
     epilogue = bool(group.epilogue)
@@ -256,7 +266,7 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS):
         chunk = ceil_div(ceil_div(k_pad, chunks), beat) * beat
         buffers = 2
     k_pad = chunks * chunk
-    col_tiles = ceil_div(n, lanes)
+    col_tiles = ceil_div(n, lanes * tile_group) * tile_group
     if chunks > 1:
         # the A stream of a pass is one run of beats (16-bit count): fewer rows per pass
         # when K is long
@@ -264,15 +274,16 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS):
         pcus = max(1, min(pcus, rows_limit // lanes))
     passes = ceil_div(m, pcus * lanes)
     for what, value in (("padded K", k_pad), ("column tiles", col_tiles),
-                        ("passes", passes)):
+                        ("passes", passes), ("B beats per tile", k_pad * tile_group // 2)):
         if value > COUNT_LIMIT:
             raise CompileError(f"matmul {m}x{n}x{k}: {what} = {value} exceeds the "
                                f"16-bit loop counters by {value - COUNT_LIMIT}")
-    if chunks > 1 and passes * col_tiles * chunks > COUNT_LIMIT:
-        raise CompileError(f"matmul {m}x{n}x{k}: {passes * col_tiles * chunks} PMU buffer "
+    col_groups = col_tiles // tile_group
+    if chunks > 1 and passes * col_groups * chunks > COUNT_LIMIT:
+        raise CompileError(f"matmul {m}x{n}x{k}: {passes * col_groups * chunks} PMU buffer "
                            f"passes exceed the 16-bit pass counter")
     return MatmulTiling(m, n, k, k_total, lanes, pcus, stores if epilogue else 0, stores,
-                        chunks, chunk, k_pitch, col_tiles, passes, buffers)
+                        chunks, chunk, k_pitch, col_tiles, passes, buffers, tile_group)
 
 
 def matmul_images(group, t):
@@ -289,8 +300,10 @@ def matmul_images(group, t):
         a_split = (None, None)
     return {
         group.a.name: Image((t.m_pad, t.k_pad), tuple(a_pieces), *a_split, "bf16"),
+        # B by groups of column tiles: row k of a group's group * lanes columns is
+        # contiguous (a systolic tile's k step)
         group.b.name: Image((t.k_pad, t.n_pad), tuple(b_pieces),
-                            (t.k_pad, t.col_tiles, t.lanes), (1, 0, 2), "bf16"),
+                            (t.k_pad, t.col_groups, t.group * t.lanes), (1, 0, 2), "bf16"),
         group.output: Image((t.m_pad, t.n_pad), (Piece(group.output, (0, 0), (t.m, t.n)),),
                             (t.m_pad, t.col_tiles, t.lanes), (1, 0, 2),
                             "bf16" if group.out_dtype == "bf16" else "fp32"),
@@ -328,20 +341,21 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
         a_pattern = AccessPattern(addresses[a_name], (t.k_pad // (2 * lanes), rows, t.passes),
                                   (beat, row_bytes, rows * row_bytes))
         write = AccessPattern(0, (t.k_pad // lanes, rows, 1), (lanes, t.k_pitch, 0))
-        read = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, t.col_tiles, 1),
+        read = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, t.col_groups, 1),
                              (1, 0, 0))
         read_passes = t.passes
     else:
-        # chunk-major A: the pass's chunks again for every column tile
+        # chunk-major A: the pass's chunks again for every systolic tile
         a_pattern = AccessPattern(addresses[a_name],
-                                  (rows * t.k_pad // (2 * lanes), t.col_tiles, t.passes),
+                                  (rows * t.k_pad // (2 * lanes), t.col_groups, t.passes),
                                   (beat, 0, rows * row_bytes))
         write = AccessPattern(0, (t.chunk // lanes, rows, 1), (lanes, t.k_pitch, 0))
         read = AccessPattern(BlockOffset(0, t.panel_words), (t.chunk, 1, 1), (1, 0, 0))
-        read_passes = t.passes * t.col_tiles * t.chunks
+        read_passes = t.passes * t.col_groups * t.chunks
     a_stream = kernel.load(tensors[a_name], a_pattern, name="load_a", config={"bf16": True})
-    b_pattern = AccessPattern(addresses[b_name], (t.k_pad // 2, t.col_tiles, t.passes),
-                              (beat, t.k_pad * lanes * BF16, 0))
+    b_pattern = AccessPattern(addresses[b_name],
+                              (t.k_pad * t.group // 2, t.col_groups, t.passes),
+                              (beat, t.k_pad * t.group * lanes * BF16, 0))
     b_stream = kernel.load(tensors[b_name], b_pattern, name="load_b", config={"bf16": True})
     launch = kernel.output(kernel.nodes["load_b"], "control_out")
     results = []
@@ -355,7 +369,8 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
                 "predicate": (BlockOffset(0, t.panel_words),
                               BlockOffset(t.panel_words, t.panel_words))})
         result = kernel.compute(f"matmul{p}", "matmul", [panel, b_stream], config={
-            "mode": "systolic", "trips": (t.k_pad, t.col_tiles, t.passes)})
+            "mode": "systolic", "trips": (t.k_pad, t.col_groups, t.passes),
+            **({"group": t.group} if t.group > 1 else {})})
         kernel.connect(launch, kernel.nodes[f"matmul{p}"], "control_in")
         results.append(result)
     kernel.row_groups = []
@@ -404,7 +419,8 @@ class MatmulFamily(Family):
         return group
 
     def tile(self, group, state):
-        return tile_matmul(group, state.geometry, state.max_pcus, state.machine.agcus)
+        return tile_matmul(group, state.geometry, state.max_pcus, state.machine.agcus,
+                           systolic_group(state.machine.latency_table))
 
     def fewer_pcus(self, tiling):
         return tiling.pcus - 1 if tiling.pcus > 1 else None
@@ -422,6 +438,7 @@ class MatmulFamily(Family):
             "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
             "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
             "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
+            "tile_group": t.group,
             "operands": [group.a.name, group.b.name],
             "bias": group.bias.name if group.bias is not None else None,
             "epilogue": [list(step) for step in group.epilogue], "macs": t.macs}

@@ -31,7 +31,15 @@ from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, place_images
 from ..row_chain import RowChainBuilder
-from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
+from .base import (
+    Family,
+    is_bf16_input,
+    moved_work,
+    pcu_programs,
+    refuse_grouped_systolic,
+    tensor_shape,
+    unsupported,
+)
 from .matmul import MatmulGroup, MatmulTiling, matmul_group, matmul_images, tile_matmul
 from .rows import RowGroup
 
@@ -159,6 +167,7 @@ def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
     the PCUs :func:`weight_splits` gives it; more rows: as many row blocks a pass as
     the PCUs the activation leaves hold two at a time (one per matmul), at most
     ``max_pcus``, each weight read once a pass."""
+    refuse_grouped_systolic(machine, "the MLP")
     lanes = geometry.lanes
     where = f"output {group.output!r}"
     loads = 3 if group.up is None else 4
