@@ -185,30 +185,6 @@ def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
     assert macs == meta["pcus"] * meta["passes"] * meta["col_tiles"] * meta["k_pad"] * 16
 
 
-@pytest.mark.verilator
-def test_gemm_on_verilator_fp_latency(sim_dir, seed):
-    """Compiled GEMMs on the RTL of a 2x2 machine with ``fp_latency="default"`` (its
-    systolic PCUs on the pipelined PEs, under Verilator; the build takes about 4 minutes
-    once): the words equal the functional model's and the bit-exact reference."""
-    from rdu.machine import Machine
-    from rdu.runtime import run_programs
-    machine = Machine(rows=2, cols=2, lanes=4, fp_latency="default")
-    programs, operands = [], []
-    for shape in ((9, 13, 7), (23, 30, 17)):
-        program = gemm.compile_gemm(*shape, machine=machine)
-        a, b = gemm.random_inputs(*shape, seed + len(programs))
-        gemm.pack_inputs(program, a, b)
-        programs.append(program)
-        operands.append((a, b))
-    rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "sequence")
-    model = run_programs(programs, "model")
-    for program, (a, b), run, reference in zip(programs, operands, rtl, model, strict=True):
-        assert np.array_equal(run.outputs["c"], reference.outputs["c"])
-        c = gemm.unpack_output(program, run.outputs["c"])
-        assert np.array_equal(c.view(np.uint32),
-                              gemm.exact_reference(a, b, program.meta["k_pad"]))
-
-
 @pytest.mark.parametrize("kernel, params", [
     ("mlp", {"m": 8, "d": 64, "f": 256}),
     ("attention", {"seq": 32, "dim": 16, "heads": 1, "kv_heads": 1})])

@@ -498,36 +498,48 @@ def test_transpose_program_verilator(sim_dir, seed):
                       program_dir=str(sim_dir / "bad"), timeout=5000)
 
 
-@pytest.mark.parametrize("m, n, k", [(16, 16, 16), (12, 20, 8)])
-def test_compiled_gemm_amaranth(m, n, k, sim_dir, seed):
-    """The GEMM compiler's program (rdu.frontend.gemm: placement, routes, PCU/PMU/AGCU records,
-    bitstream) on a 2x2 system with PCUs, at the AGCU positions its mapper assumed
-    (rdu.runtime.system_params): C checked against numpy within the FP32 budget."""
+@pytest.mark.parametrize("m, n, k, fp_latency", [(16, 16, 16, "off"), (12, 20, 8, "default")])
+def test_compiled_gemm_amaranth(m, n, k, fp_latency, sim_dir, seed):
+    """The GEMM compiler's program (rdu.frontend.gemm: placement, routes, PCU/PMU/AGCU
+    records, bitstream) on a 2x2 system with PCUs, at the AGCU positions its mapper
+    assumed (rdu.runtime.system_params): C checked against numpy within the FP32 budget,
+    and its words against the functional model's. With ``fp_latency`` the PCUs' systolic
+    arrays are on the pipelined PEs (tiles of ``systolic_group`` column tiles, docs/pcu.md)
+    and the words are also the bit-exact reference's."""
     from rdu.frontend.gemm import (
         check_result,
         compile_gemm,
+        exact_reference,
         pack_inputs,
         random_inputs,
         unpack_output,
     )
-    from rdu.mapper import ArrayGeometry
+    from rdu.machine import Machine
+    from rdu.runtime import run_program as run_on_model
     from rdu.runtime import system_params
-    program = compile_gemm(m, n, k, ArrayGeometry(rows=2, cols=2, lanes=4, pmu_words=4096))
+    machine = Machine(rows=2, cols=2, lanes=4, pmu_bytes=16384, fp_latency=fp_latency)
+    program = compile_gemm(m, n, k, machine=machine)
     a, b = random_inputs(m, n, k, seed)
     pack_inputs(program, a, b)
     params = system_params(program)
     assert params["capacity_bytes"] == 16384
+    assert ("compute_unit" in params) == (fp_latency != "off")
     program.save(sim_dir / "program")
     system = RDUSystem(**params)
     stats = run_amaranth(system, run_program, seed=seed, watchdog=20_000,
                          program_dir=str(sim_dir / "program"), timeout=20_000)
     result = stats.result
-    c = unpack_output(program, load_outputs(result)["c"])
+    words = load_outputs(result)["c"]
+    assert np.array_equal(words, run_on_model(program, "model").outputs["c"])
+    c = unpack_output(program, words)
     ok, error = check_result(c, a, b)
     assert ok, f"C differs from numpy by {error}"
+    if fp_latency != "off":
+        assert program.meta["tile_group"] > 1
+        assert np.array_equal(c.view(np.uint32), exact_reference(a, b, program.meta["k_pad"]))
     assert result["memory_errors"] == [] and result["unit_error"] == 0
-    print(f"GEMM {m}x{n}x{k} on 2x2 (lanes 4): load {result['load_cycles']} cycles, run "
-          f"{result['cycles']} cycles")
+    print(f"GEMM {m}x{n}x{k} on 2x2 (lanes 4, fp_latency {fp_latency}): load "
+          f"{result['load_cycles']} cycles, run {result['cycles']} cycles")
 
 
 def test_program_sequence_keeps_memory_amaranth(sim_dir, seed):
