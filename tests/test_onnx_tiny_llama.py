@@ -75,6 +75,11 @@ def test_tiny_llama_command(tmp_path, capsys):
         assert main(argv + ["-o", str(path)]) == 2
         err = capsys.readouterr().err
         assert err == f"python -m rdu.onnx.tiny_llama: error: tiny_llama: {message}\n", err
+    with pytest.raises(SystemExit) as caught:
+        main(["--hidden", "wide", "-o", str(path)])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("python -m rdu.onnx.tiny_llama: error: argument --hidden"), err
 
 
 def test_hf_llama_exports_and_imports(tmp_path):

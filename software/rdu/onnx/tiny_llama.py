@@ -259,23 +259,34 @@ def tiny_llama(**values):
     return model
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def main(argv=None):
     """``python -m rdu.onnx.tiny_llama ... -o FILE``: write the model; exit 2 with one
     line on stderr for a bad option."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m rdu.onnx.tiny_llama",
         description="Write a tiny Llama-architecture ONNX model with seeded random "
                     "weights (docs/onnx.md, 'A tiny Llama').",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for name, default in Config.FIELDS:
         flag = "--" + name.replace("_", "-")
-        helps = {"kv_heads": "key/value heads (0: as many as --heads)",
+        helps = {"layers": "decoder layers", "hidden": "hidden size",
+                 "heads": "query heads", "ffn": "the MLP's intermediate size",
+                 "seq": "sequence length (tokens)", "seed": "the weights' seed",
+                 "eps": "RMSNorm epsilon", "theta": "rotary base",
+                 "kv_heads": "key/value heads (0: as many as --heads)",
                  "vocab": "vocabulary: the LM head's width (0: no LM head, the output "
                           "is the final hidden states)",
                  "embedding": "host: the model reads inputs_embeds (the host looks the "
                               "rows up); gather: Gather of input_ids (needs --vocab)"}
         parser.add_argument(flag, type=type(default), default=default,
-                            help=helps.get(name, name.replace("_", " ")))
+                            help=helps[name])
     parser.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     args = parser.parse_args(argv)
     values = {name: getattr(args, name) for name, _ in Config.FIELDS}
