@@ -217,8 +217,27 @@ def mlp_half(source, target, hidden, ffn, rng):
     return nodes, inits
 
 
+def repeat_kv(name, kv_heads, times, seq, dim, unsqueeze=True):
+    """HF's ``repeat_kv`` of heads ``name`` (1, kv_heads, seq, dim) into ``{name}_rep``
+    as the exporters write it: ``Unsqueeze`` (or ``Reshape``) to (1, G, 1, L, D),
+    ``Expand`` to (1, G, times, L, D), ``Reshape`` to (1, G * times, L, D)."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), f"{name}_{n}") for n, v in (
+        ("axis2", [2]), ("one", [1, kv_heads, 1, seq, dim]),
+        ("expand", [1, kv_heads, times, seq, dim]), ("merged", [1, kv_heads * times, seq,
+                                                                dim]))]
+    first = helper.make_node("Unsqueeze", [name, f"{name}_axis2"], [f"{name}_5"],
+                             name=f"{name}_unsqueeze") if unsqueeze else helper.make_node(
+        "Reshape", [name, f"{name}_one"], [f"{name}_5"], name=f"{name}_unsqueeze")
+    return [first,
+            helper.make_node("Expand", [f"{name}_5", f"{name}_expand"], [f"{name}_x"],
+                             name=f"{name}_expand"),
+            helper.make_node("Reshape", [f"{name}_x", f"{name}_merged"], [f"{name}_rep"],
+                             name=f"{name}_repeat")], inits
+
+
 def projected_model(seq=16, hidden=32, heads=2, dim=16, causal=False, o_proj=False,
-                    residual=False, after=None, rope=None, norm=False, mlp=None):
+                    residual=False, after=None, rope=None, norm=False, mlp=None,
+                    kv_heads=None, unsqueeze=True):
     """Llama's attention without rotary: Q, K, V projections of x split into heads
     (``Reshape`` to (1, L, H, D), ``Transpose`` (0, 2, 1, 3)), scaled dot-product
     attention (causal: ``Add`` of an initializer of ``-inf`` above the diagonal);
@@ -227,16 +246,20 @@ def projected_model(seq=16, hidden=32, heads=2, dim=16, causal=False, o_proj=Fal
     rotary embeddings of Q and K (the ``halves`` of rotate_half, :func:`_rope`);
     ``norm``: the projections of ``RMSNorm(x)`` (:func:`rms_norm`), the residual of x;
     ``mlp``: the FFN width of the decoder layer's second half after the residual,
-    ``h + LlamaMLP(RMSNorm(h))`` (:func:`mlp_half`)."""
+    ``h + LlamaMLP(RMSNorm(h))`` (:func:`mlp_half`); ``kv_heads``: K and V of that
+    many heads, repeated for the query heads by :func:`repeat_kv` (``unsqueeze``: its
+    first step an ``Unsqueeze``, else a ``Reshape``)."""
     rng = np.random.default_rng(0)
+    kv_heads = kv_heads or heads
     nodes, ropes, inits = _rope(dim, "qk", rope) if rope else ([], [], [])
     if norm:
         more, weights = rms_norm("x", "xn", hidden, "input_layernorm")
         nodes, inits = more + nodes, inits + weights
     for name in "qkv":
-        inits += [numpy_helper.from_array((rng.standard_normal((hidden, heads * dim)) *
+        count = heads if name == "q" else kv_heads
+        inits += [numpy_helper.from_array((rng.standard_normal((hidden, count * dim)) *
                                            0.3).astype(np.float32), f"w{name}"),
-                  numpy_helper.from_array(np.array([1, seq, heads, dim], np.int64),
+                  numpy_helper.from_array(np.array([1, seq, count, dim], np.int64),
                                           f"s{name}")]
         source = "xn" if norm else "x"
         nodes += [helper.make_node("MatMul", [source, f"w{name}"], [f"{name}2"],
@@ -249,6 +272,12 @@ def projected_model(seq=16, hidden=32, heads=2, dim=16, causal=False, o_proj=Fal
     nodes += ropes
     sdpa = sdpa_model(heads=heads, kv_heads=heads, rows=seq, seq=seq, dim=dim)
     nodes += [node for node in sdpa.graph.node if node.name not in ("softmax", "pv")]
+    kv = "v"
+    if kv_heads != heads:
+        for name in "kv":
+            more, weights = repeat_kv(name, kv_heads, heads // kv_heads, seq, dim, unsqueeze)
+            nodes, inits = nodes[:-4] + more + nodes[-4:], inits + weights
+        nodes[-4].input[0], kv = "k_rep", "v_rep"
     last = "scaled"
     if causal == "where":                # Shape, Range, LessOrEqual, Where
         more, axes = _causal_where(last)
@@ -259,7 +288,7 @@ def projected_model(seq=16, hidden=32, heads=2, dim=16, causal=False, o_proj=Fal
         nodes.append(helper.make_node("Add", [last, "causal_mask"], ["masked"], name="mask"))
         last = "masked"
     nodes += [helper.make_node("Softmax", [last], ["p"], name="softmax", axis=-1),
-              helper.make_node("MatMul", ["p", "v"], ["o"], name="pv")]
+              helper.make_node("MatMul", ["p", kv], ["o"], name="pv")]
     output = info("o", [1, heads, seq, dim])
     if o_proj:
         inits += [numpy_helper.from_array(np.array([1, seq, heads * dim], np.int64), "merged"),
@@ -586,3 +615,66 @@ def test_unsupported_operator_after_the_residual_is_one_line(tmp_path, capsys):
     assert err.startswith("rdu run: error: attn.onnx: node after (Softmax): a reduction "
                           "after attention other than a sum of squares"), err
     assert err.count("\n") == 1
+
+
+def _kv_heads_swapped(model, kv_heads, dim):
+    """``model`` with the key/value heads' columns of Wk and Wv in reverse order: each
+    query head reads another key/value head (a wrong grouping)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for init in model.graph.initializer:
+        if init.name in ("wk", "wv"):
+            w = numpy_helper.to_array(init)
+            swapped = w.reshape(w.shape[0], kv_heads, dim)[:, ::-1].reshape(w.shape)
+            init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(swapped), init.name))
+    return model
+
+
+def test_grouped_query_decoder_layer_agrees_with_onnxruntime():
+    """The decoder layer with 4 query heads and 2 key/value heads, K and V repeated as
+    HF's ``repeat_kv`` writes it (``Unsqueeze`` or ``Reshape``, ``Expand``,
+    ``Reshape``): the attention family's grouped-query mode reading K and V of the 2
+    heads the projections wrote; stage by stage bit-exact, within 2% of onnxruntime's
+    largest output; far outside it when each query head reads the other key/value
+    head."""
+    from rdu.apps.onnx_groups import compile_groups
+    from rdu.runtime import run_sequence
+    params = {"heads": 4, "dim": 16, "kv_heads": 2}
+    kernel, sequence = compile_groups(onnx_kernel(decoder_model(**params)),
+                                      Machine(agcus=4))
+    att, = [stage.program for stage in sequence.stages if stage.program.meta["group"] ==
+            "attention"]
+    assert (att.meta["heads"], att.meta["kv_heads"], att.meta["causal"]) == (4, 2, True)
+    assert len(sequence.stages) == 23
+    inputs = kernel.random_inputs(None, 5)
+    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
+    assert figures["ok"], figures["max_abs_err"]
+    agrees, others = kernel.references(None, inputs, results)
+    assert agrees and others["max_abs_err_onnxruntime"] > 0
+    assert onnxruntime_error(kernel, inputs, results) < SHARE
+    wrong = _kv_heads_swapped(decoder_model(**params), 2, 16)
+    assert onnxruntime_error(kernel, inputs, results, wrong) > 5 * SHARE
+
+
+@pytest.mark.parametrize("unsqueeze", [True, False], ids=["unsqueeze", "reshape"])
+def test_repeat_kv_imports_as_grouped_query_attention(unsqueeze):
+    """``repeat_kv`` of K and V (either first step) is no operator: attention reads
+    the 2 key/value heads themselves for its 4 query heads."""
+    graph = import_model(projected_model(heads=4, kv_heads=2, unsqueeze=unsqueeze)).graph
+    node, = [n for n in graph.live_nodes() if n.op == "attention"]
+    assert [operand.shape for operand in node.inputs] == [(4, 16, 16), (2, 16, 16),
+                                                          (2, 16, 16)]
+
+
+def test_repeat_kv_other_than_hf_is_one_line():
+    """K expanded along another axis than the one after its heads is refused in one
+    line naming the node."""
+    model = projected_model(heads=4, kv_heads=2)
+    for init in model.graph.initializer:
+        if init.name == "k_expand":
+            init.CopyFrom(numpy_helper.from_array(np.array([1, 2, 2, 16, 2], np.int64),
+                                                  "k_expand"))
+    with pytest.raises(OnnxImportError) as caught:
+        import_model(model)
+    text = str(caught.value)
+    assert "node k_expand (Expand): expand of K/V heads (2, 1, 16, 16) to (1, 2, 2, 16, " \
+        "2); supported: repeat_kv: (1, 2, n_rep, 16, 16)" in text and "\n" not in text, text

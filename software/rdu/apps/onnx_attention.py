@@ -186,11 +186,11 @@ class _Builder:
         out.node.attrs["dim_align"] = self.machine.lanes
         out.node.where = node.where
         graph.output(out_name, out)
-        if q.shape[0] != k.shape[0] or q.shape[1] % self.machine.lanes:
+        if q.shape[0] % k.shape[0] or q.shape[1] % self.machine.lanes:
             raise CompileError(f"{node.where}: attention of projections of {q.shape[0]} "
                                f"query and {k.shape[0]} key/value heads, {q.shape[1]} rows; "
-                               f"supported: as many key/value heads as query heads, rows a "
-                               f"multiple of {self.machine.lanes}")
+                               f"supported: key/value heads dividing the query heads, rows "
+                               f"a multiple of {self.machine.lanes}")
         return graph, compile_graph(graph, self.machine, kernel=KERNEL_NAME,
                                     params=self.params, plan=ImagePlan(start=start))
 
@@ -326,21 +326,24 @@ class _Builder:
                                        b if self.norm is None else None,
                                        (blocks * dim_k, width + columns),
                                        (width + columns, columns), None, bf16=False))
+        # causal grouped-query passes run by key/value head, row tile, then query head
+        group = s.group if kind == "q" and s.causal else 1
         index = self.rotary(kind, s, parts, firsts,
                             np.concatenate([item[2] for item in items]), address,
-                            np.concatenate([item[3] for item in items]), blocks)
+                            np.concatenate([item[3] for item in items]), blocks, group)
         for number, (h, copy, _, _) in enumerate(items):
             tag = f"q{h}" if kind == "q" else f"k{h}_{copy}"
             self.final[(kind, h, tag)] = (index, "out", lambda words, number=number: _unview(
                 np.asarray(words), blocks * dim_k, s.lanes)[number * dim_k:
                                                             (number + 1) * dim_k])
 
-    def rotary(self, tag, s, parts, firsts, target, address, wanted, blocks=1):
+    def rotary(self, tag, s, parts, firsts, target, address, wanted, blocks=1, group=1):
         """The row group ``(p1 * t1 + p2 * t2)`` to BF16 over the producers' FP32
         results and the tables, viewed as rows of two dimensions (:func:`_view`),
         written into the attention's image (``blocks`` heads or K copies stacked in the
-        products: each block's rows of a column tile where the attention reads them);
-        its stage index."""
+        products: each block's rows of a column tile where the attention reads them;
+        ``group`` > 1: the image holds them by key/value head, tile, then the ``group``
+        query heads of the key/value head); its stage index."""
         dim_k, columns = target.shape
         dim_k //= blocks
         lanes, dim = s.lanes, s.dim
@@ -351,8 +354,9 @@ class _Builder:
         graph.output("out", (p1 * t1 + p2 * t2).astype("bf16"))
         offset = int(wanted.min())
         view = Image((count, 2 * lanes), (), None, None, "fp32")
-        out = Image((count, 2 * lanes), (), (columns // lanes, blocks, dim_k // 2, 2 * lanes),
-                    (1, 0, 2, 3), "bf16")
+        split = (columns // lanes, blocks // group, group, dim_k // 2, 2 * lanes)
+        out = Image((count, 2 * lanes), (), split if group > 1 else split[:2] + split[3:],
+                    (1, 0, 2, 3, 4) if group > 1 else (1, 0, 2, 3), "bf16")
         if not np.array_equal(_view(wanted - offset, lanes), out.byte_offsets()):
             raise CompileError(f"{self.node.where}: rotary's row group cannot write the "
                                f"attention's image as rows")
@@ -430,8 +434,9 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
     items = {"q": [], "k": []}
     for h in range(s.heads):
         mine = [p for p, (_, _, queries) in enumerate(passes) if queries[0][0] == h]
-        block = slice(mine[0] * s.lanes, (mine[-1] + 1) * s.lanes)
+        block = np.concatenate([np.arange(p * s.lanes, (p + 1) * s.lanes) for p in mine])
         items["q"].append((h, 0, constants["q"][block].T, offsets["q"][block].T))
+    for h in range(s.kv_heads):
         for copy in range(s.key_copies):
             keys = slice((h * s.key_copies + copy) * s.seq_pad,
                          (h * s.key_copies + copy + 1) * s.seq_pad)
@@ -442,7 +447,7 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
             continue
         for h, copy, target, wanted in items[kind]:
             built.operand(kind, h, s, target, address[kind], wanted, copy)
-    for h in range(s.heads):
+    for h in range(s.kv_heads):
         for chunk in range(s.chunks if not _one_v(s) else 0):
             _values(built, s, h, chunk, address["v"], offsets["v"][
                 h * s.seq_pad + chunk * s.chunk:h * s.seq_pad + (chunk + 1) * s.chunk])
@@ -466,7 +471,7 @@ def _one_v(s):
 
 def _all_values(built, s, address, offsets):
     """V of every head, one chunk: ``x_pad @ Wv`` in V's image."""
-    width, rows, heads = built.width, built.rows, s.heads
+    width, rows, heads = built.width, built.rows, s.kv_heads
     w_name = built.parts["v"][0][1].name
 
     def x_pad(inputs):
@@ -524,12 +529,12 @@ def _gathered(built, s):
 
     def k(produced):
         return np.stack([matrix(produced, "k", h, f"k{h}_0")[:dim, :s.seq].T
-                         for h in range(s.heads)])
+                         for h in range(s.kv_heads)])
 
     def v(produced):
         return np.stack([np.concatenate([matrix(produced, "v", h, f"v{h}_{c}")
                                          for c in range(s.chunks)])[:s.seq, :dim]
-                         for h in range(s.heads)])
+                         for h in range(s.kv_heads)])
 
     first = {kind: next(value[0] for key, value in final.items() if key[0] == kind)
              for kind in "qkv"}
@@ -570,14 +575,20 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
         raise CompileError(f"{where}: o_proj pads its K {heads * dim} or N {rows}; the row "
                            f"group before it would have to write the padding")
     count = heads * tiles * dim // 2
-    split = (heads, tiles, dim // 2, 2, lanes)
+    # the passes, (key/value head, query head of its group, tile) in that order, or
+    # (causal) (key/value head, tile, query head): ``order`` of those three axes
+    order = (0, 2, 1) if s.causal else (0, 1, 2)
+    axes = (s.kv_heads, s.group, tiles)
+    split = tuple(axes[i] for i in order) + (dim // 2, 2, lanes)
+    at = [order.index(i) for i in range(3)]             # where each axis is in split
+    to_b = (at[0], at[1], 3, 4, at[2], 5)               # (head, dim, tile, lane)
     view_in = Image((count, 2 * lanes), (), None, None, "fp32")
-    view_out = Image((count, 2 * lanes), (), split, (1, 0, 2, 3, 4), "bf16")
+    view_out = Image((count, 2 * lanes), (), split, (at[2], at[0], at[1], 3, 4, 5), "bf16")
     o_image = Image.from_json(att.meta["images"]["o"])
     _same_bytes(where, view_in, o_image, lambda m: m.reshape(split).transpose(
-        0, 1, 4, 2, 3).reshape(heads * tiles * lanes, dim))
+        0, 1, 2, 5, 3, 4).reshape(heads * tiles * lanes, dim))
     _same_bytes(where, view_out, b_image, lambda m: m.reshape(split).transpose(
-        0, 2, 3, 1, 4).reshape(heads * dim, rows))
+        to_b).reshape(heads * dim, rows))
     m_graph = Graph(f"{name}_merge_heads")
     m_graph.output("ob", m_graph.input("o", (count, 2 * lanes), "fp32").astype("bf16"))
     m_prog = compile_graph(m_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
@@ -589,12 +600,12 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
 
     def o_view(produced):
         o = np.asarray(produced[att_index]["o"], np.uint32)     # (heads, rows, dim)
-        return o.reshape(heads, tiles, lanes, dim // 2, 2).transpose(
-            0, 1, 3, 4, 2).reshape(count, 2 * lanes)
+        return o.reshape(axes + (lanes, dim // 2, 2)).transpose(
+            *order, 4, 5, 3).reshape(count, 2 * lanes)
 
     def b_of(produced):
         view = np.asarray(produced[att_index + 1]["ob"], np.uint32)
-        return view.reshape(split).transpose(0, 2, 3, 1, 4).reshape(heads * dim, rows)
+        return view.reshape(split).transpose(to_b).reshape(heads * dim, rows)
 
     def wo_t(inputs):
         return np.ascontiguousarray(np.asarray(inputs[wo.name], np.uint32).reshape(

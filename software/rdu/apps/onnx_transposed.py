@@ -155,8 +155,28 @@ class _Cut:
         order = {id(node): index for index, node in enumerate(self.graph.nodes)}
         return sorted(members, key=lambda node: order[id(node)]), reduces, inputs
 
+    def squared_first(self, sink):
+        """The operands of the sums of squares in ``sink``'s group that the group itself
+        computes (a norm of the residual that ends a layer: the final norm) as row groups
+        of their own first, so that :meth:`sums` reads them."""
+        stack, seen = [sink], set()
+        while stack:
+            node = stack.pop()
+            if id(node) in seen or (id(node) in self.values and node is not sink):
+                continue
+            seen.add(id(node))
+            inner = node.inputs[0] if node.op == "reduce" else None
+            if inner is not None and inner.op == "binary" and inner.attrs["fn"] == "mul" \
+                    and inner.inputs[0] is inner.inputs[1]:
+                operand = inner.inputs[0]
+                if id(operand) not in self.values and operand.op in ("binary", "unary"):
+                    self.rows_group(operand, "out")
+            if node.op in ("binary", "unary", "broadcast", "reduce"):
+                stack.extend(node.inputs)
+
     def rows_group(self, sink, out_name):
         """A row group over the views (a norm's sums first: :meth:`sums`)."""
+        self.squared_first(sink)
         members, reduces, inputs = self.members(sink)
         depth = sink.shape[-1]
         self.check(sink, depth)

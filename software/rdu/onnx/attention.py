@@ -65,12 +65,23 @@ class Merged:
 
 
 @dataclass
+class Repeated:
+    """K or V of ``G`` key/value heads (a heads tensor) with a size-1 axis after the
+    heads (``Unsqueeze`` or ``Reshape`` to ``(1, G, 1, L, D)``), expanded ``times``
+    along it (``Expand``): reshaped to ``(1, G * times, L, D)`` it is HF's
+    ``repeat_kv``, which attention reads as the ``G`` heads themselves (grouped-query
+    attention: query head ``h`` reads key/value head ``h // times``)."""
+    x: Value
+    times: int = 1
+
+
+@dataclass
 class Probs:
     """``Softmax(scores)`` over the keys."""
     scores: Scores
 
 
-PENDING = (KeysT, Scores, Probs, Split, Merged)
+PENDING = (KeysT, Scores, Probs, Split, Merged, Repeated)
 
 
 def _heads(imp, value, what):
@@ -167,7 +178,7 @@ def _finish(imp, probs, v):
 
 def _matmul(imp, a, b):
     if isinstance(a, Probs):
-        return _finish(imp, a, b)
+        return _finish(imp, a, b.x if isinstance(b, Repeated) and b.times == -1 else b)
     if isinstance(b, KeysT):
         q = _heads(imp, a, "Q")
         shape = tuple(np.broadcast_shapes(q.shape[:-2], b.k.shape[:-2])) + \
@@ -215,8 +226,16 @@ def convert(imp, node):
         if split is not None:
             imp.values[node.output[0]] = split
             return True
+    if heads and not pending and op in ("Unsqueeze", "Reshape"):
+        repeated = _unsqueezed(imp, node, values)
+        if repeated is not None:
+            imp.values[node.output[0]] = repeated
+            return True
     if not pending and not (heads and op in ("Transpose", "MatMul")):
         return False
+    if isinstance(values[0], Repeated) and op in ("Expand", "Reshape"):
+        imp.values[node.output[0]] = _repeat(imp, op, *values[:2])
+        return True
     if op == "Reshape" and isinstance(values[0], Merged):
         merged = values[0].x
         target = [int(d) for d in np.asarray(_constant(imp, values[1], "the shape")).ravel()]
@@ -234,6 +253,54 @@ def convert(imp, node):
                  "of a constant mask or Where, Softmax, MatMul(., V)")
     imp.values[node.output[0]] = out
     return True
+
+
+def _unsqueezed(imp, node, values):
+    """``Unsqueeze(axes=[2])`` or ``Reshape`` to ``(1, G, 1, L, D)`` of a heads tensor
+    (the first step of ``repeat_kv``): a :class:`Repeated`; None for anything else."""
+    from onnx import helper
+    x = values[0]
+    if len(x.shape) != 4:
+        return None
+    heads_, rows, dim = x.tensor.shape
+    if node.op_type == "Reshape":
+        target = [int(d) for d in np.asarray(_constant(imp, values[1], "the shape")).ravel()]
+        target = [x.shape[i] if d == 0 and i < 4 else d for i, d in enumerate(target)]
+        fits = target == [1, heads_, 1, rows, dim]
+    else:
+        axes = [helper.get_attribute_value(a) for a in node.attribute if a.name == "axes"]
+        axes = list(axes[0]) if axes else (
+            np.asarray(_constant(imp, values[1], "the axes")).ravel().tolist()
+            if len(values) > 1 and values[1] is not None else [])
+        fits = [int(a) % 5 for a in axes] == [2]
+    return Repeated(x) if fits else None
+
+
+def _repeat(imp, op, repeated, shape):
+    """``Expand`` of a :class:`Repeated` along its size-1 axis, or the ``Reshape`` that
+    merges it into the heads: ``(1, G * times, L, D)``, attention's K or V of ``G``
+    heads (a pending value: anything but attention refuses it)."""
+    x, times = repeated.x, repeated.times
+    heads_, rows, dim = x.tensor.shape
+    target = [int(d) for d in np.asarray(_constant(imp, shape, "the shape")).ravel()]
+    if op == "Expand":
+        try:
+            out = np.broadcast_shapes((1, heads_, times, rows, dim), tuple(target))
+        except ValueError:
+            out = None
+        if out is None or len(out) != 5 or out[:2] != (1, heads_) or out[3:] != (rows, dim):
+            imp.fail(f"expand of K/V heads ({heads_}, 1, {rows}, {dim}) to {tuple(target)}",
+                     f"repeat_kv: (1, {heads_}, n_rep, {rows}, {dim})")
+        return Repeated(x, int(out[2]))
+    known = [1, heads_ * times, rows, dim]
+    target = [known[i] if d == 0 and i < 4 else d for i, d in enumerate(target)]
+    if -1 in target and len(target) == 4:
+        rest = int(np.prod([d for d in target if d != -1]))
+        target = [int(np.prod(known)) // rest if d == -1 else d for d in target]
+    if target != known:
+        imp.fail(f"reshape of repeated K/V heads ({heads_}, {times}, {rows}, {dim}) to "
+                 f"{tuple(target)}", f"repeat_kv: {tuple(known)}")
+    return Repeated(Value(x.tensor, tuple(known)), -1)
 
 
 def _split_heads(imp, value, shape):
@@ -265,6 +332,8 @@ def _heads_of(imp, split, perm):
 
 def _step(imp, node, op, values):
     first = values[0]
+    if isinstance(first, Repeated) and first.times == -1 and op == "Transpose":
+        first = first.x                 # repeat_kv's K: its G heads, shape of H
     if op == "Transpose" and isinstance(first, Value):
         return _transpose(imp, node, first)
     if op == "Transpose" and isinstance(first, Split):

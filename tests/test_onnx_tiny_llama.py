@@ -1,0 +1,111 @@
+"""The project's tiny Llama (rdu.onnx.tiny_llama, docs/onnx.md "A tiny Llama"): written
+with onnx.helper in the exporter's operator form, run on the functional model against
+onnxruntime; its command's errors; HF's LlamaForCausalLM exported by torch and imported
+(skipped without torch and transformers)."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from rdu.machine import Machine  # noqa: E402
+from rdu.onnx import import_model, onnx_kernel  # noqa: E402
+from rdu.onnx.tiny_llama import main, tiny_llama  # noqa: E402
+
+SHARE = 0.02            # of onnxruntime's largest output, as tests/test_onnx_attention.py
+
+
+def _share(kernel, inputs, results, model):
+    from rdu.onnx.kernel import onnxruntime_outputs
+    others = onnxruntime_outputs(onnx_kernel(model).imported, inputs)
+    return max(float(np.abs(np.asarray(results[name], np.float64) - others[name]).max() /
+                     np.abs(others[name]).max()) for name in others)
+
+
+def test_tiny_llama_runs_and_agrees_with_onnxruntime():
+    """One layer of 4 query and 2 key/value heads, the final norm and an LM head of 64:
+    27 configurations on the functional model, stage by stage bit-exact, within 2% of
+    onnxruntime's largest logit; a model of the same shape with other weights (seed)
+    is far outside it."""
+    from rdu.apps.onnx_groups import compile_groups
+    from rdu.runtime import run_sequence
+    shape = {"hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 128, "vocab": 64, "seq": 16}
+    kernel, sequence = compile_groups(onnx_kernel(tiny_llama(**shape)), Machine(agcus=4))
+    groups = [stage.program.meta["group"] for stage in sequence.stages]
+    assert len(groups) == 27 and groups.count("attention") == 1
+    assert groups[-4:] == ["rows", "matmul", "rows", "matmul"]    # final norm, LM head
+    inputs = kernel.random_inputs(None, 2)
+    figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
+    assert figures["ok"], figures["max_abs_err"]
+    assert kernel.references(None, inputs, results)[0]
+    assert np.asarray(results["logits"]).size == 16 * 64
+    assert _share(kernel, inputs, results, tiny_llama(**shape)) < SHARE
+    assert _share(kernel, inputs, results, tiny_llama(**shape, seed=1)) > 10 * SHARE
+
+
+def test_tiny_llama_nodes_are_the_exporters():
+    """The operator form: Gather of token ids with --embedding gather, repeat_kv with
+    fewer key/value heads, no custom domain; every layer's weights named as HF's."""
+    model = tiny_llama(layers=2, heads=4, kv_heads=1, vocab=32, embedding="gather")
+    ops = [node.op_type for node in model.graph.node]
+    assert ops[0] == "Gather" and ops.count("Expand") == 4 and ops.count("Softmax") == 2
+    assert {node.domain for node in model.graph.node} == {""}
+    names = {init.name for init in model.graph.initializer}
+    assert {"model.layers.1.mlp.down_proj.weight.T", "model.norm.weight",
+            "lm_head.weight.T", "model.embed_tokens.weight"} <= names
+    assert model.graph.input[0].name == "input_ids"
+
+
+def test_tiny_llama_command(tmp_path, capsys):
+    """``python -m rdu.onnx.tiny_llama``: writes a model that imports; a bad option is
+    one line on stderr and exit 2."""
+    path = tmp_path / "tiny.onnx"
+    assert main(["--hidden", "32", "--heads", "2", "--ffn", "64", "--seq", "8",
+                 "-o", str(path)]) == 0
+    graph = import_model(onnx.load(str(path))).graph
+    assert [n for n in graph.live_nodes() if n.op == "attention"]
+    for argv, message in ((["--hidden", "30", "--heads", "4"], "--hidden 30 is not a "
+                           "multiple of --heads 4"),
+                          (["--heads", "4", "--kv-heads", "3"], "--heads 4 is not a "
+                           "multiple of --kv-heads 3"),
+                          (["--embedding", "gather"], "--embedding gather needs a --vocab"),
+                          (["--layers", "0"], "--layers 0 must be at least 1")):
+        capsys.readouterr()
+        assert main(argv + ["-o", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"python -m rdu.onnx.tiny_llama: error: tiny_llama: {message}\n", err
+    with pytest.raises(SystemExit) as caught:
+        main(["--hidden", "wide", "-o", str(path)])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("python -m rdu.onnx.tiny_llama: error: argument --hidden"), err
+
+
+def test_hf_llama_exports_and_imports(tmp_path):
+    """HF's LlamaForCausalLM of a small random config, exported by torch (eager
+    attention, opset 18) and imported; skipped without torch and transformers."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    embeds = torch.randn(1, 16, 64)
+
+    class Body(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, inputs_embeds):
+            return self.inner(inputs_embeds=inputs_embeds, use_cache=False).logits
+
+    path = tmp_path / "hf_llama.onnx"
+    torch.onnx.export(Body(model), (embeds,), str(path), opset_version=18,
+                      input_names=["inputs_embeds"], output_names=["logits"])
+    graph = import_model(onnx.load(str(path))).graph
+    node, = [n for n in graph.live_nodes() if n.op == "attention"]
+    assert node.inputs[0].shape[0] == 4 and node.inputs[1].shape[0] == 2
