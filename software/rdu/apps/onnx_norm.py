@@ -127,8 +127,9 @@ class NormB:
         where = built.node.where
         if width % (2 * lanes) or columns % lanes or depth % (2 * lanes) or rows > columns:
             raise CompileError(f"{where}: a norm before the projections of width {width}, "
-                               f"{columns} columns; supported: width a multiple of "
-                               f"{2 * lanes}, columns of {lanes}")
+                               f"{columns} columns, {rows} rows; supported: width and "
+                               f"columns multiples of {2 * lanes} (B's rows, width + "
+                               f"columns, in whole beats), columns at least the rows")
         self.depth = depth
         order = {id(node): index for index, node in enumerate(built.graph.nodes)}
         nodes = sorted(nodes, key=lambda node: order[id(node)])
