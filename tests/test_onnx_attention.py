@@ -132,33 +132,50 @@ def _weak_where():
     return model
 
 
+def _position_tables(dim, prefix="", heads_axes=False):
+    """``(initializers, nodes)`` of Llama's rotary tables ``cos`` and ``sin`` from
+    position ids as exporters write them (``Shape`` of ``x``, ``Range``, ``Cast``,
+    ``MatMul`` by the inverse frequencies, ``Concat``, ``Cos``, ``Sin``; with
+    ``heads_axes`` ``Unsqueeze`` d to ``(1, 1, L, D)``), and the ``Slice`` bounds of
+    ``rotate_half`` (``{prefix}start``, ``middle``, ``end``, ``last``)."""
+    half, p = dim // 2, prefix
+    inverse = (1.0 / 10000 ** (np.arange(0, dim, 2) / dim)).astype(np.float32)
+    inits = [numpy_helper.from_array(inverse.reshape(1, half), "inv_freq")] + [
+        numpy_helper.from_array(np.array(v, np.int64), p + n) for n, v in (
+            ("start", [0]), ("middle", [half]), ("end", [2 ** 62]), ("last", [-1]),
+            ("axis1", [1]), ("axes01", [0, 1]))]
+    tables = (f"{p}cos2", f"{p}sin2") if heads_axes else ("cos", "sin")
+    nodes = [helper.make_node("Shape", ["x"], [f"{p}shape"], name=f"{p}shape"),
+             helper.make_node("Constant", [], [f"{p}i1"], name=f"{p}i1", value_int=1),
+             helper.make_node("Gather", [f"{p}shape", f"{p}i1"], [f"{p}n"],
+                              name=f"{p}seq_len"),
+             helper.make_node("Constant", [], [f"{p}zero"], name=f"{p}zero", value_int=0),
+             helper.make_node("Constant", [], [f"{p}one"], name=f"{p}one", value_int=1),
+             helper.make_node("Range", [f"{p}zero", f"{p}n", f"{p}one"], [f"{p}pos"],
+                              name=f"{p}position_ids"),
+             helper.make_node("Cast", [f"{p}pos"], [f"{p}posf"], name=f"{p}pos_float",
+                              to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", [f"{p}posf", f"{p}axis1"], [f"{p}column"],
+                              name=f"{p}column"),
+             helper.make_node("MatMul", [f"{p}column", "inv_freq"], [f"{p}freqs"],
+                              name=f"{p}freqs"),
+             helper.make_node("Concat", [f"{p}freqs", f"{p}freqs"], [f"{p}emb"],
+                              name=f"{p}emb", axis=-1),
+             helper.make_node("Cos", [f"{p}emb"], [tables[0]], name=tables[0]),
+             helper.make_node("Sin", [f"{p}emb"], [tables[1]], name=tables[1])]
+    if heads_axes:
+        nodes += [helper.make_node("Unsqueeze", [table, f"{p}axes01"], [out],
+                                   name=f"{p}{out}")
+                  for table, out in zip(tables, ("cos", "sin"), strict=True)]
+    return inits, nodes
+
+
 def _rope(dim, names, halves=("neg", "x1")):
     """Llama's rotary embedding of the heads ``{name}h`` into ``name`` for ``names``:
     cos and sin ``(1, 1, L, D)`` from position ids (``Shape``, ``Range``, ``Cast``,
     ``MatMul`` by the inverse frequencies, ``Concat``, ``Cos``, ``Sin``, ``Unsqueeze``),
     ``rotate_half`` as ``Concat`` of the ``halves`` (``Slice`` s, ``Neg``)."""
-    half = dim // 2
-    inverse = (1.0 / 10000 ** (np.arange(0, dim, 2) / dim)).astype(np.float32)
-    inits = [numpy_helper.from_array(inverse.reshape(1, half), "inv_freq")] + [
-        numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (
-            ("r_start", [0]), ("r_middle", [half]), ("r_end", [2 ** 62]), ("r_last", [-1]),
-            ("r_axis1", [1]), ("r_axes01", [0, 1]))]
-    nodes = [helper.make_node("Shape", ["x"], ["r_shape"], name="r_shape"),
-             helper.make_node("Constant", [], ["r_i1"], name="r_i1", value_int=1),
-             helper.make_node("Gather", ["r_shape", "r_i1"], ["r_n"], name="r_seq_len"),
-             helper.make_node("Constant", [], ["r_zero"], name="r_zero", value_int=0),
-             helper.make_node("Constant", [], ["r_one"], name="r_one", value_int=1),
-             helper.make_node("Range", ["r_zero", "r_n", "r_one"], ["r_pos"], name="r_pos"),
-             helper.make_node("Cast", ["r_pos"], ["r_posf"], name="r_posf",
-                              to=TensorProto.FLOAT),
-             helper.make_node("Unsqueeze", ["r_posf", "r_axis1"], ["r_col"], name="r_col"),
-             helper.make_node("MatMul", ["r_col", "inv_freq"], ["r_freqs"], name="r_freqs"),
-             helper.make_node("Concat", ["r_freqs", "r_freqs"], ["r_emb"], name="r_emb",
-                              axis=-1),
-             helper.make_node("Cos", ["r_emb"], ["r_cos2"], name="r_cos2"),
-             helper.make_node("Sin", ["r_emb"], ["r_sin2"], name="r_sin2"),
-             helper.make_node("Unsqueeze", ["r_cos2", "r_axes01"], ["cos"], name="r_cos"),
-             helper.make_node("Unsqueeze", ["r_sin2", "r_axes01"], ["sin"], name="r_sin")]
+    inits, nodes = _position_tables(dim, "r_", heads_axes=True)
     ropes = []
     for name in names:
         h = f"{name}h"
@@ -430,27 +447,7 @@ def rotary_model(seq=8, hidden=64, dim=32, project=True, halves=("neg_x2", "x1")
     (``Shape``, ``Range``, ``Cast``, ``MatMul`` by the inverse frequencies, ``Concat``,
     ``Cos``, ``Sin``) and ``rotate_half(q) = Concat(Neg(q2), q1)`` of ``Slice`` s."""
     rng = np.random.default_rng(1)
-    half = dim // 2
-    inverse = (1.0 / 10000 ** (np.arange(0, dim, 2) / dim)).astype(np.float32)
-    inits = [numpy_helper.from_array(inverse.reshape(1, half), "inv_freq"),
-             numpy_helper.from_array(np.array([0], np.int64), "start"),
-             numpy_helper.from_array(np.array([half], np.int64), "middle"),
-             numpy_helper.from_array(np.array([2 ** 62], np.int64), "end"),
-             numpy_helper.from_array(np.array([-1], np.int64), "last"),
-             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
-    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
-             helper.make_node("Constant", [], ["i1"], name="i1", value_int=1),
-             helper.make_node("Gather", ["shape", "i1"], ["n"], name="seq_len"),
-             helper.make_node("Constant", [], ["zero"], name="zero", value_int=0),
-             helper.make_node("Constant", [], ["one"], name="one", value_int=1),
-             helper.make_node("Range", ["zero", "n", "one"], ["pos"], name="position_ids"),
-             helper.make_node("Cast", ["pos"], ["posf"], name="pos_float",
-                              to=TensorProto.FLOAT),
-             helper.make_node("Unsqueeze", ["posf", "axis1"], ["column"], name="column"),
-             helper.make_node("MatMul", ["column", "inv_freq"], ["freqs"], name="freqs"),
-             helper.make_node("Concat", ["freqs", "freqs"], ["emb"], name="emb", axis=-1),
-             helper.make_node("Cos", ["emb"], ["cos"], name="cos"),
-             helper.make_node("Sin", ["emb"], ["sin"], name="sin")]
+    inits, nodes = _position_tables(dim)
     source = "x"
     if project:
         inits.append(numpy_helper.from_array(
