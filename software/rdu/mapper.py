@@ -32,7 +32,8 @@ from hdl.switch import Direction, Port
 from .ir import IRError, Merge
 
 __all__ = ["MappingError", "ArrayGeometry", "Site", "Placement", "Route", "Mapping",
-           "map_kernel", "route_kernel", "route_confined", "agcu_site", "default_agcu_rows",
+           "map_kernel", "route_kernel", "route_confined", "routing_order",
+           "agcu_site", "default_agcu_rows",
            "DIRECTIONS", "OPPOSITE"]
 
 #: Port name -> (d_row, d_col) of the neighbour, in hdl.switch.Direction order.
@@ -248,11 +249,16 @@ class _Unroutable(Exception):
         self.stream = stream
 
 
+def routing_order(kernel):
+    """The streams with consumers, in the order routers take them first: the widest
+    multicasts first, then by name."""
+    return sorted((s for s in kernel.streams if s.sinks), key=lambda s: (-len(s.sinks), s.name))
+
+
 def _route(kernel, geometry, placement, attempts=None):
     """Route all streams; when one fails, retry with it first (rip up everything),
     at most ``attempts`` times (default: the number of streams)."""
-    order = sorted((s for s in kernel.streams if s.sinks),
-                   key=lambda s: (-len(s.sinks), s.name))
+    order = routing_order(kernel)
     attempts = attempts or max(1, len(order))
     for _ in range(attempts):
         try:
@@ -287,7 +293,7 @@ def route_confined(kernel, geometry, placement, allowed):
     (``allowed``: ``{stream name: {(switch, out_port)}}``, e.g. by
     :func:`rdu.negotiate.negotiate`), on track 0; a :class:`Mapping`, or
     :class:`MappingError`."""
-    order = sorted((s for s in kernel.streams if s.sinks), key=lambda s: (-len(s.sinks), s.name))
+    order = routing_order(kernel)
     try:
         routes = _route_in_order(kernel, geometry, placement, order, allowed)
     except _Unroutable as failure:

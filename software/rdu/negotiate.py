@@ -18,7 +18,7 @@ import heapq
 from collections import Counter, defaultdict
 
 from .ir import Merge
-from .mapper import DIRECTIONS
+from .mapper import DIRECTIONS, routing_order
 
 __all__ = ["negotiate", "ROUNDS"]
 
@@ -66,10 +66,9 @@ def _tree(stream, geometry, placement, price, in_mesh):
             path = _cheapest([start], tree.__contains__, price, in_mesh)
             if path is None:
                 return None
-            for switch, port in path:
+            for switch, port in path:        # from ``start`` to the tree
                 links.add((switch, port))
                 tree.add(switch)
-            tree.add(start)
         return links
     tree = {geometry.switch_of(placement.sites[stream.source.node])}
     for sink in stream.sinks:
@@ -87,8 +86,7 @@ def _tree(stream, geometry, placement, price, in_mesh):
 def negotiate(kernel, geometry, placement, rounds=ROUNDS):
     """``{stream name: {(switch, out_port)}}`` with no link of a network used by two
     streams (one track per link), or None when ``rounds`` rounds leave a link shared."""
-    streams = sorted((s for s in kernel.streams if s.sinks),
-                     key=lambda s: (-len(s.sinks), s.name))
+    streams = routing_order(kernel)
     in_mesh = lambda r, c: 0 <= r < geometry.rows and 0 <= c < geometry.cols  # noqa: E731
     history, occupancy, trees = defaultdict(float), Counter(), {}
     present = 0.5
