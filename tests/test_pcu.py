@@ -264,8 +264,10 @@ def test_rescaled_accumulator_verilator(sim_dir, seed):
 @pytest.mark.verilator
 @pytest.mark.slow
 def test_lanes8_verilator(sim_dir, seed):
-    """The one lanes=8 build (about 5 to 10 minutes of C++ compilation on this machine
-    the first time; cached afterwards)."""
+    """The one unit-level lanes=8 build (about 2 to 10 minutes of C++ compilation the
+    first time; cached afterwards): random SIMD configurations, matmuls and special
+    functions at 8 lanes under random stalls. A long campaign: ``make test-long``, not
+    ``make test`` (the system tests run the default 8-lane PCUs)."""
     built = _build(8)
     run_verilator(built, systolic_matmuls, sim_dir / "systolic", seed=seed, lanes=8, stages=4,
                   shapes=[(8, 8, 8), (13, 21, 19), (24, 64, 9)])
