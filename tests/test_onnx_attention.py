@@ -592,14 +592,21 @@ def test_cli_decoder_layer_on_the_native_rtl(tmp_path, capsys):
     """``rdu run`` of the whole decoder layer (hidden 64, 2 heads x 32, FFN 128, L 16)
     on the native RTL (the 4x4 with 4 AGCUs): 23 configurations, orchestrated on chip
     (within the schedule memory), bit-exact stage by stage, within the float64 budget
-    and within 2% of onnxruntime's largest output."""
+    and within 2% of onnxruntime's largest output. ``--operators``: every configuration
+    in one operator's row, the rows' cycles adding up to the run's, each operator within
+    2% of onnxruntime's value of it."""
     path = tmp_path / "decoder.onnx"
     onnx.save(decoder_model(), str(path))
-    assert main(["run", str(path), "--sim", "native", "--json"]) == 0
+    assert main(["run", str(path), "--sim", "native", "--json", "--operators"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["launches"] == 23 and "4 AGCUs" in report["machine"]
     assert report["execution"] == "configurations in sequence, orchestrated"
     assert 0 < report["max_abs_err_onnxruntime"] < 2.0
+    rows = report["operators"]
+    assert [c for row in rows for c in row["configurations"]] == list(range(1, 24))
+    for key in ("load_cycles", "execute_cycles"):
+        assert sum(row[key] for row in rows) == report[key] > 0
+    assert all(row["execute_cycles"] > 0 and 0 < row["share"] < SHARE for row in rows), rows
 
 
 def test_unsupported_operator_after_the_residual_is_one_line(tmp_path, capsys):

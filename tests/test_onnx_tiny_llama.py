@@ -42,6 +42,29 @@ def test_tiny_llama_runs_and_agrees_with_onnxruntime():
     assert np.asarray(results["logits"]).size == 16 * 64
     assert _share(kernel, inputs, results, tiny_llama(**shape)) < SHARE
     assert _share(kernel, inputs, results, tiny_llama(**shape, seed=1)) > 10 * SHARE
+    _check_operator_table(kernel, sequence, inputs, tiny_llama(**shape, seed=1))
+
+
+def _check_operator_table(kernel, sequence, inputs, other):
+    """``rdu run --operators``' rows (:func:`rdu.apps.onnx_operators.operator_table`):
+    the decoder's operators in order, every configuration in one row, each operator's
+    words within 2% of onnxruntime's value of it; against the weights of ``other``
+    every operator is far off."""
+    from rdu.apps.onnx_operators import operator_table
+    rows = operator_table(kernel, sequence, inputs)
+    names = [row["operator"] for row in rows]
+    assert names == [
+        "model.layers.0.input_layernorm/Mul_1", "model.layers.0.self_attn.rotary_q/Add",
+        "model.layers.0.self_attn.rotary_k/Add", "model.layers.0/self_attn/Transpose_v",
+        "model.layers.0/self_attn/MatMul_1", "model.layers.0/self_attn/o_proj",
+        "model.layers.0/Add", "model.layers.0.post_attention_layernorm/Mul_1",
+        "model.layers.0/mlp/gate_proj", "model.layers.0/mlp/up_proj",
+        "model.layers.0/mlp/Mul", "model.layers.0/mlp/down_proj", "model.layers.0/Add_1",
+        "model.norm/Mul_1", "lm_head/MatMul"], names
+    assert [c for row in rows for c in row["configurations"]] == list(range(1, 28))
+    assert all(0 < row["share"] < SHARE for row in rows), rows
+    wrong = operator_table(onnx_kernel(other), sequence, inputs)
+    assert all(row["share"] > 5 * SHARE for row in wrong), wrong
 
 
 def test_tiny_llama_nodes_are_the_exporters():

@@ -455,12 +455,27 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
         _all_values(built, s, address["v"], offsets["v"])
     stages = built.stages
     produced = _gathered(built, s)
-    stages.append(Stage(f"{graph.name}_{first + len(stages)}_attention", att_graph, att, {},
-                        produced))
+    att_index = first + len(stages)
+    stages.append(Stage(f"{graph.name}_{att_index}_attention", att_graph, att, {},
+                        produced, [(node, lambda words: words[att_index]["o"])]))
+    _observe_operands(built, s, node, produced)
     if not tail:
         return stages, None
     start = max(end_of(stage.program) for stage in stages)
     return _tail_stages(built, s, att, tail, out_name, first, start, stages)
+
+
+def _observe_operands(built, s, node, produced):
+    """The attention's Q, K and V (``(heads, rows, dim)``) observed at the last stage
+    that writes each, and the norm before the projections at its own."""
+    first = built.first
+    for name, operand in zip("qkv", node.inputs, strict=True):
+        last = max(value[0] for key, value in built.final.items() if key[0] == name)
+        built.stages[last - first].observes.append((operand, produced[name][2]))
+    if built.norm is not None:
+        norm_b, rows, width = built.norm_b(None), built.rows, built.width
+        built.stages[norm_b.index - first].observes.append((built.norm, lambda words: (
+            norm_b.unview(words[norm_b.index]["out"])[:width, :rows].T)))
 
 
 def _one_v(s):
@@ -614,7 +629,8 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
     stages.append(Stage(f"{name}_{att_index + 1}_merge_heads", m_graph, m_prog, {},
                         {"o": (att_index, "o", o_view)}))
     stages.append(Stage(f"{name}_{att_index + 2}_o_proj", o_graph, o_prog, {"wo_t": wo_t},
-                        {"ob": (att_index + 1, "ob", b_of)}))
+                        {"ob": (att_index + 1, "ob", b_of)}, [(matmul, lambda words: np.asarray(
+                            words[att_index + 2][y_name])[:hidden].T)]))
     if len(tail) < 4:
         return stages, lambda words: np.ascontiguousarray(np.asarray(words)[:hidden].T)
     x = next(i for i in tail[3].inputs if i.op == "input")
@@ -643,8 +659,14 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
         words = np.asarray(produced[att_index + 2]["yT"], np.uint32)
         return _view(words, lanes) if continued else words
 
+    h_name = out_name or "h"
+
+    def h_rows(words):
+        got = np.asarray(words[att_index + 3][h_name], np.uint32)
+        return (_unview(got, hidden, lanes) if continued else got).T
+
     stages.append(Stage(f"{name}_{att_index + 3}_residual", r_graph, r_prog, {"xT": x_t},
-                        {"yT": (att_index + 2, "yT", y_t)}))
+                        {"yT": (att_index + 2, "yT", y_t)}, [(tail[3], h_rows)]))
     return stages, lambda words: np.ascontiguousarray(np.asarray(words).T)
 
 

@@ -303,7 +303,10 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
                 for name in stage_graph.inputs if name not in producer}
         produced = {name: (producer[name], name) for name in stage_graph.inputs
                     if name in producer}
-        stages.append(Stage(stage_graph.name, stage_graph, programs[index], user, produced))
+        out = names[id(groups[index].sink)]
+        stages.append(Stage(stage_graph.name, stage_graph, programs[index], user, produced,
+                            [(groups[index].sink, lambda words, index=index, out=out:
+                              words[index][out])]))
     transforms = {}
     for group in attentions:            # its projections, then the attention
         name = next((n for n, node in graph.outputs.items() if node is group.sink), None)

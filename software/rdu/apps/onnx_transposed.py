@@ -126,6 +126,7 @@ class _Cut:
                                {"b": source.produced(self.lanes, False)}))
         self.values[id(node)] = Transposed(index, out_name, program.meta["images"][
             out_name]["address"], n, "fp32", False)
+        self.observe(node)
 
     def members(self, sink):
         """The operators of the row group of ``sink`` down to known values, inputs and
@@ -209,6 +210,13 @@ class _Cut:
         index = self.add(Stage(graph.name, graph, program, user, produced))
         self.values[id(sink)] = Transposed(index, out_name, program.meta["images"][
             out_name]["address"], depth, "bf16" if sink.dtype == "bf16" else "fp32", True)
+        self.observe(sink)
+
+    def observe(self, node):
+        """``node``'s value (kept transposed) observed as rows at the stage writing it."""
+        _, _, words = self.values[id(node)].produced(self.lanes, False)
+        self.stages[-1].observes.append((node, lambda produced: np.asarray(
+            words(produced)).T))
 
     def _parents(self, members):
         seen, parents = set(), []

@@ -47,12 +47,16 @@ class Stage:
     ``produced``: ``{tensor: (stage index, output name)}`` for the intermediates an
     earlier stage wrote (already in memory at the program's address); ``(stage index,
     output name, function)``: several stages wrote it, ``function(per-stage outputs)``
-    gives its words (attention's heads, :mod:`rdu.apps.onnx_attention`)."""
+    gives its words (attention's heads, :mod:`rdu.apps.onnx_attention`); ``observes``:
+    ``[(node, function(per-stage outputs) -> words of node's shape)]``, the front-end
+    values the stage completes (for the per-operator errors of
+    :mod:`rdu.apps.onnx_operators`)."""
     name: str
     graph: Graph
     program: object
     user: dict = field(default_factory=dict)
     produced: dict = field(default_factory=dict)
+    observes: list = field(default_factory=list)
 
 
 @dataclass

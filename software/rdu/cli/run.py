@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from rdu.apps.onnx_groups import describe_stage
+from rdu.apps.onnx_operators import markdown as operators_markdown
+from rdu.apps.onnx_operators import operator_table
 from rdu.apps.unfused import Sequence
 from rdu.cli.common import (
     CommandError,
@@ -69,6 +71,8 @@ def cmd_run(args):
             windows=args.windows)
         figures["configurations"] = [f"{stage.name}: {describe_stage(stage)}"
                                      for stage in program.stages]
+        if getattr(args, "operators", False) and hasattr(kernel, "imported"):
+            figures["operators"] = operator_table(kernel, program, inputs, figures)
         result = None
     else:
         figures, results, result = run_kernel(kernel, program, inputs, args.sim,
@@ -104,7 +108,10 @@ def cmd_run(args):
     if args.save:
         save_run(Path(args.save), program, inputs, results, report)
     print_report(report if args.json else
-                 {**report, "roofline": describe_roofline(report["roofline"])}, args.json)
+                 {**{k: v for k, v in report.items() if k != "operators"},
+                  "roofline": describe_roofline(report["roofline"])}, args.json)
+    if report.get("operators") and not args.json:
+        print(operators_markdown(report["operators"]))
     if ok and not agrees:
         raise WrongResult(f"{', '.join(results)} differs from onnxruntime's (on the same "
                           f"BF16 inputs and weights) beyond twice the float64 budget "
@@ -180,6 +187,10 @@ def add_run_options(cmd, sim_choice=True):
                           "access elsewhere ends with WINDOW)")
     cmd.add_argument("--save", metavar="DIR",
                      help="write the inputs, outputs (.npy) and the report to DIR")
+    cmd.add_argument("--operators", action="store_true",
+                     help="an ONNX model of several configurations: a table of its "
+                          "operators, each with the configurations, units and cycles it "
+                          "takes and its error against onnxruntime (report['operators'])")
     cmd.add_argument("--waves", metavar="FILE",
                      help="write the waveform (verilator, native or ip; .fst, or "
                           ".vcd without the FST libraries)")
