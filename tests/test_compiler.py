@@ -349,3 +349,52 @@ def test_row_kernels_on_verilator(sim_dir, seed):
         results = kernel.unpack(program, run.outputs)
         assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
         assert kernel.check(program, inputs, results)[0]
+
+
+def _transposed_a_run(m, k, n, sim, plan_image=None, bias=False):
+    """A matmul whose A the plan gives as ``A^T`` in column tiles (``transposed_a_image``):
+    ``(program, C words, the float64 product of the BF16 operands)``."""
+    from rdu.compiler.core import ImagePlan
+    from rdu.compiler.families.matmul import transposed_a_image
+    from rdu.models.pcu_reference import bf16_words
+    machine = Machine()
+    lanes = machine.lanes
+    graph = Graph("ta")
+    a, b = graph.input("a", (m, k)), graph.input("b", (k, n))
+    graph.output("c", a @ b + graph.input("v", (n,)) if bias else a @ b)
+    image = plan_image or transposed_a_image("a", -(-m // lanes) * lanes,
+                                             -(-(k + bias) // (2 * lanes)) * 2 * lanes, lanes)
+    program = compile_graph(graph, machine, plan=ImagePlan(layouts={"a": image}))
+    rng = np.random.default_rng(m * k * n)
+    words = {"a": bf16_words(rng.standard_normal((m, k))),
+             "b": bf16_words(rng.standard_normal((k, n)))}
+    gemm.pack_images(program, words)
+    out = gemm.unpack_images(program, run_program(program, sim).outputs)["c"]
+    values = {name: w.view(np.float32).astype(np.float64) for name, w in words.items()}
+    return program, np.asarray(out, np.uint32), values["a"].reshape(m, k) @ values[
+        "b"].reshape(k, n)
+
+
+@pytest.mark.parametrize("m, k, n", [(16, 80, 64), (24, 40, 20), (64, 128, 48)])
+def test_matmul_reads_a_given_transposed(m, k, n):
+    """A given as ``A^T`` in column tiles of ``lanes`` rows (what a producer of ``A^T``
+    writes): each PMU writes its rows' columns a lane per row (write lane stride = the
+    panel's pitch); the result equals the product within the FP32 accumulation of BF16
+    products, on the functional model, and the same words on the native RTL for one
+    shape."""
+    program, words, expected = _transposed_a_run(m, k, n, "model")
+    a = program.meta["images"]["a"]
+    assert a["split"][1:] == [8, a["shape"][1]] and a["perm"] == [0, 2, 1]
+    got = words.view(np.float32).reshape(m, n)
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max() * k ** 0.5
+    if (m, k, n) == (24, 40, 20):
+        _, native, _ = _transposed_a_run(m, k, n, "native")
+        assert np.array_equal(native, words)
+
+
+def test_matmul_refuses_a_transposed_with_a_bias():
+    """A given transposed and a folded bias (a column of ones A's producer does not
+    write): one line."""
+    with pytest.raises(CompileError, match=r"A given transposed .* with a folded bias; "
+                                           r"supported: K in one PMU panel, no bias"):
+        _transposed_a_run(16, 32, 16, "model", bias=True)

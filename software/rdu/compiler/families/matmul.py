@@ -59,7 +59,8 @@ from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, f32_word, p
 from .base import Family, is_bf16_input, moved_work, tensor_shape, unsupported
 
 __all__ = ["MatmulGroup", "MatmulTiling", "MatmulFamily", "MATMUL", "tile_matmul",
-           "matmul_images", "lower_matmul", "matmul_group", "epilogue_step"]
+           "matmul_images", "lower_matmul", "matmul_group", "epilogue_step",
+           "transposed_a_image"]
 
 
 def _pow2_at_least(value):
@@ -310,13 +311,43 @@ def matmul_images(group, t):
     }
 
 
+def transposed_a_image(name, m_pad, k_pad, lanes):
+    """A ``(m_pad, k_pad)`` stored as ``A^T`` in column tiles of ``lanes`` rows of A
+    (tile by tile, K-major within a tile: the layout of a matmul's B or result of ``lanes``
+    columns), BF16: what a matmul reads as its A when ``plan`` asks for it (a producer
+    that computed ``A^T``)."""
+    return Image((m_pad, k_pad), (Piece(name, (0, 0), (m_pad, k_pad)),),
+                 (m_pad // lanes, lanes, k_pad), (0, 2, 1), "bf16")
+
+
+def _a_transposed(name, group, t, plan):
+    """Whether ``plan`` asks for A as :func:`transposed_a_image`; a one-line error when
+    this tiling cannot read it so."""
+    wanted = plan.layout(group.a.name) if plan else None
+    if wanted is None or wanted.split is None or len(wanted.split) != 3 or \
+            tuple(wanted.perm or ()) != (0, 2, 1):
+        return False
+    if t.chunks > 1 or group.bias is not None:
+        raise CompileError(f"{name}: A given transposed ({wanted.describe()}) with "
+                           f"{'a folded bias' if group.bias is not None else f'K in {t.chunks} chunks'}; "
+                           f"supported: K in one PMU panel, no bias")
+    return True
+
+
 def lower_matmul(name, group, t, hbm_size, plan=None):
     """``(kernel, images, addresses, bitstream_address)`` of tiling ``t``; ``plan``
     (:class:`ImagePlan`) may ask for the output row-major (FP32: a consumer that reads
-    rows), else every image must be the one this lowering chooses."""
+    rows) and for A transposed (:func:`transposed_a_image`: each PMU writes its rows'
+    columns, a lane per row), else every image must be the one this lowering
+    chooses."""
     lanes, pcus = t.lanes, t.pcus
     beat = lanes * WORD                       # bytes of one vector beat (one AXI beat)
     images = matmul_images(group, t)
+    a_transposed = _a_transposed(name, group, t, plan)
+    if a_transposed:
+        a_image = images[group.a.name]
+        images[group.a.name] = Image(a_image.shape, a_image.pieces, (t.m_pad // lanes, lanes,
+                                                                     t.k_pad), (0, 2, 1), "bf16")
     c_image = images[group.output]
     wanted = plan.layout(group.output) if plan else None
     row_major = wanted is not None and wanted.split is None
@@ -336,7 +367,17 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
                for image_name, image in images.items()}
     rows = t.rows_per_pass
     row_bytes = t.k_pad * BF16
-    if t.chunks == 1:
+    write_lanes = 1
+    if a_transposed:
+        # a pass's tiles in one run; tile p's vector k is column k of its lanes rows
+        a_pattern = AccessPattern(addresses[a_name], (rows * t.k_pad // (2 * lanes), t.passes,
+                                                      1), (beat, rows * row_bytes, 0))
+        write = AccessPattern(0, (t.k_pad, pcus, 1), (1, t.panel_words, 0))
+        write_lanes = t.k_pitch
+        read = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, t.col_groups, 1),
+                             (1, 0, 0))
+        read_passes = t.passes
+    elif t.chunks == 1:
         # the pass's rows once; each PMU keeps its panel for every column tile
         a_pattern = AccessPattern(addresses[a_name], (t.k_pad // (2 * lanes), rows, t.passes),
                                   (beat, row_bytes, rows * row_bytes))
@@ -363,7 +404,8 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
         panel = kernel.buffer(
             f"a_panel{p}", t.panel_words, [a_stream], buffers=t.buffers,
             block_of=f"matmul{p}", config={
-                "write": write, "write_lanes": 1, "read": read, "read_lanes": t.k_pitch,
+                "write": write, "write_lanes": write_lanes, "read": read,
+                "read_lanes": t.k_pitch,
                 "buffers": t.buffers, "buffer_words": t.panel_words, "read_repeat": 1,
                 "read_passes": read_passes, "skew_shift": t.k_pitch.bit_length() - 1,
                 "predicate": (BlockOffset(0, t.panel_words),
