@@ -25,7 +25,7 @@ def _share(kernel, inputs, results, model):
 
 def test_tiny_llama_runs_and_agrees_with_onnxruntime():
     """One layer of 4 query and 2 key/value heads, the final norm and an LM head of 64:
-    27 configurations on the functional model, stage by stage bit-exact, within 2% of
+    26 configurations on the functional model, stage by stage bit-exact, within 2% of
     onnxruntime's largest logit; a model of the same shape with other weights (seed)
     is far outside it."""
     from rdu.apps.onnx_groups import compile_groups
@@ -33,7 +33,7 @@ def test_tiny_llama_runs_and_agrees_with_onnxruntime():
     shape = {"hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 128, "vocab": 64, "seq": 16}
     kernel, sequence = compile_groups(onnx_kernel(tiny_llama(**shape)), Machine(agcus=4))
     groups = [stage.program.meta["group"] for stage in sequence.stages]
-    assert len(groups) == 27 and groups.count("attention") == 1
+    assert len(groups) == 26 and groups.count("attention") == 1
     assert groups[-4:] == ["rows", "matmul", "rows", "matmul"]    # final norm, LM head
     inputs = kernel.random_inputs(None, 2)
     figures, results, _ = run_sequence(kernel, sequence, inputs, "model")
@@ -61,7 +61,7 @@ def _check_operator_table(kernel, sequence, inputs, other):
         "model.layers.0/mlp/gate_proj", "model.layers.0/mlp/up_proj",
         "model.layers.0/mlp/Mul", "model.layers.0/mlp/down_proj", "model.layers.0/Add_1",
         "model.norm/Mul_1", "lm_head/MatMul"], names
-    assert [c for row in rows for c in row["configurations"]] == list(range(1, 28))
+    assert [c for row in rows for c in row["configurations"]] == list(range(1, 27))
     assert all(0 < row["share"] < SHARE for row in rows), rows
     wrong = operator_table(onnx_kernel(other), sequence, inputs)
     assert all(row["share"] > 5 * SHARE for row in wrong), wrong

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..compiler import compile_graph
 from ..compiler.core import CompileError, ImagePlan
+from ..compiler.families.matmul import transposed_a_image
 from ..frontend.attention import images as attention_images
 from ..frontend.graph import Graph, attention
 from ..layout import Image
@@ -212,15 +213,18 @@ class _Builder:
             offset = int(wanted[0, 0])
             wanted = wanted - offset
             addresses["out"] = address + offset
+        layouts = {}
         if b is None:
             addresses["b"] = self.norm_b(shape_b[1]).address
         if a is None:
-            addresses["a"] = self.norm_rows().program.meta["images"]["out"]["address"]
+            norm_b = self.norm_b(None)
+            addresses["a"] = norm_b.address
+            layouts["a"] = transposed_a_image("a", shape_a[0], shape_a[1], self.machine.lanes)
         name = self.name(what)
         graph = _product_graph(name, shape_a, shape_b, bf16)
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
-                                plan=ImagePlan(start=self.start, addresses=addresses),
-                                max_pcus=1)
+                                plan=ImagePlan(start=self.start, addresses=addresses,
+                                               layouts=layouts), max_pcus=1)
         if wanted is not None:
             _check_bytes(self.node.where, program, wanted)
         user = {key: value for key, value in (("a", a), ("b", b)) if value is not None}
@@ -228,13 +232,7 @@ class _Builder:
         if b is None:
             produced["b"] = self.norm_b(shape_b[1]).b(shape_b[1], program)
         if a is None:
-            produced["a"] = (self.norm_rows_index, "out")
-            rows = Image.from_json(self.norm_rows().program.meta["images"]["out"])
-            if not np.array_equal(rows.byte_offsets(), Image.from_json(
-                    program.meta["images"]["a"]).byte_offsets()):
-                raise CompileError(f"{self.node.where}: V's producer pads the norm's rows "
-                                   f"({self.rows} of {self.width}); supported: as many "
-                                   f"keys as a key chunk holds, whole beats")
+            produced["a"] = norm_b.a(shape_a, program)
         return self.add(Stage(name, graph, program, user, produced))
 
     def norm_b(self, columns):
@@ -242,19 +240,6 @@ class _Builder:
         if getattr(self, "_norm_b", None) is None:
             self._norm_b = NormB(self, self.norm, columns)
         return self._norm_b
-
-    def norm_rows(self):
-        """The model's norm as a row group writing x's BF16 rows (V's A), built once."""
-        if getattr(self, "_norm_rows", None) is None:
-            name = self.name("norm_rows")
-            graph = self.graph.extract(name, {}, {"out": self.norm})
-            program = compile_graph(graph, self.machine, kernel=KERNEL_NAME,
-                                    params=self.params, plan=ImagePlan(start=self.start))
-            self.norm_rows_index = self.add(Stage(name, graph, program, {
-                tensor: (lambda inputs, tensor=tensor: inputs[tensor])
-                for tensor in graph.inputs}))
-            self._norm_rows = self.stages[self.norm_rows_index - self.first]
-        return self._norm_rows
 
     def weight_a(self, w_name, h, dim, dim_k, coefficients):
         """A of a transposed projection: head ``h``'s columns of ``w`` transposed, then
@@ -489,19 +474,24 @@ def _all_values(built, s, address, offsets):
     width, rows, heads = built.width, built.rows, s.kv_heads
     w_name = built.parts["v"][0][1].name
 
+    # with a norm, A is [x | I] read from the norm's B (written as its transpose) and
+    # B is [Wv; 0]: depth rows
+    depth = width if built.norm is None else built.norm_b(None).depth
+
     def x_pad(inputs):
         x = np.zeros((s.seq_pad, width), np.float32)
         x[:rows] = _floats(inputs[built.x]).reshape(rows, width)
         return _bf16(x)
 
     def weight(inputs):
-        return _bf16(_floats(inputs[w_name]).reshape(width, heads * s.dim))
+        w = np.zeros((depth, heads * s.dim), np.float32)
+        w[:width] = _floats(inputs[w_name]).reshape(width, heads * s.dim)
+        return _bf16(w)
 
     wanted = offsets.reshape(heads, s.seq_pad, s.dim).transpose(1, 0, 2).reshape(
         s.seq_pad, heads * s.dim)
     index = built.produce("v", address, x_pad if built.norm is None else None, weight,
-                          (s.seq_pad, width),
-                          (width, heads * s.dim), wanted)
+                          (s.seq_pad, depth), (depth, heads * s.dim), wanted)
     for h in range(heads):
         built.final[("v", h, f"v{h}_0")] = (index, "out", lambda words, h=h: np.asarray(
             words)[:, h * s.dim:(h + 1) * s.dim])

@@ -201,6 +201,26 @@ class NormB:
         self.address = n_prog.meta["images"]["out"]["address"]
         self.unview = lambda words: _unview(np.asarray(words, np.uint32), depth, lanes)
 
+    def a(self, shape, program):
+        """``(index, output, function)`` of a producer's A ``[x | I]`` of ``shape``
+        (``(columns, depth)``) read as the transpose of B (the matmul's A given
+        transposed, :func:`rdu.compiler.families.matmul.transposed_a_image`); a one-line
+        error when its image is not B's bytes."""
+        where, lanes = self.built.node.where, self.built.machine.lanes
+        image = Image.from_json(program.meta["images"]["a"])
+        written = _unview(np.arange(self.depth * self.columns).reshape(-1, 2 * lanes) * 2,
+                          self.depth, lanes)             # B's bytes, as the norm writes them
+        if tuple(shape) != (self.columns, self.depth) or \
+                image.byte_offsets().T.shape != written.shape or \
+                not np.array_equal(image.byte_offsets().T, written):
+            raise CompileError(f"{where}: V's producer reads A {image.describe()} where "
+                               f"the norm writes B ({self.depth} x {self.columns} in column "
+                               f"tiles); supported: A of {self.columns} rows (the keys) read "
+                               f"as B transposed")
+        index = self.index
+        return index, "out", lambda produced: np.ascontiguousarray(
+            self.unview(produced[index]["out"]).T)
+
     def b(self, columns, program):
         """``(index, output, function)`` of B for a producer of ``columns`` columns whose
         B image is ``program``'s; a one-line error when it is not the view written."""

@@ -328,8 +328,8 @@ def _a_transposed(name, group, t, plan):
             tuple(wanted.perm or ()) != (0, 2, 1):
         return False
     if t.chunks > 1 or group.bias is not None:
-        raise CompileError(f"{name}: A given transposed ({wanted.describe()}) with "
-                           f"{'a folded bias' if group.bias is not None else f'K in {t.chunks} chunks'}; "
+        what = "a folded bias" if group.bias is not None else f"K in {t.chunks} chunks"
+        raise CompileError(f"{name}: A given transposed ({wanted.describe()}) with {what}; "
                            f"supported: K in one PMU panel, no bias")
     return True
 
