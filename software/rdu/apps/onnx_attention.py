@@ -91,7 +91,7 @@ def _next_in_tail(current, after, op, fn):
         return after.inputs[0] is current and after.inputs[1].op == "input"
     if op == "binary":
         other = [i for i in after.inputs if i is not current]
-        return len(other) == 1 and other[0].op == "input" and other[0].shape == after.shape
+        return len(other) == 1 and other[0].shape == after.shape
     return True
 
 
@@ -114,7 +114,23 @@ def tail_of(node, users, outputs):
         return chain                    # read by more of the model: onnx_transposed
     raise CompileError(f"{node.where}: operators after attention in a model of several "
                        f"configurations: supported: attention's result as a model output, "
-                       f"or merged heads @ o_proj (+ a model input: the residual)")
+                       f"or merged heads @ o_proj (+ the residual: the layer's input)")
+
+
+def attention_reads(node, users, outputs):
+    """The computed values attention ``node``'s group reads (its norm's ``x0`` and its
+    residual when they are not model inputs: the residual of the layer before)."""
+    reads = []
+    x = _projection(node.inputs[0])[0][0][0]
+    found = norm_of(x) if x.op != "input" else None
+    if found is not None and found[0].op != "input":
+        reads.append(found[0])
+    tail = tail_of(node, users, outputs)
+    if len(tail) == 4:
+        other = next(i for i in tail[3].inputs if i is not tail[2])
+        if other.op != "input" and all(other is not read for read in reads):
+            reads.append(other)
+    return reads
 
 
 def attention_members(node, users, outputs):
@@ -169,13 +185,21 @@ def _check_bytes(where, program, wanted):
 class _Builder:
     """The configurations of one attention of projections (module docstring)."""
 
-    def __init__(self, graph, node, machine, params):
+    def __init__(self, graph, node, machine, params, values):
         self.graph, self.node, self.machine, self.params = graph, node, machine, params
         self.parts = {name: _projection(operand)[0]
                       for name, operand in zip("qkv", node.inputs, strict=True)}
         x = self.parts["q"][0][0]
         self.norm = None if x.op == "input" else x      # cast(RMSNorm(x0)): onnx_norm
-        self.x = x.name if x.op == "input" else norm_of(x)[0].name
+        x0 = x if x.op == "input" else norm_of(x)[0]
+        self.x, self.values, self.source = x0.name, values, None
+        if x0.op != "input":        # the residual of the layer before, kept transposed
+            self.source = values.get(id(x0))
+            if self.source is None:
+                raise CompileError(f"{node.where}: attention of projections of the norm "
+                                   f"of a value computed in its own configuration; "
+                                   f"supported: of a model input or of the residual of "
+                                   f"the layer before")
         self.rows, self.width = x.shape
         self.stages, self.first, self.start, self.final = [], 0, None, {}
 
@@ -238,7 +262,7 @@ class _Builder:
     def norm_b(self, columns):
         """The :class:`~rdu.apps.onnx_norm.NormB` of ``columns`` (built once)."""
         if getattr(self, "_norm_b", None) is None:
-            self._norm_b = NormB(self, self.norm, columns)
+            self._norm_b = NormB(self, self.norm, columns, self.source)
         return self._norm_b
 
     def weight_a(self, w_name, h, dim, dim_k, coefficients):
@@ -388,19 +412,21 @@ def _attention_of(sink):
     while node.op != "attention":
         tail.insert(0, node)
         node = node.inputs[0] if node.op != "binary" else next(
-            i for i in node.inputs if i.op != "input")
+            i for i in node.inputs if i.op == "matmul")
     return node, tail
 
 
-def compile_attention(graph, sink, machine, start, out_name, first, params):
+def compile_attention(graph, sink, machine, start, out_name, first, params, values=None):
     """``([Stage], transform)``: the projections (Q per head, K per head and copy, V per
     head and chunk; with rotary, two products and a row group each), the attention,
     and its tail (:func:`tail_of`: the heads merged into ``o_proj``'s B, ``o_proj``,
     the residual); ``first`` the index of the first in the sequence; ``transform``
     turns the last stage's result into the output's words (``o_proj`` and the residual
-    compute the transposed rows), or None."""
+    compute the transposed rows), or None. ``values``: the values earlier configurations
+    keep transposed (:class:`rdu.apps.onnx_transposed.Transposed`), by node id: the
+    layer's input when it is the residual of the layer before."""
     node, tail = _attention_of(sink)
-    built = _Builder(graph, node, machine, params)
+    built = _Builder(graph, node, machine, params, values or {})
     att_graph, att = built.attention_program("o" if tail else out_name, start)
     built.first, built.start = first, end_of(att)
     s = attention_shape(att)
@@ -460,7 +486,7 @@ def _observe_operands(built, s, node, produced):
     if built.norm is not None:
         norm_b, rows, width = built.norm_b(None), built.rows, built.width
         built.stages[norm_b.index - first].observes.append((built.norm, lambda words: (
-            norm_b.unview(words[norm_b.index]["out"])[:width, :rows].T)))
+            norm_b.matrix(words)[:width, :rows].T)))
 
 
 def _one_v(s):
@@ -623,20 +649,41 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
                             words[att_index + 2][y_name])[:hidden].T)]))
     if len(tail) < 4:
         return stages, lambda words: np.ascontiguousarray(np.asarray(words)[:hidden].T)
-    x = next(i for i in tail[3].inputs if i.op == "input")
+    stages.append(_residual_stage(built, tail, o_prog, end_of(m_prog), out_name, continued,
+                                  att_index, (hidden, rows, lanes)))
+    return stages, lambda words: np.ascontiguousarray(np.asarray(words).T)
+
+
+def _residual_stage(built, tail, o_prog, start, out_name, continued, att_index, sizes):
+    """The residual row group ``x^T + o_proj(.)^T`` (``sizes``: hidden, rows, lanes):
+    ``x`` a model input (packed transposed by the host) or the residual of the layer
+    before (``built.values``: read where it is); its view (``continued``: more of the
+    model reads it) or the transposed matrix."""
+    hidden, rows, lanes = sizes
+    where, name, matmul = built.node.where, built.graph.name, tail[2]
+    x = next(i for i in tail[3].inputs if i is not matmul)
     shape = (hidden * rows // (2 * lanes), 2 * lanes) if continued else (hidden, rows)
     if continued and hidden % 2:
         raise CompileError(f"{where}: a residual of odd width {hidden} read by more of the "
                            f"model; supported: an even width")
+    source = None if x.op == "input" else built.values.get(id(x))
+    if x.op != "input" and (source is None or not continued or source.depth != hidden or
+                            not source.rows_view):
+        raise CompileError(f"{where}: a residual of a computed value {x.op} "
+                           f"{x.attrs.get('fn', '')}; supported: a model input, or the "
+                           f"residual of the layer before when more of the model follows")
     r_graph = Graph(f"{name}_residual")
     r_graph.output(out_name or "h", r_graph.input("yT", shape, "fp32") +
-                   r_graph.input("xT", shape))
+                   r_graph.input("xT", shape, "bf16" if source is None else source.fmt))
     y_image = Image.from_json(o_prog.meta["images"]["yT"])
+    addresses = {"yT": o_prog.meta["images"]["yT"]["address"]}
+    layouts = {"yT": Image(shape, (), None, None, "fp32") if continued else y_image}
+    if source is not None:
+        addresses["xT"] = source.address
+        layouts["xT"] = Image(shape, (), None, None, source.fmt)
     r_prog = compile_graph(r_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
-                           plan=ImagePlan(start=end_of(m_prog), addresses={
-                               "yT": o_prog.meta["images"]["yT"]["address"]},
-                               layouts={"yT": Image(shape, (), None, None, "fp32")
-                                        if continued else y_image}))
+                           plan=ImagePlan(start=start, addresses=addresses,
+                                          layouts=layouts))
     if continued and y_image.byte_offsets().shape != (hidden, rows):
         raise CompileError(f"{where}: o_proj pads its result ({hidden} x {rows}); "
                            f"supported: whole passes")
@@ -655,9 +702,11 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
         got = np.asarray(words[att_index + 3][h_name], np.uint32)
         return (_unview(got, hidden, lanes) if continued else got).T
 
-    stages.append(Stage(f"{name}_{att_index + 3}_residual", r_graph, r_prog, {"xT": x_t},
-                        {"yT": (att_index + 2, "yT", y_t)}, [(tail[3], h_rows)]))
-    return stages, lambda words: np.ascontiguousarray(np.asarray(words).T)
+    user, produced = {"xT": x_t}, {"yT": (att_index + 2, "yT", y_t)}
+    if source is not None:
+        user, produced["xT"] = {}, source.produced(lanes, True)
+    return Stage(f"{name}_{att_index + 3}_residual", r_graph, r_prog, user, produced,
+                 [(tail[3], h_rows)])
 
 
 def _same_bytes(where, view, image, arrange):

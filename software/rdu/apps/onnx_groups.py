@@ -32,7 +32,7 @@ from ..compiler.core import CompileError, ImagePlan
 from ..layout import Image
 from ..onnx import KERNEL_NAME
 from ..onnx.kernel import prepared_graph
-from .onnx_attention import attention_members, compile_attention, tail_of
+from .onnx_attention import attention_members, attention_reads, compile_attention, tail_of
 from .onnx_transposed import compile_transposed
 from .unfused import Sequence, Stage, end_of
 
@@ -99,10 +99,13 @@ def partition(graph):
     outputs = {id(node) for node in graph.outputs.values()}
     cores, inside = {}, set()           # matmul group sink -> matmul; nodes in them
     attentions = {}                     # attention -> its group's sink (the tail's end)
+    reads = {}                          # attention -> the computed values it reads
     for node in live:
         if node.op == "attention":
             inside.update(attention_members(node, users, outputs))
             attentions[id(node)] = ([node] + tail_of(node, users, outputs))[-1]
+            reads[id(node)] = attention_reads(node, users, outputs)
+    read = {id(value) for values in reads.values() for value in values}
     for node in live:
         if node.op == "matmul" and id(node) not in inside:
             b = node.inputs[1]
@@ -115,7 +118,8 @@ def partition(graph):
             cores[id(sink)] = node
             inside.update({id(node), id(sink)})
     cut = {id(node) for node in live if _is_row_op(node) and id(node) not in inside and (
-        id(node) in outputs or any(user.op == "matmul" for user in users.get(id(node), ())))}
+        id(node) in outputs or id(node) in read or
+        any(user.op == "matmul" for user in users.get(id(node), ())))}
     rows_of = {id(node): len(node.shape) == 2 and node.shape[1] > 1 for node in live}
     while True:                         # a row value two groups read is cut too
         owners = {}
@@ -133,7 +137,7 @@ def partition(graph):
     groups = []
     for node in live:
         if id(node) in attentions:
-            groups.append(Group(attentions[id(node)], "attention", []))
+            groups.append(Group(attentions[id(node)], "attention", reads[id(node)]))
         elif id(node) in cores:
             matmul = cores[id(node)]
             sources = [i for i in matmul.inputs if i.op not in ("input", "const")]
@@ -258,10 +262,10 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
     kernel = dataclasses.replace(kernel, imported=dataclasses.replace(kernel.imported,
                                                                       graph=graph))
     groups = partition(graph)
+    later = _after_attention(groups)
     attentions = [group for group in groups if group.family == "attention"]
-    groups = [group for group in groups if group.family != "attention"]
-    later = _after_attention(groups, attentions)
-    groups = [group for group in groups if group not in later]
+    groups = [group for group in groups if group.family != "attention" and
+              not any(group in after for after in later.values())]
     if fuse_mlp:
         groups = _fused_mlps(graph, groups, machine)
     names = _names(graph, groups)
@@ -307,11 +311,11 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
         stages.append(Stage(stage_graph.name, stage_graph, programs[index], user, produced,
                             [(groups[index].sink, lambda words, index=index, out=out:
                               words[index][out])]))
-    transforms = {}
+    transforms, values = {}, {}         # values: what the cuts keep transposed
     for group in attentions:            # its projections, then the attention
         name = next((n for n, node in graph.outputs.items() if node is group.sink), None)
         more, transform = compile_attention(graph, group.sink, machine, start, name,
-                                            len(stages), {"model": model})
+                                            len(stages), {"model": model}, values)
         start = max(end_of(stage.program) for stage in more)
         stages += more
         if name is not None:
@@ -320,9 +324,9 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
             names[id(group.sink)] = name
             continue
         more, after, producers = compile_transposed(
-            graph, later, group.sink, len(stages) - 1,
+            graph, later[id(group)], group.sink, len(stages) - 1,
             stages[-1].program.meta["images"]["h"]["address"], machine, {"model": model},
-            start, len(stages), group.sink.shape[0])
+            start, len(stages), group.sink.shape[0], values)
         stages += more
         start = max(end_of(stage.program) for stage in stages)
         transforms.update(after)
@@ -341,19 +345,21 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
     return kernel, Sequence(KERNEL_NAME, {}, stages, assemble)
 
 
-def _after_attention(groups, attentions):
-    """The groups that read an attention's result (its residual, read by more of the
-    model: :mod:`rdu.apps.onnx_transposed`), directly or through others; a one-line
-    error when a model holds more than one attention then."""
-    reached = {id(group.sink) for group in attentions}
-    later = []
+def _after_attention(groups):
+    """``{id(attention group): [groups]}``: the groups that read an attention's result
+    (its residual, read by more of the model: :mod:`rdu.apps.onnx_transposed`),
+    directly or through others, each with the last attention before it in graph
+    order (a decoder's layers: each layer's rest after its attention)."""
+    reached, later, current = set(), {}, None
     for group in groups:                # graph order
-        if any(id(source) in reached for source in group.sources):
-            later.append(group)
+        if group.family == "attention":
+            current = group
+            later[id(group)] = []
             reached.add(id(group.sink))
-    if later and len(attentions) > 1:
-        raise CompileError(f"{later[0].sink.where}: operators after one of several "
-                           f"attentions; supported: one attention read by more of the model")
+        elif current is not None and any(id(source) in reached
+                                         for source in group.sources):
+            later[id(current)].append(group)
+            reached.add(id(group.sink))
     return later
 
 

@@ -40,14 +40,37 @@ from .unfused import Stage, end_of
 __all__ = ["norm_of", "norm_members", "NormB", "replay", "same_view"]
 
 
+def _squared(x):
+    """The operand ``y`` of the one sum of ``y * y`` under ``x`` (through per-element
+    operators, not into other products or reductions), or None."""
+    found, seen, stack = [], set(), [x.inputs[0]]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op == "reduce":
+            inner = node.inputs[0]
+            if node.attrs["fn"] == "sum" and inner.op == "binary" and \
+                    inner.attrs["fn"] == "mul" and inner.inputs[0] is inner.inputs[1]:
+                found.append(inner.inputs[0])
+        elif node.op in ("binary", "unary", "broadcast"):
+            stack.extend(node.inputs)
+    return found[0] if len({id(node) for node in found}) == 1 else None
+
+
 def norm_of(x):
     """``(x0, reduce, vectors, nodes)`` when ``x`` is ``cast(n)``, ``n`` per element of
-    one model input ``x0`` of ``x``'s shape, of per-row scalars of one sum of ``x0 * x0``,
+    one value ``x0`` of ``x``'s shape (a model input, or a value computed before: the
+    residual of the layer before), of per-row scalars of one sum of ``x0 * x0``,
     constants and vectors (inputs of ``(width,)``): an RMSNorm; ``nodes`` the operators
     from ``x`` down to the sum (the square included). None otherwise."""
     if x.op != "unary" or x.attrs.get("fn") != "cast" or len(x.shape) != 2:
         return None
     width = x.shape[1]
+    x0 = _squared(x)
+    if x0 is None or x0.shape != x.shape:
+        return None
     sources, reduces, vectors, nodes = {}, [], [], [x]
     seen, stack = set(), [x.inputs[0]]
     while stack:
@@ -55,22 +78,22 @@ def norm_of(x):
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if node.op == "input":
-            if node.shape == x.shape:
-                sources[id(node)] = node
-            elif node.shape in ((width,), (1, width)):
+        if node is x0:
+            sources[id(node)] = node
+        elif node.op == "input":
+            if node.shape in ((width,), (1, width)):
                 vectors.append(node)
             else:
                 return None
         elif node.op == "reduce":
             inner = node.inputs[0]
             if node.attrs["fn"] != "sum" or inner.op != "binary" or \
-                    inner.attrs["fn"] != "mul" or inner.inputs[0] is not inner.inputs[1] or \
-                    inner.inputs[0].op != "input" or inner.inputs[0].shape != x.shape:
+                    inner.attrs["fn"] != "mul" or inner.inputs[0] is not x0 or \
+                    inner.inputs[1] is not x0:
                 return None
             reduces.append(node)
             nodes += [node, inner]
-            sources[id(inner.inputs[0])] = inner.inputs[0]
+            sources[id(x0)] = x0
         elif node.op in ("binary", "unary", "const", "broadcast"):
             nodes.append(node)
             stack.extend(node.inputs)
@@ -78,7 +101,7 @@ def norm_of(x):
             return None
     if len(sources) != 1 or len(reduces) != 1:
         return None
-    return next(iter(sources.values())), reduces[0], vectors, nodes
+    return x0, reduces[0], vectors, nodes
 
 
 def norm_members(x, users, outputs):
@@ -116,10 +139,15 @@ class NormB:
     """The configurations that write ``[x^T; I]`` (``columns`` columns) from
     ``x = cast(RMSNorm(x0))`` where the projections read B (module docstring), added to
     ``built`` (:class:`rdu.apps.onnx_attention._Builder`): :meth:`b` is what a
-    producer's B is."""
+    producer's B is. ``source``: None when ``x0`` is a model input (the host packs
+    ``x0^T``), else the value an earlier cut keeps transposed
+    (:class:`rdu.apps.onnx_transposed.Transposed`: the residual of the layer before),
+    which the squares and the norm read where it is: a row group first writes B's
+    identity rows (and zeros), then the norm writes B's rows of ``x^T`` (the first
+    rows of B's view taken feature-row-major: :func:`_feature_major`)."""
 
-    def __init__(self, built, x, columns):
-        self.built, self.columns = built, columns
+    def __init__(self, built, x, columns, source=None):
+        self.built, self.columns, self.source = built, columns, source
         x0, reduce, vectors, nodes = norm_of(x)
         lanes = built.machine.lanes
         rows, width = x.shape
@@ -130,15 +158,34 @@ class NormB:
                                f"{columns} columns, {rows} rows; supported: width and "
                                f"columns multiples of {2 * lanes} (B's rows, width + "
                                f"columns, in whole beats), columns at least the rows")
-        self.depth = depth
+        if source is not None and (rows != columns or source.depth != width or
+                                   not source.rows_view):
+            raise CompileError(f"{where}: a norm before the projections of a computed "
+                               f"value of {source.depth} features, {rows} rows in "
+                               f"{columns} columns; supported: rows in whole passes "
+                               f"({lanes}), the features the norm's width")
+        self.width, self.depth, self.x0 = width, depth, x0
         order = {id(node): index for index, node in enumerate(built.graph.nodes)}
-        nodes = sorted(nodes, key=lambda node: order[id(node)])
+        self.nodes = sorted(nodes, key=lambda node: order[id(node)])
+        self.x, self.reduce, self.vectors = x, reduce, vectors
+        s_index, s_prog = self._squares_and_sums()
+        if source is None:
+            self._norm_of_input(s_index, s_prog)
+        else:
+            self._norm_of_source(s_index, s_prog)
 
-        def transposed(inputs, count):
-            full = np.zeros((count, columns), np.float32)
-            full[:width, :rows] = _floats(inputs[x0.name]).reshape(rows, width).T
-            return _bf16(_view(full, lanes))
+    def transposed(self, inputs, count):
+        """The host's view of ``[x0^T; 0]`` (``count`` rows) from the model input."""
+        rows, width, lanes = self.x.shape[0], self.width, self.built.machine.lanes
+        full = np.zeros((count, self.columns), np.float32)
+        full[:width, :rows] = _floats(inputs[self.x0.name]).reshape(rows, width).T
+        return _bf16(_view(full, lanes))
 
+    def _squares_and_sums(self):
+        """The squares of ``x0^T`` (a row group over its view, to BF16) and their sums
+        over the features (a matmul by ones); the sums' stage index and program."""
+        built, width, depth, columns = self.built, self.width, self.depth, self.columns
+        lanes, source = built.machine.lanes, self.source
         # sums first: it fixes the image sq writes
         s_name = f"{built.graph.name}_{built.first + len(built.stages) + 1}_norm_sums"
         s_graph = Graph(s_name)
@@ -149,57 +196,142 @@ class NormB:
                                max_pcus=1)
         sq_count = width * columns // (2 * lanes)
         q_graph = Graph(built.name("norm_squares"))
-        xt = q_graph.input("xT", (sq_count, 2 * lanes))
+        fmt = "bf16" if source is None else source.fmt
+        xt = q_graph.input("xT", (sq_count, 2 * lanes), fmt)
         q_graph.output("out", (xt * xt).astype("bf16"))
         b_image = s_prog.meta["images"]["b"]
+        addresses, layouts = {"out": b_image["address"]}, {}
+        if source is not None:      # x0's view where the layer before wrote it
+            addresses["xT"] = source.address
+            layouts["xT"] = Image((sq_count, 2 * lanes), (), None, None, fmt)
         q_prog = compile_graph(q_graph, built.machine, kernel=KERNEL_NAME,
                                params=built.params, plan=ImagePlan(
-                                   start=end_of(s_prog), addresses={"out": b_image["address"]}))
-        same_view(where, Image.from_json(b_image), lanes, (width, columns))
-        q_index = built.add(Stage(q_graph.name, q_graph, q_prog, {
-            "xT": lambda inputs: transposed(inputs, width)}))
+                                   start=end_of(s_prog), addresses=addresses,
+                                   layouts=layouts))
+        same_view(built.node.where, Image.from_json(b_image), lanes, (width, columns))
+        if source is None:
+            q_stage = Stage(q_graph.name, q_graph, q_prog, {
+                "xT": lambda inputs: self.transposed(inputs, width)})
+        else:
+            q_stage = Stage(q_graph.name, q_graph, q_prog, {},
+                            {"xT": source.produced(lanes, True)})
+        q_index = built.add(q_stage)
         ones = _bf16(np.ones((depth, width), np.float32))
         s_index = built.add(Stage(s_name, s_graph, s_prog, {"a": lambda inputs: ones}, {
             "b": (q_index, "out", lambda produced: _unview(np.asarray(
                 produced[q_index]["out"], np.uint32), width, lanes))}))
-        # the norm over the views, into B
-        count = depth * columns // (2 * lanes)
-        view = (count, 2 * lanes)
-        n_graph = Graph(built.name("norm"))
-        mapped = {id(x0): n_graph.input("xT", view), id(reduce): n_graph.input(
-            "c", view, "fp32")}
-        for vector in vectors:
-            mapped[id(vector)] = n_graph.input(vector.name, view, vector.dtype)
-        skip = {id(x), id(reduce), id(reduce.inputs[0])}
-        mapped = replay(n_graph, [node for node in nodes if id(node) not in skip], mapped,
-                         view)
-        normed = mapped[id(x.inputs[0])] + n_graph.input("itab", view)
-        n_graph.output("out", normed.astype("bf16"))
-        c_layout = Image(view, (), None, None, "fp32")
+        return s_index, s_prog
+
+    def _norm_graph(self, name, view, x0_dtype):
+        """The model's norm operators over views of ``view``: inputs ``xT`` (x0), ``c``
+        (the sums), the vectors' tables; the normalised values (before any table of
+        identity rows)."""
+        graph = Graph(name)
+        mapped = {id(self.x0): graph.input("xT", view, x0_dtype),
+                  id(self.reduce): graph.input("c", view, "fp32")}
+        for vector in self.vectors:
+            mapped[id(vector)] = graph.input(vector.name, view, vector.dtype)
+        skip = {id(self.x), id(self.reduce), id(self.reduce.inputs[0])}
+        mapped = replay(graph, [node for node in self.nodes if id(node) not in skip],
+                        mapped, view)
+        return graph, mapped[id(self.x.inputs[0])]
+
+    def _table(self, name, rows=None):
+        """The host's table of vector ``name`` over B's view (its first ``rows`` rows
+        taken feature-row-major, :func:`_feature_major`, when given)."""
+        width, depth, columns = self.width, self.depth, self.columns
+        lanes = self.built.machine.lanes
+
+        def make(inputs):
+            full = np.zeros((depth, columns), np.float32)
+            full[:width] = _floats(inputs[name]).reshape(width, 1)
+            viewed = _view(full, lanes)
+            if rows is not None:
+                viewed = _feature_major(viewed, depth, columns, lanes)[:rows]
+            return _bf16(viewed)
+        return make
+
+    def _norm_of_input(self, s_index, s_prog):
+        """The norm over the whole view of B, ``+ I`` (a table), to BF16: one row group
+        reading the host's ``[x0^T; 0]``."""
+        built, depth, columns = self.built, self.depth, self.columns
+        lanes = built.machine.lanes
+        view = (depth * columns // (2 * lanes), 2 * lanes)
+        n_graph, normed = self._norm_graph(built.name("norm"), view, "bf16")
+        n_graph.output("out", (normed + n_graph.input("itab", view)).astype("bf16"))
         n_prog = compile_graph(n_graph, built.machine, kernel=KERNEL_NAME,
                                params=built.params, plan=ImagePlan(
-                                   start=end_of(q_prog), addresses={
+                                   start=built.start, addresses={
                                        "c": s_prog.meta["images"]["out"]["address"]},
-                                   layouts={"c": c_layout}))
-        identity = np.zeros((depth, columns), np.float32)
-        identity[width:] = np.eye(columns, dtype=np.float32)
-        itab = _bf16(_view(identity, lanes))
-
-        def table(name):
-            def make(inputs):
-                full = np.zeros((depth, columns), np.float32)
-                full[:width] = _floats(inputs[name]).reshape(width, 1)
-                return _bf16(_view(full, lanes))
-            return make
-
-        user = {"xT": lambda inputs: transposed(inputs, depth),
+                                   layouts={"c": Image(view, (), None, None, "fp32")}))
+        itab = _bf16(_view(self._identity(), lanes))
+        user = {"xT": lambda inputs: self.transposed(inputs, depth),
                 "itab": lambda inputs: itab,
-                **{vector.name: table(vector.name) for vector in vectors}}
+                **{vector.name: self._table(vector.name) for vector in self.vectors}}
         self.index = built.add(Stage(n_graph.name, n_graph, n_prog, user, {
             "c": (s_index, "out", lambda produced: _view(np.asarray(
                 produced[s_index]["out"], np.uint32), lanes))}))
         self.address = n_prog.meta["images"]["out"]["address"]
-        self.unview = lambda words: _unview(np.asarray(words, np.uint32), depth, lanes)
+        index = self.index
+        self.matrix = lambda produced: _unview(np.asarray(produced[index]["out"],
+                                                          np.uint32), depth, lanes)
+
+    def _identity(self):
+        identity = np.zeros((self.depth, self.columns), np.float32)
+        identity[self.width:] = np.eye(self.columns, dtype=np.float32)
+        return identity
+
+    def _norm_of_source(self, s_index, s_prog):
+        """B of a computed ``x0``: a row group writes the identity rows and zeros (all
+        of B's view), then the norm writes the rows of ``x^T`` (the first rows of B's
+        view taken feature-row-major), reading ``x0``'s view where it is."""
+        built, depth, columns, width = self.built, self.depth, self.columns, self.width
+        lanes, source = built.machine.lanes, self.source
+        count, count_x = depth * columns // (2 * lanes), width * columns // (2 * lanes)
+        i_graph = Graph(built.name("norm_identity"))
+        i_graph.output("out", i_graph.input("itab", (count, 2 * lanes), "fp32").astype(
+            "bf16"))
+        i_prog = compile_graph(i_graph, built.machine, kernel=KERNEL_NAME,
+                               params=built.params, plan=ImagePlan(start=built.start))
+        itab = _view(self._identity(), lanes).view(np.uint32)
+        i_index = built.add(Stage(i_graph.name, i_graph, i_prog,
+                                  {"itab": lambda inputs: itab}))
+        address = i_prog.meta["images"]["out"]["address"]
+        tiles = columns // lanes
+
+        def major(rows, fmt):       # a view of ``rows`` rows taken feature-row-major
+            return Image((rows * tiles // 2, 2 * lanes), (), (rows // 2, tiles, 2 * lanes),
+                         (1, 0, 2), fmt)
+        view = (count_x, 2 * lanes)
+        n_graph, normed = self._norm_graph(built.name("norm"), view, source.fmt)
+        n_graph.output("out", normed.astype("bf16"))
+        n_prog = compile_graph(n_graph, built.machine, kernel=KERNEL_NAME,
+                               params=built.params, plan=ImagePlan(
+                                   start=built.start, addresses={
+                                       "c": s_prog.meta["images"]["out"]["address"],
+                                       "xT": source.address, "out": address},
+                                   layouts={"c": major(depth, "fp32"),
+                                            "xT": major(width, source.fmt),
+                                            "out": major(depth, "bf16")}))
+        user = {vector.name: self._table(vector.name, count_x) for vector in self.vectors}
+        _, _, x0_view = source.produced(lanes, True)
+
+        def sums(produced):
+            return _feature_major(_view(np.asarray(produced[s_index]["out"], np.uint32),
+                                        lanes), depth, columns, lanes)[:count_x]
+        self.index = built.add(Stage(n_graph.name, n_graph, n_prog, user, {
+            "c": (s_index, "out", sums),
+            "xT": (source.stage, source.output, lambda produced: _feature_major(
+                np.asarray(x0_view(produced)), width, columns, lanes))}))
+        self.address, index = address, self.index
+
+        def matrix(produced):
+            full = _feature_major(np.asarray(produced[i_index]["out"], np.uint32), depth,
+                                  columns, lanes)
+            full[:count_x] = np.asarray(produced[index]["out"], np.uint32)
+            return _unview(_feature_major(full, depth, columns, lanes, back=True), depth,
+                           lanes)
+        self.matrix = matrix
 
     def a(self, shape, program):
         """``(index, output, function)`` of a producer's A ``[x | I]`` of ``shape``
@@ -217,9 +349,8 @@ class NormB:
                                f"the norm writes B ({self.depth} x {self.columns} in column "
                                f"tiles); supported: A of {self.columns} rows (the keys) read "
                                f"as B transposed")
-        index = self.index
-        return index, "out", lambda produced: np.ascontiguousarray(
-            self.unview(produced[index]["out"]).T)
+        return self.index, "out", lambda produced: np.ascontiguousarray(
+            self.matrix(produced).T)
 
     def b(self, columns, program):
         """``(index, output, function)`` of B for a producer of ``columns`` columns whose
@@ -230,8 +361,20 @@ class NormB:
                                f"{self.columns} columns; supported: as many keys as queries")
         same_view(where, Image.from_json(program.meta["images"]["b"]), self.built.machine.lanes,
                   (self.depth, columns))
-        index = self.index
-        return index, "out", lambda produced: self.unview(produced[index]["out"])
+        return self.index, "out", self.matrix
+
+
+def _feature_major(rows, depth, columns, lanes, back=False):
+    """The rows of the view of a ``(depth, columns)`` matrix (column tile by column
+    tile) reordered feature-row-major: row ``i`` of every tile, then row ``i + 1``
+    (``back``: the inverse). A row group walking the first rows of that order walks
+    the first features of every tile."""
+    tiles, half = columns // lanes, depth // 2
+    rows = np.asarray(rows).reshape(-1, 2 * lanes)
+    if back:
+        return rows.reshape(half, tiles, 2 * lanes).transpose(1, 0, 2).reshape(-1, 2 * lanes)
+    return np.ascontiguousarray(rows.reshape(tiles, half, 2 * lanes).transpose(
+        1, 0, 2).reshape(-1, 2 * lanes))
 
 
 def same_view(where, image, lanes, shape):

@@ -279,12 +279,15 @@ class _Cut:
 
 
 def compile_transposed(graph, groups, h_node, h_stage, h_address, machine, params, start,
-                       first, rows):
+                       first, rows, values=None):
     """``(stages, {output name: transform}, {output name: stage index})`` of ``groups``
     (the cut's groups after the attention whose residual ``h_node`` stage ``h_stage``
     wrote as the view of ``h^T`` at ``h_address``), in graph order; ``first`` the index
-    of the first stage."""
+    of the first stage; ``values`` (updated): ``{id(node): Transposed}`` of every value
+    kept transposed, for the layers after."""
     cut = _Cut(graph, machine, params, rows, start, first)
+    if values is not None:
+        cut.values = values
     cut.values[id(h_node)] = Transposed(h_stage, "h", h_address, h_node.shape[-1], "fp32",
                                         True)
     outputs = {id(node): name for name, node in graph.outputs.items()}

@@ -226,7 +226,8 @@ def float64_outputs(graph, inputs):
                 budget = ea + eb + 2 * _ULP * (np.abs(a) + np.abs(b))
             elif fn == "mul":
                 v = a * b
-                budget = np.abs(a) * eb + np.abs(b) * ea + ea * eb + _ULP * np.abs(v)
+                with np.errstate(invalid="ignore"):     # inf * 0: see below
+                    budget = np.abs(a) * eb + np.abs(b) * ea + ea * eb + _ULP * np.abs(v)
             else:
                 v = np.maximum(a, b) if fn == "max" else np.minimum(a, b)
                 budget = np.maximum(ea, eb) + 0 * v
@@ -282,6 +283,8 @@ def float64_outputs(graph, inputs):
         else:
             raise ValueError(f"{node.where}: no float64 reference for {node.op}")
         v, budget = result
+        # an unbounded error times an exact zero is no bound either (inf * 0 = nan)
+        budget = np.where(np.isnan(budget), np.inf, budget)
         cache[id(node)] = (v, budget + _TINY)
         return cache[id(node)]
     return {name: value(node) for name, node in graph.outputs.items()}

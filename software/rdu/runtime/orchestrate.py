@@ -104,9 +104,13 @@ def orchestrate(steps, machine):
                 raise RunFailure(f"orchestrated schedule: {what_i} (step {step_i}) at "
                                  f"{address_i:#x} overlaps {what_o} (step {step_o}), which "
                                  f"is stored first; move one (rdu.relocate)", "schedule")
+    # a later step may write the whole of an earlier step's output again (the norm of a
+    # layer's input completing the identity rows written before it): the end reads the
+    # later step's words there
     for i, (step_i, what_i, address_i, size_i) in enumerate(outputs):
         for step_j, what_j, address_j, size_j in outputs[i + 1:]:
-            if step_j != step_i and _spans_overlap((address_i, size_i), (address_j, size_j)):
+            if step_j != step_i and (address_i, size_i) != (address_j, size_j) and \
+                    _spans_overlap((address_i, size_i), (address_j, size_j)):
                 raise RunFailure(f"orchestrated schedule: {what_j} (step {step_j}) at "
                                  f"{address_j:#x} overlaps {what_i} (step {step_i}): outputs "
                                  f"are read after the end; move one "

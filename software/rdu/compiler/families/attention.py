@@ -135,8 +135,9 @@ def _linear(beats, lanes):
     return AccessPattern(0, (beats, 1, 1), (lanes, 0, 0))
 
 
-def lower_attention(name, group, s, hbm_size):
-    """``(kernel, images, addresses, bitstream_address)`` of attention shape ``s``."""
+def lower_attention(name, group, s, hbm_size, plan=None):
+    """``(kernel, images, addresses, bitstream_address)`` of attention shape ``s``; the
+    images from ``plan.start`` (or where ``plan.addresses`` puts them)."""
     lanes = s.lanes
     beat = lanes * WORD                        # bytes of one AXI beat
     passes = s.passes()
@@ -148,7 +149,7 @@ def lower_attention(name, group, s, hbm_size):
     dim_blocks = dim_pad // lanes
     scale = s.scale_word
     images = attention_images(s, group.q.name, group.k.name, group.v.name, group.output)
-    addresses, bitstream_address = place_images(name, images, hbm_size)
+    addresses, bitstream_address = place_images(name, images, hbm_size, plan)
     kernel = Kernel(name)
     tensors = {n_: kernel.tensor(n_, image.shape, image.format)
                for n_, image in images.items()}
@@ -256,7 +257,7 @@ class AttentionFamily(Family):
 
     def lower(self, name, group, tiling, state):
         lowered = Lowered(*lower_attention(name, group, tiling,
-                                           state.machine.region("hbm").size))
+                                           state.machine.region("hbm").size, state.plan))
         for image_name, image in lowered.images.items():
             check_layout(name, state.plan, image_name, image)
         return lowered
