@@ -109,10 +109,11 @@ class Importer:
             self.fail(f"input {name!r} is not defined before this node")
         return self.values[name]
 
-    def tensor(self, value, dtype="bf16"):
+    def tensor(self, value, dtype="bf16", held=True):
         """A :class:`Value` for ``value``: a constant becomes a weight input (``dtype``:
         BF16 as the machine holds weights, or FP32: a table the model computes from
-        shapes, which onnxruntime holds in float)."""
+        shapes, which onnxruntime holds in float; ``held``: whether the machine holds
+        the initializer it comes from in BF16)."""
         if isinstance(value, Value):
             return value
         array = np.asarray(value.array)
@@ -125,7 +126,7 @@ class Importer:
         except FrontendError as error:
             self.fail(f"weight {value.name!r}: {error}")
         self.weights[name] = np.asarray(array, np.float32).reshape(shape)
-        if value.origin:
+        if value.origin and held:
             self.held.add(value.origin)
         return Value(tensor, tuple(array.shape))
 
@@ -138,9 +139,13 @@ class Importer:
             widens = np.broadcast_shapes(array.shape, other_shape) != tuple(other_shape)
             if array.size and not widens and np.all(array == array.flat[0]):
                 return float(array.flat[0]), array.shape
-            # an initializer's values are held in BF16 (onnxruntime's reference rounds
-            # them too); a table computed from shapes (rotary's cos and sin) in FP32
-            value = self.tensor(value, "bf16" if value.origin else "fp32")
+            # an initializer's vector (a norm's weight, a bias) is held in BF16
+            # (onnxruntime's reference rounds it too); a table of rows and columns
+            # (rotary's cos and sin, computed from shapes or folded into an initializer
+            # by the exporter) in FP32, as onnxruntime holds it
+            table = len(core_shape(array.shape)) >= 2
+            value = self.tensor(value, "bf16" if value.origin and not table else "fp32",
+                                held=not table)
         return value.tensor, value.shape
 
     def call(self, function, *args):
