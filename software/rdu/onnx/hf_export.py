@@ -35,7 +35,7 @@ def _model(args):
         num_hidden_layers=args.layers, num_attention_heads=args.heads,
         num_key_value_heads=args.kv_heads or args.heads,
         max_position_embeddings=max(64, args.seq), initializer_range=args.std,
-        attn_implementation=args.attention)
+        attn_implementation=args.attention, tie_word_embeddings=args.tie)
     torch.manual_seed(args.seed)
     model = transformers.LlamaForCausalLM(config).eval()
     with torch.no_grad():
@@ -87,6 +87,8 @@ def main(argv=None):
                         help="HF's initializer_range (the weights' standard deviation)")
     parser.add_argument("--attention", choices=("eager", "sdpa"), default="eager")
     parser.add_argument("--input", choices=("embeds", "ids"), default="embeds")
+    parser.add_argument("--tie", action="store_true",
+                        help="the LM head shares the embedding table (Llama 3.2's)")
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
