@@ -139,6 +139,10 @@ def save_run(save, program, inputs, results, report):
     them; the report says which dtype each file holds (``report["saved"]``)."""
     files = {}
     for tensor, words in inputs.items():
+        if np.asarray(words).dtype == np.int64:        # token ids (rdu.onnx.lookup)
+            np.save(save / f"{tensor}.npy", words)
+            files[f"{tensor}.npy"] = "int64 (token ids)"
+            continue
         np.save(save / f"{tensor}.npy", np.asarray(words, np.uint32).view(np.float32))
         files[f"{tensor}.npy"] = "float32 (the BF16 input values)"
     for tensor, values in results.items():

@@ -33,8 +33,17 @@ MASKED = -1e4
 
 @dataclass
 class KeysT:
-    """``Transpose(K)`` of a heads tensor (its last two axes swapped)."""
+    """``Transpose(K)`` of a heads tensor (its last two axes swapped), times ``scale``
+    (SDPA's exporter scales Q and K^T by the square root of the scale each)."""
     k: Value
+    scale: float = 1.0
+
+
+@dataclass
+class NaNs:
+    """``IsNaN(probs)``: SDPA's exporter zeroes the probabilities of a fully masked row
+    (``Where(IsNaN(p), 0, p)``); the causal mask leaves none, so it is ``p``."""
+    probs: object
 
 
 @dataclass
@@ -81,7 +90,7 @@ class Probs:
     scores: Scores
 
 
-PENDING = (KeysT, Scores, Probs, Split, Merged, Repeated)
+PENDING = (KeysT, Scores, Probs, Split, Merged, Repeated, NaNs)
 
 
 def _heads(imp, value, what):
@@ -100,13 +109,19 @@ def _constant(imp, value, what):
     return np.asarray(value.array)
 
 
-def _scale(imp, scores, value, divide):
+def _factor(imp, value, divide):
+    """The factor a ``Mul`` (``divide``: ``Div``) by the constant ``value`` scales by:
+    a positive number (a constant of equal elements)."""
     array = np.asarray(_constant(imp, value, "the scale"), np.float64)
     if not array.size or not np.all(array == array.flat[0]) or not array.flat[0] > 0 \
             or not np.isfinite(array.flat[0]):
         imp.fail(f"scale {array.ravel()[:4].tolist()}", "a positive constant of equal "
                  "elements")
-    factor = 1.0 / array.flat[0] if divide else array.flat[0]
+    return float(1.0 / array.flat[0] if divide else array.flat[0])
+
+
+def _scale(imp, scores, value, divide):
+    factor = _factor(imp, value, divide)
     mask = None if scores.mask is None else scores.mask * factor
     return Scores(scores.q, scores.k, scores.shape, scores.scale * factor, mask,
                   scores.mask_node)
@@ -180,14 +195,45 @@ def _matmul(imp, a, b):
     if isinstance(a, Probs):
         return _finish(imp, a, b.x if isinstance(b, Repeated) and b.times == -1 else b)
     if isinstance(b, KeysT):
-        q = _heads(imp, a, "Q")
+        q, factor = _unscaled(_heads(imp, a, "Q"))
         shape = tuple(np.broadcast_shapes(q.shape[:-2], b.k.shape[:-2])) + \
             (q.shape[-2], b.k.shape[-2])
         if q.shape[-1] != b.k.shape[-1]:
             imp.fail(f"Q of shape {q.shape} against K of shape {b.k.shape}")
-        return Scores(q, b.k, shape)
+        return Scores(q, b.k, shape, factor * b.scale)
     imp.fail("a matrix product of pending attention values", "MatMul(Q, Transpose(K)) "
              "and MatMul(Softmax(.), V)")
+
+
+def _unscaled(q):
+    """``(q', c)`` with ``q = q' * c`` when ``q`` is a heads tensor times a positive
+    number (SDPA's exporter scales Q by the square root of the scale): attention takes
+    ``c`` into its scale; else ``(q, 1)``."""
+    node = q.tensor.node
+    if node.op == "binary" and node.attrs["fn"] == "mul":
+        inner, const = node.inputs
+        if inner.op == "const":
+            inner, const = const, inner
+        if const.op == "const" and len(inner.shape) == 3 and \
+                np.isfinite(const.attrs["value"]) and const.attrs["value"] > 0:
+            return Value(type(q.tensor)(q.tensor.graph, inner), q.shape), \
+                float(const.attrs["value"])
+    return q, 1.0
+
+
+def _keys_reshaped(imp, keys, shape):
+    """A ``Reshape`` of K^T that adds or drops size-1 dimensions only (SDPA's exporter
+    writes K^T of repeated heads as ``(H, D, L)``, then ``(1, H, D, L)``)."""
+    k = keys.k
+    transposed = k.shape[:-2] + (k.shape[-1], k.shape[-2])
+    target = _resolved([int(d) for d in np.asarray(_constant(imp, shape, "the shape"))
+                        .ravel()], transposed)
+    if len(target) < 2 or [d for d in target if d != 1] != \
+            [d for d in transposed if d != 1] or tuple(target[-2:]) != transposed[-2:]:
+        imp.fail(f"reshape of K^T {transposed} to {tuple(target)}", "reshapes of K^T that "
+                 "add or drop leading size-1 dimensions")
+    shape = tuple(target[:-2]) + (target[-1], target[-2])
+    return KeysT(Value(k.tensor, shape), keys.scale)
 
 
 def _transpose(imp, node, x):
@@ -293,14 +339,11 @@ def _repeat(imp, op, repeated, shape):
                      f"repeat_kv: (1, {heads_}, n_rep, {rows}, {dim})")
         return Repeated(x, int(out[2]))
     known = [1, heads_ * times, rows, dim]
-    target = [known[i] if d == 0 and i < 4 else d for i, d in enumerate(target)]
-    if -1 in target and len(target) == 4:
-        rest = int(np.prod([d for d in target if d != -1]))
-        target = [int(np.prod(known)) // rest if d == -1 else d for d in target]
-    if target != known:
+    target = _resolved(target, known if len(target) == 4 else known[1:])
+    if target not in (known, known[1:]):      # SDPA's exporter writes (H, L, D) too
         imp.fail(f"reshape of repeated K/V heads ({heads_}, {times}, {rows}, {dim}) to "
                  f"{tuple(target)}", f"repeat_kv: {tuple(known)}")
-    return Repeated(Value(x.tensor, tuple(known)), -1)
+    return Repeated(Value(x.tensor, tuple(target)), -1)
 
 
 def _split_heads(imp, value, shape):
@@ -310,6 +353,7 @@ def _split_heads(imp, value, shape):
     if len(target) != 4:
         return None
     rows, width = value.tensor.shape if len(value.tensor.shape) == 2 else (0, 0)
+    target = _resolved(target, value.shape)
     size = target[2] * target[3] if target[2] > 0 and target[3] > 0 else 0
     if target[0] == 1 and target[1] in (rows, 0, -1) and size == width:
         return Split(value, target[2])
@@ -317,6 +361,17 @@ def _split_heads(imp, value, shape):
         return None
     imp.fail(f"reshape of {value.shape} to {tuple(target)}", "reshapes into heads: "
              "(1, L, H * D) to (1, L, H, D)")
+
+
+def _resolved(target, shape):
+    """A reshape's ``target`` with ``0`` (copy the dimension: onnx's default, not
+    ``allowzero``) and ``-1`` (the rest) resolved against ``shape``."""
+    size = int(np.prod(shape))
+    target = [shape[i] if d == 0 and i < len(shape) else d for i, d in enumerate(target)]
+    if target.count(-1) == 1:
+        known = int(np.prod([d for d in target if d != -1]))
+        target = [size // known if d == -1 and known else d for d in target]
+    return target
 
 
 def _heads_of(imp, split, perm):
@@ -328,6 +383,14 @@ def _heads_of(imp, split, perm):
     tensor = imp.call(lambda t: heads(t, split.count), split.x.tensor)
     value = Value(tensor, (1,) + tensor.shape)
     return value if perm == [0, 2, 1, 3] else KeysT(value)
+
+
+def _unmasked_nans(imp, nans, fill, probs):
+    """``Where(IsNaN(p), c, p)``: ``p`` (no row of a causal or unmasked softmax is NaN)."""
+    if probs is not nans.probs:
+        imp.fail("Where(IsNaN(p), ., q) of other probabilities", "Where(IsNaN(p), 0, p)")
+    _constant(imp, fill, "the value of a NaN")
+    return probs
 
 
 def _step(imp, node, op, values):
@@ -345,6 +408,16 @@ def _step(imp, node, op, values):
         return _matmul(imp, *values)
     if op in ("Identity", "Cast") and isinstance(first, PENDING):
         return first            # casts of the scores to float: nothing
+    if op == "IsNaN" and isinstance(first, Probs):
+        return NaNs(first)
+    if op == "Where" and isinstance(first, NaNs):
+        return _unmasked_nans(imp, first, *values[1:])
+    if isinstance(first, KeysT) and op in ("Mul", "Div") and len(values) == 2:
+        return KeysT(first.k, first.scale * _factor(imp, values[1], op == "Div"))
+    if op == "Mul" and len(values) == 2 and isinstance(values[1], KeysT):
+        return KeysT(values[1].k, values[1].scale * _factor(imp, first, False))
+    if isinstance(first, KeysT) and op == "Reshape":
+        return _keys_reshaped(imp, first, values[1])
     if not isinstance(first, Scores) and op != "Where" and not (
             len(values) == 2 and isinstance(values[1], Scores)):
         return None

@@ -23,12 +23,17 @@ import numpy as np
 from ..frontend.graph import FrontendError, Graph
 from .attention import PENDING
 from .attention import convert as convert_attention
+from .lookup import Ids
+from .lookup import convert as convert_lookup
 from .ops import convert_node
 from .rotary import Part
 from .rotary import convert as convert_rotary
 from .values import Const, OnnxImportError, Value, core_shape, identifier
 
 __all__ = ["Importer", "Imported", "import_model", "OPSET_RANGE", "load_model"]
+
+#: The element types of integer inputs (``onnx.TensorProto`` INT64, INT32): token ids.
+INTEGER_INPUTS = (7, 6)
 
 #: The default-domain opsets the importer reads (inclusive).
 OPSET_RANGE = (17, 23)
@@ -59,7 +64,9 @@ class Imported:
     ``{front-end name: ONNX shape}`` of every input and output; ``outputs``:
     ``{front-end name: ONNX name}``; ``held``: the initializers the machine holds in
     BF16 (the onnxruntime reference rounds them the same way); ``model``: the
-    ModelProto; ``label``: its file name."""
+    ModelProto; ``label``: its file name; ``lookups``: ``{rows input: Lookup}`` of the
+    embedding rows the host looks up; ``ids``: ``{front-end name: Ids}`` of the
+    integer inputs (token ids) a run supplies (:mod:`rdu.onnx.lookup`)."""
     graph: Graph
     data: dict
     weights: dict
@@ -69,6 +76,8 @@ class Imported:
     model: object
     label: str
     elem_types: dict = field(default_factory=dict)
+    lookups: dict = field(default_factory=dict)
+    ids: dict = field(default_factory=dict)
 
 
 class Importer:
@@ -81,6 +90,7 @@ class Importer:
         self.values = {}            # ONNX name -> Const | Value
         self.weights = {}           # front-end name -> float32 array
         self.held = set()
+        self.lookups = {}           # rows input -> rdu.onnx.lookup.Lookup
         self.names = set()
         self.node = None
 
@@ -109,10 +119,11 @@ class Importer:
             self.fail(f"input {name!r} is not defined before this node")
         return self.values[name]
 
-    def tensor(self, value, dtype="bf16"):
+    def tensor(self, value, dtype="bf16", held=True):
         """A :class:`Value` for ``value``: a constant becomes a weight input (``dtype``:
         BF16 as the machine holds weights, or FP32: a table the model computes from
-        shapes, which onnxruntime holds in float)."""
+        shapes, which onnxruntime holds in float; ``held``: whether the machine holds
+        the initializer it comes from in BF16)."""
         if isinstance(value, Value):
             return value
         array = np.asarray(value.array)
@@ -125,7 +136,7 @@ class Importer:
         except FrontendError as error:
             self.fail(f"weight {value.name!r}: {error}")
         self.weights[name] = np.asarray(array, np.float32).reshape(shape)
-        if value.origin:
+        if value.origin and held:
             self.held.add(value.origin)
         return Value(tensor, tuple(array.shape))
 
@@ -138,9 +149,13 @@ class Importer:
             widens = np.broadcast_shapes(array.shape, other_shape) != tuple(other_shape)
             if array.size and not widens and np.all(array == array.flat[0]):
                 return float(array.flat[0]), array.shape
-            # an initializer's values are held in BF16 (onnxruntime's reference rounds
-            # them too); a table computed from shapes (rotary's cos and sin) in FP32
-            value = self.tensor(value, "bf16" if value.origin else "fp32")
+            # an initializer's vector (a norm's weight, a bias) is held in BF16
+            # (onnxruntime's reference rounds it too); a table of rows and columns
+            # (rotary's cos and sin, computed from shapes or folded into an initializer
+            # by the exporter) in FP32, as onnxruntime holds it
+            table = len(core_shape(array.shape)) >= 2
+            value = self.tensor(value, "bf16" if value.origin and not table else "fp32",
+                                held=not table)
         return value.tensor, value.shape
 
     def call(self, function, *args):
@@ -169,9 +184,10 @@ def _static_shape(importer, info):
     if not info.type.HasField("tensor_type"):
         importer.fail(f"input {info.name!r} is not a tensor")
     elem = tensor_type.elem_type
-    if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+    if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, *INTEGER_INPUTS):
         importer.fail(f"input {info.name!r} has element type "
-                      f"{onnx.TensorProto.DataType.Name(elem)}", "float and float16 inputs")
+                      f"{onnx.TensorProto.DataType.Name(elem)}", "float and float16 inputs "
+                      "(int64 and int32 ones: token ids of an embedding lookup)")
     dims = []
     for dim in tensor_type.shape.dim:
         if not dim.HasField("dim_value") or dim.dim_value < 1:
@@ -181,6 +197,8 @@ def _static_shape(importer, info):
     if not dims:
         importer.fail(f"input {info.name!r} is a scalar", "tensors of one or more "
                       "dimensions")
+    if elem in INTEGER_INPUTS:
+        return tuple(dims), elem            # token ids: the host looks the rows up
     if len(dims) == 4 and dims[0] == 1:
         return tuple(dims), elem            # (1, heads, rows, dim): heads of attention
     if len(core_shape(dims, keep=2)) > 2:
@@ -214,12 +232,15 @@ def import_model(source):
     importer = Importer(model, label)
     graph = model.graph
     _initializers(importer, graph)
-    data, shapes, elems = {}, {}, {}
+    data, shapes, elems, ids = {}, {}, {}, {}
     for info in graph.input:
         if info.name in importer.values:
             continue                          # an initializer listed as an input too
         shape, elem = _static_shape(importer, info)
         name = importer.fresh(info.name)
+        if elem in INTEGER_INPUTS:              # token ids: rdu.onnx.lookup
+            importer.values[info.name] = ids[name] = Ids(info.name, name, shape, elem)
+            continue
         keep = 3 if len(shape) == 4 else 2
         tensor = importer.call(importer.graph.input, name, core_shape(shape, keep=keep))
         importer.values[info.name] = Value(tensor, shape)
@@ -228,7 +249,8 @@ def import_model(source):
     for node in graph.node:
         importer.node = node
         first = len(importer.graph.nodes)
-        if not convert_rotary(importer, node) and not convert_attention(importer, node):
+        if not convert_lookup(importer, node) and not convert_rotary(importer, node) \
+                and not convert_attention(importer, node):
             convert_node(importer, node)
         for created in importer.graph.nodes[first:]:     # the compiler's errors name it
             created.where = f"{label}: node {node.name or node.output[0]} ({node.op_type})"
@@ -238,6 +260,9 @@ def import_model(source):
         value = importer.get(info.name)
         if isinstance(value, Const):
             importer.fail(f"output {info.name!r} depends on no input (a constant)")
+        if isinstance(value, Ids):
+            importer.fail(f"output {info.name!r} is the integer input {value.name!r}",
+                          "outputs computed from the embedding rows")
         if isinstance(value, (*PENDING, Part)):
             importer.fail(f"output {info.name!r} is a step of attention (the scores or "
                           f"the probabilities)", "attention's result as the output")
@@ -246,5 +271,12 @@ def import_model(source):
         outputs[name], shapes[name] = info.name, value.shape
     for name, array in importer.weights.items():
         shapes[name] = array.shape
+    for name, lookup in importer.lookups.items():
+        shapes[name] = tuple(lookup.ids.shape) + lookup.table.shape[1:]
+    unused = [i.name for i in ids.values()
+              if not any(look.ids is i for look in importer.lookups.values())]
+    if unused:
+        importer.fail(f"integer input {unused[0]!r} is read by no Gather of a table",
+                      "token ids read by Gather(table, ids): the host looks the rows up")
     return Imported(importer.graph, data, importer.weights, shapes, outputs,
-                    importer.held, model, label, elems)
+                    importer.held, model, label, elems, importer.lookups, ids)

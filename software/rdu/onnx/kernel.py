@@ -21,6 +21,7 @@ from ..frontend.kernels import KERNELS, Kernel, KernelInputError, to_bf16_words
 from ..models import pcu_reference as pcu_model
 from ..models import reference
 from .importer import import_model
+from .lookup import check_ids, lookup_rows, random_ids, vocabulary
 from .values import core_shape
 
 __all__ = ["OnnxKernel", "onnx_kernel", "KERNEL_NAME", "onnxruntime_outputs", "compare",
@@ -68,6 +69,10 @@ def onnxruntime_outputs(imported, inputs):
     session = onnxruntime.InferenceSession(rounded_model(imported).SerializeToString(),
                                            options, providers=["CPUExecutionProvider"])
     feed = {}
+    for key, ids in imported.ids.items():          # the token ids themselves
+        values = np.asarray(inputs[key], np.int64).reshape(ids.shape)
+        feed[ids.name] = values.astype(np.int32 if ids.elem == TensorProto.INT32
+                                       else np.int64)
     for name, onnx_name in imported.data.items():
         values = np.asarray(inputs[name], np.uint32).view(np.float32)
         values = values.reshape(imported.onnx_shapes[name])
@@ -133,18 +138,35 @@ class OnnxKernel(Kernel):
 
     def random_inputs(self, program, seed):
         """Standard normal BF16 data inputs (in the model's input order, one seeded
-        generator), the weights from the model."""
+        generator), then token ids in range of their tables (the rows looked up from
+        them), the weights from the model."""
         rng = np.random.default_rng(seed)
         words = {name: pcu_model.bf16_words(rng.standard_normal(self.shape(name, None)))
                  for name in self.imported.data}
-        return {**words, **self.weight_words()}
+        ids = {key: random_ids(rng, ids, self.imported.lookups)
+               for key, ids in self.imported.ids.items()}
+        return {**words, **self.looked_up(ids), **self.weight_words()}
+
+    def looked_up(self, ids):
+        """The host's embedding lookups: ``{rows input: BF16 words}`` from ``{ids key:
+        int64 ids}``, the ids with them (onnxruntime's inputs)."""
+        rows = {name: to_bf16_words(lookup_rows(lookup, ids[lookup.ids.key],
+                                                self.shape(name, None)), name)
+                for name, lookup in self.imported.lookups.items()}
+        return {**ids, **rows}
 
     def user_inputs(self, program, arrays, sources):
         """``{name: words}`` of the data inputs ``arrays`` (keyed by ONNX name, of the
         ONNX shape or without its leading size-1 dimensions), the weights with them."""
         by_onnx = {onnx: name for name, onnx in self.imported.data.items()}
-        words = {}
+        token_ids = {ids.name: ids for ids in self.imported.ids.values()}
+        words, given_ids = {}, {}
         for onnx_name, array in arrays.items():
+            if onnx_name in token_ids:
+                ids = token_ids[onnx_name]
+                given_ids[ids.key] = check_ids(array, ids, vocabulary(self.imported.lookups, ids),
+                                               sources[onnx_name])
+                continue
             name = by_onnx[onnx_name]
             shape = self.shape(name, None)
             given = tuple(np.shape(array))
@@ -153,11 +175,14 @@ class OnnxKernel(Kernel):
                     f"{sources[onnx_name]}: shape {given}, the model takes {onnx_name} "
                     f"as {self.imported.onnx_shapes[name]}")
             words[name] = to_bf16_words(np.reshape(array, shape), sources[onnx_name])
-        return {**words, **self.weight_words()}
+        return {**words, **self.looked_up(given_ids), **self.weight_words()}
 
     def data_inputs(self):
-        """The ONNX names of the inputs a run supplies."""
-        return list(self.imported.data.values())
+        """The ONNX names of the inputs a run supplies (token ids among them), in the
+        model's order."""
+        given = set(self.imported.data.values()) | {
+            ids.name for ids in self.imported.ids.values()}
+        return [info.name for info in self.imported.model.graph.input if info.name in given]
 
     def input_option(self, name):
         return f"--input {name}=FILE.npy"
@@ -170,8 +195,10 @@ class OnnxKernel(Kernel):
 
     def describe(self, program):
         graph = self.imported.graph
-        shapes = ", ".join(f"{onnx} {list(self.imported.onnx_shapes[name])}"
-                           for name, onnx in self.imported.data.items())
+        shapes = {onnx: self.imported.onnx_shapes[name]
+                  for name, onnx in self.imported.data.items()}
+        shapes.update({ids.name: ids.shape for ids in self.imported.ids.values()})
+        shapes = ", ".join(f"{onnx} {list(shapes[onnx])}" for onnx in self.data_inputs())
         return f"onnx {self.imported.label} ({graph.name}: {shapes})"
 
 

@@ -10,10 +10,12 @@ opset 18 (batch 1, static shapes)::
 The nodes, in order (``L`` the sequence, ``H`` heads of ``D = hidden / H``, ``G``
 key/value heads):
 
-* the embedding: ``Gather(embed_tokens.weight, input_ids)`` (``--embedding gather``),
-  or the model reads the rows ``inputs_embeds`` (1, L, hidden) the host looked up
-  (``--embedding host``, the default: the machine does not run a ``Gather`` of a table
-  by token ids; the host's lookup is a copy of L rows);
+* the embedding: ``Gather(embed_tokens.weight, input_ids)`` (``--embedding gather``:
+  the importer makes it a lookup on the host, :mod:`rdu.onnx.lookup`, and ``rdu run``
+  writes the rows of the ids), or the model reads the rows ``inputs_embeds`` (1, L,
+  hidden) the host looked up (``--embedding host``, the default); either way the
+  machine does not run a ``Gather`` of a table by token ids (the host's lookup is a
+  copy of L rows);
 * position ids and the rotary tables, once: ``Shape``, ``Gather``, ``Range``, ``Cast``,
   ``Unsqueeze``, ``MatMul`` by ``inv_freq``, ``Concat``, ``Cos``, ``Sin``,
   ``Unsqueeze`` to (1, 1, L, D); the causal mask's ``keep``: ``Range``,
@@ -284,7 +286,8 @@ def main(argv=None):
                  "vocab": "vocabulary: the LM head's width (0: no LM head, the output "
                           "is the final hidden states)",
                  "embedding": "host: the model reads inputs_embeds (the host looks the "
-                              "rows up); gather: Gather of input_ids (needs --vocab)"}
+                              "rows up); gather: Gather of input_ids (needs --vocab; rdu run "
+                              "looks the rows up)"}
         parser.add_argument(flag, type=type(default), default=default,
                             help=helps[name])
     parser.add_argument("-o", "--output", required=True, help="the .onnx file to write")
