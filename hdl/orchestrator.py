@@ -49,7 +49,7 @@ MAX_AGCUS = ARGUMENT_BITS
 #: Largest schedule memory (commands).
 MAX_COMMANDS = 4096
 #: The schedule memory of :class:`hdl.system.RDUSystem`'s orchestrator (commands).
-DEFAULT_COMMANDS = 64
+DEFAULT_COMMANDS = 256
 
 
 class ScheduleOp(enum.IntEnum, shape=OP_BITS):
