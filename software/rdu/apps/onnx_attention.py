@@ -35,7 +35,7 @@ from ..frontend.graph import Graph, attention
 from ..layout import Image
 from ..models.reference import attention_shape
 from ..onnx import KERNEL_NAME
-from .onnx_norm import NormB, norm_members, norm_of
+from .onnx_norm import NormB, b_depth, norm_members, norm_of, padded_rows
 from .onnx_views import bf16 as _bf16
 from .onnx_views import floats as _floats
 from .onnx_views import unview as _unview
@@ -215,7 +215,8 @@ class _Builder:
         if b is None:
             addresses["b"] = self.norm_b(shape_b[1]).address
         if a is None:
-            addresses["a"] = self.norm_rows().program.meta["images"]["out"]["address"]
+            addresses["a"] = self.norm_rows(shape_a[0]).program.meta["images"]["out"][
+                "address"]
         name = self.name(what)
         graph = _product_graph(name, shape_a, shape_b, bf16)
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
@@ -237,21 +238,38 @@ class _Builder:
                                    f"keys as a key chunk holds, whole beats")
         return self.add(Stage(name, graph, program, user, produced))
 
+    def depth(self, columns):
+        """B's rows of the Q and K products: ``width + columns`` (``[x^T; I]``); the
+        norm's one B of the keys' ``b_columns`` (Q reads its first column tiles) padded
+        with zero rows to whole beats (:func:`~rdu.apps.onnx_norm.b_depth`)."""
+        if self.norm is None:
+            return self.width + columns
+        return b_depth(self.width, max(columns, getattr(self, "b_columns", 0)), self.machine.lanes)
+
     def norm_b(self, columns):
         """The :class:`~rdu.apps.onnx_norm.NormB` of ``columns`` (built once)."""
         if getattr(self, "_norm_b", None) is None:
-            self._norm_b = NormB(self, self.norm, columns)
+            self._norm_b = NormB(self, self.norm, max(columns, getattr(self, "b_columns", 0)))
         return self._norm_b
 
-    def norm_rows(self):
-        """The model's norm as a row group writing x's BF16 rows (V's A), built once."""
+    def norm_rows(self, rows=None):
+        """The model's norm as a row group writing x's BF16 rows (V's A) padded with
+        zero rows to ``rows`` (the keys'), built once."""
         if getattr(self, "_norm_rows", None) is None:
             name = self.name("norm_rows")
-            graph = self.graph.extract(name, {}, {"out": self.norm})
+            pad = (rows or self.rows) - self.rows
+            graph = padded_rows(self.graph, name, self.norm, rows) if pad else \
+                self.graph.extract(name, {}, {"out": self.norm})
             program = compile_graph(graph, self.machine, kernel=KERNEL_NAME,
                                     params=self.params, plan=ImagePlan(start=self.start))
+
+            def packed(inputs, tensor):
+                if tensor != self.x or not pad:
+                    return inputs[tensor]
+                words = np.asarray(inputs[tensor], np.uint32).reshape(self.rows, -1)
+                return np.concatenate([words, np.zeros((pad, words.shape[1]), np.uint32)])
             self.norm_rows_index = self.add(Stage(name, graph, program, {
-                tensor: (lambda inputs, tensor=tensor: inputs[tensor])
+                tensor: (lambda inputs, tensor=tensor: packed(inputs, tensor))
                 for tensor in graph.inputs}))
             self._norm_rows = self.stages[self.norm_rows_index - self.first]
         return self._norm_rows
@@ -264,9 +282,9 @@ class _Builder:
 
         def make(inputs):
             w = _floats(inputs[w_name]).reshape(width, -1)[:, h * dim:(h + 1) * dim]
-            a = np.zeros((dim_k, width + columns), np.float32)
+            a = np.zeros((dim_k, self.depth(columns)), np.float32)    # zero past B's rows
             a[:dim, :width] = w.T
-            a[dim:, width:] = coefficients[dim:]
+            a[dim:, width:width + columns] = coefficients[dim:]
             return _bf16(a)
         return make
 
@@ -278,6 +296,7 @@ class _Builder:
         Records in ``final`` how to read the result as that matrix."""
         dim_k, columns = target.shape
         rows, width, lanes = self.rows, self.width, s.lanes
+        depth = self.depth(columns)
 
         def b(inputs):
             return _identity_b(inputs[self.x], rows, width, columns)
@@ -289,7 +308,7 @@ class _Builder:
         if len(parts) == 1:
             index = self.produce(tag, address, self.weight_a(parts[0][1].name, h, s.dim,
                                                               dim_k, target),
-                                 b, (dim_k, width + columns), (width + columns, columns),
+                                 b, (dim_k, depth), (depth, columns),
                                  wanted)
             self.final[(kind, h, tag)] = (index, "out", lambda words: words)
             return
@@ -297,8 +316,8 @@ class _Builder:
         for number, (_, w, _) in enumerate(parts):
             coefficients = target if number == 0 else np.zeros_like(target)
             firsts.append(self.produce(f"{tag}_{number}", None, self.weight_a(
-                w.name, h, s.dim, dim_k, coefficients), b, (dim_k, width + columns),
-                (width + columns, columns), None, bf16=False))
+                w.name, h, s.dim, dim_k, coefficients), b, (dim_k, depth),
+                (depth, columns), None, bf16=False))
         self.final[(kind, h, tag)] = (self.rotary(tag, s, parts, firsts, target, address,
                                                   wanted), "out",
                                       lambda words: _unview(words, dim_k, lanes))
@@ -324,8 +343,8 @@ class _Builder:
                                        for make in makers])
             firsts.append(self.produce(f"{kind}_{number}", None, a,
                                        b if self.norm is None else None,
-                                       (blocks * dim_k, width + columns),
-                                       (width + columns, columns), None, bf16=False))
+                                       (blocks * dim_k, self.depth(columns)),
+                                       (self.depth(columns), columns), None, bf16=False))
         # causal grouped-query passes run by key/value head, row tile, then query head
         group = s.group if kind == "q" and s.causal else 1
         index = self.rotary(kind, s, parts, firsts,
@@ -427,6 +446,7 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
         layout[name].shape) for name in "qk"}
     offsets = {name: layout[name].byte_offsets() for name in "qkv"}
     passes = s.passes()
+    built.b_columns = s.seq_pad                 # the keys': the widest B of the products
     if built.norm is not None and not _one_v(s):
         raise CompileError(f"{node.where}: a norm before the projections with V of "
                            f"{s.chunks} key chunks or a head dimension of {s.dim} (padded "
@@ -554,10 +574,12 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
     wo = matmul.inputs[1]
     hidden = wo.shape[1]
     where = built.node.where
-    if dim % lanes or rows % (2 * lanes):
+    views = continued = out_name is None      # the residual read by more of the model
+    # a row-major y^T (a model output) walks whole beats of FP32 rows; views: tiles
+    if dim % lanes or rows % (lanes if continued else 2 * lanes):
         raise CompileError(f"{where}: o_proj after attention of {rows} rows of dim {dim}; "
                            f"supported: dim a multiple of {lanes}, rows a multiple of "
-                           f"{2 * lanes}")
+                           f"{2 * lanes} (of {lanes} read by more of the model)")
     name = built.graph.name
     y_name = "yT" if len(tail) == 4 else out_name       # o_proj's result (transposed)
     # o_proj first: its B image is what the cast-only row group writes
@@ -565,7 +587,6 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
     o_graph.output(y_name, o_graph.input("wo_t", (hidden, heads * dim)) @
                    o_graph.input("ob", (heads * dim, rows)))
     row_major = Image((hidden, rows), (), None, None, "fp32")
-    views = continued = out_name is None      # the residual read by more of the model
     o_prog = compile_graph(o_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
                            plan=ImagePlan(start=start, layouts={} if views else
                                           {y_name: row_major}),

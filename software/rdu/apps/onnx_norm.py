@@ -37,7 +37,14 @@ from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
 
-__all__ = ["norm_of", "norm_members", "NormB", "replay", "same_view"]
+__all__ = ["norm_of", "norm_members", "NormB", "b_depth", "padded_rows", "replay",
+           "same_view"]
+
+
+def b_depth(width, columns, lanes):
+    """The rows of ``[x^T; I; 0]``: ``width + columns`` padded with zero rows to whole
+    beats (``2 lanes``), so that a row group writes B as rows of two of its rows."""
+    return -(-(width + columns) // (2 * lanes)) * 2 * lanes
 
 
 def norm_of(x):
@@ -94,6 +101,34 @@ def norm_members(x, users, outputs):
     return ids
 
 
+def padded_rows(graph, name, x, rows):
+    """The norm ``x`` (:func:`norm_of`) of ``graph`` as a graph ``name`` over ``rows``
+    rows of its input: every value that depends on the input has ``rows`` rows (the
+    host pads the input with zero rows; the norm of a zero row is zero)."""
+    wanted, stack = set(), [x]
+    while stack:
+        node = stack.pop()
+        if id(node) not in wanted:
+            wanted.add(id(node))
+            stack.extend(node.inputs)
+    x0 = norm_of(x)[0]
+    padded, mapped, per_row = Graph(name), {}, {id(x0)}
+    for node in graph.nodes:
+        if id(node) not in wanted:
+            continue
+        if any(id(parent) in per_row for parent in node.inputs):
+            per_row.add(id(node))
+        shape = (rows,) + node.shape[1:] if id(node) in per_row else node.shape
+        if node.op == "input":
+            mapped[id(node)] = padded.input(node.name, shape, node.dtype)
+            continue
+        mapped[id(node)] = padded._add(node.op, [mapped[id(parent)].node for parent in
+                                                 node.inputs], shape, node.dtype,
+                                       node.where, **node.attrs)
+    padded.output("out", mapped[id(x)])
+    return padded
+
+
 def replay(graph, nodes, mapped, shape):
     """``nodes`` (in graph order) again in ``graph``: every value of ``shape`` (the view)
     or a scalar constant; ``mapped`` ``{id(node): Tensor}`` the ones given."""
@@ -123,13 +158,13 @@ class NormB:
         x0, reduce, vectors, nodes = norm_of(x)
         lanes = built.machine.lanes
         rows, width = x.shape
-        depth = width + columns                     # the rows of B
+        depth = b_depth(width, columns, lanes)      # the rows of B, zero past the identity
         where = built.node.where
-        if width % (2 * lanes) or columns % lanes or depth % (2 * lanes) or rows > columns:
+        if width % (2 * lanes) or columns % lanes or rows > columns:
             raise CompileError(f"{where}: a norm before the projections of width {width}, "
-                               f"{columns} columns, {rows} rows; supported: width and "
-                               f"columns multiples of {2 * lanes} (B's rows, width + "
-                               f"columns, in whole beats), columns at least the rows")
+                               f"{columns} columns, {rows} rows; supported: width a "
+                               f"multiple of {2 * lanes}, columns of {lanes}, columns at "
+                               f"least the rows")
         self.depth = depth
         order = {id(node): index for index, node in enumerate(built.graph.nodes)}
         nodes = sorted(nodes, key=lambda node: order[id(node)])
@@ -182,7 +217,7 @@ class NormB:
                                        "c": s_prog.meta["images"]["out"]["address"]},
                                    layouts={"c": c_layout}))
         identity = np.zeros((depth, columns), np.float32)
-        identity[width:] = np.eye(columns, dtype=np.float32)
+        identity[width:width + columns] = np.eye(columns, dtype=np.float32)
         itab = _bf16(_view(identity, lanes))
 
         def table(name):
@@ -202,16 +237,19 @@ class NormB:
         self.unview = lambda words: _unview(np.asarray(words, np.uint32), depth, lanes)
 
     def b(self, columns, program):
-        """``(index, output, function)`` of B for a producer of ``columns`` columns whose
-        B image is ``program``'s; a one-line error when it is not the view written."""
-        where = self.built.node.where
-        if columns != self.columns:
+        """``(index, output, function)`` of B for a producer of ``columns`` columns (at
+        most the norm's: its first column tiles) whose B image is ``program``'s; a
+        one-line error when it is not the view written."""
+        where, lanes = self.built.node.where, self.built.machine.lanes
+        if columns > self.columns or columns % lanes:
             raise CompileError(f"{where}: a norm before projections of {columns} and "
-                               f"{self.columns} columns; supported: as many keys as queries")
-        same_view(where, Image.from_json(program.meta["images"]["b"]), self.built.machine.lanes,
+                               f"{self.columns} columns; supported: at most as many queries "
+                               f"as keys, whole tiles")
+        # fewer columns (the queries, the keys padded): the first column tiles of B
+        same_view(where, Image.from_json(program.meta["images"]["b"]), lanes,
                   (self.depth, columns))
         index = self.index
-        return index, "out", lambda produced: self.unview(produced[index]["out"])
+        return index, "out", lambda produced: self.unview(produced[index]["out"])[:, :columns]
 
 
 def same_view(where, image, lanes, shape):
