@@ -202,11 +202,12 @@ class _Builder:
         self.start = max(self.start or 0, end_of(stage.program))
         return self.first + len(self.stages) - 1
 
-    def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True):
+    def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True, a_row=0):
         """A producer: ``(a() @ b())`` (rounded to BF16) written where ``wanted`` (the
         byte offsets of its elements in an image at ``address``) says, or on pages of
         its own (``wanted`` None); the stage's index. ``a`` or ``b`` None: the norm's
-        (:mod:`rdu.apps.onnx_norm`: x as V's A, ``[x^T; I]`` as Q's and K's B)."""
+        (:mod:`rdu.apps.onnx_norm`: x as V's A from its row ``a_row`` on, ``[x^T; I]``
+        as Q's and K's B)."""
         addresses = {}
         if wanted is not None:
             offset = int(wanted[0, 0])
@@ -214,9 +215,11 @@ class _Builder:
             addresses["out"] = address + offset
         if b is None:
             addresses["b"] = self.norm_b(shape_b[1]).address
-        if a is None:
-            addresses["a"] = self.norm_rows(shape_a[0]).program.meta["images"]["out"][
-                "address"]
+        if a is None:               # the norm's rows of every key, padded: a chunk's
+            rows_image = self.norm_rows(max(shape_a[0], getattr(self, "b_columns", 0))
+                                        ).program.meta["images"]["out"]
+            rows_offsets = Image.from_json(rows_image).byte_offsets()
+            addresses["a"] = rows_image["address"] + int(rows_offsets[a_row, 0])
         name = self.name(what)
         graph = _product_graph(name, shape_a, shape_b, bf16)
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
@@ -229,9 +232,11 @@ class _Builder:
         if b is None:
             produced["b"] = self.norm_b(shape_b[1]).b(shape_b[1], program)
         if a is None:
-            produced["a"] = (self.norm_rows_index, "out")
-            rows = Image.from_json(self.norm_rows().program.meta["images"]["out"])
-            if not np.array_equal(rows.byte_offsets(), Image.from_json(
+            index, part = self.norm_rows_index, slice(a_row, a_row + shape_a[0])
+            produced["a"] = (index, "out") if shape_a[0] == len(rows_offsets) else (
+                index, "out", lambda done: np.asarray(done[index]["out"], np.uint32).reshape(
+                    len(rows_offsets), -1)[part])
+            if not np.array_equal(rows_offsets[part] - rows_offsets[a_row, 0], Image.from_json(
                     program.meta["images"]["a"]).byte_offsets()):
                 raise CompileError(f"{self.node.where}: V's producer pads the norm's rows "
                                    f"({self.rows} of {self.width}); supported: as many "
@@ -447,10 +452,10 @@ def compile_attention(graph, sink, machine, start, out_name, first, params):
     offsets = {name: layout[name].byte_offsets() for name in "qkv"}
     passes = s.passes()
     built.b_columns = s.seq_pad                 # the keys': the widest B of the products
-    if built.norm is not None and not _one_v(s):
-        raise CompileError(f"{node.where}: a norm before the projections with V of "
-                           f"{s.chunks} key chunks or a head dimension of {s.dim} (padded "
-                           f"to {s.dim_pad}); supported: one chunk, whole dimension blocks")
+    if built.norm is not None and s.dim_pad != s.dim:
+        raise CompileError(f"{node.where}: a norm before the projections with V of a "
+                           f"head dimension of {s.dim} (padded to {s.dim_pad}); supported: "
+                           f"whole dimension blocks")
     items = {"q": [], "k": []}
     for h in range(s.heads):
         mine = [p for p, (_, _, queries) in enumerate(passes) if queries[0][0] == h]
@@ -528,8 +533,9 @@ def _values(built, s, h, chunk, address, wanted):
         w = _floats(inputs[w_name]).reshape(width, -1)
         return _bf16(w[:, h * dim:(h + 1) * dim])
 
-    index = built.produce(f"v{h}_{chunk}", address, x_chunk, w_head, (s.chunk, width),
-                          (width, dim), wanted)
+    index = built.produce(f"v{h}_{chunk}", address, x_chunk if built.norm is None else None,
+                          w_head, (s.chunk, width), (width, dim), wanted,
+                          a_row=chunk * s.chunk)        # the norm's rows of the chunk
     built.final[("v", h, f"v{h}_{chunk}")] = (index, "out", lambda words: words)
 
 
