@@ -234,10 +234,11 @@ class _Builder:
         if a is None:
             index, part = self.norm_rows_index, slice(a_row, a_row + shape_a[0])
             produced["a"] = (index, "out") if shape_a[0] == len(rows_offsets) else (
-                index, "out", lambda done: np.asarray(done[index]["out"], np.uint32).reshape(
-                    len(rows_offsets), -1)[part])
-            if not np.array_equal(rows_offsets[part] - rows_offsets[a_row, 0], Image.from_json(
-                    program.meta["images"]["a"]).byte_offsets()):
+                index, "out", lambda done: np.asarray(done[index]["out"], np.uint32)
+                .reshape(len(rows_offsets), -1)[part])
+            if not np.array_equal(rows_offsets[part] - rows_offsets[a_row, 0],
+                                  Image.from_json(program.meta["images"]["a"])
+                                  .byte_offsets()):
                 raise CompileError(f"{self.node.where}: V's producer pads the norm's rows "
                                    f"({self.rows} of {self.width}); supported: as many "
                                    f"keys as a key chunk holds, whole beats")
@@ -249,12 +250,14 @@ class _Builder:
         with zero rows to whole beats (:func:`~rdu.apps.onnx_norm.b_depth`)."""
         if self.norm is None:
             return self.width + columns
-        return b_depth(self.width, max(columns, getattr(self, "b_columns", 0)), self.machine.lanes)
+        keys = getattr(self, "b_columns", 0)        # set by compile_attention
+        return b_depth(self.width, max(columns, keys), self.machine.lanes)
 
     def norm_b(self, columns):
         """The :class:`~rdu.apps.onnx_norm.NormB` of ``columns`` (built once)."""
         if getattr(self, "_norm_b", None) is None:
-            self._norm_b = NormB(self, self.norm, max(columns, getattr(self, "b_columns", 0)))
+            keys = getattr(self, "b_columns", 0)
+            self._norm_b = NormB(self, self.norm, max(columns, keys))
         return self._norm_b
 
     def norm_rows(self, rows=None):

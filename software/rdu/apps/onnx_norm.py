@@ -20,8 +20,11 @@ per element there except the sum over the features, which a matmul does:
   BF16, written where every Q and K producer reads its B.
 
 V's producer reads x as rows: the model's own norm operators as a row group write them
-in its A. The sums add the squares rounded to BF16 (the model's are exact in FP32): a
-relative error of at most ``2^-9`` in the sum, ``2^-10`` in the scale.
+in its A. Padding: B's rows padded with zero rows to whole beats (:func:`b_depth`), one
+B of the keys' columns whose first column tiles Q reads, and V's rows padded with zero
+rows to the keys' (:func:`padded_rows`). The sums add the squares rounded to BF16 (the
+model's are exact in FP32): a relative error of at most ``2^-9`` in the sum,
+``2^-10`` in the scale.
 """
 
 import numpy as np
