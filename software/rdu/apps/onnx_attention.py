@@ -36,7 +36,7 @@ from ..frontend.graph import Graph, attention
 from ..layout import Image
 from ..models.reference import attention_shape
 from ..onnx import KERNEL_NAME
-from .onnx_norm import NormB, norm_members, norm_of
+from .onnx_norm import NormB, b_depth, norm_members, norm_of
 from .onnx_views import bf16 as _bf16
 from .onnx_views import floats as _floats
 from .onnx_views import unview as _unview
@@ -227,11 +227,12 @@ class _Builder:
         self.start = max(self.start or 0, end_of(stage.program))
         return self.first + len(self.stages) - 1
 
-    def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True):
+    def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True, a_row=0):
         """A producer: ``(a() @ b())`` (rounded to BF16) written where ``wanted`` (the
         byte offsets of its elements in an image at ``address``) says, or on pages of
         its own (``wanted`` None); the stage's index. ``a`` or ``b`` None: the norm's
-        (:mod:`rdu.apps.onnx_norm`: x as V's A, ``[x^T; I]`` as Q's and K's B)."""
+        (:mod:`rdu.apps.onnx_norm`: ``[x | I]`` as V's A from its row ``a_row`` on,
+        ``[x^T; I]`` as Q's and K's B)."""
         addresses = {}
         if wanted is not None:
             offset = int(wanted[0, 0])
@@ -240,9 +241,9 @@ class _Builder:
         layouts = {}
         if b is None:
             addresses["b"] = self.norm_b(shape_b[1]).address
-        if a is None:
+        if a is None:               # [x | I]: B of the keys read as its transpose
             norm_b = self.norm_b(None)
-            addresses["a"] = norm_b.address
+            addresses["a"] = norm_b.address + a_row * norm_b.depth * 2   # a chunk's tiles
             layouts["a"] = transposed_a_image("a", shape_a[0], shape_a[1], self.machine.lanes)
         name = self.name(what)
         graph = _product_graph(name, shape_a, shape_b, bf16)
@@ -256,13 +257,23 @@ class _Builder:
         if b is None:
             produced["b"] = self.norm_b(shape_b[1]).b(shape_b[1], program)
         if a is None:
-            produced["a"] = norm_b.a(shape_a, program)
+            produced["a"] = norm_b.a(shape_a, program, a_row)
         return self.add(Stage(name, graph, program, user, produced))
+
+    def depth(self, columns):
+        """B's rows of the Q and K products: ``width + columns`` (``[x^T; I]``); the
+        norm's one B of the keys' ``b_columns`` (Q reads its first column tiles) padded
+        with zero rows to whole beats (:func:`~rdu.apps.onnx_norm.b_depth`)."""
+        if self.norm is None:
+            return self.width + columns
+        keys = getattr(self, "b_columns", 0)        # set by compile_attention
+        return b_depth(self.width, max(columns, keys), self.machine.lanes)
 
     def norm_b(self, columns):
         """The :class:`~rdu.apps.onnx_norm.NormB` of ``columns`` (built once)."""
         if getattr(self, "_norm_b", None) is None:
-            self._norm_b = NormB(self, self.norm, columns, self.source)
+            keys = getattr(self, "b_columns", 0)
+            self._norm_b = NormB(self, self.norm, max(columns or 0, keys), self.source)
         return self._norm_b
 
     def weight_a(self, w_name, h, dim, dim_k, coefficients):
@@ -273,9 +284,9 @@ class _Builder:
 
         def make(inputs):
             w = _floats(inputs[w_name]).reshape(width, -1)[:, h * dim:(h + 1) * dim]
-            a = np.zeros((dim_k, width + columns), np.float32)
+            a = np.zeros((dim_k, self.depth(columns)), np.float32)    # zero past B's rows
             a[:dim, :width] = w.T
-            a[dim:, width:] = coefficients[dim:]
+            a[dim:, width:width + columns] = coefficients[dim:]
             return _bf16(a)
         return make
 
@@ -287,6 +298,7 @@ class _Builder:
         Records in ``final`` how to read the result as that matrix."""
         dim_k, columns = target.shape
         rows, width, lanes = self.rows, self.width, s.lanes
+        depth = self.depth(columns)
 
         def b(inputs):
             return _identity_b(inputs[self.x], rows, width, columns)
@@ -298,7 +310,7 @@ class _Builder:
         if len(parts) == 1:
             index = self.produce(tag, address, self.weight_a(parts[0][1].name, h, s.dim,
                                                               dim_k, target),
-                                 b, (dim_k, width + columns), (width + columns, columns),
+                                 b, (dim_k, depth), (depth, columns),
                                  wanted)
             self.final[(kind, h, tag)] = (index, "out", lambda words: words)
             return
@@ -306,8 +318,8 @@ class _Builder:
         for number, (_, w, _) in enumerate(parts):
             coefficients = target if number == 0 else np.zeros_like(target)
             firsts.append(self.produce(f"{tag}_{number}", None, self.weight_a(
-                w.name, h, s.dim, dim_k, coefficients), b, (dim_k, width + columns),
-                (width + columns, columns), None, bf16=False))
+                w.name, h, s.dim, dim_k, coefficients), b, (dim_k, depth),
+                (depth, columns), None, bf16=False))
         self.final[(kind, h, tag)] = (self.rotary(tag, s, parts, firsts, target, address,
                                                   wanted), "out",
                                       lambda words: _unview(words, dim_k, lanes))
@@ -333,8 +345,8 @@ class _Builder:
                                        for make in makers])
             firsts.append(self.produce(f"{kind}_{number}", None, a,
                                        b if self.norm is None else None,
-                                       (blocks * dim_k, width + columns),
-                                       (width + columns, columns), None, bf16=False))
+                                       (blocks * dim_k, self.depth(columns)),
+                                       (self.depth(columns), columns), None, bf16=False))
         # causal grouped-query passes run by key/value head, row tile, then query head
         group = s.group if kind == "q" and s.causal else 1
         index = self.rotary(kind, s, parts, firsts,
@@ -438,10 +450,11 @@ def compile_attention(graph, sink, machine, start, out_name, first, params, valu
         layout[name].shape) for name in "qk"}
     offsets = {name: layout[name].byte_offsets() for name in "qkv"}
     passes = s.passes()
-    if built.norm is not None and not _one_v(s):
-        raise CompileError(f"{node.where}: a norm before the projections with V of "
-                           f"{s.chunks} key chunks or a head dimension of {s.dim} (padded "
-                           f"to {s.dim_pad}); supported: one chunk, whole dimension blocks")
+    built.b_columns = s.seq_pad                 # the keys': the widest B of the products
+    if built.norm is not None and s.dim_pad != s.dim:
+        raise CompileError(f"{node.where}: a norm before the projections with V of a "
+                           f"head dimension of {s.dim} (padded to {s.dim_pad}); supported: "
+                           f"whole dimension blocks")
     items = {"q": [], "k": []}
     for h in range(s.heads):
         mine = [p for p, (_, _, queries) in enumerate(passes) if queries[0][0] == h]
@@ -535,12 +548,16 @@ def _values(built, s, h, chunk, address, wanted):
         x[:len(part)] = part
         return _bf16(x)
 
-    def w_head(inputs):
-        w = _floats(inputs[w_name]).reshape(width, -1)
-        return _bf16(w[:, h * dim:(h + 1) * dim])
+    depth = width if built.norm is None else built.norm_b(None).depth   # [Wv_h; 0]
 
-    index = built.produce(f"v{h}_{chunk}", address, x_chunk, w_head, (s.chunk, width),
-                          (width, dim), wanted)
+    def w_head(inputs):
+        w = np.zeros((depth, dim), np.float32)
+        w[:width] = _floats(inputs[w_name]).reshape(width, -1)[:, h * dim:(h + 1) * dim]
+        return _bf16(w)
+
+    index = built.produce(f"v{h}_{chunk}", address, x_chunk if built.norm is None else None,
+                          w_head, (s.chunk, depth), (depth, dim), wanted,
+                          a_row=chunk * s.chunk)        # the norm's B: the chunk's keys
     built.final[("v", h, f"v{h}_{chunk}")] = (index, "out", lambda words: words)
 
 
@@ -585,10 +602,12 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
     wo = matmul.inputs[1]
     hidden = wo.shape[1]
     where = built.node.where
-    if dim % lanes or rows % (2 * lanes):
+    views = continued = out_name is None      # the residual read by more of the model
+    # a row-major y^T (a model output) walks whole beats of FP32 rows; views: tiles
+    if dim % lanes or rows % (lanes if continued else 2 * lanes):
         raise CompileError(f"{where}: o_proj after attention of {rows} rows of dim {dim}; "
                            f"supported: dim a multiple of {lanes}, rows a multiple of "
-                           f"{2 * lanes}")
+                           f"{2 * lanes} (of {lanes} read by more of the model)")
     name = built.graph.name
     y_name = "yT" if len(tail) == 4 else out_name       # o_proj's result (transposed)
     # o_proj first: its B image is what the cast-only row group writes
@@ -596,7 +615,6 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
     o_graph.output(y_name, o_graph.input("wo_t", (hidden, heads * dim)) @
                    o_graph.input("ob", (heads * dim, rows)))
     row_major = Image((hidden, rows), (), None, None, "fp32")
-    views = continued = out_name is None      # the residual read by more of the model
     o_prog = compile_graph(o_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
                            plan=ImagePlan(start=start, layouts={} if views else
                                           {y_name: row_major}),

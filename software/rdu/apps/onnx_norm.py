@@ -19,9 +19,12 @@ per element there except the sum over the features, which a matmul does:
   ``sums``, the weight a table of the view, plus the identity rows of B (a table), to
   BF16, written where every Q and K producer reads its B.
 
-V's producer reads x as rows: the model's own norm operators as a row group write them
-in its A. The sums add the squares rounded to BF16 (the model's are exact in FP32): a
-relative error of at most ``2^-9`` in the sum, ``2^-10`` in the scale.
+V's producer reads ``[x | I]``, B's transpose, as its A (the matmul's A given
+transposed), its B ``[Wv; 0]``: a key chunk's column tiles of B. Padding: B's rows padded
+with zero rows to whole beats (:func:`b_depth`), one B of the keys' columns whose first
+column tiles Q reads (the keys past the rows: zero columns of ``x0^T``). The sums add
+the squares rounded to BF16 (the model's are exact in FP32): a relative error of at
+most ``2^-9`` in the sum, ``2^-10`` in the scale.
 """
 
 import numpy as np
@@ -37,7 +40,14 @@ from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
 
-__all__ = ["norm_of", "norm_members", "NormB", "replay", "same_view"]
+__all__ = ["norm_of", "norm_members", "NormB", "b_depth", "replay",
+           "same_view"]
+
+
+def b_depth(width, columns, lanes):
+    """The rows of ``[x^T; I; 0]``: ``width + columns`` padded with zero rows to whole
+    beats (``2 lanes``), so that a row group writes B as rows of two of its rows."""
+    return -(-(width + columns) // (2 * lanes)) * 2 * lanes
 
 
 def _squared(x):
@@ -151,13 +161,13 @@ class NormB:
         x0, reduce, vectors, nodes = norm_of(x)
         lanes = built.machine.lanes
         rows, width = x.shape
-        depth = width + columns                     # the rows of B
+        depth = b_depth(width, columns, lanes)      # the rows of B, zero past the identity
         where = built.node.where
-        if width % (2 * lanes) or columns % lanes or depth % (2 * lanes) or rows > columns:
+        if width % (2 * lanes) or columns % lanes or rows > columns:
             raise CompileError(f"{where}: a norm before the projections of width {width}, "
-                               f"{columns} columns, {rows} rows; supported: width and "
-                               f"columns multiples of {2 * lanes} (B's rows, width + "
-                               f"columns, in whole beats), columns at least the rows")
+                               f"{columns} columns, {rows} rows; supported: width a "
+                               f"multiple of {2 * lanes}, columns of {lanes}, columns at "
+                               f"least the rows")
         if source is not None and (rows != columns or source.depth != width or
                                    not source.rows_view):
             raise CompileError(f"{where}: a norm before the projections of a computed "
@@ -278,7 +288,8 @@ class NormB:
 
     def _identity(self):
         identity = np.zeros((self.depth, self.columns), np.float32)
-        identity[self.width:] = np.eye(self.columns, dtype=np.float32)
+        identity[self.width:self.width + self.columns] = np.eye(self.columns,
+                                                                dtype=np.float32)
         return identity
 
     def _norm_of_source(self, s_index, s_prog):
@@ -333,35 +344,41 @@ class NormB:
                            lanes)
         self.matrix = matrix
 
-    def a(self, shape, program):
+    def a(self, shape, program, first=0):
         """``(index, output, function)`` of a producer's A ``[x | I]`` of ``shape``
-        (``(columns, depth)``) read as the transpose of B (the matmul's A given
-        transposed, :func:`rdu.compiler.families.matmul.transposed_a_image`); a one-line
-        error when its image is not B's bytes."""
+        (``(keys, depth)``: B's columns from ``first`` on) read as the transpose of B
+        (the matmul's A given transposed,
+        :func:`rdu.compiler.families.matmul.transposed_a_image`); a one-line error when
+        its image is not those bytes of B."""
         where, lanes = self.built.node.where, self.built.machine.lanes
         image = Image.from_json(program.meta["images"]["a"])
         written = _unview(np.arange(self.depth * self.columns).reshape(-1, 2 * lanes) * 2,
                           self.depth, lanes)             # B's bytes, as the norm writes them
-        if tuple(shape) != (self.columns, self.depth) or \
-                image.byte_offsets().T.shape != written.shape or \
-                not np.array_equal(image.byte_offsets().T, written):
+        keys = slice(first, first + shape[0])
+        mine = written[:, keys] - first * self.depth * 2
+        if shape[1] != self.depth or first % lanes or keys.stop > self.columns or \
+                image.byte_offsets().T.shape != mine.shape or \
+                not np.array_equal(image.byte_offsets().T, mine):
             raise CompileError(f"{where}: V's producer reads A {image.describe()} where "
                                f"the norm writes B ({self.depth} x {self.columns} in column "
-                               f"tiles); supported: A of {self.columns} rows (the keys) read "
-                               f"as B transposed")
+                               f"tiles); supported: A of whole column tiles of B read as "
+                               f"their transpose")
         return self.index, "out", lambda produced: np.ascontiguousarray(
-            self.matrix(produced).T)
+            self.matrix(produced)[:, keys].T)
 
     def b(self, columns, program):
-        """``(index, output, function)`` of B for a producer of ``columns`` columns whose
-        B image is ``program``'s; a one-line error when it is not the view written."""
-        where = self.built.node.where
-        if columns != self.columns:
+        """``(index, output, function)`` of B for a producer of ``columns`` columns (at
+        most the norm's: its first column tiles) whose B image is ``program``'s; a
+        one-line error when it is not the view written."""
+        where, lanes = self.built.node.where, self.built.machine.lanes
+        if columns > self.columns or columns % lanes:
             raise CompileError(f"{where}: a norm before projections of {columns} and "
-                               f"{self.columns} columns; supported: as many keys as queries")
-        same_view(where, Image.from_json(program.meta["images"]["b"]), self.built.machine.lanes,
+                               f"{self.columns} columns; supported: at most as many queries "
+                               f"as keys, whole tiles")
+        # fewer columns (the queries, the keys padded): the first column tiles of B
+        same_view(where, Image.from_json(program.meta["images"]["b"]), lanes,
                   (self.depth, columns))
-        return self.index, "out", self.matrix
+        return self.index, "out", lambda produced: self.matrix(produced)[:, :columns]
 
 
 def _feature_major(rows, depth, columns, lanes, back=False):

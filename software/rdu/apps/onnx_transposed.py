@@ -18,8 +18,11 @@ after it is kept transposed, a ``(features, rows)`` matrix stored in column tile
   its queries' sums), and the norm's operators over the views (:mod:`rdu.apps.onnx_norm`
   does the same before the projections).
 
-The model's output is the last view, turned back into rows by the host. Supported:
-feature counts multiples of ``2 lanes``, rows a multiple of ``lanes``; other operators
+The model's output is the last view, turned back into rows by the host. A feature count
+that is not a multiple of ``2 lanes`` (an FFN width of 72) is padded with zero features:
+zero rows of a product's ``W^T`` (its padded features are exact zeros), zero columns
+past the real ones where a product or a norm's sums read them, zero tables; the host
+drops them from the output. Supported: rows a multiple of ``lanes``; other operators
 (a reduction other than that sum, a product by a computed B) are refused in one line
 naming the node.
 """
@@ -91,10 +94,13 @@ class _Cut:
         return depth * self.rows // (2 * self.lanes), 2 * self.lanes
 
     def check(self, node, depth):
-        if depth % (2 * self.lanes) or self.rows % self.lanes:
+        """``depth`` features padded with zero features to whole beats (``2 lanes``);
+        a one-line error when the rows are not whole tiles."""
+        if self.rows % self.lanes:
             raise CompileError(f"{node.where}: {depth} features of {self.rows} rows after "
-                               f"attention; supported: features a multiple of "
-                               f"{2 * self.lanes}, rows of {self.lanes}")
+                               f"attention; supported: rows a multiple of {self.lanes} "
+                               f"(features padded to a multiple of {2 * self.lanes})")
+        return -(-depth // (2 * self.lanes)) * 2 * self.lanes
 
     def matmul(self, node, out_name):
         """``W^T a^T``: A the transposed weight, B the view a row group wrote."""
@@ -105,14 +111,15 @@ class _Cut:
                                f"weight")
         source = self.values[id(a)]
         k, n = w.shape
-        self.check(node, n)
+        k_pad, n_pad = source.depth, self.check(node, n)    # zero features past k and n
         graph = Graph(self.name(_label(node, "matmul")))
-        graph.output(out_name, graph.input("a", (n, k)) @ graph.input("b", (k, self.rows)))
+        graph.output(out_name, graph.input("a", (n_pad, k_pad)) @
+                     graph.input("b", (k_pad, self.rows)))
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
                                 plan=ImagePlan(start=self.start,
                                                addresses={"b": source.address}),
                                 max_pcus=1)
-        for image, shape in (("b", (k, self.rows)), (out_name, (n, self.rows))):
+        for image, shape in (("b", (k_pad, self.rows)), (out_name, (n_pad, self.rows))):
             same_view(node.where, Image.from_json(program.meta["images"][image]),
                       self.lanes, shape)
         if source.fmt != "bf16" or not source.rows_view:
@@ -120,12 +127,14 @@ class _Cut:
                                f"attention; supported: of a row group's BF16 result")
 
         def w_t(inputs):
-            return bf16(floats(inputs[w.name]).reshape(k, n).T)
+            a = np.zeros((n_pad, k_pad), np.float32)
+            a[:n, :k] = floats(inputs[w.name]).reshape(k, n).T
+            return bf16(a)
 
         index = self.add(Stage(graph.name, graph, program, {"a": w_t},
                                {"b": source.produced(self.lanes, False)}))
         self.values[id(node)] = Transposed(index, out_name, program.meta["images"][
-            out_name]["address"], n, "fp32", False)
+            out_name]["address"], n_pad, "fp32", False)
         self.observe(node)
 
     def members(self, sink):
@@ -179,10 +188,10 @@ class _Cut:
         """A row group over the views (a norm's sums first: :meth:`sums`)."""
         self.squared_first(sink)
         members, reduces, inputs = self.members(sink)
-        depth = sink.shape[-1]
-        self.check(sink, depth)
+        features = sink.shape[-1]
+        depth = self.check(sink, features)
         shape = self.shape(depth)
-        sums = [self.sums(reduce, depth) for reduce in reduces]
+        sums = [self.sums(reduce, depth, features) for reduce in reduces]
         graph = Graph(self.name(_label(sink, "rows" if not reduces else "norm")))
         mapped, user, produced, addresses, layouts = {}, {}, {}, {}, {}
         for number, (reduce, value) in enumerate(zip(reduces, sums, strict=True)):
@@ -201,7 +210,7 @@ class _Cut:
             layouts[name] = Image(shape, (), None, None, value.fmt)
         for node in inputs:
             mapped[id(node)] = graph.input(node.name, shape, node.dtype)
-            user[node.name] = self._packed(sink, node, depth)
+            user[node.name] = self._packed(sink, node, features, depth)
         replay(graph, members, mapped, shape)
         graph.output(out_name, mapped[id(sink)])
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
@@ -216,7 +225,7 @@ class _Cut:
         """``node``'s value (kept transposed) observed as rows at the stage writing it."""
         _, _, words = self.values[id(node)].produced(self.lanes, False)
         self.stages[-1].observes.append((node, lambda produced: np.asarray(
-            words(produced)).T))
+            words(produced)).T[:, :node.shape[-1]]))     # the features, not the padding
 
     def _parents(self, members):
         seen, parents = set(), []
@@ -227,29 +236,32 @@ class _Cut:
                     parents.append(parent)
         return parents
 
-    def _packed(self, sink, node, depth):
+    def _packed(self, sink, node, features, depth):
         """The host's view of a model input of the group: a vector as a table, the
-        rows' own shape transposed."""
+        rows' own shape transposed; zero past ``features`` (of ``depth``)."""
         rows, lanes, name = self.rows, self.lanes, node.name
-        if node.shape in ((depth,), (1, depth)):
-            def make(inputs):
-                full = np.repeat(floats(inputs[name]).reshape(depth, 1), rows, axis=1)
-                return view(full, lanes).view(np.uint32) if node.dtype == "fp32" else \
-                    bf16(view(full, lanes))
-        elif node.shape == (rows, depth):
-            def make(inputs):
-                full = floats(inputs[name]).reshape(rows, depth).T
-                return view(full, lanes).view(np.uint32) if node.dtype == "fp32" else \
-                    bf16(view(full, lanes))
+        if node.shape in ((features,), (1, features)):
+            def values(inputs):
+                return np.repeat(floats(inputs[name]).reshape(features, 1), rows, axis=1)
+        elif node.shape == (rows, features):
+            def values(inputs):
+                return floats(inputs[name]).reshape(rows, features).T
         else:
             raise CompileError(f"{sink.where}: input {name} of shape {node.shape} in a row "
-                               f"group after attention; supported: vectors of {depth}, "
-                               f"rows of {rows} x {depth}")
+                               f"group after attention; supported: vectors of {features}, "
+                               f"rows of {rows} x {features}")
+
+        def make(inputs):
+            full = np.zeros((depth, rows), np.float32)
+            full[:features] = values(inputs)
+            return view(full, lanes).view(np.uint32) if node.dtype == "fp32" else \
+                bf16(view(full, lanes))
         return make
 
-    def sums(self, reduce, depth):
+    def sums(self, reduce, depth, features):
         """The squares of the reduction's operand to BF16 (a row group) and the matmul by
-        ones that sums them over the features; the sums' :class:`Transposed`."""
+        ones (zero columns past ``features``: the padding masked) that sums them over the
+        features; the sums' :class:`Transposed`."""
         source = self.values[id(reduce.inputs[0].inputs[0])]
         shape = self.shape(depth)
         s_graph = Graph(self.name("sums", 1))
@@ -270,7 +282,9 @@ class _Cut:
                                    layouts={"x": Image(shape, (), None, None, source.fmt)}))
         q_index = self.add(Stage(q_graph.name, q_graph, q_prog, {},
                                  {"x": source.produced(self.lanes, True)}))
-        ones = bf16(np.ones((depth, depth), np.float32))
+        ones = np.zeros((depth, depth), np.float32)
+        ones[:, :features] = 1.0
+        ones = bf16(ones)
         squares = Transposed(q_index, "out", b_image["address"], depth, "bf16", True)
         s_index = self.add(Stage(s_graph.name, s_graph, s_prog, {"a": lambda inputs: ones},
                                  {"b": squares.produced(self.lanes, False)}))
@@ -304,15 +318,16 @@ def compile_transposed(graph, groups, h_node, h_stage, h_address, machine, param
                                f"row groups and products by weights")
         if id(sink) in outputs:
             value = cut.values[id(sink)]
-            transforms[out_name] = _back(value, machine.lanes)
+            transforms[out_name] = _back(value, machine.lanes, sink.shape[-1])
             producers[out_name] = value.stage
     return cut.stages, transforms, producers
 
 
-def _back(value, lanes):
-    """The output's words (rows) from the last stage's (its view or column tiles)."""
+def _back(value, lanes, features):
+    """The output's words (rows) from the last stage's (its view or column tiles), its
+    first ``features`` (the padding dropped)."""
     def transform(words):
         words = np.asarray(words, np.uint32)
         matrix = unview(words, value.depth, lanes) if value.rows_view else words
-        return np.ascontiguousarray(matrix.T)
+        return np.ascontiguousarray(matrix[:features].T)
     return transform
