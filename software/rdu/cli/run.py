@@ -126,12 +126,13 @@ def cmd_run(args):
 
 def onnx_share(kernel):
     """The words naming the share budget of a model with attention of computed
-    operands (``rdu.onnx.kernel.compare``), or nothing."""
+    operands (``rdu.onnx.kernel.compare``: a share per such attention), or nothing."""
     from rdu.onnx.kernel import ATTENTION_SHARE, computed_attention
     graph = getattr(getattr(kernel, "imported", None), "graph", None)
-    if graph is None or not computed_attention(graph):
+    count = computed_attention(graph) if graph is not None else 0
+    if not count:
         return ""
-    return f"or {ATTENTION_SHARE:.0%} of its largest output "
+    return f"or {count * ATTENTION_SHARE:.0%} of its largest output "
 
 
 def save_run(save, program, inputs, results, report):
