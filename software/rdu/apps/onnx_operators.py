@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from ..onnx.kernel import rounded_model
+from ..onnx.kernel import onnxruntime_values
 from ..onnx.values import core_shape
 from .onnx_groups import describe_stage
 
@@ -56,35 +56,6 @@ def _observed(sequence):
     return sorted((value[:3] for value in chosen.values()), key=lambda value: value[0])
 
 
-def _onnxruntime_values(imported, inputs, tensors):
-    """onnxruntime's values of the ONNX ``tensors`` (float64) on the data ``inputs``
-    (``{front-end name: uint32 words}``) and the rounded weights."""
-    import onnx
-    import onnxruntime
-    from onnx import TensorProto
-    model = rounded_model(imported)
-    present = {output.name for output in model.graph.output}
-    for tensor in tensors:
-        if tensor not in present:
-            model.graph.output.append(onnx.helper.make_tensor_value_info(
-                tensor, TensorProto.FLOAT, None))
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(model.SerializeToString(), options,
-                                           providers=["CPUExecutionProvider"])
-    feed = {}
-    for name, onnx_name in imported.data.items():
-        values = np.asarray(inputs[name], np.uint32).view(np.float32)
-        values = values.reshape(imported.onnx_shapes[name])
-        if imported.elem_types.get(name) == TensorProto.FLOAT16:
-            values = values.astype(np.float16)
-        feed[onnx_name] = values
-    results = session.run(list(tensors), feed)
-    return {tensor: np.asarray(value, np.float64) for tensor, value in
-            zip(tensors, results, strict=True)}
-
-
 def operator_table(kernel, sequence, inputs, figures=None):
     """The rows of the module docstring: ``[{operator, op, configurations (1-based),
     units, load_cycles, execute_cycles, max_abs_err, share}]``; ``kernel`` the
@@ -99,7 +70,7 @@ def operator_table(kernel, sequence, inputs, figures=None):
         name, _ = _onnx_name(_origin(node))
         if name in by_name and by_name[name].output:
             tensors[name] = by_name[name].output[0]
-    theirs = _onnxruntime_values(imported, inputs, list(dict.fromkeys(tensors.values())))
+    theirs = onnxruntime_values(imported, inputs, list(dict.fromkeys(tensors.values())))
     timed = [] if figures is None else figures.get("stages") or []
     rows, previous = [], -1
     for index, node, function in observed:

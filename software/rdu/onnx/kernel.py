@@ -24,7 +24,8 @@ from .importer import import_model
 from .lookup import check_ids, lookup_rows, random_ids, vocabulary
 from .values import core_shape
 
-__all__ = ["OnnxKernel", "onnx_kernel", "KERNEL_NAME", "onnxruntime_outputs", "compare",
+__all__ = ["OnnxKernel", "onnx_kernel", "KERNEL_NAME", "onnxruntime_outputs",
+           "onnxruntime_values", "compare",
            "rounded_model", "prepared_graph", "ATTENTION_SHARE"]
 
 #: The kernel name a program compiled from an ONNX model records (its params: the model).
@@ -57,17 +58,25 @@ def rounded_model(imported):
     return model
 
 
-def onnxruntime_outputs(imported, inputs):
-    """``{front-end output: float64 array (front-end shape)}``: onnxruntime (CPU, one
-    thread) on the data inputs ``{front-end name: uint32 BF16 words}`` and the rounded
-    weights."""
+def onnxruntime_values(imported, inputs, tensors):
+    """``{tensor: float64 array}``: onnxruntime (CPU, one thread) on the data inputs
+    ``{front-end name: uint32 BF16 words}`` (token ids: the ids themselves) and the
+    rounded weights, the values of the ONNX ``tensors`` (outputs of the graph or of any
+    node: those are made outputs too)."""
+    import onnx
     import onnxruntime
     from onnx import TensorProto
+    model = rounded_model(imported)
+    present = {output.name for output in model.graph.output}
+    for tensor in tensors:
+        if tensor not in present:
+            model.graph.output.append(onnx.helper.make_tensor_value_info(
+                tensor, TensorProto.FLOAT, None))
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(rounded_model(imported).SerializeToString(),
-                                           options, providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                           providers=["CPUExecutionProvider"])
     feed = {}
     for key, ids in imported.ids.items():          # the token ids themselves
         values = np.asarray(inputs[key], np.int64).reshape(ids.shape)
@@ -79,11 +88,19 @@ def onnxruntime_outputs(imported, inputs):
         if imported.elem_types.get(name) == TensorProto.FLOAT16:
             values = values.astype(np.float16)
         feed[onnx_name] = values
+    results = session.run(list(tensors), feed)
+    return {tensor: np.asarray(value, np.float64)
+            for tensor, value in zip(tensors, results, strict=True)}
+
+
+def onnxruntime_outputs(imported, inputs):
+    """``{front-end output: float64 array (front-end shape)}``: :func:`onnxruntime_values`
+    of the model's outputs."""
     names = list(imported.outputs)
-    results = session.run([imported.outputs[n] for n in names], feed)
+    values = onnxruntime_values(imported, inputs, [imported.outputs[n] for n in names])
     graph_outputs = imported.graph.outputs
-    return {name: np.asarray(value, np.float64).reshape(graph_outputs[name].shape)
-            for name, value in zip(names, results, strict=True)}
+    return {name: values[imported.outputs[name]].reshape(graph_outputs[name].shape)
+            for name in names}
 
 
 def compare(graph, inputs, results, others):
