@@ -172,8 +172,8 @@ class NormB:
                                    not source.rows_view):
             raise CompileError(f"{where}: a norm before the projections of a computed "
                                f"value of {source.depth} features, {rows} rows in "
-                               f"{columns} columns; supported: rows in whole passes "
-                               f"({lanes}), the features the norm's width")
+                               f"{columns} columns (the keys padded); supported: as many "
+                               f"rows as columns, the features the norm's width")
         self.width, self.depth, self.x0 = width, depth, x0
         order = {id(node): index for index, node in enumerate(built.graph.nodes)}
         self.nodes = sorted(nodes, key=lambda node: order[id(node)])
