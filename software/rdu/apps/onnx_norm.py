@@ -304,6 +304,7 @@ class NormB:
             "bf16"))
         i_prog = compile_graph(i_graph, built.machine, kernel=KERNEL_NAME,
                                params=built.params, plan=ImagePlan(start=built.start))
+        i_prog.meta["written_again"] = ["out"]     # the norm writes B's x rows over it
         itab = _view(self._identity(), lanes).view(np.uint32)
         i_index = built.add(Stage(i_graph.name, i_graph, i_prog,
                                   {"itab": lambda inputs: itab}))

@@ -82,9 +82,10 @@ def orchestrate(steps, machine):
                     words = np.asarray(words, np.uint32).reshape(-1)
                     images.append((index, f"input {name!r} of {program.name!r}",
                                    int(address), 4 * words.size, words))
+            again = program.meta.get("written_again", ())
             for name, (address, count) in program.outputs.items():
                 outputs.append((index, f"output {name!r} of {program.name!r}", int(address),
-                                4 * int(count)))
+                                4 * int(count), name in again))
         elif isinstance(step, Copy):
             started = True
             spans.append((step.src, step.length))
@@ -99,17 +100,18 @@ def orchestrate(steps, machine):
                                  f"{address_j:#x} overlaps {what_i} (step {step_i}): every "
                                  f"image is written before the run; move one "
                                  f"(rdu.relocate)", "schedule")
-        for step_o, what_o, address_o, size_o in outputs:
+        for step_o, what_o, address_o, size_o, _ in outputs:
             if step_o < step_i and _spans_overlap((address_i, size_i), (address_o, size_o)):
                 raise RunFailure(f"orchestrated schedule: {what_i} (step {step_i}) at "
                                  f"{address_i:#x} overlaps {what_o} (step {step_o}), which "
                                  f"is stored first; move one (rdu.relocate)", "schedule")
-    # a later step may write the whole of an earlier step's output again (the norm of a
-    # layer's input completing the identity rows written before it): the end reads the
-    # later step's words there
-    for i, (step_i, what_i, address_i, size_i) in enumerate(outputs):
-        for step_j, what_j, address_j, size_j in outputs[i + 1:]:
-            if step_j != step_i and (address_i, size_i) != (address_j, size_j) and \
+    # an output its program declares ``written_again`` (meta) may be written whole again
+    # by a later step (the norm of a layer's input completing the identity rows written
+    # before it): the end reads the later step's words there
+    for i, (step_i, what_i, address_i, size_i, again) in enumerate(outputs):
+        for step_j, what_j, address_j, size_j, _ in outputs[i + 1:]:
+            if step_j != step_i and not (again and (address_i, size_i) ==
+                                         (address_j, size_j)) and \
                     _spans_overlap((address_i, size_i), (address_j, size_j)):
                 raise RunFailure(f"orchestrated schedule: {what_j} (step {step_j}) at "
                                  f"{address_j:#x} overlaps {what_i} (step {step_i}): outputs "
@@ -127,7 +129,7 @@ def orchestrate(steps, machine):
     total = sum(align(4 * bits.size) for bits in bitstreams) + align(COMMAND_BYTES * count)
     base = (hbm.end - total) // beat * beat
     taken = spans + [(address, size) for _, _, address, size, _ in images] + \
-        [(address, size) for _, _, address, size in outputs]
+        [(address, size) for _, _, address, size, _ in outputs]
     for address, size in taken:
         if _spans_overlap((base, total), (address, size)):
             raise RunFailure(f"orchestrated schedule: its bitstreams and commands "
