@@ -173,14 +173,14 @@ def test_add_and_mul_of_two_inputs_is_one_configuration():
 
 
 def test_cli_swiglu_native_compile_and_inspect(tmp_path, capsys):
-    """``rdu run MODEL.onnx --sim native``: every configuration on the RTL (the default
-    machine's build), both errors reported; ``rdu compile`` writes one program file per
+    """``rdu run MODEL.onnx --sim native``: every configuration on the RTL (with 4 AGCUs:
+    the attention tests' build), both errors reported; ``rdu compile`` writes one program file per
     configuration, ``rdu inspect`` says what each is; a configuration's file alone is
     refused."""
     path = tmp_path / "swiglu.onnx"
     onnx.save(swiglu_model(m=8, d=32, f=64), str(path))
     assert main(["run", str(path), "--sim", "native", "--json", "--execution",
-                 "unfused"]) == 0
+                 "unfused", "--agcus", "4"]) == 0       # the attention tests' build
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["launches"] == 4 and report["cycles"] > 0
     assert all(stage["execute_cycles"] > 0 for stage in report["stages"])
@@ -279,13 +279,14 @@ def test_swiglu_fused_as_one_gated_mlp_on_the_native_rtl(tmp_path, capsys):
     gated form (gate and up on systolic PCUs of their own reading one X panel, the
     chain reading both hidden streams, down), on the native RTL: bit-exact against
     the gated reference, within budget, onnxruntime's; the same result as the four
-    configurations, in fewer cycles."""
+    configurations, in fewer cycles (4 AGCUs: the attention tests' build; the mlp
+    kernel's machine has 5, one more weight stream)."""
     path = tmp_path / "swiglu.onnx"
     onnx.save(swiglu_model(m=8, d=32, f=64), str(path))
     runs = {}
     for execution in ("fused", "unfused"):
         assert main(["run", str(path), "--sim", "native", "--json", "--execution",
-                     execution, "--save", str(tmp_path / execution)]) == 0
+                     execution, "--agcus", "4", "--save", str(tmp_path / execution)]) == 0
         runs[execution] = json.loads(capsys.readouterr().out)
     fused, cut = runs["fused"], runs["unfused"]
     assert fused["ok"] and fused["pcus_used"] == 7 and "launches" not in fused
@@ -299,7 +300,8 @@ def test_mlp_block_cut_around_one_gated_mlp(tmp_path, capsys):
     """``x + LlamaMLP(RMSNorm(x))`` on the mlp kernel's machine: RMSNorm, the SwiGLU as
     one gated mlp configuration (reading the normalised rows where the RMSNorm wrote
     them), the residual add (reading the mlp's result where it wrote it); on the
-    functional model, then on the native RTL through ``rdu run``."""
+    functional model, then on the native RTL through ``rdu run`` (4 AGCUs: the
+    attention tests' build)."""
     model = mlp_block_model()
     machine = Machine(agcus=5)
     kernel, sequence = compile_groups(onnx_kernel(model), machine)
@@ -313,6 +315,6 @@ def test_mlp_block_cut_around_one_gated_mlp(tmp_path, capsys):
     assert figures["ok"] and kernel.references(None, inputs, results)[0]
     path = tmp_path / "mlp_block.onnx"
     onnx.save(model, str(path))
-    assert main(["run", str(path), "--sim", "native", "--json"]) == 0
+    assert main(["run", str(path), "--sim", "native", "--json", "--agcus", "4"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["ok"] and report["launches"] == 3 and "5 AGCUs" in report["machine"]
+    assert report["ok"] and report["launches"] == 3 and "4 AGCUs" in report["machine"]
