@@ -21,6 +21,8 @@ import random
 from rdu.program import Program
 from rdu.sim.ip_host import IPDriver
 
+from hdl.orchestrator import COMMAND_BYTES, DEFAULT_COMMANDS
+
 __all__ = ["run_axi_fuzz", "ACCESS_CYCLES", "RUN_CYCLES"]
 
 #: Cycles an AXI4-Lite access may take (with random pauses on every channel).
@@ -250,7 +252,8 @@ async def _schedule(fuzz):
     """A SCHEDULE_START with a length the orchestrator refuses (``REQUEST``)."""
     driver = fuzz.driver
     await fuzz.write_reg("SCHEDULE_ADDR", ZEROS)
-    await fuzz.write_reg("SCHEDULE_LEN", fuzz.rng.choice([0, 8, 17, 16 * 65]))
+    await fuzz.write_reg("SCHEDULE_LEN", fuzz.rng.choice([0, 8, 17,
+                                                         COMMAND_BYTES * (DEFAULT_COMMANDS + 1)]))
     await fuzz.write(fuzz.regmap["CONTROL"].offset, driver.bits("CONTROL", SCHEDULE_START=1),
                      0xF)
     fuzz.shadow["CONTROL"] = 0
