@@ -36,7 +36,7 @@ from .onnx_attention import attention_members, attention_reads, compile_attentio
 from .onnx_transposed import compile_transposed
 from .unfused import Sequence, Stage, end_of
 
-__all__ = ["Group", "partition", "compile_groups", "needs_groups", "mlp_candidates",
+__all__ = ["Group", "partition", "onnx_origin", "compile_groups", "needs_groups", "mlp_candidates",
            "merged",
            "describe_stage"]
 
@@ -51,10 +51,11 @@ class Group:
     sources: list
 
 
-def _onnx_node(node):
-    """The ONNX node name in a front-end node's ``where`` (``label: node NAME (Op)``)."""
-    found = re.search(r": node (.+) \(\w+\)$", node.where or "")
-    return found.group(1) if found else None
+def onnx_origin(node):
+    """``(name, op type)`` of the ONNX node in a front-end node's ``where`` (``label: node
+    NAME (Op)``), or ``(None, None)``."""
+    found = re.search(r": node (.+) \((\w+)\)$", node.where or "")
+    return (found.group(1), found.group(2)) if found else (None, None)
 
 
 def _is_row_op(node):
@@ -232,7 +233,7 @@ def _names(graph, groups):
 
 
 def _stage_name(graph, group, index):
-    onnx_name = _onnx_node(group.sink) or group.family
+    onnx_name = onnx_origin(group.sink)[0] or group.family
     text = re.sub(r"\W+", "_", onnx_name).strip("_") or group.family
     return f"{graph.name}_{index}_{text}"
 

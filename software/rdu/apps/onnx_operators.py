@@ -19,21 +19,13 @@ one row per such value, in the order of the sequence:
   largest magnitude there.
 """
 
-import re
-
 import numpy as np
 
 from ..onnx.kernel import onnxruntime_values
 from ..onnx.values import core_shape
-from .onnx_groups import describe_stage
+from .onnx_groups import describe_stage, onnx_origin
 
 __all__ = ["operator_table", "markdown"]
-
-
-def _onnx_name(node):
-    """The ONNX node name in a front-end node's ``where`` (``label: node NAME (Op)``)."""
-    found = re.search(r": node (.+) \((\w+)\)$", node.where or "")
-    return (found.group(1), found.group(2)) if found else (None, None)
 
 
 def _origin(node):
@@ -48,7 +40,7 @@ def _observed(sequence):
     for index, stage in enumerate(sequence.stages):
         for node, function in stage.observes:
             cast = _origin(node) is not node
-            name, _ = _onnx_name(_origin(node))
+            name, _ = onnx_origin(_origin(node))
             if name is None:
                 continue
             if name not in chosen or (chosen[name][3] and not cast):
@@ -67,14 +59,14 @@ def operator_table(kernel, sequence, inputs, figures=None):
     by_name = {node.name: node for node in imported.model.graph.node}
     tensors = {}
     for _, node, _ in observed:
-        name, _ = _onnx_name(_origin(node))
+        name, _ = onnx_origin(_origin(node))
         if name in by_name and by_name[name].output:
             tensors[name] = by_name[name].output[0]
     theirs = onnxruntime_values(imported, inputs, list(dict.fromkeys(tensors.values())))
     timed = [] if figures is None else figures.get("stages") or []
     rows, previous = [], -1
     for index, node, function in observed:
-        name, op = _onnx_name(_origin(node))
+        name, op = onnx_origin(_origin(node))
         span = range(previous + 1, index + 1)
         previous = index
         row = {"operator": name, "op": op, "configurations": [i + 1 for i in span],
