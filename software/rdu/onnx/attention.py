@@ -286,8 +286,8 @@ def convert(imp, node):
         merged = values[0].x
         target = [int(d) for d in np.asarray(_constant(imp, values[1], "the shape")).ravel()]
         count, rows, dim = merged.tensor.shape
-        if target not in ([1, rows, count * dim], [rows, count * dim], [1, rows, -1],
-                          [0, 0, -1], [1, 0, -1]):
+        resolved = _resolved(target, (1, rows, count, dim))    # 0: (1, L, H, D)'s
+        if resolved not in ([1, rows, count * dim], [rows, count * dim]):
             imp.fail(f"reshape of merged heads to {target}", f"(1, {rows}, {count * dim})")
         tensor = imp.call(merge_heads, merged.tensor)
         imp.values[node.output[0]] = Value(tensor, (1, rows, count * dim))
