@@ -32,8 +32,13 @@ from ..compiler.core import CompileError, ImagePlan
 from ..layout import Image
 from ..onnx import KERNEL_NAME
 from ..onnx.kernel import prepared_graph
-from .onnx_attention import (attention_members, attention_reads, compile_attention,
-                             operand_outputs, tail_of)
+from .onnx_attention import (
+    attention_members,
+    attention_reads,
+    compile_attention,
+    operand_outputs,
+    tail_of,
+)
 from .onnx_transposed import compile_transposed
 from .unfused import Sequence, Stage, end_of
 

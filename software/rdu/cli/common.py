@@ -171,9 +171,10 @@ def add_kernel_options(cmd, run):
                           help="an ONNX model's input NAME (repeatable; every input or "
                                "none: random with --seed)")
     cmd.add_argument("--bind", action="append", metavar="NAME=VALUE",
-                     help="a dynamic dimension of an ONNX model and its value (repeatable; by default "
-                          "a past's length is 0, the sequence's that of an --input "
-                          "file: docs/onnx.md, 'A KV cache')")
+                     help="a dynamic dimension of an ONNX model and its value "
+                          "(repeatable; by default a past's length is 0, the "
+                          "sequence's that of an --input file: docs/onnx.md, 'A KV "
+                          "cache')")
     cmd.add_argument("--router", choices=ROUTERS, default=None,
                      help="how the compiler routes the streams of a placement: greedy, one "
                           "after the other (the default), or negotiated, all together "

@@ -22,9 +22,9 @@ import numpy as np
 
 from ..frontend.graph import FrontendError, Graph
 from .attention import PENDING
+from .attention import convert as convert_attention
 from .cache import Bound, bind
 from .cache import convert as convert_cache
-from .attention import convert as convert_attention
 from .lookup import Ids
 from .lookup import convert as convert_lookup
 from .ops import convert_node
