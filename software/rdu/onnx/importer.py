@@ -223,11 +223,13 @@ def _initializers(importer, graph):
             importer.values[init.name] = Const(array, init.name, init.name)
         elif init.data_type in (TensorProto.INT64, TensorProto.INT32):
             importer.values[init.name] = Const(np.asarray(array, np.int64), None, init.name)
+        elif init.data_type == TensorProto.BOOL:        # a mask's (folded: constants)
+            importer.values[init.name] = Const(np.asarray(array, bool), None, init.name)
         else:
             importer.fail(f"initializer {init.name!r} of type "
                           f"{TensorProto.DataType.Name(init.data_type)}",
                           "float32, float16 and bfloat16 initializers (int64 ones as "
-                          "shapes and axes)")
+                          "shapes and axes, bool ones of masks)")
 
 
 def import_model(source, dims=None, shapes=None):
