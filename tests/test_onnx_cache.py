@@ -14,9 +14,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from rdu.cli import main  # noqa: E402
-from rdu.onnx import OnnxImportError, import_model  # noqa: E402
-from rdu.onnx.generation import (GenerationError, cache_session, main as generate,  # noqa: E402
-                                 reference_generate, run_step)
+from rdu.onnx import OnnxImportError, generation, import_model  # noqa: E402
 from rdu.onnx.tiny_llama import tiny_llama  # noqa: E402
 
 HF_CACHE = Path(__file__).parent / "data" / "hf_llama_cache.onnx"
@@ -113,8 +111,8 @@ def test_hf_cache_fixture_binds_from_the_input_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, words", [
-    ([], "has a dynamic dimension sequence_length; supported: its value given (--bind "
-         "sequence_length=VALUE"),
+    ([], "has a dynamic dimension sequence_length; supported: static shapes, or the "
+         "dimension bound (--bind sequence_length=VALUE"),
     (["--bind", "sequence_length=16", "--bind", "past_sequence_length=4"],
      "input 'past_key_values.0.key' holds a past of length 4: decode steps run with "
      "`rdu generate`, not yet built"),
@@ -139,13 +137,14 @@ def test_reference_generate_against_runs_without_cache(kv_model, which):
     float32 tolerance; the greedy tokens are the argmax of those rows."""
     path = kv_model if which == "tiny" else HF_CACHE
     prompt = [5, 17, 3, 42, 8]
-    result = reference_generate(path, prompt, 6)
+    result = generation.reference_generate(path, prompt, 6)
     assert len(result.tokens) == len(result.logits) == 6
-    session = cache_session(path)
+    session = generation.cache_session(path)
     sequence = prompt + result.tokens
     for step, logits in enumerate(result.logits):
         length = len(prompt) + step
-        full, presents = run_step(session, sequence[:length], session.empty_past(), 0)
+        full, presents = generation.run_step(session, sequence[:length],
+                                             session.empty_past(), 0)
         rows = full[-len(logits):]
         scale = float(np.abs(full).max())
         assert np.allclose(logits, rows, rtol=0, atol=1e-5 * scale), (step, np.abs(
@@ -159,13 +158,14 @@ def test_reference_generate_against_runs_without_cache(kv_model, which):
 def test_generation_bad_input_exit_2(kv_model, capsys):
     """An id outside the vocabulary, more positions than the model's
     max_position_embeddings (HF's export: 64): one line, exit 2."""
-    assert generate([str(kv_model), "--prompt", "1,64,2", "--tokens", "2"]) == 2
+    assert generation.main([str(kv_model), "--prompt", "1,64,2", "--tokens", "2"]) == 2
     err = capsys.readouterr().err
     assert "prompt token 64 at 1 is outside the vocabulary of 64" in err, err
-    assert generate([str(HF_CACHE), "--prompt", ",".join(["1"] * 60), "--tokens", "8"]) == 2
+    assert generation.main([str(HF_CACHE), "--prompt", ",".join(["1"] * 60),
+                            "--tokens", "8"]) == 2
     err = capsys.readouterr().err
     assert "take 67 positions; the model has 64" in err and err.count("\n") == 1, err
-    assert generate([str(kv_model), "--prompt", "1,2", "--tokens", "3"]) == 0
+    assert generation.main([str(kv_model), "--prompt", "1,2", "--tokens", "3"]) == 0
     assert len(capsys.readouterr().out.strip().split(",")) == 3
-    with pytest.raises(GenerationError, match="at least 1"):
-        reference_generate(kv_model, [1], 0)
+    with pytest.raises(generation.GenerationError, match="at least 1"):
+        generation.reference_generate(kv_model, [1], 0)

@@ -156,8 +156,9 @@ def _bound_model(model, label, values):
             if dim.dim_param not in values:
                 raise OnnxImportError(
                     f"{label}: graph: input {info.name!r} has a dynamic dimension "
-                    f"{dim.dim_param}; supported: its value given (--bind "
-                    f"{dim.dim_param}=VALUE, or an --input file of {info.name})")
+                    f"{dim.dim_param}; supported: static shapes, or the dimension "
+                    f"bound (--bind {dim.dim_param}=VALUE, or an --input file of "
+                    f"{info.name})")
             dim.dim_value = values[dim.dim_param]       # clears dim_param (a oneof)
     return bound
 
