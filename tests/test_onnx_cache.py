@@ -125,6 +125,18 @@ def test_refused_in_one_line(kv_model, capsys, args, words):
     assert words in err and err.count("\n") == 1, err
 
 
+def test_bound_inputs_are_not_given_and_inspect_binds(kv_model, tmp_path, capsys):
+    """``--input position_ids=...``: the prefill binds it (one line, exit 2); ``rdu
+    inspect --bind`` lists the 26 configurations."""
+    np.save(tmp_path / "pos.npy", np.arange(16)[None])
+    assert main(["run", str(kv_model), "--bind", "sequence_length=16", "--input",
+                 f"position_ids={tmp_path / 'pos.npy'}"]) == 2
+    err = capsys.readouterr().err
+    assert "the prefill binds position_ids" in err and err.count("\n") == 1, err
+    assert main(["inspect", str(kv_model), "--bind", "sequence_length=16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["configurations"] == 26
+
+
 def test_static_model_refuses_bind():
     with pytest.raises(OnnxImportError, match="--bind L: the model's inputs have static"):
         import_model(tiny_llama(), {"L": 3})

@@ -249,6 +249,10 @@ def _onnx_arrays(args, kernel):
         name, equals, path = text.partition("=")
         if not equals or not name or not path:
             raise CommandError(f"--input {text}: give NAME=FILE.npy")
+        if name in kernel.imported.bound:
+            raise CommandError(f"--input {text}: the prefill binds {name} (the past "
+                               f"empty, positions 0 to L - 1, the attention mask ones); "
+                               f"its inputs: {', '.join(kernel.data_inputs())}")
         if name not in kernel.data_inputs():
             raise CommandError(f"--input {text}: the model has no input {name!r}; its "
                                f"inputs: {', '.join(kernel.data_inputs())}")
