@@ -117,6 +117,9 @@ def test_hf_cache_fixture_binds_from_the_input_file(tmp_path, capsys):
      "input 'past_key_values.0.key' holds a past of length 4: decode steps run with "
      "`rdu generate`, not yet built"),
     (["--bind", "seq=16"], "--bind seq=16: the model has no dynamic dimension 'seq'"),
+    (["--bind", "sequence_length=16", "--bind", "total_sequence_length=20"],
+     "--bind total_sequence_length=20: the attention mask's length is the past's (0) "
+     "plus the sequence's (16)"),
     (["--bind", "sequence_length=x"], "--bind sequence_length=x: give NAME=VALUE"),
 ])
 def test_refused_in_one_line(kv_model, capsys, args, words):

@@ -127,7 +127,12 @@ def bind(model, label, dims=None, shapes=None):
     mask = next((i for i in inputs if i.name == "attention_mask"), None)
     if mask is not None and len(_dims(mask)) == 2 and _dims(mask)[1].dim_param and \
             length is not None:
-        values.setdefault(_dims(mask)[1].dim_param, length)     # P + L, P = 0
+        name = _dims(mask)[1].dim_param
+        values.setdefault(name, length)                         # P + L, P = 0
+        if values[name] != length:
+            raise OnnxImportError(f"{label}: --bind {name}={values[name]}: the attention "
+                                  f"mask's length is the past's (0) plus the sequence's "
+                                  f"({length})")
     bound = _bound_model(model, label, values)
     return bound, _bound_inputs(bound, label, values)
 
