@@ -71,7 +71,9 @@ def _dims_from(info, given, values):
     """The dynamic dimensions of ``info`` from the shape ``given`` of an array of it,
     into ``values`` (those not given already)."""
     shape = _given(given, len(_dims(info)))
-    for dim, size in zip(_dims(info), shape or (), strict=True):
+    if shape is None:
+        return                      # more axes than the input: the kernel refuses it
+    for dim, size in zip(_dims(info), shape, strict=True):
         if dim.dim_param and dim.dim_param not in values:
             values[dim.dim_param] = int(size)
 
@@ -112,9 +114,11 @@ def bind(model, label, dims=None, shapes=None):
     lengths = {}
     for info in past:
         dims_ = _dims(info)
-        size = dims_[2].dim_value if len(dims_) == 4 and not dims_[2].dim_param else \
-            values.get(dims_[2].dim_param) if len(dims_) == 4 else None
-        if size is None or len(dims_) != 4:
+        size = None
+        if len(dims_) == 4:
+            size = values.get(dims_[2].dim_param) if dims_[2].dim_param else \
+                dims_[2].dim_value
+        if size is None:
             raise OnnxImportError(f"{label}: graph: past input {info.name!r} of rank "
                                   f"{len(dims_)}; supported: (1, key/value heads, past "
                                   f"length, head dimension)")
