@@ -70,6 +70,26 @@ def test_prefill_runs_and_present_is_checked(kv_model, capsys):
     assert shapes["present.0.key"] == shapes["present.0.value"] == (2, 16, 16)
 
 
+def test_prefill_is_the_model_without_a_cache():
+    """The prefill of the cache form (P = 0) is, word for word on the machine, the tiny
+    Llama without a cache of the same weights and ids (hidden 32, 2 / 1 heads)."""
+    from rdu.apps.onnx_groups import compile_groups
+    from rdu.machine import Machine
+    from rdu.onnx import onnx_kernel
+    from rdu.runtime import run_sequence
+    words = []
+    for kv_cache in (False, True):
+        kernel = onnx_kernel(tiny_llama(hidden=32, heads=2, kv_heads=1, ffn=64, vocab=64,
+                                        embedding="gather", kv_cache=kv_cache),
+                             {"sequence_length": 16} if kv_cache else None)
+        kernel, sequence = compile_groups(kernel, Machine(**kernel.machine))
+        figures, results, _ = run_sequence(kernel, sequence, kernel.random_inputs(None, 1),
+                                           "model", seed=1, progress=False)
+        assert figures["ok"]
+        words.append(np.asarray(results["logits"]).view(np.uint32))
+    assert np.array_equal(*words)
+
+
 def _swapped(path, target):
     """The model with present.0.key and present.0.value swapped (the same shapes)."""
     model = onnx.load(str(path))
