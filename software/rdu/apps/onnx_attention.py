@@ -43,7 +43,7 @@ from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
 
-__all__ = ["attention_members", "compile_attention"]
+__all__ = ["attention_members", "compile_attention", "operand_outputs"]
 
 
 def _heads_of_projection(node):
@@ -137,7 +137,9 @@ def attention_members(node, users, outputs):
     """The ids of the nodes an attention group of ``node`` holds (its operands' heads,
     rotary products, casts and projections, and :func:`tail_of`); a one-line error
     when it is not attention of projections of one model input followed by what
-    :func:`tail_of` takes."""
+    :func:`tail_of` takes. K and V (their BF16 casts) may be model outputs too: a
+    cache's ``present`` (:mod:`rdu.onnx.cache`), read from the attention's images by
+    the host (:func:`operand_outputs`)."""
     members = {id(member) for member in tail_of(node, users, outputs)}
     sources = set()
     for index, operand in enumerate(node.inputs):
@@ -150,6 +152,9 @@ def attention_members(node, users, outputs):
                                f"(Q and K with rotary embeddings)")
         parts, nodes = found
         for inner in nodes:
+            if inner is operand and index and id(inner) in outputs and \
+                    users.get(id(inner)) == [node]:
+                continue            # K or V as the machine holds it, an output (present)
             if len(users.get(id(inner), ())) != 1 or id(inner) in outputs:
                 raise CompileError(f"{inner.where}: a projection of attention read "
                                    f"elsewhere too; supported: read by attention alone")
@@ -487,6 +492,19 @@ def compile_attention(graph, sink, machine, start, out_name, first, params, valu
         return stages, None
     start = max(end_of(stage.program) for stage in stages)
     return _tail_stages(built, s, att, tail, out_name, first, start, stages)
+
+
+def operand_outputs(graph, stages):
+    """``{output name: function(per-stage outputs) -> words}`` of the model outputs that
+    are an attention's K or V as the machine holds them (a cache's ``present``): the
+    words the producers wrote into the attention's images, as ``(heads, keys, dim)``
+    (the stage that completes each observes it, :func:`_observe_operands`)."""
+    observed = {id(node): function for stage in stages for node, function in stage.observes}
+    found = {}
+    for name, node in graph.outputs.items():
+        if node.op == "unary" and node.attrs.get("fn") == "cast" and id(node) in observed:
+            found[name] = observed[id(node)]
+    return found
 
 
 def _observe_operands(built, s, node, produced):

@@ -32,7 +32,13 @@ from ..compiler.core import CompileError, ImagePlan
 from ..layout import Image
 from ..onnx import KERNEL_NAME
 from ..onnx.kernel import prepared_graph
-from .onnx_attention import attention_members, attention_reads, compile_attention, tail_of
+from .onnx_attention import (
+    attention_members,
+    attention_reads,
+    compile_attention,
+    operand_outputs,
+    tail_of,
+)
 from .onnx_transposed import compile_transposed
 from .unfused import Sequence, Stage, end_of
 
@@ -335,10 +341,13 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
         names.update({id(graph.outputs[out]): out for out in producers})
     for index, stage in enumerate(stages):  # with attention's, the count is the sequence's
         stage.program.params.update(group=index + 1, groups=len(stages))
-    where = {name: producer[names[id(node)]] for name, node in graph.outputs.items()}
+    held = operand_outputs(graph, stages)      # K, V of attention: present (a cache)
+    where = {name: producer[names[id(node)]] for name, node in graph.outputs.items()
+             if name not in held}
 
     def assemble(results):
-        out = {name: results[where[name]][names[id(graph.outputs[name])]]
+        out = {name: held[name](results) if name in held else
+               results[where[name]][names[id(graph.outputs[name])]]
                for name in graph.outputs}
         return {name: transforms[name](words) if transforms.get(name) else words
                 for name, words in out.items()}

@@ -170,6 +170,11 @@ def add_kernel_options(cmd, run):
         data.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                           help="an ONNX model's input NAME (repeatable; every input or "
                                "none: random with --seed)")
+    cmd.add_argument("--bind", action="append", metavar="NAME=VALUE",
+                     help="a dynamic dimension of an ONNX model and its value "
+                          "(repeatable; by default a past's length is 0, the "
+                          "sequence's that of an --input file: docs/onnx.md, 'A KV "
+                          "cache')")
     cmd.add_argument("--router", choices=ROUTERS, default=None,
                      help="how the compiler routes the streams of a placement: greedy, one "
                           "after the other (the default), or negotiated, all together "
@@ -244,12 +249,35 @@ def _onnx_arrays(args, kernel):
         name, equals, path = text.partition("=")
         if not equals or not name or not path:
             raise CommandError(f"--input {text}: give NAME=FILE.npy")
+        if name in kernel.imported.bound:
+            raise CommandError(f"--input {text}: the prefill binds {name} (the past "
+                               f"empty, positions 0 to L - 1, the attention mask ones); "
+                               f"its inputs: {', '.join(kernel.data_inputs())}")
         if name not in kernel.data_inputs():
             raise CommandError(f"--input {text}: the model has no input {name!r}; its "
                                f"inputs: {', '.join(kernel.data_inputs())}")
         arrays[name] = load_array(path, f"--input {name}")
         sources[name] = f"--input {text}"
     return arrays, sources
+
+
+def _onnx_dims(args):
+    """``(dims, shapes)`` binding an ONNX model's dynamic dimensions: ``--bind NAME=VALUE``
+    and the shapes of the ``--input`` files (:func:`rdu.onnx.cache.bind`)."""
+    dims, shapes = {}, {}
+    for text in getattr(args, "bind", None) or ():
+        name, equals, value = text.partition("=")
+        try:
+            dims[name] = int(value)
+        except ValueError:
+            raise CommandError(f"--bind {text}: give NAME=VALUE (a whole number)") from None
+        if not equals or not name:
+            raise CommandError(f"--bind {text}: give NAME=VALUE (a whole number)")
+    for text in getattr(args, "input", None) or ():
+        name, equals, path = text.partition("=")
+        if equals and name and path:
+            shapes[name] = load_array(path, f"--input {name}").shape
+    return dims, shapes
 
 
 def _compile(args, kernel, params):
@@ -279,7 +307,7 @@ def _onnx_program(args):
             raise CommandError(f"{args.target}: an ONNX model's shapes and inputs are its "
                                f"own (--{name.replace('_', '-')} is for kernels by name; "
                                f"inputs: --input NAME=FILE.npy)")
-    kernel = onnx_kernel(args.target)
+    kernel = onnx_kernel(args.target, *_onnx_dims(args))
     arrays, sources = _onnx_arrays(args, kernel)
     if execution == "fused" and not needs_groups(kernel.imported.graph):
         try:
@@ -336,7 +364,7 @@ def _program_for(args):
                            f"{program.params['groups']} of {program.params['model']}: run "
                            f"the model (rdu run {Path(program.params['model']).name})")
     if program.kernel == ONNX_KERNEL:
-        kernel = onnx_kernel(program.params["model"])
+        kernel = onnx_kernel(program.params["model"], program.params.get("dims"))
         arrays, sources = _onnx_arrays(args, kernel)
     else:
         kernel = get_kernel(program.kernel)

@@ -142,6 +142,9 @@ def add_parsers(commands):
                          help="PCU SIMD stages, for a bare bitstream (a program file "
                               "records them)")
     inspect.add_argument("--all", action="store_true", help="also print zero fields")
+    inspect.add_argument("--bind", action="append", metavar="NAME=VALUE",
+                         help="a dynamic dimension of an ONNX model and its value "
+                              "(repeatable: docs/onnx.md, 'A KV cache')")
     inspect.add_argument("--raw", action="store_true",
                          help="codes as numbers (default: routes, modes and ops by name)")
     inspect.add_argument("--json", action="store_true", help="print everything as JSON")

@@ -282,12 +282,15 @@ def convert(imp, node):
     if isinstance(values[0], Repeated) and op in ("Expand", "Reshape"):
         imp.values[node.output[0]] = _repeat(imp, op, *values[:2])
         return True
+    if isinstance(values[0], Repeated) and op == "Shape":   # dynamic shapes' arithmetic
+        imp.values[node.output[0]] = _repeated_shape(node, values[0])
+        return True
     if op == "Reshape" and isinstance(values[0], Merged):
         merged = values[0].x
         target = [int(d) for d in np.asarray(_constant(imp, values[1], "the shape")).ravel()]
         count, rows, dim = merged.tensor.shape
-        if target not in ([1, rows, count * dim], [rows, count * dim], [1, rows, -1],
-                          [0, 0, -1], [1, 0, -1]):
+        resolved = _resolved(target, (1, rows, count, dim))    # 0: (1, L, H, D)'s
+        if resolved not in ([1, rows, count * dim], [rows, count * dim]):
             imp.fail(f"reshape of merged heads to {target}", f"(1, {rows}, {count * dim})")
         tensor = imp.call(merge_heads, merged.tensor)
         imp.values[node.output[0]] = Value(tensor, (1, rows, count * dim))
@@ -338,12 +341,25 @@ def _repeat(imp, op, repeated, shape):
             imp.fail(f"expand of K/V heads ({heads_}, 1, {rows}, {dim}) to {tuple(target)}",
                      f"repeat_kv: (1, {heads_}, n_rep, {rows}, {dim})")
         return Repeated(x, int(out[2]))
-    known = [1, heads_ * times, rows, dim]
+    total = x.shape[-3] if times == -1 else heads_ * times     # -1: reshaped already
+    known = [1, total, rows, dim]
     target = _resolved(target, known if len(target) == 4 else known[1:])
     if target not in (known, known[1:]):      # SDPA's exporter writes (H, L, D) too
         imp.fail(f"reshape of repeated K/V heads ({heads_}, {times}, {rows}, {dim}) to "
                  f"{tuple(target)}", f"repeat_kv: {tuple(known)}")
     return Repeated(Value(x.tensor, tuple(target)), -1)
+
+
+def _repeated_shape(node, repeated):
+    """``Shape`` of a :class:`Repeated` (``start``, ``end``): a constant, ``(1, G,
+    times, L, D)`` expanded, or the shape it was reshaped to (``times`` -1)."""
+    from onnx import helper
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    x = repeated.x
+    shape = tuple(x.shape) if repeated.times == -1 else \
+        (1, x.tensor.shape[0], repeated.times) + tuple(x.tensor.shape[1:])
+    return Const(np.asarray(shape[attrs.get("start", 0):attrs.get("end")], np.int64),
+                 None, node.output[0])
 
 
 def _split_heads(imp, value, shape):

@@ -1,13 +1,16 @@
 """Operators the importer folds at import time only (every input a constant): the shape
 and position arithmetic exporters write around attention (``docs/onnx.md``): the causal
 mask from ``Shape``, ``Range``, comparisons, ``Where``, ``Trilu``, ``ConstantOfShape``,
-``Expand``; rotary tables from ``Range``, ``Cos``, ``Sin``, ``Slice``, ``Concat``.
+``Expand``, ``GatherND`` (HF's padding mask); rotary tables from ``Range``, ``Cos``,
+``Sin``, ``Slice``, ``Concat``.
 
 :data:`FOLDS` (``{op_type: function(attrs, *arrays) -> array}``) and :data:`ATTRIBUTES`
 extend :data:`rdu.onnx.ops.FOLDS` and :data:`rdu.onnx.ops.ATTRIBUTES`. None of these
 operators takes a computed tensor: a computed input is refused in one line naming the
 node (``... of constants and shapes only``).
 """
+
+import functools
 
 import numpy as np
 
@@ -39,6 +42,18 @@ def _expand(attrs, x, shape):
     return x * np.ones([int(d) for d in shape], x.dtype)
 
 
+def _gather_nd(attrs, x, indices):
+    """ONNX ``GatherND``: ``x[indices[..., 0], indices[..., 1], ...]`` after
+    ``batch_dims`` leading dimensions (HF's padding mask indexes the attention mask)."""
+    batch = int(attrs.get("batch_dims", 0))
+    indices = np.asarray(indices, np.int64)
+    if batch:
+        return np.stack([_gather_nd({}, a, i) for a, i in zip(
+            x.reshape((-1,) + x.shape[batch:]), indices.reshape((-1,) + indices.shape[batch:]),
+            strict=True)]).reshape(indices.shape[:-1] + x.shape[batch + indices.shape[-1]:])
+    return x[tuple(np.moveaxis(indices, -1, 0))]
+
+
 def _compare(function):
     return lambda attrs, a, b: function(a, b)
 
@@ -54,10 +69,12 @@ FOLDS = {
     "Where": lambda attrs, c, a, b: np.where(c, a, b),
     "Trilu": _trilu, "ConstantOfShape": _constant_of_shape, "Expand": _expand,
     "Slice": _slice, "Cos": lambda attrs, x: np.cos(x), "Sin": lambda attrs, x: np.sin(x),
-    "Max": lambda attrs, *xs: np.maximum.reduce(xs),
-    "Min": lambda attrs, *xs: np.minimum.reduce(xs),
+    "Max": lambda attrs, *xs: functools.reduce(np.maximum, xs),     # broadcasting
+    "Min": lambda attrs, *xs: functools.reduce(np.minimum, xs),
+    "GatherND": _gather_nd,
     "Tile": lambda attrs, x, repeats: np.tile(x, [int(r) for r in repeats]),
 }
 
 #: The attributes each of them may carry.
-ATTRIBUTES = {"Trilu": ("upper",), "ConstantOfShape": ("value",)}
+ATTRIBUTES = {"Trilu": ("upper",), "ConstantOfShape": ("value",),
+              "GatherND": ("batch_dims",)}

@@ -7,6 +7,8 @@ imports this module)::
 
     python -m rdu.onnx.hf_export --hidden 64 --heads 4 --kv-heads 2 --ffn 128 \\
         --vocab 64 --seq 16 --input embeds -o tests/data/hf_llama_embeds.onnx
+    python -m rdu.onnx.hf_export --cache --hidden 32 --heads 2 --kv-heads 1 --ffn 64 \\
+        --vocab 64 -o tests/data/hf_llama_cache.onnx
 
 One decoder layer by default; eager attention (``--attention sdpa``: PyTorch's
 ``scaled_dot_product_attention``); opset 18; batch 1, static shapes; the model's
@@ -34,7 +36,8 @@ def _model(args):
         vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
         num_hidden_layers=args.layers, num_attention_heads=args.heads,
         num_key_value_heads=args.kv_heads or args.heads,
-        max_position_embeddings=max(64, args.seq), initializer_range=args.std,
+        max_position_embeddings=args.max_positions or max(64, args.seq),
+        initializer_range=args.std,
         attn_implementation=args.attention, tie_word_embeddings=args.tie)
     torch.manual_seed(args.seed)
     model = transformers.LlamaForCausalLM(config).eval()
@@ -45,12 +48,62 @@ def _model(args):
     return model
 
 
+def _cache_body(model, layers):
+    """``(module, example, names, dynamic shapes)`` of the model with a KV cache: the
+    past of every layer a pair of inputs, put into a ``DynamicCache``."""
+    import torch
+    from torch.export import Dim
+    from transformers import DynamicCache
+    config = model.config
+
+    class Body(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            cache = DynamicCache(config=config)
+            for layer in range(layers):
+                cache.update(past[2 * layer], past[2 * layer + 1], layer)
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=cache,
+                             use_cache=True)
+            presents = []
+            for layer in out.past_key_values.layers:
+                presents += [layer.keys, layer.values]
+            return (out.logits, *presents)
+
+    past_length, length = 3, 5              # over 1: not specialised by torch.export
+    heads = config.num_key_value_heads
+    dim = config.hidden_size // config.num_attention_heads
+    example = (torch.randint(0, config.vocab_size, (1, length)),
+               torch.ones(1, past_length + length, dtype=torch.int64),
+               torch.arange(past_length, past_length + length)[None],
+               *[torch.randn(1, heads, past_length, dim) for _ in range(2 * layers)])
+    past = [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    names = (["input_ids", "attention_mask", "position_ids", *past],
+             ["logits", *[name.replace("past_key_values", "present") for name in past]])
+    dynamic = ({1: Dim.DYNAMIC},) * 3 + (({2: Dim.DYNAMIC},) * (2 * layers),)   # *past
+    return Body(model).eval(), example, names, dynamic
+
+
 def export(args):
     """Write the ONNX model ``args`` describe to ``args.output`` (one file)."""
     import onnx
     import torch
     import transformers
     model = _model(args)
+    if args.cache:
+        body, example, (inputs, outputs), dynamic = _cache_body(model, args.layers)
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / "model.onnx"
+            torch.onnx.export(body, example, str(path), opset_version=18, dynamo=True,
+                              input_names=inputs, output_names=outputs,
+                              dynamic_shapes=dynamic)
+            exported = onnx.load(str(path))
+        onnx.helper.set_model_props(exported, {"max_position_embeddings": str(
+            model.config.max_position_embeddings)})
+        return _save(exported, args, torch, transformers)
     keyword = "inputs_embeds" if args.input == "embeds" else "input_ids"
 
     class Body(torch.nn.Module):
@@ -68,6 +121,11 @@ def export(args):
         torch.onnx.export(Body(model).eval(), (example,), str(path), opset_version=18,
                           dynamo=True, input_names=[keyword], output_names=["logits"])
         exported = onnx.load(str(path))             # with its external data
+    return _save(exported, args, torch, transformers)
+
+
+def _save(exported, args, torch, transformers):
+    import onnx
     for node in exported.graph.node:                # the exporter's stack traces
         del node.metadata_props[:]
     exported.doc_string = (f"rdu.onnx.hf_export {' '.join(sys.argv[1:])} (torch "
@@ -87,6 +145,11 @@ def main(argv=None):
                         help="HF's initializer_range (the weights' standard deviation)")
     parser.add_argument("--attention", choices=("eager", "sdpa"), default="eager")
     parser.add_argument("--input", choices=("embeds", "ids"), default="embeds")
+    parser.add_argument("--cache", action="store_true",
+                        help="the model with a KV cache (past_key_values in, present out; "
+                             "L and P dynamic)")
+    parser.add_argument("--max-positions", type=int, default=0,
+                        help="max_position_embeddings (0: max(64, --seq))")
     parser.add_argument("--tie", action="store_true",
                         help="the LM head shares the embedding table (Llama 3.2's)")
     parser.add_argument("-o", "--output", type=Path, required=True)

@@ -23,6 +23,8 @@ import numpy as np
 from ..frontend.graph import FrontendError, Graph
 from .attention import PENDING
 from .attention import convert as convert_attention
+from .cache import Bound, bind
+from .cache import convert as convert_cache
 from .lookup import Ids
 from .lookup import convert as convert_lookup
 from .ops import convert_node
@@ -66,7 +68,9 @@ class Imported:
     BF16 (the onnxruntime reference rounds them the same way); ``model``: the
     ModelProto; ``label``: its file name; ``lookups``: ``{rows input: Lookup}`` of the
     embedding rows the host looks up; ``ids``: ``{front-end name: Ids}`` of the
-    integer inputs (token ids) a run supplies (:mod:`rdu.onnx.lookup`)."""
+    integer inputs (token ids) a run supplies (:mod:`rdu.onnx.lookup`); ``bound``: the
+    inputs the binding of dynamic dimensions fixes (:mod:`rdu.onnx.cache`: the empty
+    past, position ids, the attention mask), fed to onnxruntime as they are."""
     graph: Graph
     data: dict
     weights: dict
@@ -78,6 +82,7 @@ class Imported:
     elem_types: dict = field(default_factory=dict)
     lookups: dict = field(default_factory=dict)
     ids: dict = field(default_factory=dict)
+    bound: Bound = field(default_factory=Bound)
 
 
 class Importer:
@@ -218,17 +223,22 @@ def _initializers(importer, graph):
             importer.values[init.name] = Const(array, init.name, init.name)
         elif init.data_type in (TensorProto.INT64, TensorProto.INT32):
             importer.values[init.name] = Const(np.asarray(array, np.int64), None, init.name)
+        elif init.data_type == TensorProto.BOOL:        # a mask's (folded: constants)
+            importer.values[init.name] = Const(np.asarray(array, bool), None, init.name)
         else:
             importer.fail(f"initializer {init.name!r} of type "
                           f"{TensorProto.DataType.Name(init.data_type)}",
                           "float32, float16 and bfloat16 initializers (int64 ones as "
-                          "shapes and axes)")
+                          "shapes and axes, bool ones of masks)")
 
 
-def import_model(source):
-    """Import an ONNX model (a path or a ModelProto): an :class:`Imported`."""
+def import_model(source, dims=None, shapes=None):
+    """Import an ONNX model (a path or a ModelProto): an :class:`Imported`. ``dims``
+    (``{name: value}``) and ``shapes`` (``{ONNX input: shape}`` of the arrays a run is
+    given) bind its dynamic dimensions (:func:`rdu.onnx.cache.bind`)."""
     model, label = load_model(source)
     _check_opset(model, label)
+    model, bound = bind(model, label, dims, shapes)
     importer = Importer(model, label)
     graph = model.graph
     _initializers(importer, graph)
@@ -236,6 +246,9 @@ def import_model(source):
     for info in graph.input:
         if info.name in importer.values:
             continue                          # an initializer listed as an input too
+        if info.name in bound:                # fixed by the binding: rdu.onnx.cache
+            importer.values[info.name] = Const(bound[info.name], None, info.name)
+            continue
         shape, elem = _static_shape(importer, info)
         name = importer.fresh(info.name)
         if elem in INTEGER_INPUTS:              # token ids: rdu.onnx.lookup
@@ -249,13 +262,14 @@ def import_model(source):
     for node in graph.node:
         importer.node = node
         first = len(importer.graph.nodes)
-        if not convert_lookup(importer, node) and not convert_rotary(importer, node) \
+        if not convert_lookup(importer, node) and not convert_cache(importer, node) \
+                and not convert_rotary(importer, node) \
                 and not convert_attention(importer, node):
             convert_node(importer, node)
         for created in importer.graph.nodes[first:]:     # the compiler's errors name it
             created.where = f"{label}: node {node.name or node.output[0]} ({node.op_type})"
     importer.node = None
-    outputs = {}
+    outputs, held = {}, _held_operands(importer.graph)
     for info in graph.output:
         value = importer.get(info.name)
         if isinstance(value, Const):
@@ -267,7 +281,8 @@ def import_model(source):
             importer.fail(f"output {info.name!r} is a step of attention (the scores or "
                           f"the probabilities)", "attention's result as the output")
         name = importer.fresh(info.name)
-        importer.call(importer.graph.output, name, value.tensor)
+        importer.call(importer.graph.output, name, held.get(id(value.tensor.node),
+                                                            value.tensor))
         outputs[name], shapes[name] = info.name, value.shape
     for name, array in importer.weights.items():
         shapes[name] = array.shape
@@ -279,4 +294,19 @@ def import_model(source):
         importer.fail(f"integer input {unused[0]!r} is read by no Gather of a table",
                       "token ids read by Gather(table, ids): the host looks the rows up")
     return Imported(importer.graph, data, importer.weights, shapes, outputs,
-                    importer.held, model, label, elems, importer.lookups, ids)
+                    importer.held, model, label, elems, importer.lookups, ids, bound)
+
+
+def _held_operands(graph):
+    """``{id(node): tensor}``: K and V of an attention as the machine holds them (the
+    BF16 cast the attention reads), for the nodes they are cast from: a model output
+    of K or V (``present.*`` of a cache) is those words (:mod:`rdu.onnx.cache`)."""
+    from ..frontend.graph import Tensor
+    held = {}
+    for node in graph.nodes:
+        if node.op != "attention":
+            continue
+        for operand in node.inputs[1:]:
+            if operand.op == "unary" and operand.attrs.get("fn") == "cast":
+                held[id(operand.inputs[0])] = Tensor(graph, operand)
+    return held

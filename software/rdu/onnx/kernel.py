@@ -77,7 +77,7 @@ def onnxruntime_values(imported, inputs, tensors):
     options.log_severity_level = 3
     session = onnxruntime.InferenceSession(model.SerializeToString(), options,
                                            providers=["CPUExecutionProvider"])
-    feed = {}
+    feed = dict(imported.bound)                    # the empty past, positions, mask
     for key, ids in imported.ids.items():          # the token ids themselves
         values = np.asarray(inputs[key], np.int64).reshape(ids.shape)
         feed[ids.name] = values.astype(np.int32 if ids.elem == TensorProto.INT32
@@ -136,6 +136,7 @@ class OnnxKernel(Kernel):
     data inputs are the model's, the weights come from its initializers."""
     imported: object = None         # rdu.onnx.importer.Imported
     model_path: str = ""
+    dims: tuple = ()                # ((name, value), ...): the bound dynamic dimensions
 
     def shape(self, tensor, params):
         graph = self.imported.graph
@@ -146,8 +147,9 @@ class OnnxKernel(Kernel):
         return self.imported.graph
 
     def compile(self, machine, state=None, passes=None, skip=(), **params):
+        dims = {"dims": dict(self.dims)} if self.dims else {}
         return super().compile(machine, state=state, passes=passes, skip=skip,
-                               model=self.model_path)
+                               model=self.model_path, **dims)
 
     def weight_words(self):
         """The weights' words: BF16 (rounded) or FP32 as the graph's inputs hold them."""
@@ -219,7 +221,8 @@ class OnnxKernel(Kernel):
                   for name, onnx in self.imported.data.items()}
         shapes.update({ids.name: ids.shape for ids in self.imported.ids.values()})
         shapes = ", ".join(f"{onnx} {list(shapes[onnx])}" for onnx in self.data_inputs())
-        return f"onnx {self.imported.label} ({graph.name}: {shapes})"
+        dims = "".join(f", {name}={value}" for name, value in self.dims)
+        return f"onnx {self.imported.label} ({graph.name}: {shapes}{dims})"
 
 
 def prepared_graph(graph):
@@ -257,13 +260,14 @@ def machine_defaults(graph):
     return dict(KERNELS["mlp"].machine) if ops.count("matmul") > 1 or tables else {}
 
 
-def onnx_kernel(path):
-    """The :class:`OnnxKernel` of the model at ``path`` (or a ModelProto)."""
-    imported = import_model(path)
+def onnx_kernel(path, dims=None, shapes=None):
+    """The :class:`OnnxKernel` of the model at ``path`` (or a ModelProto); ``dims`` and
+    ``shapes`` bind its dynamic dimensions (:func:`rdu.onnx.cache.bind`)."""
+    imported = import_model(path, dims, shapes)
     imported.graph = graph = prepared_graph(imported.graph)
     return OnnxKernel(KERNEL_NAME, (), {name: () for name in graph.inputs},
                       {name: () for name in graph.outputs},
                       f"the ONNX model {imported.label}",
                       machine=machine_defaults(graph), imported=imported,
                       model_path=str(Path(path).resolve()) if isinstance(path, (str, Path))
-                      else "")
+                      else "", dims=tuple(sorted(imported.bound.dims.items())))

@@ -51,7 +51,12 @@ def convert(imp, node):
     if not any(isinstance(v, Ids) for v in values):
         return False
     supported = "Gather(table, ids) of an initializer table (vocabulary, width) along " \
-        "axis 0: the host looks the rows up"
+        "axis 0: the host looks the rows up; Shape of the ids"
+    if node.op_type == "Shape" and isinstance(values[0], Ids):     # static: a constant
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        shape = np.asarray(values[0].shape[attrs.get("start", 0):attrs.get("end")], np.int64)
+        imp.values[node.output[0]] = Const(shape, None, node.output[0])
+        return True
     if node.op_type != "Gather" or not isinstance(values[1], Ids):
         imp.fail(f"{node.op_type} of the integer input "
                  f"{next(v for v in values if isinstance(v, Ids)).name!r}", supported)

@@ -53,7 +53,7 @@ class Config:
 
     FIELDS = (("layers", 1), ("hidden", 64), ("heads", 2), ("kv_heads", 0), ("ffn", 128),
               ("vocab", 0), ("seq", 16), ("seed", 0), ("embedding", "host"),
-              ("eps", 1e-6), ("theta", 10000.0))
+              ("eps", 1e-6), ("theta", 10000.0), ("kv_cache", False))
 
     def __init__(self, **values):
         unknown = set(values) - {name for name, _ in self.FIELDS}
@@ -128,6 +128,43 @@ class _Writer:
         xr = self.node("Mul", [source, r], f"{prefix}.xr", f"{prefix}/Mul")
         return self.node("Mul", [weight, xr], f"{prefix}.out", f"{prefix}/Mul_1")
 
+    def shared_cache(self):
+        """With ``--kv-cache``: the rotary tables (1, 1, L, D) from ``position_ids``
+        (1, L) times ``inv_freq``, and the causal mask's ``keep`` (1, L, P + L) with the
+        past's offset (key ``j`` visible to the query at position ``p`` when ``j <=
+        p``) and the attention mask's padding, from ``Shape``, ``Range`` and
+        comparisons as the exporters write them."""
+        c, dim = self.c, self.c.dim
+        inverse = 1.0 / c.theta ** (np.arange(0, dim, 2) / dim)
+        self.const("inv_freq", inverse.reshape(1, dim // 2), np.float32)
+        one, zero = self.const("c_one", 1), self.const("c_zero", 0)
+        axis1, axis2 = self.const("c_axis1", [1]), self.const("c_axis2", [2])
+        axis0 = self.const("c_axis0", [0])
+        col = self.node("Unsqueeze", ["position_ids", axis2], "position_col",
+                        "rotary/Unsqueeze")
+        posf = self.node("Cast", [col], "position_f", "rotary/Cast", to=1)
+        freqs = self.node("MatMul", [posf, "inv_freq"], "freqs", "rotary/MatMul")
+        emb = self.node("Concat", [freqs, freqs], "emb", "rotary/Concat", axis=-1)
+        cos = self.node("Cos", [emb], "cos2", "rotary/Cos")
+        sin = self.node("Sin", [emb], "sin2", "rotary/Sin")
+        self.node("Unsqueeze", [cos, axis1], "cos", "rotary/Unsqueeze_cos")
+        self.node("Unsqueeze", [sin, axis1], "sin", "rotary/Unsqueeze_sin")
+        shape = self.node("Shape", ["attention_mask"], "mask_shape", "mask/Shape")
+        total = self.node("Gather", [shape, one], "total_len", "mask/Gather", axis=0)
+        keys = self.node("Range", [zero, total, one], "key_positions", "mask/Range")
+        keys = self.node("Unsqueeze", [keys, axis0], "mask_keys", "mask/Unsqueeze")
+        queries = self.node("Unsqueeze", ["position_ids", axis2], "mask_queries",
+                            "mask/Unsqueeze_1")
+        causal = self.node("LessOrEqual", [keys, queries], "causal", "mask/LessOrEqual")
+        padding = self.node("Cast", ["attention_mask"], "padding", "mask/Cast", to=9)
+        padding = self.node("Unsqueeze", [padding, axis1], "padding_rows",
+                            "mask/Unsqueeze_2")
+        self.node("And", [causal, padding], "keep", "mask/And")
+        self.const("ninf", -np.inf, np.float32)
+        for name, value in (("r_start", [0]), ("r_middle", [dim // 2]),
+                            ("r_end", [2 ** 62]), ("r_last", [-1]), ("repeat_axis", [2])):
+            self.const(name, value)
+
     def shared(self, source):
         """Position ids, the rotary tables ``cos``, ``sin`` (1, 1, L, D) and the causal
         mask's ``keep`` (L, L), from the shape of ``source``."""
@@ -170,8 +207,10 @@ class _Writer:
     def repeat_kv(self, x, prefix):
         c = self.c
         times = c.heads // c.kv_heads
-        shape = self.const(f"{prefix}.expand", [1, c.kv_heads, times, c.seq, c.dim])
-        merged = self.const(f"{prefix}.merged", [1, c.heads, c.seq, c.dim])
+        seq = 1 if c.kv_cache else c.seq                # dynamic: Expand broadcasts
+        shape = self.const(f"{prefix}.expand", [1, c.kv_heads, times, seq, c.dim])
+        merged = self.const(f"{prefix}.merged", [1, c.heads, -1 if c.kv_cache else c.seq,
+                                                 c.dim])
         x5 = self.node("Unsqueeze", [x, "repeat_axis"], f"{prefix}.x5", f"{prefix}/Unsqueeze")
         xe = self.node("Expand", [x5, shape], f"{prefix}.xe", f"{prefix}/Expand")
         return self.node("Reshape", [xe, merged], f"{prefix}.rep", f"{prefix}/Reshape")
@@ -183,13 +222,19 @@ class _Writer:
         for name, count in (("q", c.heads), ("k", c.kv_heads), ("v", c.kv_heads)):
             w = self.weight(f"{p}.self_attn.{name}_proj.weight.T", (c.hidden, count * c.dim),
                             0.3)
-            split = self.const(f"{p}.self_attn.{name}_shape", [1, c.seq, count, c.dim])
+            split = self.const(f"{p}.self_attn.{name}_shape",
+                               [1, -1 if c.kv_cache else c.seq, count, c.dim])
             y = self.node("MatMul", [n, w], f"{p}.{name}2", f"{p}/self_attn/{name}_proj")
             y = self.node("Reshape", [y, split], f"{p}.{name}4", f"{p}/self_attn/Reshape_{name}")
             y = self.node("Transpose", [y], f"{p}.{name}h", f"{p}/self_attn/Transpose_{name}",
                           perm=[0, 2, 1, 3])
             if name != "v":
                 y = self.rope(y, f"{p}.self_attn.rotary_{name}")
+            if name != "q" and c.kv_cache:     # present = Concat(past, new) on axis 2
+                kind = "key" if name == "k" else "value"
+                y = self.node("Concat", [f"past_key_values.{p.split('.')[-1]}.{kind}", y],
+                              f"present.{p.split('.')[-1]}.{kind}",
+                              f"{p}/self_attn/Concat_{kind}", axis=2)
             if name != "q" and c.kv_heads != c.heads:
                 y = self.repeat_kv(y, f"{p}.self_attn.repeat_{name}")
             heads[name] = y
@@ -203,7 +248,8 @@ class _Writer:
         o = self.node("MatMul", [s, heads["v"]], f"{p}.o", f"{p}/self_attn/MatMul_1")
         o = self.node("Transpose", [o], f"{p}.ot", f"{p}/self_attn/Transpose_o",
                       perm=[0, 2, 1, 3])
-        merged = self.const(f"{p}.self_attn.merged", [1, c.seq, c.hidden])
+        merged = self.const(f"{p}.self_attn.merged", [1, -1 if c.kv_cache else c.seq,
+                                                      c.hidden])
         o = self.node("Reshape", [o, merged], f"{p}.om", f"{p}/self_attn/Reshape_o")
         wo = self.weight(f"{p}.self_attn.o_proj.weight.T", (c.hidden, c.hidden), 1.0)
         o = self.node("MatMul", [o, wo], f"{p}.attn", f"{p}/self_attn/o_proj")
@@ -230,16 +276,21 @@ def tiny_llama(**values):
     from onnx import TensorProto, helper
     c = Config(**values)
     w = _Writer(c)
+    seq = "sequence_length" if c.kv_cache else c.seq
     if c.embedding == "gather":
-        inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, c.seq])]
+        inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])]
         table = w.weight("model.embed_tokens.weight", (c.vocab, c.hidden), c.hidden ** -0.5)
         x = w.node("Gather", [table, "input_ids"], "inputs_embeds", "embed_tokens/Gather",
                    axis=0)
     else:
         inputs = [helper.make_tensor_value_info("inputs_embeds", TensorProto.FLOAT,
-                                                [1, c.seq, c.hidden])]
+                                                [1, seq, c.hidden])]
         x = "inputs_embeds"
-    w.shared(x)
+    if c.kv_cache:
+        inputs += _cache_inputs(c)
+        w.shared_cache()
+    else:
+        w.shared(x)
     for layer in range(c.layers):
         p = f"model.layers.{layer}"
         x = w.mlp(w.attention(x, p), p)
@@ -248,17 +299,39 @@ def tiny_llama(**values):
         head = w.weight("lm_head.weight.T", (c.hidden, c.vocab), c.hidden ** -0.5)
         x = w.node("MatMul", [x, head], "logits_", "lm_head/MatMul")
         out = helper.make_tensor_value_info("logits", TensorProto.FLOAT,
-                                            [1, c.seq, c.vocab])
+                                            [1, seq, c.vocab])
     else:
         out = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
-                                            [1, c.seq, c.hidden])
+                                            [1, seq, c.hidden])
     w.node("Identity", [x], out.name, "output/Identity")
-    graph = helper.make_graph(w.nodes, "tiny_llama", inputs, [out], w.inits)
+    outputs = [out] + (_cache_outputs(c) if c.kv_cache else [])
+    graph = helper.make_graph(w.nodes, "tiny_llama", inputs, outputs, w.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
                               producer_name="rdu.onnx.tiny_llama")
     model.ir_version = 10
     onnx.checker.check_model(model)
     return model
+
+
+def _cache_inputs(c):
+    """``position_ids`` (1, L), ``attention_mask`` (1, P + L) and the past (1, G, P,
+    D) of every layer, the dimensions named as onnxruntime-genai's models name them."""
+    from onnx import TensorProto, helper
+    past = [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT,
+                                          [1, c.kv_heads, "past_sequence_length", c.dim])
+            for i in range(c.layers) for kind in ("key", "value")]
+    return [helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                          [1, "sequence_length"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                          [1, "total_sequence_length"])] + past
+
+
+def _cache_outputs(c):
+    """``present.{i}.key``, ``.value`` (1, G, P + L, D)."""
+    from onnx import TensorProto, helper
+    return [helper.make_tensor_value_info(f"present.{i}.{kind}", TensorProto.FLOAT,
+                                          [1, c.kv_heads, "total_sequence_length", c.dim])
+            for i in range(c.layers) for kind in ("key", "value")]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -278,6 +351,13 @@ def main(argv=None):
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for name, default in Config.FIELDS:
         flag = "--" + name.replace("_", "-")
+        if name == "kv_cache":
+            parser.add_argument(flag, action="store_true",
+                                help="the exporter's form with a KV cache: inputs "
+                                     "position_ids, attention_mask and past_key_values.*, "
+                                     "outputs present.*, the sequence and the past "
+                                     "dynamic (--seq unused)")
+            continue
         helps = {"layers": "decoder layers", "hidden": "hidden size",
                  "heads": "query heads", "ffn": "the MLP's intermediate size",
                  "seq": "sequence length (tokens)", "seed": "the weights' seed",
