@@ -6,7 +6,6 @@ C is entry ``position`` of A times B (float64 budget), written at entry ``positi
 
 import numpy as np
 import pytest
-
 from rdu.compiler import compile_graph
 from rdu.compiler.core import CompileError, ImagePlan
 from rdu.frontend import gemm
