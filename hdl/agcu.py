@@ -123,10 +123,9 @@ def agcu_config_layout(addr_width=32):
     })
 
 
-def position_offset_shape(beat_bytes):
-    """The signed shape of ``position * position_stride * beat_bytes`` (bytes)."""
-    beat_shift = beat_bytes.bit_length() - 1
-    return signed(POSITION_BITS + POSITION_STRIDE_BITS + beat_shift + 1)
+def position_offset_shape():
+    """The signed shape of ``position * position_stride`` (beats)."""
+    return signed(POSITION_BITS + POSITION_STRIDE_BITS + 1)
 
 
 def agcu_command_layout(addr_width=32):
@@ -163,9 +162,10 @@ class CommandDecoder(wiring.Component):
     source, dest : Out(burst_pattern_layout(addr_width))
         The linear patterns of ``src`` and ``dst``: ``length`` in beats, whole beats
         read (a load's last beat may be partly used), stride one beat.
-    load_offset, store_offset : In(position_offset_shape(beat_bytes))
-        Bytes the configured patterns' bases move by (``position * position_stride *
-        beat_bytes``, registered by the AGCU a cycle ahead).
+    load_offset, store_offset : In(position_offset_shape())
+        Beats the configured patterns' bases move by (``position * position_stride``,
+        registered by the AGCU a cycle ahead; in beats, so that a moved base keeps its
+        alignment by construction).
     load, store : Out(burst_pattern_layout(addr_width))
         The configured patterns (kernel execute), their bases moved by the offsets; an
         enabled pattern whose moved base leaves the address space is ``ADDRESS_WRAP``
@@ -179,8 +179,8 @@ class CommandDecoder(wiring.Component):
         super().__init__({
             "command": In(agcu_command_layout(addr_width)),
             "config": In(agcu_config_layout(addr_width)),
-            "load_offset": In(position_offset_shape(beat_bytes)),
-            "store_offset": In(position_offset_shape(beat_bytes)),
+            "load_offset": In(position_offset_shape()),
+            "store_offset": In(position_offset_shape()),
             "error": Out(AGCUError),
             "words": Out(32),
             "source": Out(pattern),
@@ -208,8 +208,9 @@ class CommandDecoder(wiring.Component):
         for side, configured, pattern, offset in (
                 ("load", self.load, conf.load, self.load_offset),
                 ("store", self.store, conf.store, self.store_offset)):
-            moved = Signal(signed(len(offset) + 2), name=f"{side}_moved_base")
-            m.d.comb += [moved.eq(pattern.base + offset), configured.base.eq(moved)]
+            moved = Signal(signed(len(offset) + beat_shift + 2), name=f"{side}_moved_base")
+            m.d.comb += [moved.eq(pattern.base + (offset << beat_shift)),
+                         configured.base.eq(moved)]
             self.moved[side] = moved
             for k in range(3):
                 m.d.comb += [configured.count[k].eq(pattern.count[k]),
@@ -411,11 +412,10 @@ class AGCU(wiring.Component):
                      reader.windows.eq(self.windows), writer.windows.eq(self.windows)]
         # the positioned patterns' offsets, a cycle ahead (the position and the
         # configuration are steady from before the command)
-        beat_shift = self.beat_bytes.bit_length() - 1
         position = Cat(self.position, Const(0, 1)).as_signed()
         for side in ("load", "store"):
             stride = config.value[f"{side}_position_stride"]
-            m.d.sync += getattr(decoder, f"{side}_offset").eq((position * stride) << beat_shift)
+            m.d.sync += getattr(decoder, f"{side}_offset").eq(position * stride)
 
         state = self._state(m)
         self._accept(m, state, config.value, decoder)
