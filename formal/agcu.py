@@ -253,6 +253,8 @@ class AGCUHarness(Elaboratable):
         if self.windows:
             m.d.comb += [Value.cast(windows).eq(AnyConst(len(Value.cast(windows)))),
                          dut.windows.eq(windows)]
+        # any launch position, steady through the trace (as the host holds it)
+        m.d.comb += dut.position.eq(AnyConst(len(dut.position)))
         for port in (dut.cmd, dut.control_in, dut.scalar_in, dut.vector_in):
             m.d.comb += [port.valid.eq(AnySeq(1)),
                          port.payload.eq(AnySeq(len(Value.cast(port.payload))))]

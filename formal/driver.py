@@ -41,6 +41,7 @@ class Proof:
     expect: str = "pass"    # a deliberately broken design: "fail" (a counterexample from
                             # reset) or "unproven" (its induction step fails)
     fails_with: str = ""    # a broken design: the message of an assertion that must fail
+                            # (a tuple: one of these; the solver picks the trace)
     summary: str = ""
     engine: str = "smtbmc --stbv z3"
 
@@ -64,8 +65,11 @@ class Result:
 
     @property
     def fails_as_expected(self):
-        """A broken design failed the assertion it must fail (``Proof.fails_with``)."""
-        return self.proof.fails_with in self.failed
+        """A broken design failed the assertion it must fail (``Proof.fails_with``, or
+        one of them)."""
+        wanted = self.proof.fails_with
+        return any(message in self.failed for message in
+                   (wanted if isinstance(wanted, tuple) else (wanted,)))
 
     def describe(self):
         method = METHODS[self.proof.mode]

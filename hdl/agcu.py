@@ -28,7 +28,7 @@ The AGCU routes the read beats to ``vector_out`` (kernel execute), to the write 
 read engine, by the command's mode; it flags the first error and decides completion.
 """
 
-from amaranth import Const, Module, Mux, ResetInserter, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, ResetInserter, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -53,8 +53,15 @@ from .interfaces import (
     vector_stream,
 )
 
-__all__ = ["AGCUOp", "AGCUError", "pattern_layout", "agcu_config_layout",
-           "agcu_command_layout", "CommandDecoder", "AGCU"]
+__all__ = ["AGCUOp", "AGCUError", "POSITION_BITS", "POSITION_STRIDE_BITS", "pattern_layout",
+           "agcu_config_layout", "agcu_command_layout", "position_offset_shape",
+           "CommandDecoder", "AGCU"]
+
+#: Bits of the launch's position (the ``position`` port): the index a positioned pattern
+#: is moved by, e.g. the token whose row of a KV cache a decode step writes.
+POSITION_BITS = 16
+#: Bits of a pattern's signed position stride (``load_position_stride``, in beats).
+POSITION_STRIDE_BITS = 16
 
 
 class AGCUOp(enum.IntEnum, shape=3):
@@ -110,7 +117,15 @@ def agcu_config_layout(addr_width=32):
         "store": pattern_layout(addr_width),
         "load_bf16": unsigned(1),       # kernel execute expands packed BF16 loads
         "store_bf16": unsigned(1),      # kernel execute packs BF16 stores
+        # the patterns' bases move by position * stride beats (0: not positioned)
+        "load_position_stride": signed(POSITION_STRIDE_BITS),
+        "store_position_stride": signed(POSITION_STRIDE_BITS),
     })
+
+
+def position_offset_shape():
+    """The signed shape of ``position * position_stride`` (beats)."""
+    return signed(POSITION_BITS + POSITION_STRIDE_BITS + 1)
 
 
 def agcu_command_layout(addr_width=32):
@@ -147,16 +162,25 @@ class CommandDecoder(wiring.Component):
     source, dest : Out(burst_pattern_layout(addr_width))
         The linear patterns of ``src`` and ``dst``: ``length`` in beats, whole beats
         read (a load's last beat may be partly used), stride one beat.
+    load_offset, store_offset : In(position_offset_shape())
+        Beats the configured patterns' bases move by (``position * position_stride``,
+        registered by the AGCU a cycle ahead; in beats, so that a moved base keeps its
+        alignment by construction).
     load, store : Out(burst_pattern_layout(addr_width))
-        The configured patterns (kernel execute).
+        The configured patterns (kernel execute), their bases moved by the offsets; an
+        enabled pattern whose moved base leaves the address space is ``ADDRESS_WRAP``
+        (checked after ``MISALIGNED`` and ``BAD_CONFIG``).
     """
 
     def __init__(self, *, addr_width=32, beat_bytes=32):
         self.beat_bytes = beat_bytes
+        self.addr_width = addr_width
         pattern = burst_pattern_layout(addr_width)
         super().__init__({
             "command": In(agcu_command_layout(addr_width)),
             "config": In(agcu_config_layout(addr_width)),
+            "load_offset": In(position_offset_shape()),
+            "store_offset": In(position_offset_shape()),
             "error": Out(AGCUError),
             "words": Out(32),
             "source": Out(pattern),
@@ -180,8 +204,14 @@ class CommandDecoder(wiring.Component):
             m.d.comb += [linear.base.eq(base), linear.count[0].eq(beats),
                          linear.count[1].eq(1), linear.count[2].eq(1),
                          linear.stride[0].eq(beat)]
-        for configured, pattern in ((self.load, conf.load), (self.store, conf.store)):
-            m.d.comb += configured.base.eq(pattern.base)
+        self.moved = {}
+        for side, configured, pattern, offset in (
+                ("load", self.load, conf.load, self.load_offset),
+                ("store", self.store, conf.store, self.store_offset)):
+            moved = Signal(signed(len(offset) + beat_shift + 2), name=f"{side}_moved_base")
+            m.d.comb += [moved.eq(pattern.base + (offset << beat_shift)),
+                         configured.base.eq(moved)]
+            self.moved[side] = moved
             for k in range(3):
                 m.d.comb += [configured.count[k].eq(pattern.count[k]),
                              configured.stride[k].eq(pattern.stride[k])]
@@ -205,6 +235,9 @@ class CommandDecoder(wiring.Component):
 
         load_misaligned, load_empty = pattern_bad(conf.load)
         store_misaligned, store_empty = pattern_bad(conf.store)
+
+        def outside(moved):
+            return (moved < 0) | (moved >= (1 << self.addr_width))
         with m.Switch(cmd.op):
             with m.Case(AGCUOp.COPY):
                 with m.If((cmd.length == 0) | misaligned(cmd.length)):
@@ -223,6 +256,9 @@ class CommandDecoder(wiring.Component):
                 with m.Elif((conf.load_enable & load_empty) |
                             (conf.store_enable & store_empty)):
                     m.d.comb += check.eq(AGCUError.BAD_CONFIG)
+                with m.Elif((conf.load_enable & outside(self.moved["load"])) |
+                            (conf.store_enable & outside(self.moved["store"]))):
+                    m.d.comb += check.eq(AGCUError.ADDRESS_WRAP)
             with m.Default():
                 m.d.comb += check.eq(AGCUError.BAD_OPCODE)
 
@@ -286,6 +322,11 @@ class AGCU(wiring.Component):
         dropped, the launch token and ``wait_done`` forgotten; once every burst issued
         is answered it ends with ``done`` and ``ABORTED``. No command is accepted while
         it is high; an idle AGCU is unaffected.
+    position : In(POSITION_BITS)
+        The launch's position: a kernel execute moves each pattern's base by
+        ``position * <side>_position_stride`` beats (``docs/agcu.md``, **Positioned
+        patterns**). Must be steady from the cycle before the command is accepted to its
+        end.
     windows : In(hdl.agcu_engines.dma_windows_layout(addr_width))
         The memory windows of the launch (``enable`` 0, the reset value: every address
         allowed). A burst outside them is not issued: the command drains as an aborted
@@ -331,6 +372,7 @@ class AGCU(wiring.Component):
             "bitstream_out": Out(stream.Signature(WORD_BITS)),
             "cmd": In(stream.Signature(self.command_layout)),
             "abort_cmd": In(1),
+            "position": In(POSITION_BITS),
             "windows": In(dma_windows_layout(addr_width)),
             "error_addr": Out(addr_width),
             "busy": Out(1),
@@ -368,6 +410,12 @@ class AGCU(wiring.Component):
             wiring.connect(m, getattr(writer, channel), wiring.flipped(getattr(self.axi, channel)))
         m.d.comb += [decoder.command.eq(self.cmd.payload), decoder.config.eq(config.value),
                      reader.windows.eq(self.windows), writer.windows.eq(self.windows)]
+        # the positioned patterns' offsets, a cycle ahead (the position and the
+        # configuration are steady from before the command)
+        position = Cat(self.position, Const(0, 1)).as_signed()
+        for side in ("load", "store"):
+            stride = config.value[f"{side}_position_stride"]
+            m.d.sync += getattr(decoder, f"{side}_offset").eq(position * stride)
 
         state = self._state(m)
         self._accept(m, state, config.value, decoder)

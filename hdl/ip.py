@@ -207,7 +207,8 @@ agcu_positions
             else:
                 m.d.comb += inner.eq(outer)
         windows = system.dma_windows
-        m.d.comb += windows.enable.eq(regs.window_ctrl_enable)
+        m.d.comb += [windows.enable.eq(regs.window_ctrl_enable),
+                     system.position.eq(regs.position_index)]
         for k, window in enumerate(windows.window):
             m.d.comb += [window.base.eq(getattr(regs, f"window{k}_base_addr")),
                          window.size.eq(getattr(regs, f"window{k}_size_bytes")),

@@ -10,7 +10,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import defaults
-from .agcu import AGCU, agcu_command_layout, agcu_config_layout
+from .agcu import AGCU, POSITION_BITS, agcu_command_layout, agcu_config_layout
 from .agcu_engines import dma_windows_layout
 from .array import HostPort, TileArray
 from .interfaces import NETWORKS, WORD_BITS, AXI4Signature, config_words
@@ -144,6 +144,10 @@ class RDUSystem(wiring.Component):
         **Memory windows**). Set by the host before the launch's commands.
     agcu_error_addr : Out(32).array(agcus)
         Each AGCU's ``error_addr`` (the burst its windows refused, with ``WINDOW``).
+    position : In(POSITION_BITS)
+        The launch's position, to every AGCU (``AGCU.position``: positioned patterns move
+        by it). Set by the host before the launch's commands (an orchestrated schedule:
+        before its start) and steady until they end.
     """
 
     def __init__(self, rows=defaults.ROWS, cols=defaults.COLS, lanes=defaults.LANES, *,
@@ -205,6 +209,7 @@ class RDUSystem(wiring.Component):
             "aborting": Out(1),
             "dma_windows": In(dma_windows_layout(first.addr_width)),
             "agcu_error_addr": Out(first.addr_width).array(agcus),
+            "position": In(POSITION_BITS),
         })
 
     def edge_of(self, k):
@@ -292,6 +297,7 @@ class RDUSystem(wiring.Component):
                                getattr(agcu, f"{network}_in"))
             m.d.comb += [
                 agcu.windows.eq(self.dma_windows),
+                agcu.position.eq(self.position),
                 self.agcu_error_addr[k].eq(agcu.error_addr),
                 self.agcu_busy[k].eq(agcu.busy),
                 self.agcu_done[k].eq(agcu.done),

@@ -50,13 +50,16 @@ def test_bf16_reference_expansion():
     assert bf16_expanded_beats(raw, [32])[0] & 0xFFFF_FFFF == 0x2120_0000
 
 
-def test_config_layout_keeps_its_fields_and_appends_load_bf16():
+def test_config_layout_keeps_its_fields_and_appends_new_ones():
     layout = agcu_config_layout()
     assert [name for name, _ in layout] == ["load_enable", "store_enable", "wait_done",
-                                            "load", "store", "load_bf16", "store_bf16"]
+                                            "load", "store", "load_bf16", "store_bf16",
+                                            "load_position_stride", "store_position_stride"]
     assert layout["store"].offset == 179 and layout["load_bf16"].offset == 355
     assert layout["store_bf16"].offset == 356
-    assert layout.size == 357 and config_words(layout) == 12
+    assert layout["load_position_stride"].offset == 357
+    assert layout["store_position_stride"].offset == 373
+    assert layout.size == 389 and config_words(layout) == 13
 
 
 def test_bf16_reference_packing():
@@ -123,6 +126,7 @@ def test_load_store_amaranth(memory_stall, stream_stall, write_order, seed):
                          memory_stall=memory_stall, stream_stall=stream_stall,
                          write_order=write_order)
     assert stats.result["loaded"] > 0 and stats.result["stored"] > 0
+    assert stats.result["positioned"] == 1      # kernel 0's patterns moved by the position
 
 
 def test_copy_amaranth(seed):
@@ -141,6 +145,9 @@ def test_error_codes_amaranth(seed):
     assert stats.result["errors"]["unmapped_read"] == AGCUError.READ_DECERR
     assert stats.result["memory_errors"] == 7     # 6 commands + the wrapped beat
     assert stats.result["errors"]["wrap"] == AGCUError.ADDRESS_WRAP
+    # a base moved out of the address space by the position: refused, no memory access
+    assert stats.result["errors"]["moved_below_zero"] == AGCUError.ADDRESS_WRAP
+    assert stats.result["errors"]["moved_past_top"] == AGCUError.ADDRESS_WRAP
 
 
 def test_two_agcus_share_the_memory_system_amaranth(seed):
@@ -155,7 +162,7 @@ def test_two_agcus_share_the_memory_system_amaranth(seed):
 def test_load_store_verilator(sim_dir, seed):
     stats = run_verilator(build(AGCU), load_store, sim_dir, seed=seed, kernels=25,
                           fast=False)
-    assert stats.result["loaded"] > 25
+    assert stats.result["loaded"] > 25 and stats.result["positioned"] == 9
 
 
 @pytest.mark.verilator

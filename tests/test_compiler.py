@@ -7,7 +7,7 @@ import zlib
 
 import numpy as np
 import pytest
-from rdu.bitstream import to_bytes
+from rdu.bitstream import Record, UnitKind, read_bitstream, to_bytes, write_bitstream
 from rdu.compiler import PIPELINE, CompileError, compile_graph
 from rdu.compiler.check import check_kernel
 from rdu.compiler.families.rows import RowGroup
@@ -39,10 +39,25 @@ GOLDEN = {
 }
 
 
+#: AGCU configuration words of the golden bitstreams (the two position strides appended
+#: since, ``docs/agcu.md``, made it 13: a GEMM leaves them 0).
+GOLDEN_AGCU_WORDS = 12
+
+
 @pytest.mark.parametrize("shape, geometry", list(GOLDEN))
 def test_gemm_bitstreams_match_the_hand_encoder(shape, geometry):
+    """Bit for bit, once the AGCU records drop the words appended since (all zero)."""
     program = gemm.compile_gemm(*shape, geometry)
-    assert zlib.crc32(to_bytes(program.bitstream)) == GOLDEN[shape, geometry]
+    header, records = read_bitstream(program.bitstream)
+    then = []
+    for record in records:
+        if record.kind == UnitKind.AGCU:
+            assert not any(record.words[GOLDEN_AGCU_WORDS:]), record
+            record = Record(record.kind, record.row, record.col,
+                            list(record.words[:GOLDEN_AGCU_WORDS]))
+        then.append(record)
+    words = write_bitstream(header.geometry, then, flags=header.flags)
+    assert zlib.crc32(to_bytes(words)) == GOLDEN[shape, geometry]
 
 
 def test_every_pass_runs_and_dumps():

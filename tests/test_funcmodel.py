@@ -84,8 +84,12 @@ def test_unitconfig_fields():
     fields = unpack_config(agcu_config_layout(), words)
     assert fields["store_enable"] == 1 and fields["load_enable"] == 0
     assert fields["load"]["stride"] == [-32, 64, 0] and fields["load"]["base"] == 96
-    with pytest.raises(ValueError, match="13 configuration words for a layout of 12 words"):
-        unpack_config(agcu_config_layout(), [0] * 13)
+    with pytest.raises(ValueError, match="14 configuration words for a layout of 13 words"):
+        unpack_config(agcu_config_layout(), [0] * 14)
+    words = pack_config(agcu_config_layout(), {"load_position_stride": -3,
+                                               "store_position_stride": 32767})
+    fields = unpack_config(agcu_config_layout(), words)
+    assert (fields["load_position_stride"], fields["store_position_stride"]) == (-3, 32767)
 
 
 def test_systolic_tiles_match_pcu_model(seed):

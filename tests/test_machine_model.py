@@ -32,6 +32,7 @@ from rdu.program import Program
 from rdu.unitconfig import pack_config
 
 from hdl.agcu import agcu_config_layout
+from hdl.interfaces import config_words
 from hdl.pmu import pmu_config_layout
 from hdl.switch import Source, switch_config_layout
 from tb.suites.fuzz import flip_fix_crc, leaves, mutate
@@ -347,7 +348,7 @@ def test_loader_agrees_with_read_bitstream(seed):
     rng = random.Random(seed)
     program, _, _ = _gemm((5, 7, 9), seed)
     geometry = Geometry(2, 2, 4)
-    array = FunctionalArray(2, 2, 4, agcu_config_words=12)
+    array = FunctionalArray(2, 2, 4, agcu_config_words=config_words(agcu_config_layout()))
     verdicts = set()
     for _ in range(300):
         words = flip_fix_crc(rng, program.bitstream)

@@ -36,7 +36,7 @@ process (the cocotb simulation).
 import json
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -112,18 +112,57 @@ class Program:
     def dma_regions(self, bitstream=True):
         """``[(address, nbytes, read, write)]``: the bitstream (unless ``bitstream`` is
         false: a schedule loads it from elsewhere) and the inputs (read) and the outputs
-        (written) of the manifest, as they are (:meth:`dma_windows` merges them)."""
+        (written) of the manifest, as they are (:meth:`dma_windows` merges them); a
+        positioned image (``meta["positions"]``) covers its whole table."""
         sizes = {entry["address"]: entry["words"] for entry in self.tensors.values()
                  if "address" in entry and "words" in entry}
+        tables = self._tables()
         regions = [(self.bitstream_address, 4 * len(self.bitstream), 1, 0)] if bitstream else []
         for name, (address, words) in self.inputs.items():
-            length = len(words) if words is not None else sizes.get(address)
+            base, extra = tables.get(address, (address, 0))
+            length = len(words) if words is not None else sizes.get(base)
             if length is None:
                 raise ProgramError(f"program {self.name!r}: input {name!r} has no size "
                                    f"in the manifest: no window can be declared")
-            regions.append((address, 4 * length, 1, 0))
-        regions += [(address, 4 * words, 0, 1) for address, words in self.outputs.values()]
+            regions.append((base, 4 * length + extra, 1, 0))
+        for address, words in self.outputs.values():
+            base, extra = tables.get(address, (address, 0))
+            regions.append((base, 4 * words + extra, 0, 1))
         return regions
+
+    def _tables(self):
+        """``{manifest address: (table base, bytes past the entry's own)}`` of the
+        positioned images (``meta["positions"]``) at :meth:`at_position`'s position."""
+        images = self.meta.get("images", {})
+        position = self.meta.get("position", 0)
+        return {images[name]["address"] + position * table["stride"]:
+                (images[name]["address"], table["stride"] * (table["entries"] - 1))
+                for name, table in self.meta.get("positions", {}).items() if name in images}
+
+    def at_position(self, position):
+        """This program launched at ``position``: the manifest's inputs and outputs of
+        positioned images (``meta["positions"]``: ``{image: {"stride", "entries"}}``)
+        moved to entry ``position`` of their tables, where the AGCUs read and write them
+        (``docs/agcu.md``, **Positioned patterns**); itself when nothing moves. A
+        :class:`ProgramError` when the position is past a table's last entry."""
+        tables = self.meta.get("positions")
+        if not tables or position == self.meta.get("position", 0):
+            return self
+        images = self.meta["images"]
+        moved = {}
+        for name, table in tables.items():
+            if position >= table["entries"]:
+                raise ProgramError(f"program {self.name!r}: position {position} is past "
+                                   f"the {table['entries']} entries of {name!r}")
+            base = images[name]["address"]
+            moved[base + self.meta.get("position", 0) * table["stride"]] = \
+                base + position * table["stride"]
+        return replace(
+            self, meta=dict(self.meta, position=position),
+            inputs={name: (moved.get(address, address), words)
+                    for name, (address, words) in self.inputs.items()},
+            outputs={name: (moved.get(address, address), words)
+                     for name, (address, words) in self.outputs.items()})
 
     @property
     def geometry(self):

@@ -212,12 +212,25 @@ async def load_store(bench, *, kernels=3, memory_stall="random", stream_stall="r
     memory, port, host, out, inp, control, load_window, store_window, image, stored = \
         execute_windows(bench, memory_stall, stream_stall, write_order, fast)
     rng = bench.rng
-    total = {"loaded": 0, "stored": 0, "read_bursts": 0, "write_bursts": 0}
-    for _ in range(kernels):
-        load = random_pattern(rng, *load_window)
-        store = random_pattern(rng, *store_window)
+    total = {"loaded": 0, "stored": 0, "read_bursts": 0, "write_bursts": 0, "positioned": 0}
+    for kernel in range(kernels):
+        # positioned patterns (docs/agcu.md): the position moves each base by
+        # position * stride beats (kernels 0, 3, ...; then unmoved: position 0, strides
+        # 0); drawn inside a margin of the windows
+        moved = kernel % 3 == 0
+        position = rng.randint(1, 5) if moved else rng.choice([0, rng.randint(0, 0xFFFF)])
+        strides = [rng.choice([-1, 1]) * rng.randint(1, 8) if moved or not position else 0
+                   for _ in range(2)]
+        margin = 5 * 8 * BEAT
+        load = random_pattern(rng, load_window[0] + margin, load_window[1] - 2 * margin)
+        store = random_pattern(rng, store_window[0] + margin, store_window[1] - 2 * margin)
+        bench.set("position", position)
         await write_config(bench, {"load_enable": 1, "store_enable": 1, "load": load,
-                                   "store": store})
+                                   "store": store, "load_position_stride": strides[0],
+                                   "store_position_stride": strides[1]})
+        total["positioned"] += any(strides) and position > 0
+        load = dict(load, base=load["base"] + position * strides[0] * BEAT)
+        store = dict(store, base=store["base"] + position * strides[1] * BEAT)
         loads = pattern_addresses(load)
         out.expect_all([beat_value(image[a - load_window[0]:a - load_window[0] + BEAT])
                         for a in loads])
@@ -573,6 +586,18 @@ async def errors(bench):
         raise AssertionError(f"wrap: error {error}, {len(vector_out.items)} beats; expected "
                              f"ADDRESS_WRAP and 4 beats")
     results["wrap"] = error
+    # a positioned pattern moved out of the address space: refused when accepted
+    for name, base, stride in (("moved_below_zero", 32, -2),
+                               ("moved_past_top", 0xFFFF_FFE0, 1)):
+        bench.set("position", 1)
+        await write_config(bench, {"load_enable": 1, "load_position_stride": stride,
+                                   "load": {"base": base, "count": [1, 1, 1],
+                                            "stride": [32, 0, 0]}})
+        error, _ = await host.run(AGCUOp.EXECUTE, timeout=1000)
+        if error != AGCUError.ADDRESS_WRAP:
+            raise AssertionError(f"{name}: error {error}, expected ADDRESS_WRAP")
+        results[name] = error
+    bench.set("position", 0)
     # after errors the unit still works
     memory.load(HBM.base + 0x2000, bytes(range(256)))
     error, _ = await host.run(AGCUOp.COPY, src=HBM.base + 0x2000, dst=DDR.base, length=256)

@@ -138,7 +138,7 @@ async def _random_access(fuzz):
     rng, regmap = fuzz.rng, fuzz.regmap
     choice = rng.random()
     if choice < 0.1:
-        address = rng.choice([0x4C, 0x6C, 0x70, 0x7C, 0xA8, 0xAC, 0xFFC,
+        address = rng.choice([0x4C, 0x6C, 0x70, 0x7C, 0xAC, 0xB0, 0xFFC,
                               rng.randrange(0x80, 0x1000)])
     else:
         register = rng.choice(regmap.registers)

@@ -77,10 +77,18 @@ class ImagePlan:
     the HBM base); ``addresses``: ``{image: byte address}`` of images another program
     of the sequence writes or reads; ``layouts``: ``{image: rdu.layout.Image}`` whose
     geometry (shape, tiling, format) the image must have, so that the program reads
-    what its producer wrote, or writes what its consumer reads."""
+    what its producer wrote, or writes what its consumer reads.
+
+    ``positions``: ``{image: (stride, entries)}`` of *positioned* images: the image is
+    entry ``position`` of a table of ``entries`` images ``stride`` bytes apart (a
+    positive multiple of the AXI beat) from its address, which ``addresses`` must fix
+    (the caller reserves the table). Every load and store of it moves by the launch's
+    position (``docs/agcu.md``, **Positioned patterns**), e.g. the row of a KV cache a
+    decode step appends or the rotary table's row of its token."""
     start: int = None
     addresses: dict = field(default_factory=dict)
     layouts: dict = field(default_factory=dict)
+    positions: dict = field(default_factory=dict)
 
     def layout(self, image):
         return self.layouts.get(image)

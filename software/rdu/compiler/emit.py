@@ -58,6 +58,9 @@ def emit(state):
                    for name, image in images.items()},
         "compile_seconds": {name: round(s, 4) for name, s in state.seconds.items()},
     }
+    if state.plan and state.plan.positions:
+        meta["positions"] = {name: {"stride": stride, "entries": entries}
+                             for name, (stride, entries) in state.plan.positions.items()}
     for group, tiling in zip(state.groups, state.tilings, strict=True):
         meta.update(group.family.meta(group, tiling, kernel))
     state.program = Program(kernel.name, machine, state.bitstream, state.bitstream_address,

@@ -51,7 +51,8 @@ def encode_mapping(kernel, mapping, stages, agcus):
             slots[agcu_index(geometry, site)][site.slot] = kernel.nodes[name]
     for index, placed in slots.items():
         records.append(Record(UnitKind.AGCU, 0, index,
-                              agcu_unit.encode(placed.get("load"), placed.get("store"))))
+                              agcu_unit.encode(placed.get("load"), placed.get("store"),
+                                               4 * lanes)))
     return write_bitstream(Geometry(geometry.rows, geometry.cols, lanes), records)
 
 

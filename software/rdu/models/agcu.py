@@ -14,7 +14,7 @@ from .. import affine
 from ..dma_windows import first_refused
 from .shared import STEP, CommandError, Unit, item_vector
 
-__all__ = ["AGCUModel", "execute_error"]
+__all__ = ["AGCUModel", "execute_error", "moved_patterns"]
 
 
 def execute_error(agcu, code, detail):
@@ -23,10 +23,29 @@ def execute_error(agcu, code, detail):
                         AGCUOp.EXECUTE)
 
 
+def moved_patterns(agcu, cfg, position, beat):
+    """``cfg`` with each enabled pattern's base moved by ``position *
+    <side>_position_stride`` beats (``hdl.agcu``: checked after the alignment and the
+    counts; a moved base outside the 32-bit address space is ``ADDRESS_WRAP``)."""
+    moved = dict(cfg)
+    for side in ("load", "store"):
+        stride = cfg.get(f"{side}_position_stride", 0)
+        if not cfg[f"{side}_enable"] or not stride:
+            continue
+        base = cfg[side]["base"] + position * stride * beat
+        if not 0 <= base < 1 << 32:
+            raise execute_error(agcu, AGCUError.ADDRESS_WRAP,
+                                f"{side} base moved by position {position} x {stride} beats "
+                                f"leaves the address space")
+        moved[side] = dict(cfg[side], base=base)
+    return moved
+
+
 class AGCUModel(Unit):
     """An AGCU running kernel execute: launch token, load and store patterns."""
 
-    def __init__(self, index, cfg, lanes, memory, edge_in, edge_out, execute, windows=None):
+    def __init__(self, index, cfg, lanes, memory, edge_in, edge_out, execute, windows=None,
+                 position=0):
         self.name = f"AGCU {index}"
         self.windows = windows          # rdu.dma_windows: None (off) or [(base, size, r, w)]
         self.index, self.cfg, self.lanes, self.memory = index, cfg, lanes, memory
@@ -52,6 +71,7 @@ class AGCUModel(Unit):
                 if cfg[f"{side}_enable"] and not all(cfg[side]["count"]):
                     raise execute_error(index, AGCUError.BAD_CONFIG,
                                       f"{side} pattern has a zero count")
+            self.cfg = cfg = moved_patterns(index, cfg, position, self.beat)
             if cfg["load_enable"]:
                 self.load_total = affine.beats(cfg["load"]["count"])
                 if cfg.get("load_bf16"):

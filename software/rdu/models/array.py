@@ -121,6 +121,8 @@ class FunctionalArray:
         self.simd_batch = simd_batch
         #: the AGCUs' memory windows (:mod:`rdu.dma_windows`; ``None``: off)
         self.dma_windows = None
+        #: the launch's position (``RDUSystem.position``: positioned AGCU patterns move by it)
+        self.position = 0
         self.rows, self.cols, self.lanes = rows, cols, lanes
         self.compute, self.stages = compute, stages
         if capacity_bytes % (4 * lanes) or capacity_bytes < 8 * lanes:
@@ -283,7 +285,7 @@ class FunctionalArray:
                 outs = {network: edge_out[network, edge] for network in NETWORKS}
                 agcus.append(UNITS[UnitKind.AGCU].model(
                     index, self.config(UnitKind.AGCU, 0, index), lanes, memory, ins, outs,
-                    index in execute, self.dma_windows))
+                    index in execute, self.dma_windows, self.position))
         per_beat_on_cycles(switches, units)
         return switch_inputs, edge_out, switches, units, agcus
 

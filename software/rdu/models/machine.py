@@ -33,6 +33,7 @@ from ..bitstream import ConfigStatus
 from ..dma_windows import first_refused
 from ..machine import Machine
 from ..memory_map import BURST_BOUNDARY
+from ..units.agcu import check_position
 from .array import FunctionalArray, RunResult
 from .loader import ConfigLoader
 from .shared import CommandError, FlatMemory, LoaderError, ModelError, UnitError
@@ -239,6 +240,17 @@ class FunctionalMachine:
     def dma_windows(self, windows):
         self.array.dma_windows = None if windows is None else [
             tuple(int(value) for value in window) for window in windows]
+
+    @property
+    def position(self):
+        """The launch's position (``RDUSystem.position``, 0 at reset): every kernel
+        execute moves its positioned patterns by it (``docs/agcu.md``, **Positioned
+        patterns**)."""
+        return self.array.position
+
+    @position.setter
+    def position(self, value):
+        self.array.position = check_position(value)
 
     def _window_errors(self, offset, address, nbytes, write):
         """``[(beat, WINDOW, detail)]`` of the first beat of a chunk outside the windows."""

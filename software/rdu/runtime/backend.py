@@ -40,6 +40,10 @@ class RunOptions:
         Confine each launch, copy and orchestrated schedule to the memory windows of
         what it declares (:mod:`rdu.dma_windows`): an access elsewhere ends its command
         with ``WINDOW``. Default on.
+    position : int
+        The launch position of every launch and schedule of the run (``RDUSystem.position``;
+        ``docs/agcu.md``, **Positioned patterns**): the positioned tensors' entry read or
+        written. Default 0.
     """
     seed: int = 1
     work_dir: object = None
@@ -49,6 +53,7 @@ class RunOptions:
     memory: dict = None
     launch_latency: int = None
     windows: bool = True
+    position: int = 0
 
 
 class Backend:

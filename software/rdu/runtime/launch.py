@@ -7,9 +7,11 @@ writes, issued by the host or by the on-chip orchestrator. Each checks its argum
 then hands the run to the back end named by ``sim`` (:data:`rdu.runtime.BACKENDS`).
 """
 
+from ..program import ProgramError
+from ..units.agcu import check_position
 from .backend import BACKENDS, RunOptions, backend_named, names_text
 from .orchestrate import orchestrate
-from .results import roofline
+from .results import RunFailure, roofline
 from .steps import EXECUTIONS, Launch, check_launch_latency, check_machine, check_steps
 
 __all__ = ["run_program", "run_programs", "run_schedule", "system_params",
@@ -28,13 +30,28 @@ def hbm_peak_bytes_per_cycle(machine):
     return machine.hbm_bytes_per_cycle
 
 
+def _position(position):
+    try:
+        return check_position(position)
+    except ValueError as error:
+        raise RunFailure(str(error), "position") from None
+
+
+def _at_position(program, position):
+    """``program`` launched at ``position`` (:meth:`rdu.program.Program.at_position`)."""
+    try:
+        return program.at_position(position)
+    except ProgramError as error:
+        raise RunFailure(str(error), "position") from None
+
+
 def run_program(program, sim="model", **options):
     """Run one program; return its :class:`RunResult` (see :func:`run_programs`)."""
     return run_programs([program], sim, **options)[0]
 
 
 def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, waves=False,
-                 timeout=None, progress=False, windows=True):
+                 timeout=None, progress=False, windows=True, position=0):
     """Run ``programs`` in order on one machine and memory; one :class:`RunResult` each.
 
     Parameters
@@ -61,6 +78,10 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
     windows : bool
         Confine each launch to the memory windows of its manifest (inputs and bitstream
         read, outputs written; :meth:`rdu.program.Program.dma_windows`).
+    position : int
+        The launch position (``docs/agcu.md``, **Positioned patterns**): the entry of
+        each positioned image (:class:`rdu.compiler.core.ImagePlan` ``positions``) the
+        launches read and write.
 
     Raises
     ------
@@ -70,10 +91,12 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
     backend = backend_named(sim)
     if not programs:
         raise ValueError("no program to run")
+    position = _position(position)
+    programs = [_at_position(program, position) for program in programs]
     machine = check_machine(programs, machine)
     results = backend.run_programs(programs, machine, RunOptions(
         seed=seed, work_dir=work_dir, waves=waves, timeout=timeout, progress=progress,
-        windows=windows))
+        windows=windows, position=position))
     for program, result in zip(programs, results, strict=True):
         result.roofline = roofline([program], result.cycles)
     return results
@@ -81,7 +104,7 @@ def run_programs(programs, sim="model", *, machine=None, seed=1, work_dir=None, 
 
 def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, memory=None,
                  timeout=None, progress=False, execution="host", launch_latency=None,
-                 windows=True):
+                 windows=True, position=0):
     """Run a list of :class:`Launch`, :class:`Copy` and :class:`Write` steps in order on
     one machine and one memory; one :class:`StepResult` each.
 
@@ -109,7 +132,8 @@ def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, mem
 
     ``windows``: each launch and copy (host), or the whole schedule (orchestrated:
     :meth:`rdu.runtime.orchestrate.Orchestration.dma_windows`), confined to the memory
-    windows of what it declares.
+    windows of what it declares. ``position``: the launch position of every launch
+    (:func:`run_programs`).
 
     Raises
     ------
@@ -121,14 +145,17 @@ def run_schedule(steps, sim="model", *, machine=None, seed=1, work_dir=None, mem
         raise ValueError(f"unknown execution {execution!r}; expected one of "
                          f"{', '.join(EXECUTIONS)}")
     check_launch_latency(launch_latency)
-    steps = list(steps)
+    position = _position(position)
+    steps = [Launch(_at_position(step.program, position)) if isinstance(step, Launch)
+             else step for step in steps]
     programs = [step.program for step in steps if isinstance(step, Launch)]
     if not programs:
         raise ValueError("a schedule needs at least one launch")
     machine = check_machine(programs, machine)
     check_steps(steps, machine, execution)
     options = RunOptions(seed=seed, work_dir=work_dir, memory=memory, timeout=timeout,
-                         progress=progress, launch_latency=launch_latency, windows=windows)
+                         progress=progress, launch_latency=launch_latency, windows=windows,
+                         position=position)
     if execution == "host":
         results = backend.run_schedule(steps, machine, options)
     elif not backend.orchestrates:

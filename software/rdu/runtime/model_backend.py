@@ -35,6 +35,16 @@ def _launch(model, program, windows):
                      memory_bytes=model.execute_traffic)
 
 
+def _machine(machine, options):
+    """A :class:`FunctionalMachine` of ``machine`` at the run's launch position."""
+    model = FunctionalMachine(machine)
+    try:
+        model.position = options.position
+    except ValueError as error:
+        raise RunFailure(str(error), "position") from None
+    return model
+
+
 def _failure(error, prefix=""):
     return RunFailure(f"{prefix}{error} ({WHERE})", type(error).__name__)
 
@@ -47,14 +57,14 @@ class ModelBackend(Backend):
     timed = False
 
     def run_programs(self, programs, machine, options):
-        model = FunctionalMachine(machine)
+        model = _machine(machine, options)
         try:
             return [_launch(model, program, options.windows) for program in programs]
         except ModelError as error:
             raise _failure(error) from None
 
     def run_schedule(self, steps, machine, options):
-        model = FunctionalMachine(machine)
+        model = _machine(machine, options)
         results = []
         for step in steps:
             try:
@@ -79,7 +89,7 @@ class ModelBackend(Backend):
         return ScheduleResult(results, execution="host")
 
     def run_orchestrated(self, steps, plan, machine, options):
-        model = FunctionalMachine(machine)
+        model = _machine(machine, options)
         if options.windows:
             model.dma_windows = plan.dma_windows(DMA_WINDOWS, machine.beat_bytes)
         start = time.perf_counter()

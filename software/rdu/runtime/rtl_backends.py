@@ -76,7 +76,8 @@ class RTLBackend(Backend):
 
     def body_options(self, options):
         """The back end's own keyword arguments of :attr:`programs_body`."""
-        return {"progress": options.progress, "windows": options.windows}
+        return {"progress": options.progress, "windows": options.windows,
+                "position": options.position}
 
     def counter_names(self, machine):
         return perf_counter_names(self.design, machine.system_params())
@@ -166,6 +167,7 @@ class RTLBackend(Backend):
                          progress=options.progress, schedule_file=str(schedule_file),
                          perf_counters=perf_counters, memory=options.memory,
                          launch_latency=launch_latency, windows=options.windows,
+                         position=options.position,
                          timeout=limit + SIMULATION_SLACK_CYCLES)
         seconds = time.perf_counter() - start
         results = []
@@ -201,6 +203,7 @@ class RTLBackend(Backend):
                          perf_counters=perf_counters, memory=options.memory,
                          windows=plan.dma_windows(DMA_WINDOWS, machine.beat_bytes)
                          if options.windows else None,
+                         position=options.position,
                          timeout=limit + SIMULATION_SLACK_CYCLES)
         result = stats.result
         outputs = {step: read_outputs(launch, program) for (step, program, _), launch in
@@ -253,7 +256,7 @@ class IPBackend(RTLBackend):
                              "cocotbext-axi): pip install -e '.[ip]'", "setup") from None
 
     def body_options(self, options):
-        return {"pause": True, "windows": options.windows}
+        return {"pause": True, "windows": options.windows, "position": options.position}
 
     def run_schedule(self, steps, machine, options):
         """A host schedule runs on the ``verilator`` back end's system."""

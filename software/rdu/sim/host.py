@@ -34,6 +34,7 @@ from ..dma_windows import copy_windows, port_value
 from ..program import Program
 from ..schedule import decode, error_message
 from ..unitconfig import code_name
+from ..units.agcu import check_position
 from .limits import BUDGET_SLACK, hardware_cycle_budget, hardware_watchdog_cycles
 from .memory_system import MemorySystem
 from .protocol import (
@@ -137,15 +138,21 @@ class HostDriver:
         (:meth:`rdu.program.Program.dma_windows`: inputs and bitstream read, outputs
         written), set on ``dma_windows`` before its program load; ``run(...,
         windows=[...])`` gives others. False (default): the windows stay off.
+    position : int
+        The launch position (``RDUSystem.position``), set now and kept for every launch.
     """
 
     def __init__(self, bench, machine, *, memory=None, stall="none", perf_counters=None,
-                 progress=False, faults=None, launch_latency=0, windows=False):
+                 progress=False, faults=None, launch_latency=0, windows=False, position=0):
         if not isinstance(launch_latency, int) or isinstance(launch_latency, bool) or \
                 launch_latency < 0:
             raise RunError(f"launch latency must be a non-negative integer number of "
                            f"cycles, not {launch_latency!r}")
         self.launch_latency = launch_latency
+        try:
+            bench.set("position", check_position(position))
+        except ValueError as error:
+            raise RunError(str(error)) from None
         self.windows = windows
         self.windows_set = False            # dma_windows is enabled now
         self.bench, self.machine = bench, machine
@@ -585,14 +592,15 @@ class HostDriver:
 async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, memory=None,
                        stall="none", perf_counters=None, load_timeout=100_000,
                        inline_output_words=INLINE_OUTPUT_WORDS, timeouts=None,
-                       watchdog_cycles=None, faults=None, windows=False):
+                       watchdog_cycles=None, faults=None, windows=False, position=0):
     """Run the programs saved in ``program_dirs``, in order, on one system and memory.
 
     Each launch's outputs go to ``<program_dir>/outputs.npz``. ``timeouts`` (one per
     program) overrides ``timeout``. ``watchdog_cycles`` programs the array's watchdog
     (default: half of each launch's timeout; 0: off). ``faults`` injects AXI error
     responses (:class:`rdu.sim.memory_system.FaultInjector`). ``windows``: each launch
-    confined to its manifest's memory windows (``HostDriver(windows=True)``). Returns
+    confined to its manifest's memory windows (``HostDriver(windows=True)``).
+    ``position``: the launch position of every program. Returns
     ``{"launches": [per program: cycles, load_cycles, agcu_cycles, array_cycles,
     execute_beats (per region, the execution's AXI beats), outputs, outputs_file, perf],
     "memory":
@@ -609,7 +617,7 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
                            f"{programs[0].name!r}: {difference}")
     driver = HostDriver(bench, machine, memory=memory, stall=stall,
                         perf_counters=perf_counters, progress=progress, faults=faults,
-                        windows=windows)
+                        windows=windows, position=position)
     launches = []
     for index, (program, directory) in enumerate(zip(programs, program_dirs, strict=True)):
         launches.append(await driver.run(
@@ -626,15 +634,15 @@ async def run_programs(bench, program_dirs, *, timeout=200_000, progress=False, 
 async def run_schedule(bench, schedule_file, *, progress=False, memory=None, stall="none",
                        perf_counters=None, load_timeout=100_000,
                        inline_output_words=INLINE_OUTPUT_WORDS, watchdog_cycles=None,
-                       launch_latency=0, windows=False):
+                       launch_latency=0, windows=False, position=0):
     """Run the steps of ``schedule_file`` (written by :func:`rdu.runtime.run_schedule`)
     in order on one system and memory: ``write`` (backdoor, no cycles), ``copy``
     (AGCU ``COPY`` jobs on one edge: :meth:`HostDriver.copy`), ``launch`` (a saved
     program: :meth:`HostDriver.run`); the host needs ``launch_latency`` cycles to issue
     each launch and each copy; ``windows``: each launch and copy confined to the memory
-    windows of what it declares. Returns ``{"steps": [{"kind", "cycles", "launch_cycles",
-    ...}], "cycles": clock edges of the whole schedule, "memory": per-region
-    statistics}``."""
+    windows of what it declares; ``position``: the launch position. Returns
+    ``{"steps": [{"kind", "cycles", "launch_cycles", ...}], "cycles": clock edges of the
+    whole schedule, "memory": per-region statistics}``."""
     schedule = HostSchedule.load(schedule_file)
     launches = [Program.load(step.dir) for step in schedule.steps
                 if isinstance(step, LaunchStep)]
@@ -643,7 +651,7 @@ async def run_schedule(bench, schedule_file, *, progress=False, memory=None, sta
     machine = launches[0].machine
     driver = HostDriver(bench, machine, memory=memory, stall=stall,
                         perf_counters=perf_counters, progress=progress,
-                        launch_latency=launch_latency, windows=windows)
+                        launch_latency=launch_latency, windows=windows, position=position)
     done, programs = [], iter(launches)
     first = bench.cycle
     with np.load(schedule.writes) as writes:
@@ -688,7 +696,7 @@ def load_outputs(result):
 
 async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_counters=None,
                            inline_output_words=INLINE_OUTPUT_WORDS, progress=False,
-                           windows=None):
+                           windows=None, position=0):
     """Run an orchestrated schedule (``plan_file``, written by
     :func:`rdu.runtime.run_schedule` with ``execution="orchestrated"``): every image,
     bitstream and the schedule's words written into memory (backdoor), the array's
@@ -709,7 +717,7 @@ async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_
     launches = [Program.load(launch.dir) for launch in plan.launches]
     machine = launches[0].machine
     driver = HostDriver(bench, machine, memory=memory, stall=stall,
-                        perf_counters=perf_counters, progress=progress)
+                        perf_counters=perf_counters, progress=progress, position=position)
     with np.load(plan.writes) as arrays:
         for image in plan.memory:
             driver.write(image.address, arrays[image.key])

@@ -35,6 +35,7 @@ from hdl.regmap import register_map
 
 from ..program import Program
 from ..schedule import decode, error_message
+from ..units.agcu import check_position
 from .host import RunError, check_program, code_name, unit_errors
 from .limits import hardware_watchdog_cycles
 from .protocol import OrchestrationPlan
@@ -367,7 +368,7 @@ class IPDriver:
 async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000, pause=False,
                           perf_counters=None, watchdog=None, error_regions=(),
                           bad_programs=None, soft_reset=False, last_starts=None,
-                          abort_after_last=False, windows=False):
+                          abort_after_last=False, windows=False, position=0):
     """Run the saved programs in order on the IP top through its AXI4-Lite registers
     (:class:`IPDriver`); each launch's outputs go to ``<program_dir>/outputs.npz``.
 
@@ -383,7 +384,8 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     ``"refused_last"``). ``abort_after_last``: then ``CONTROL.ABORT`` (its note and
     ``STATUS`` after it in ``"abort"``) and the first program once more, with no reset
     (``"after_abort"``: its launch). ``windows``: each launch confined to its manifest's
-    memory windows.
+    memory windows. ``position``: written to ``POSITION`` before each launch (when not 0;
+    a soft reset clears it).
     """
     programs = [Program.load(directory) for directory in program_dirs]
     if not programs:
@@ -419,6 +421,8 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
             await driver.write_reg("CONTROL", driver.bits("CONTROL", SOFT_RESET=1))
             after_soft_reset.append({name: await driver.read_reg(name)
                                      for name in ("STATUS", "IRQ_STATUS", "PROG_ADDR")})
+        if position:
+            await driver.write_reg("POSITION", check_position(position))
         launches.append(await driver.run(
             program, timeout=timeouts[index] if timeouts else timeout,
             outputs_file=Path(directory) / "outputs.npz", watchdog=watchdog,
