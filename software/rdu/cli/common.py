@@ -155,7 +155,8 @@ def add_kernel_options(cmd, run):
                 shapes.add_argument(f"--{name}", action="store_const", const=True,
                                     default=None, help=text)
             else:
-                shapes.add_argument(f"--{name}", choices=values, default=None,
+                shapes.add_argument(f"--{name.replace('_', '-')}", dest=name,
+                                    choices=values, default=None,
                                     help=f"{text} (default {default})")
     if run:
         data = cmd.add_argument_group(
