@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hdl.pcu_config import ACC_DEPTH
+
 from ..models import fp as fpmodel
 from ..models import pcu_reference as pcu_model
 
@@ -176,6 +178,26 @@ class AttentionShape:
         """Vector beats of one ``rows`` V row the chain reads: ``dim`` in whole AXI
         beats (the mask column and the padding past them are not read)."""
         return _ceil(self.dim, 2 * self.lanes) * 2
+
+    @property
+    def sum_in_pv(self):
+        """``rows`` with ``dim`` a multiple of the lanes (and room for one more block
+        in the accumulator): the softmax sum ``l`` is one more row of ``P V``, from V's
+        column ``dim`` (1 in every row of the cache), so the chain needs no ``lsum``
+        and ``Q^T`` stays in a PMU."""
+        return (self.rows_layout and self.dim % self.lanes == 0
+                and self.dim + self.lanes <= ACC_DEPTH)
+
+    @property
+    def v_cols(self):
+        """Columns of V the ``P V`` product reads: ``dim_pad``; with :attr:`sum_in_pv`
+        one more block (the ones column and ``lanes - 1`` padding columns)."""
+        return self.dim + self.lanes if self.sum_in_pv else self.dim_pad
+
+    @property
+    def out_dims(self):
+        """Columns of a pass's ``O^T`` in the output image (:attr:`v_cols`)."""
+        return self.v_cols
 
     @property
     def rows(self):
@@ -333,23 +355,44 @@ def _rows_images(s, q, k, v, out, q_pieces, o_pieces, neg_big):
     """The images of a ``rows`` cache: ``Q^T`` and ``O^T`` by pass as for ``blocks``; K
     and V ``(kv_heads * seq, pitch)`` row-major (element ``[g, j, d]`` at byte ``((g *
     seq + j) * pitch + d) * 2``), K's column ``dim`` 0 for the first ``valid`` keys of
-    each head and ``-BIG`` for the empty slots, V's column ``dim`` and every padding
-    column 0 (the chain reads neither)."""
+    each head and ``-BIG`` for the empty slots, V's column ``dim`` 1 in every row (the
+    softmax sum's row of ``P V``, :attr:`AttentionShape.sum_in_pv`), every padding
+    column 0."""
     from ..layout import Image, Piece
     n, lanes, rows = len(s.passes()), s.lanes, s.kv_heads * s.seq
     k_pieces = [Piece(k, (0, 0), (rows, s.dim), part=0)]
     if s.valid_keys < s.seq:
         k_pieces += [Piece(None, (g * s.seq + s.valid_keys, s.dim),
                            (s.seq - s.valid_keys, 1), neg_big) for g in range(s.kv_heads)]
+    if s.sum_in_pv:
+        o_pieces = _reversed_blocks(s, out)
     return {
         q: Image((n * lanes, s.dim_k), tuple(q_pieces), (n, lanes, s.dim_k), (0, 2, 1),
                  "bf16"),
         k: Image((rows, s.pitch), tuple(k_pieces), None, None, "bf16"),
-        v: Image((rows, s.pitch), (Piece(v, (0, 0), (rows, s.dim), part=0),), None, None,
+        v: Image((rows, s.pitch), (Piece(v, (0, 0), (rows, s.dim), part=0),
+                                   Piece(None, (0, s.dim), (rows, 1), 1.0)), None, None,
                  "bf16"),
-        out: Image((n * lanes, s.dim_pad), tuple(o_pieces), (n, lanes, s.dim_pad),
+        out: Image((n * lanes, s.out_dims), tuple(o_pieces), (n, lanes, s.out_dims),
                    (0, 2, 1), "fp32"),
     }
+
+
+def _reversed_blocks(s, out):
+    """``O^T`` pieces of a :attr:`AttentionShape.sum_in_pv` pass: its ``dim / lanes +
+    1`` blocks of ``lanes`` dimensions leave ``P V`` last block first (``l``'s block,
+    which the image drops, then blocks ``dim / lanes - 1`` .. 0); a piece per query and
+    block (``O`` seen as a matrix of ``lanes`` columns: row ``query * dim / lanes +
+    block``)."""
+    from ..layout import Piece
+    lanes, blocks = s.lanes, s.dim // s.lanes
+    pieces = []
+    for index, (_, _, queries) in enumerate(s.passes()):
+        for lane, (head, row) in enumerate(queries):
+            first = (head * s.rows + row) * blocks
+            pieces += [Piece(out, (index * lanes + lane, (blocks - b) * lanes), (1, lanes),
+                             part=first + b) for b in range(blocks)]
+    return pieces
 
 
 def chain_outputs(shape, q, k, v):
@@ -379,8 +422,8 @@ def chain_matrices(shape, qm, km, vm):
     passes = s.passes()
     # the columns the products read (a ``rows`` cache holds ``pitch``)
     km = np.asarray(km, np.uint32)[:, :s.dim_k]
-    vm = np.asarray(vm, np.uint32)[:, :s.dim_pad]
-    out = np.zeros((len(passes) * lanes, s.dim_pad), np.uint32)
+    vm = np.asarray(vm, np.uint32)[:, :s.v_cols]
+    out = np.zeros((len(passes) * lanes, s.out_dims), np.uint32)
     for index, (g, copy, _) in enumerate(passes):
         qt = np.asarray(qm[index * lanes:(index + 1) * lanes], np.uint32).T   # (dim_k, W)
         base = (g * s.key_copies + copy) * s.seq_pad
@@ -392,7 +435,7 @@ def chain_matrices(shape, qm, km, vm):
             qt, (len(blocks),) + qt.shape)).reshape(s.chunks, chunk, lanes)
         running = np.full(lanes, fpmodel.NEG_INF, np.uint32)
         acc_l = np.zeros((chunk, lanes), np.uint32)
-        acc_o = np.zeros((s.dim_pad, lanes), np.uint32)
+        acc_o = np.zeros((s.v_cols, lanes), np.uint32)
         for c in range(s.chunks):
             sc = scores[c]
             # 2. chunk maximum
@@ -410,7 +453,7 @@ def chain_matrices(shape, qm, km, vm):
             # 6. O_c^T per block of lanes dimensions: beat = dimension, lane = query
             vc = values[c * chunk:(c + 1) * chunk]
             o_c = np.concatenate([pcu_model.systolic_accumulate(
-                vc[:, b * lanes:(b + 1) * lanes], p) for b in range(s.dim_pad // lanes)])
+                vc[:, b * lanes:(b + 1) * lanes], p) for b in range(s.v_cols // lanes)])
             # 7. merge
             base_o = np.zeros_like(o_c) if c == 0 else acc_o
             acc_o = fpmodel.add(fpmodel.mul(base_o, alpha), o_c)
@@ -418,9 +461,15 @@ def chain_matrices(shape, qm, km, vm):
         total = np.zeros(lanes, np.uint32)
         for row in acc_l:
             total = fpmodel.add(row, total)
+        if s.sum_in_pv:         # l: the product with V's ones column, merged as O is
+            total = acc_o[s.dim]
         inverse = fpmodel.reciprocal(total)
         # 8. normalise
-        out[index * lanes:(index + 1) * lanes] = fpmodel.mul(acc_o, inverse).T
+        result = fpmodel.mul(acc_o, inverse)
+        if s.sum_in_pv:         # leaves in block order: l's block, then D / W - 1 .. 0
+            result = np.concatenate([result[b * lanes:(b + 1) * lanes]
+                                     for b in range(s.dim // lanes, -1, -1)])
+        out[index * lanes:(index + 1) * lanes] = result.T
     return out
 
 

@@ -95,15 +95,29 @@ def _match_attention(graph, name, out):
                           out.attrs.get("kv_layout", "blocks"), out.attrs.get("valid"))
 
 
-def _rows_chunk(seq, dim, lanes, pmu_words):
+def _rows_chunk(make, seq, lanes, pmu_words):
     """Keys per chunk of a ``rows`` cache: the largest multiple of the lanes, at most
     :data:`ATTENTION_CHUNK`, that divides the capacity ``seq`` (no padded keys: the
-    cache is read whole) and whose V chunk (``v_buf``, double-buffered) fits a PMU;
-    ``lanes`` when none does (the shape check then names the problem)."""
-    v_row = ceil_div(dim, 2 * lanes) * 2 * lanes
-    fits = [c for c in range(lanes, ATTENTION_CHUNK + 1, lanes)
-            if seq % c == 0 and 2 * c * v_row <= pmu_words]
-    return max(fits, default=lanes)
+    cache is read whole) and whose PMUs fit (``make(chunk)``: the shape); ``lanes`` when
+    none does (the shape and PMU checks then name the problem)."""
+    for chunk in range(ATTENTION_CHUNK // lanes * lanes, lanes - 1, -lanes):
+        if seq % chunk == 0:
+            try:
+                if _pmu_words(make(chunk)) <= pmu_words:
+                    return chunk
+            except AttentionError:
+                break
+    return lanes
+
+
+def _pmu_words(shape):
+    """Words the fullest PMU of the chain holds."""
+    lanes = shape.lanes
+    need = max(2 * shape.dim_k * lanes, 2 * shape.chunk * lanes)
+    if shape.rows_layout:           # k_t: key blocks; v_buf: V chunks
+        need = max(need, _KT_BUFFERS * shape.pitch * lanes,
+                   2 * _v_read(shape) * shape.chunk * lanes)
+    return need
 
 
 def tile_attention(group, geometry, machine):
@@ -116,26 +130,25 @@ def tile_attention(group, geometry, machine):
     kv_heads, seq, _ = group.k.shape
     step = 2 * lanes
     chunk = min(max(step, ATTENTION_CHUNK // step * step), ceil_div(seq, step) * step)
+    mode = "decode" if rows == 1 and not group.causal else "prefill"
+
+    def make(chunk):
+        return AttentionShape(mode, seq, dim, heads, kv_heads, lanes, chunk, group.scale,
+                              group.causal, group.dim_align, group.kv_layout, group.valid)
     if group.kv_layout == "rows":
-        chunk = _rows_chunk(seq, dim, lanes, geometry.pmu_words)
+        chunk = _rows_chunk(make, seq, lanes, geometry.pmu_words)
     try:
-        shape = AttentionShape("decode" if rows == 1 and not group.causal else "prefill",
-                               seq, dim, heads, kv_heads, lanes, chunk, group.scale,
-                               group.causal, group.dim_align, group.kv_layout,
-                               group.valid)
+        shape = make(chunk)
     except AttentionError as error:
         raise CompileError(f"{group.node.where}: {error}") from None
     where = group.node.where
     if machine.agcus < 3:
         raise CompileError(f"{where}: attention streams Q, K and V from HBM on three AGCUs; "
                            f"the machine has {machine.agcus} (--agcus 3)")
-    if shape.dim_pad > ACC_DEPTH:          # (a chunk, at most ATTENTION_CHUNK, fits)
+    if shape.v_cols > ACC_DEPTH:          # (a chunk, at most ATTENTION_CHUNK, fits)
         raise CompileError(f"{where}: attention: head dimension {dim} (padded to "
-                           f"{shape.dim_pad}) over the PCU accumulator's {ACC_DEPTH} words")
-    need = max(2 * shape.dim_k * lanes, 2 * chunk * lanes)
-    if shape.rows_layout:           # k_t: key blocks; v_buf: V chunks
-        need = max(need, _KT_BUFFERS * shape.pitch * lanes, 2 * _v_read(shape) * chunk
-                   * lanes)
+                           f"{shape.v_cols}) over the PCU accumulator's {ACC_DEPTH} words")
+    need = _pmu_words(shape)
     if need > geometry.pmu_words:
         raise CompileError(f"{where}: attention needs {need} words per PMU, the PMUs hold "
                            f"{geometry.pmu_words}")
@@ -166,7 +179,9 @@ def _v_read(s):
     whole AXI beats (:attr:`AttentionShape.v_beats`) when a three-level pattern can skip
     the rest (one pass per key/value head, or one head), else the whole ``pitch``."""
     per_group = len(s.passes()) // s.kv_heads
-    return s.v_beats if per_group == 1 or s.kv_heads == 1 else s.pitch // s.lanes
+    if s.sum_in_pv or not (per_group == 1 or s.kv_heads == 1):
+        return s.pitch // s.lanes           # the ones column too, or a 4-level pattern
+    return s.v_beats
 
 
 def _buffer(kernel, label, source, words, write, read, read_passes, read_start=0,
@@ -214,9 +229,10 @@ def _front_blocks(kernel, s, tensors, addresses, names):
 def _front_rows(kernel, s, tensors, addresses, names):
     """Loads and ``S^T = K_blk Q^T`` of a ``rows`` cache: ``(scores, V stream,
     launch)``. K rows stream into ``k_t`` (a key block a buffer, written with a lane
-    stride: out transposed, one dimension of ``lanes`` keys a beat); ``Q^T`` streams
-    from HBM once per key block (no PMU is left for it); V rows into ``v_buf``, read
-    chunk by chunk, block by block."""
+    stride: out transposed, one dimension of ``lanes`` keys a beat); ``Q^T`` replays
+    from ``q_t`` (:attr:`AttentionShape.sum_in_pv`) or streams from HBM once per key
+    block (no PMU is left for it); V rows into ``v_buf``, read chunk by chunk, block by
+    block (``sum_in_pv``: the last block, ``l``'s, first, then down to block 0)."""
     q, k, v = names
     lanes, n = s.lanes, len(s.passes())
     beat = lanes * WORD
@@ -224,9 +240,11 @@ def _front_rows(kernel, s, tensors, addresses, names):
     blocks, dim_k, pitch = s.seq // lanes, s.dim_k, s.pitch
     row = pitch * BF16                          # bytes of one cache row
     head = s.seq * row
-    load_q = kernel.load(tensors[q], AccessPattern(addresses[q], (dim_k // 2, blocks, n),
-                                                   (beat, 0, dim_k * lanes * BF16)),
-                         name=f"load_{q}", config={"bf16": True})
+    q_bytes = dim_k * lanes * BF16
+    q_replay = (dim_k // 2, n, 1) if s.sum_in_pv else (dim_k // 2, blocks, n)
+    load_q = kernel.load(tensors[q], AccessPattern(
+        addresses[q], q_replay, (beat, q_bytes, 0) if s.sum_in_pv else (beat, 0, q_bytes)),
+        name=f"load_{q}", config={"bf16": True})
     load_k = kernel.load(tensors[k], AccessPattern(addresses[k],
                                                    (head // beat, per_group, s.kv_heads),
                                                    (beat, 0, head)),
@@ -244,13 +262,20 @@ def _front_rows(kernel, s, tensors, addresses, names):
                   AccessPattern(0, (pitch // lanes, lanes, 1), (lanes * lanes, 1, 0)),
                   _linear(dim_k, lanes), blocks * n, write_lanes=lanes,
                   skew_shift=lanes.bit_length() - 1, buffers=_KT_BUFFERS)
-    scores = kernel.compute("scores", "matmul", [k_t, load_q], config={
+    q_t = load_q
+    if s.sum_in_pv:
+        q_t = _buffer(kernel, "q_t", load_q, dim_k * lanes, _linear(dim_k, lanes),
+                      AccessPattern(0, (dim_k, blocks, 1), (lanes, 0, 0)), n)
+    scores = kernel.compute("scores", "matmul", [k_t, q_t], config={
         "mode": "systolic", "trips": (dim_k, blocks, n)})
-    chunk = s.chunk
+    chunk, tiles = s.chunk, s.v_cols // lanes
+    read, start = AccessPattern(0, (chunk, tiles, 1), (lanes, chunk * lanes, 0)), 0
+    if s.sum_in_pv:                             # blocks tiles - 1 .. 0 (addresses wrap)
+        read = AccessPattern(0, (chunk, tiles, 1), (lanes, -chunk * lanes, 0))
+        start = (tiles - 1) * chunk * lanes
     v_buf = _buffer(kernel, "v_buf", load_v, v_read * chunk * lanes,
                     AccessPattern(0, (v_read, chunk, 1), (chunk * lanes, lanes, 0)),
-                    AccessPattern(0, (chunk, s.dim_pad // lanes, 1),
-                                  (lanes, chunk * lanes, 0)), s.chunks * n)
+                    read, s.chunks * n, read_start=start)
     return scores, v_buf, launch
 
 
@@ -260,7 +285,7 @@ def lower_attention(name, group, s, hbm_size, plan=None):
     lanes = s.lanes
     beat = lanes * WORD                        # bytes of one AXI beat
     n = len(s.passes())
-    chunk, chunks, dim_pad = s.chunk, s.chunks, s.dim_pad
+    chunk, chunks, dim_pad = s.chunk, s.chunks, s.v_cols
     dim_blocks = dim_pad // lanes
     scale = s.scale_word
     images = attention_images(s, group.q.name, group.k.name, group.v.name, group.output)
@@ -300,16 +325,17 @@ def lower_attention(name, group, s, hbm_size, plan=None):
         ("SUB", "IN1", "PREV", "PREV", 0),
         ("MUL", "PREV", "CONST", "PREV", scale)],
         acc_stage=0, tail="EXP", tail_bf16=True, emit_every=True)
-    # the running sum l, its reciprocal once per pass
-    al_rep = buffer("al_rep", alpha, lanes, _linear(1, lanes),
-                    AccessPattern(0, (chunk, 1, 1), (0, 0, 0)), chunks * n)
-    lsum = simd("lsum", [probs, al_rep], (chunk, chunks, n), [
-        ("MADD", "REG", "IN1", "PREV", 0),
-        ("ADD", "PREV", "REG", "PREV", 0)],
-        acc_stage=0, tail="RECIPROCAL", emit_outer=True)
-    l_buf = buffer("l_buf", lsum, chunk * lanes, _linear(chunk, lanes),
-                   AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), n,
-                   read_start=(chunk - 1) * lanes)
+    if not s.sum_in_pv:
+        # the running sum l, its reciprocal once per pass
+        al_rep = buffer("al_rep", alpha, lanes, _linear(1, lanes),
+                        AccessPattern(0, (chunk, 1, 1), (0, 0, 0)), chunks * n)
+        lsum = simd("lsum", [probs, al_rep], (chunk, chunks, n), [
+            ("MADD", "REG", "IN1", "PREV", 0),
+            ("ADD", "PREV", "REG", "PREV", 0)],
+            acc_stage=0, tail="RECIPROCAL", emit_outer=True)
+        inverse = buffer("l_buf", lsum, chunk * lanes, _linear(chunk, lanes),
+                         AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), n,
+                         read_start=(chunk - 1) * lanes)
     # O_c^T = V_c^T P_c^T, beat = dimension, lane = query; merged across chunks
     p_buf = buffer("p_buf", probs, chunk * lanes, _linear(chunk, lanes),
                    AccessPattern(0, (chunk, dim_blocks, 1), (lanes, 0, 0)), chunks * n)
@@ -320,7 +346,12 @@ def lower_attention(name, group, s, hbm_size, plan=None):
                     AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), chunks * n)
     merge = simd("merge", [pv, ao_rep], (dim_pad, chunks, n),
                  [("MADD", "REG", "IN1", "PREV", 0)], acc_stage=0, emit_outer=True)
-    result = simd("normalise", [merge, l_buf], (dim_pad, 1, n),
+    if s.sum_in_pv:
+        # l is the pass's first O^T beat: SELECT(COUNTER, REG, PREV) holds it, 1 / l
+        inverse = simd("linv", [merge], (dim_pad, 1, n),
+                       [("SELECT", "COUNTER", "REG", "PREV", 0)], tail="RECIPROCAL",
+                       emit_every=True)
+    result = simd("normalise", [merge, inverse], (dim_pad, 1, n),
                   [("MUL", "PREV", "IN1", "PREV", 0)], emit_every=True)
     kernel.store(result, tensors[out], AccessPattern(addresses[out], (dim_pad, n, 1),
                                                      (beat, dim_pad * beat, 0)),
