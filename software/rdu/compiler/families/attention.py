@@ -393,7 +393,8 @@ class AttentionFamily(Family):
             "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
             "scale": t.scale, "causal": t.causal, "passes": len(t.passes()),
             "dim_align": t.dim_align, "kv_layout": t.kv_layout, "valid": t.valid,
-            "pcus": kernel.units_needed()["pcu"], "macs": t.macs,
+            "pcus": kernel.units_needed()["pcu"], "pmus": kernel.units_needed()["pmu"],
+            "macs": t.macs,
             "operands": [group.q.name, group.k.name, group.v.name],
             "pcu_programs": pcu_programs(kernel)}
 
