@@ -171,7 +171,9 @@ class Kernel:
     ``choices``: named options that are not sizes, ``{name: (values, default, help)}``;
     ``defaults``: ``{param: (function(params), text)}`` for a size that may be left out;
     ``derived``: ``function(params) -> {dim: size}`` for tensor dimensions that follow
-    from the others; ``machine``: machine parameters the kernel needs by default."""
+    from the others; ``machine``: machine parameters the kernel needs by default;
+    ``options``: integer options that are not sizes (not swept), ``{name: (function(params)
+    -> default, default text, help)}``; ``empty``: what the seeded inputs leave empty."""
     name: str
     params: tuple
     inputs: dict          # name -> tuple of parameter names (its shape)
@@ -182,13 +184,18 @@ class Kernel:
     defaults: dict = field(default_factory=dict)
     derived: object = None
     machine: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
     empty: object = None  # (params, tensor, words) -> words: what seeded inputs leave empty
 
     def with_defaults(self, params):
-        """``params`` with every choice and every size that may be left out filled in."""
+        """``params`` with every choice, every size that may be left out and every
+        option filled in."""
         params = {**{name: default for name, (_, default, _) in self.choices.items()},
                   **params}
         for name, (function, _) in self.defaults.items():
+            if params.get(name) is None:
+                params[name] = function(params)
+        for name, (function, _, _) in self.options.items():
             if params.get(name) is None:
                 params[name] = function(params)
         return params
@@ -224,7 +231,8 @@ class Kernel:
 
     def graph(self, params):
         params = self.with_defaults(params)
-        return self.build(**{name: params[name] for name in (*self.params, *self.choices)})
+        return self.build(**{name: params[name]
+                             for name in (*self.params, *self.choices, *self.options)})
 
     def compile(self, machine, state=None, passes=None, skip=(), **params):
         """The program for ``machine``; ``state``: a list that receives the compilation
@@ -336,7 +344,7 @@ KERNELS = {
                   "chip); X, W1, W2 in BF16, the hidden rows rounded to BF16, Y in FP32",
                   mlp_graph, machine={"agcus": 5}),
     "attention": Kernel(
-        "attention", ("seq", "dim", "heads", "kv_heads", "valid"),
+        "attention", ("seq", "dim", "heads", "kv_heads"),
         {"q": ("heads", "rows", "dim"), "k": ("kv_heads", "seq", "dim"),
          "v": ("kv_heads", "seq", "dim")},
         {"o": ("heads", "rows", "dim")},
@@ -353,8 +361,11 @@ KERNELS = {
                                "a position-major KV cache of capacity SEQ holding VALID "
                                "keys (decode; docs/attention.md)")},
         defaults={"heads": (lambda params: 1, "1"),
-                  "kv_heads": (lambda params: params["heads"], "HEADS"),
-                  "valid": (lambda params: params["seq"], "SEQ")},
+                  "kv_heads": (lambda params: params["heads"], "HEADS")},
+        options={"valid": (lambda params: params["seq"], "SEQ",
+                           "attention, --kv-layout rows: the keys in the cache, its first "
+                           "VALID rows of each head (the seeded inputs fill those; the "
+                           "rest are empty slots)")},
         empty=_empty_cache,
         derived=lambda params: {"rows": query_rows(params["mode"], params["seq"])},
         machine={"agcus": 4}),
