@@ -100,7 +100,10 @@ class AttentionShape:
     """One attention run: ``heads`` query heads of ``rows`` queries each (1 for decode,
     ``seq`` for prefill), ``kv_heads`` key/value heads of ``seq`` keys, head dimension
     ``dim``; ``lanes`` the machine's vector width and ``chunk`` the keys of one online
-    softmax step (a multiple of ``2 * lanes``)."""
+    softmax step (a multiple of ``2 * lanes``). ``kv_layout`` ``rows`` (decode): K and V
+    are a position-major cache of capacity ``seq`` (a multiple of the lanes; ``chunk`` a
+    multiple of the lanes dividing it) of which the first ``valid`` keys of each head
+    are filled (default all)."""
     mode: str
     seq: int
     dim: int
@@ -270,7 +273,7 @@ class AttentionShape:
     @property
     def macs(self):
         """Multiply-accumulates of the two products, as computed (padding included)."""
-        return len(self.passes()) * self.lanes * self.seq_pad * (self.dim_k + self.dim_pad)
+        return len(self.passes()) * self.lanes * self.seq_pad * (self.dim_k + self.v_cols)
 
     def passes(self):
         """``[(kv_head, copy, [(head, row), ...])]``: the queries of each pass, at most

@@ -24,6 +24,15 @@ dimension, ``N`` chunks)::
     pv --> merge (SIMD: O = O * alpha + O_c in the accumulator) <-- ao_rep
     merge --> normalise (SIMD: O * (1 / l)) <-- l_buf --> store_out
 
+A KV cache (``kv_layout`` ``rows``, decode: K and V rows of ``pitch`` BF16, a row per
+key, :func:`_front_rows`) streams its rows as they come: ``load_k -> k_t`` (PMU: a key
+block a buffer, written with a lane stride, read transposed) feeds ``scores``, ``load_v
+-> v_buf`` (PMU: a chunk a buffer, read block by block) feeds ``pv``. With ``D`` a
+multiple of the lanes the softmax sum comes out of ``P V`` (V's column ``D`` holds 1):
+``v_buf`` reads that block first, ``merge`` merges ``l`` with ``O``, ``linv`` (SIMD:
+hold the first beat, 1/l) replaces ``lsum``, ``al_rep`` and ``l_buf`` (8 PCUs, 7 PMUs);
+otherwise ``scores`` takes ``Q^T`` from HBM once per key block, without ``q_t`` (8 PMUs).
+
 The arithmetic is :func:`rdu.frontend.attention.chain_outputs`, which the results are checked
 against bit for bit.
 """
