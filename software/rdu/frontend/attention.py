@@ -30,6 +30,12 @@ lane; a beat is one key, or one head dimension):
 7. ``O = O * alpha + O_c`` per dimension (an accumulator stage; ``O_c`` on the first
    chunk);
 8. ``O * (1 / l)``.
+
+A KV cache (``kv_layout`` ``rows``) gives the same arithmetic on its rows, except with
+:attr:`AttentionShape.sum_in_pv`: there ``l`` is not step 5 but one more row of step 6
+(V's column ``dim`` holds 1: ``l_c = sum_k 1 * p_k`` in key order), merged by step 7
+as the dimensions are, and ``O^T`` leaves in the order of ``P V``'s blocks (``l``'s
+first).
 """
 
 import math
