@@ -180,7 +180,7 @@ def _linear(beats, lanes):
 
 
 #: Buffers of ``k_t`` (one key block each: K rows written as they come, read transposed).
-_KT_BUFFERS = 4
+_KT_BUFFERS = 2
 
 
 def _v_read(s):
