@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.attention [--decode 128,256,512,1024,2048,4096]
         [--prefill 64,128,256,512] [--dim 64] [--heads 8] [--kv-heads 1] [--causal]
-        [--seed 1]
+        [--kv-layout blocks|rows] [--valid N] [--seed 1]
         [--sim native|verilator|model] [--json]
 
 Each point compiles ``rdu run attention`` (one configuration, ``docs/attention.md``) on
@@ -15,7 +15,9 @@ two products used, and the roofline (``rdu.roofline``: the bound, the larger of 
 attention's MACs / the MAC peak and Q, K, V read once and O written once / the HBM peak,
 what binds, and the share of it achieved: bound / cycles). Decode's goal is bandwidth
 (K and V stream once per pass), prefill's the MACs. ``--sim model`` checks the points
-on the functional model (no cycles: the bound, no share).
+on the functional model (no cycles: the bound, no share). ``--kv-layout rows`` reads K and
+V as a position-major KV cache (decode only; ``--valid N``: the first N keys of each
+head filled, the rest empty slots; default all).
 """
 
 import argparse
@@ -31,11 +33,14 @@ def measure(mode, seq, args):
     kernel = get_kernel("attention")
     program = kernel.compile(Machine(**kernel.machine), seq=seq, dim=args.dim,
                              heads=args.heads, kv_heads=args.kv_heads, mode=mode,
-                             causal=mode == "prefill" and args.causal)
+                             causal=mode == "prefill" and args.causal,
+                             kv_layout=args.kv_layout,
+                             valid=min(args.valid, seq) if args.valid else None)
     inputs = kernel.random_inputs(program, args.seed)
     figures, _, result = run_kernel(kernel, program, inputs, args.sim, seed=args.seed)
     return {
-        "mode": mode, "seq": seq, "dim": args.dim, "heads": args.heads,
+        "mode": mode, "kv_layout": args.kv_layout, "valid": program.params["valid"],
+        "seq": seq, "dim": args.dim, "heads": args.heads,
         "kv_heads": args.kv_heads, "ok": figures["ok"], "cycles": figures["cycles"],
         "config_cycles": figures.get("config_cycles"), "hbm_bytes": figures["hbm_bytes"],
         "hbm_peak_share": figures["hbm_peak_share"], "mac_share": figures["utilization"],
@@ -61,6 +66,11 @@ def main():
     parser.add_argument("--kv-heads", type=int, default=1,
                         help="key/value heads (decode: one pass of HEADS queries each)")
     parser.add_argument("--causal", action="store_true", help="causal prefill")
+    parser.add_argument("--kv-layout", choices=["blocks", "rows"], default="blocks",
+                        help="K and V in the chain's block order, or a KV cache (rows: "
+                             "decode only)")
+    parser.add_argument("--valid", type=int, default=None,
+                        help="rows: keys in the cache (at most L; default L)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sim", choices=["native", "verilator", "model"], default="native",
                         help="native: the RTL, no Python per cycle; verilator: the RTL "
@@ -77,7 +87,8 @@ def main():
         if args.json:
             print(json.dumps(row), flush=True)
         else:
-            print(f"{mode:8s} L={seq:5d} ok={row['ok']} cycles={row['cycles']} "
+            print(f"{mode:8s} {args.kv_layout} L={seq:5d} ok={row['ok']} "
+                  f"cycles={row['cycles']} "
                   f"hbm={row['hbm_bytes']} B share={row['hbm_peak_share']} "
                   f"macs={row['mac_share']} bound={row['bound_cycles']} ({row['binding']}) "
                   f"share={row['share']} ({row['sim_seconds']} s)", flush=True)

@@ -95,12 +95,14 @@ KERNEL_SHAPES = [("decode", 1, 16, 1, 1, False), ("decode", 37, 16, 2, 1, False)
                  ("prefill", 130, 64, 2, 2, True)]
 
 
-def _compile(mode, seq, dim, heads, kv_heads, causal=False, **machine):
+def _compile(mode, seq, dim, heads, kv_heads, causal=False, kv_layout="blocks",
+             valid=None, **machine):
     from rdu.frontend.kernels import get_kernel
     from rdu.machine import Machine
     kernel = get_kernel("attention")
     return kernel, kernel.compile(Machine(**{"agcus": 4, **machine}), seq=seq, dim=dim,
-                                  heads=heads, kv_heads=kv_heads, mode=mode, causal=causal)
+                                  heads=heads, kv_heads=kv_heads, mode=mode, causal=causal,
+                                  kv_layout=kv_layout, valid=valid)
 
 
 @pytest.mark.parametrize("mode,seq,dim,heads,kv_heads,causal", KERNEL_SHAPES)
@@ -177,8 +179,9 @@ def test_cli_runs_attention_and_saves(tmp_path):
 
 @pytest.mark.verilator
 def test_attention_on_verilator(sim_dir, seed):
-    """Decode (L = 37: padded keys, GQA, two passes), prefill (three passes) and causal
-    prefill (six passes, a K copy per row tile) launched in sequence on the 4x4 RTL with
+    """Decode (L = 37: padded keys, GQA, two passes), prefill (three passes), causal
+    prefill (six passes, a K copy per row tile) and decode from two KV caches (``rows``:
+    29 of 40 and 17 of 24 keys) launched in sequence on the 4x4 RTL with
     four AGCUs: each launch's O equals the functional model's words and the chain's
     arithmetic, within budget of float64; only O is written (HBM write bytes = O's
     images)."""
@@ -189,7 +192,12 @@ def test_attention_on_verilator(sim_dir, seed):
     machine = Machine(**kernel.machine)       # the build of test_row_kernels_on_verilator
     cases = [dict(mode="decode", seq=37, dim=16, heads=4, kv_heads=2),
              dict(mode="prefill", seq=20, dim=16, heads=1, kv_heads=1),
-             dict(mode="prefill", seq=20, dim=16, heads=2, kv_heads=1, causal=True)]
+             dict(mode="prefill", seq=20, dim=16, heads=2, kv_heads=1, causal=True),
+             # a KV cache (rows): l from P V, and the Q^T re-read of D = 12
+             dict(mode="decode", seq=40, dim=16, heads=4, kv_heads=2, kv_layout="rows",
+                  valid=29),
+             dict(mode="decode", seq=24, dim=12, heads=2, kv_heads=1, kv_layout="rows",
+                  valid=17)]
     programs, all_inputs = zip(*(kernel.random_program(machine, seed + index, **params)
                                  for index, params in enumerate(cases)), strict=True)
     rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "attention")
@@ -204,3 +212,131 @@ def test_attention_on_verilator(sim_dir, seed):
     written = rtl[-1].counters["memory"]["hbm"]["write_beats"] * machine.beat_bytes
     assert written == sum(4 * p.outputs["o"][1] for p in programs), \
         "something besides O was stored"
+
+
+# -- a KV cache: kv_layout "rows" --------------------------------------------------------
+
+#: (seq = capacity C, dim, heads, kv_heads, chunk, valid N): D 32 and 64 (l from P V),
+#: 36 and 128 (Q^T re-read), G < H, N < C, C not a multiple of 64
+ROWS_SHAPES = [(64, 32, 4, 2, 32, 50), (200, 64, 4, 2, 40, 137), (96, 36, 3, 3, 32, 90),
+               (48, 128, 2, 1, 16, 1)]
+
+
+def _rows(seq, dim, heads, kv_heads, chunk, valid):
+    return AttentionShape("decode", seq, dim, heads, kv_heads, 8, chunk, kv_layout="rows",
+                          valid=valid)
+
+
+@pytest.mark.parametrize("seq,dim,heads,kv_heads,chunk,valid", ROWS_SHAPES)
+def test_cache_chain_attends_to_its_valid_keys(seq, dim, heads, kv_heads, chunk, valid,
+                                               seed):
+    """The chain on a cache whose empty slots hold random K and V: within budget of
+    float64 attention over the first ``valid`` keys, and (N < C) far outside it over
+    all ``seq`` (so a mask that let empty slots in would be seen)."""
+    shape = _rows(seq, dim, heads, kv_heads, chunk, valid)
+    assert shape.sum_in_pv == (dim % 8 == 0 and dim + 8 <= 128)
+    q, k, v = _inputs(shape, seed)
+    out = chain_outputs(shape, q, k, v).view(np.float32)
+    assert np.abs(out - float64_attention(shape, q, k, v)).max() <= budget(v)
+    if valid < seq:
+        full = _rows(seq, dim, heads, kv_heads, chunk, None)
+        assert np.abs(out - float64_attention(full, q, k, v)).max() > 2 * budget(v)
+
+
+def test_cache_image_is_position_major():
+    """The packed K and V images: element ``[g, j, d]`` at byte ``((g C + j) pitch + d)
+    2`` (pitch = D + 1 in whole beats of 16 BF16), K's column D 0 for the first N keys of
+    each head and -BIG after them, V's column D 1, the padding 0."""
+    from rdu.frontend.attention import images
+    shape = _rows(24, 20, 2, 2, 8, 11)
+    assert shape.pitch == 32
+    _, k, v = _inputs(shape, 5)
+    layout = images(shape)
+    for name, words, column in (("k", k, [0] * 11 + [0xFF7F] * 13), ("v", v, [0x3F80] * 24)):
+        image = layout[name]
+        halves = np.frombuffer(image.pack({name: words}).astype("<u4").tobytes(), "<u2")
+        rows = halves.reshape(2, 24, 32)                 # (g, j, pitch) BF16 bits
+        assert np.array_equal(rows[:, :, :20], (words >> 16).astype(np.uint16))
+        assert np.array_equal(rows[:, :, 20], np.array([column, column], np.uint16))
+        assert not rows[:, :, 21:].any()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"mode": "prefill"}, "kv_layout 'rows' is for decode"),
+    ({"seq": 20}, "capacity 20 is not a multiple of the 8 lanes"),
+    ({"chunk": 24}, "chunk 24 is not a multiple of the 8 lanes dividing the capacity 32"),
+    ({"valid": 33}, "valid must be 1 to the capacity 32, not 33"),
+    ({"kv_layout": "cols"}, "kv_layout 'cols' is not one of blocks, rows"),
+    ({"kv_layout": "blocks", "valid": 30}, "valid 30 < seq 32: .* kv_layout 'rows'"),
+])
+def test_cache_shape_errors(kwargs, message):
+    args = {"mode": "decode", "seq": 32, "dim": 16, "heads": 4, "kv_heads": 2, "lanes": 8,
+            "chunk": 16, "kv_layout": "rows", **kwargs}
+    with pytest.raises(AttentionError, match=message):
+        AttentionShape(**args)
+
+
+#: (seq, dim, heads, kv_heads, valid): D 32 and 64 with G < H and N < C (C = 200 in
+#: chunks of 40), 16 query heads on one K/V head (two passes over one cache head), and
+#: the Q^T re-read (D = 36, with the V pattern over two passes a head; D = 128)
+ROWS_KERNELS = [(64, 32, 4, 2, 50), (200, 64, 4, 2, 137), (48, 16, 16, 1, 48),
+                (40, 36, 16, 2, 33), (32, 128, 2, 1, 20)]
+
+
+@pytest.mark.parametrize("seq,dim,heads,kv_heads,valid", ROWS_KERNELS)
+def test_cache_kernel_on_functional_model(seq, dim, heads, kv_heads, valid, seed):
+    """A compiled decode from a KV cache: 8 PCUs and at most 8 PMUs; the functional
+    model's O bit-exact against the chain's arithmetic (on K and V whose empty slots are
+    zero, as ``rdu run`` fills them) and within budget of float64 over the valid keys."""
+    from rdu.runtime import run_kernel
+    kernel, program = _compile("decode", seq, dim, heads, kv_heads, kv_layout="rows",
+                               valid=valid)
+    meta = program.meta
+    assert meta["pcus"] == 8 and meta["pmus"] == (7 if dim % 8 == 0 and dim < 128 else 8)
+    inputs = kernel.random_inputs(program, seed)
+    assert not inputs["k"][:, valid:].any() and inputs["k"][:, :valid].any()
+    figures, results, _ = run_kernel(kernel, program, inputs, "model")
+    assert figures["ok"], f"max abs error {figures['max_abs_err']}"
+    exact = chain_outputs(_rows(seq, dim, heads, kv_heads, meta["chunk"], valid),
+                          *inputs.values())
+    assert np.array_equal(results["o"].view(np.uint32), exact)
+    assert figures["roofline"]["macs"] == 2 * dim * heads * valid
+
+
+def test_cache_refusals():
+    """Prefill from a cache, and valid keys without one, refused in one line each."""
+    from rdu.frontend.graph import FrontendError, Graph, attention
+    from rdu.frontend.kernels import KernelInputError
+    graph = Graph("g")
+    q, k, v = (graph.input(n, s) for n, s in (("q", (2, 4, 16)), ("k", (1, 4, 16)),
+                                               ("v", (1, 4, 16))))
+    with pytest.raises(FrontendError, match="kv_layout 'rows' \\(a KV cache\\) is for "
+                                            "decode, one query row per head \\(not 4 rows"):
+        attention(q, k, v, kv_layout="rows")
+    with pytest.raises(FrontendError, match="valid keys are those of a KV cache"):
+        attention(q, k, v, valid=2)
+    with pytest.raises(KernelInputError, match="--kv-layout rows .* is for --mode decode"):
+        _compile("prefill", 16, 16, 1, 1, kv_layout="rows")
+
+
+def test_cli_runs_a_cache(tmp_path):
+    """``rdu compile`` and ``rdu run`` with ``--kv-layout rows --valid N``: the program
+    file keeps both, its run is ok; a VALID past SEQ exits 2 in one line."""
+    import json
+    import subprocess
+    import sys
+    program = tmp_path / "cache.rdu"
+    subprocess.run([sys.executable, "-m", "rdu.cli", "compile", "attention", "--seq", "48",
+                    "--dim", "32", "--heads", "4", "--kv-heads", "2", "--kv-layout", "rows",
+                    "--valid", "30", "-o", str(program)], capture_output=True, text=True,
+                   check=True)
+    run = subprocess.run([sys.executable, "-m", "rdu.cli", "run", str(program), "--json"],
+                         capture_output=True, text=True, check=True)
+    report = json.loads(run.stdout)
+    assert report["ok"] and "KV_LAYOUT=rows" in report["kernel"] and "VALID=30" in \
+        report["kernel"]
+    bad = subprocess.run([sys.executable, "-m", "rdu.cli", "run", "attention", "--seq", "48",
+                          "--dim", "32", "--kv-layout", "rows", "--valid", "49"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and "--valid 49" in bad.stderr

@@ -156,8 +156,12 @@ def _softmax_graph(name, m, n, scale):
 
 
 def unfused_attention(machine, seq, dim, heads, kv_heads, mode="decode", causal=False,
-                      scale=None):
-    """The :class:`Sequence` of attention (module docstring) for ``machine``."""
+                      scale=None, kv_layout="blocks", valid=None):
+    """The :class:`Sequence` of attention (module docstring) for ``machine``; ``valid``
+    is a KV cache's (``kv_layout`` ``rows``, fused only)."""
+    if kv_layout != "blocks":
+        raise CompileError("unfused attention: --kv-layout rows (a KV cache) is read by "
+                           "the fused chain only")
     if causal:
         raise CompileError("unfused attention: --causal is not built (the row kernels "
                            "take one input, so the mask has no way in)")

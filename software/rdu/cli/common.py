@@ -149,13 +149,19 @@ def add_kernel_options(cmd, run):
                                  + (f"; for {', '.join(users)}: the tensor "
                                     f"{name.upper()} as a float .npy array" if both
                                     else ""))
+    for name, (_, default, text) in {n: o for k in KERNELS.values()
+                                     for n, o in k.options.items()}.items():
+        shapes.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int,
+                            default=None, metavar=name.upper(),
+                            help=f"{text} (default {default})")
     for kernel in KERNELS.values():
         for name, (values, default, text) in kernel.choices.items():
             if values == (False, True):         # a flag
                 shapes.add_argument(f"--{name}", action="store_const", const=True,
                                     default=None, help=text)
             else:
-                shapes.add_argument(f"--{name}", choices=values, default=None,
+                shapes.add_argument(f"--{name.replace('_', '-')}", dest=name,
+                                    choices=values, default=None,
                                     help=f"{text} (default {default})")
     if run:
         data = cmd.add_argument_group(
@@ -226,6 +232,11 @@ def kernel_params(args, kernel, arrays):
         if value < 1:
             raise CommandError(f"{option} must be at least 1, not {value}")
         params[name] = value
+    for name, (function, _, _) in kernel.options.items():
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise CommandError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+        params[name] = function(params) if value is None else value
     return params
 
 
@@ -368,7 +379,7 @@ def _program_for(args):
         arrays, sources = _onnx_arrays(args, kernel)
     else:
         kernel = get_kernel(program.kernel)
-    for name in (*kernel.params, *kernel.choices):
+    for name in (*kernel.params, *kernel.choices, *kernel.options):
         given = size_option(args, name) if name in kernel.params else getattr(args, name,
                                                                                 None)
         if given is not None and given != program.params.get(name):

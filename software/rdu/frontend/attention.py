@@ -30,6 +30,12 @@ lane; a beat is one key, or one head dimension):
 7. ``O = O * alpha + O_c`` per dimension (an accumulator stage; ``O_c`` on the first
    chunk);
 8. ``O * (1 / l)``.
+
+A KV cache (``kv_layout`` ``rows``) gives the same arithmetic on its rows, except with
+:attr:`AttentionShape.sum_in_pv`: there ``l`` is not step 5 but one more row of step 6
+(V's column ``dim`` holds 1: ``l_c = sum_k 1 * p_k`` in key order), merged by step 7
+as the dimensions are, and ``O^T`` leaves in the order of ``P V``'s blocks (``l``'s
+first).
 """
 
 import math
@@ -37,14 +43,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hdl.pcu_config import ACC_DEPTH
+
 from ..models import fp as fpmodel
 from ..models import pcu_reference as pcu_model
 
 __all__ = ["AttentionShape", "AttentionError", "query_rows", "scale_value", "attention64",
            "images", "chain_outputs", "chain_matrices", "unpack_outputs",
-           "float64_attention", "MODES", "NEG_BIG"]
+           "float64_attention", "MODES", "KV_LAYOUTS", "NEG_BIG"]
 
 MODES = ("decode", "prefill")
+#: How K and V lie in HBM: ``blocks`` (K key block by key block, dimension-major; V
+#: chunk by chunk, block by block: :func:`images`) or ``rows`` (a position-major KV
+#: cache, one row of ``pitch`` BF16 per key: appendable a row at a time; decode only).
+KV_LAYOUTS = ("blocks", "rows")
 #: The most negative finite BF16 (in the high half): the score of a padded key.
 NEG_BIG = 0xFF7F0000
 
@@ -94,7 +106,10 @@ class AttentionShape:
     """One attention run: ``heads`` query heads of ``rows`` queries each (1 for decode,
     ``seq`` for prefill), ``kv_heads`` key/value heads of ``seq`` keys, head dimension
     ``dim``; ``lanes`` the machine's vector width and ``chunk`` the keys of one online
-    softmax step (a multiple of ``2 * lanes``)."""
+    softmax step (a multiple of ``2 * lanes``). ``kv_layout`` ``rows`` (decode): K and V
+    are a position-major cache of capacity ``seq`` (a multiple of the lanes; ``chunk`` a
+    multiple of the lanes dividing it) of which the first ``valid`` keys of each head
+    are filled (default all)."""
     mode: str
     seq: int
     dim: int
@@ -105,10 +120,15 @@ class AttentionShape:
     scale: float = None
     causal: bool = False
     dim_align: int = 2
+    kv_layout: str = "blocks"
+    valid: int = None
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise AttentionError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise AttentionError(f"kv_layout {self.kv_layout!r} is not one of "
+                                 f"{', '.join(KV_LAYOUTS)}")
         for name in ("seq", "dim", "heads", "kv_heads", "lanes", "chunk"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -116,7 +136,12 @@ class AttentionShape:
         if self.heads % self.kv_heads:
             raise AttentionError(f"heads {self.heads} is not a multiple of kv_heads "
                                  f"{self.kv_heads}")
-        if self.chunk % (2 * self.lanes):
+        if self.rows_layout:
+            self._check_rows()
+        elif self.valid not in (None, self.seq):
+            raise AttentionError(f"valid {self.valid} < seq {self.seq}: a cache holding "
+                                 f"fewer keys than its capacity is kv_layout 'rows'")
+        elif self.chunk % (2 * self.lanes):
             raise AttentionError(f"chunk {self.chunk} is not a multiple of 2 x lanes "
                                  f"({2 * self.lanes}: whole AXI beats of BF16 keys)")
         if self.causal and self.mode == "decode":
@@ -124,6 +149,64 @@ class AttentionShape:
                                  "key)")
         if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
             raise AttentionError(f"scale must be a positive finite number, not {self.scale}")
+
+    def _check_rows(self):
+        if self.mode != "decode":
+            raise AttentionError("kv_layout 'rows' is for decode (one query per head); "
+                                 "prefill reads K and V by blocks (kv_layout 'blocks')")
+        if self.seq % self.lanes:
+            raise AttentionError(f"kv_layout 'rows': the capacity {self.seq} is not a "
+                                 f"multiple of the {self.lanes} lanes (whole key blocks)")
+        if self.chunk % self.lanes or self.seq % self.chunk:
+            raise AttentionError(f"kv_layout 'rows': chunk {self.chunk} is not a multiple "
+                                 f"of the {self.lanes} lanes dividing the capacity "
+                                 f"{self.seq}")
+        if self.valid is not None and not (isinstance(self.valid, int)
+                                           and 1 <= self.valid <= self.seq):
+            raise AttentionError(f"valid must be 1 to the capacity {self.seq}, not "
+                                 f"{self.valid!r}")
+
+    @property
+    def rows_layout(self):
+        """Whether K and V are a position-major cache (``kv_layout`` ``rows``)."""
+        return self.kv_layout == "rows"
+
+    @property
+    def valid_keys(self):
+        """Keys in the cache (``rows``: the first ``valid`` of ``seq``; else all)."""
+        return self.seq if self.valid is None else self.valid
+
+    @property
+    def pitch(self):
+        """BF16 values of one row of the ``rows`` cache: ``dim`` and the mask column,
+        whole AXI beats (``2 * lanes`` values)."""
+        return _ceil(self.dim + 1, 2 * self.lanes) * 2 * self.lanes
+
+    @property
+    def v_beats(self):
+        """Vector beats of one ``rows`` V row the chain reads: ``dim`` in whole AXI
+        beats (the mask column and the padding past them are not read)."""
+        return _ceil(self.dim, 2 * self.lanes) * 2
+
+    @property
+    def sum_in_pv(self):
+        """``rows`` with ``dim`` a multiple of the lanes (and room for one more block
+        in the accumulator): the softmax sum ``l`` is one more row of ``P V``, from V's
+        column ``dim`` (1 in every row of the cache), so the chain needs no ``lsum``
+        and ``Q^T`` stays in a PMU."""
+        return (self.rows_layout and self.dim % self.lanes == 0
+                and self.dim + self.lanes <= ACC_DEPTH)
+
+    @property
+    def v_cols(self):
+        """Columns of V the ``P V`` product reads: ``dim_pad``; with :attr:`sum_in_pv`
+        one more block (the ones column and ``lanes - 1`` padding columns)."""
+        return self.dim + self.lanes if self.sum_in_pv else self.dim_pad
+
+    @property
+    def out_dims(self):
+        """Columns of a pass's ``O^T`` in the output image (:attr:`v_cols`)."""
+        return self.v_cols
 
     @property
     def rows(self):
@@ -151,8 +234,9 @@ class AttentionShape:
 
     @property
     def masked(self):
-        """Whether padded keys exist (they are masked)."""
-        return self.seq_pad != self.seq
+        """Whether padded keys exist (they are masked); ``rows``: always (the cache's
+        mask column)."""
+        return self.rows_layout or self.seq_pad != self.seq
 
     @property
     def mask_dims(self):
@@ -185,15 +269,17 @@ class AttentionShape:
         return self.tiles if self.causal else 1
 
     def describe(self):
+        cache = (f", K/V rows of {self.pitch} ({self.valid_keys} of {self.seq} keys "
+                 f"valid)" if self.rows_layout else "")
         return (f"attention {self.mode}{' causal' if self.causal else ''}: {self.heads} "
-                f"heads ({self.kv_heads} K/V) x {self.rows} rows, {self.seq} keys "
+                f"heads ({self.kv_heads} K/V{cache}) x {self.rows} rows, {self.seq} keys "
                 f"(chunks of {self.chunk}, {self.chunks}), dim {self.dim}; "
                 f"{len(self.passes())} passes of {self.lanes} lanes")
 
     @property
     def macs(self):
         """Multiply-accumulates of the two products, as computed (padding included)."""
-        return len(self.passes()) * self.lanes * self.seq_pad * (self.dim_k + self.dim_pad)
+        return len(self.passes()) * self.lanes * self.seq_pad * (self.dim_k + self.v_cols)
 
     def passes(self):
         """``[(kv_head, copy, [(head, row), ...])]``: the queries of each pass, at most
@@ -240,6 +326,8 @@ def images(shape, q="q", k="k", v="v", out="o"):
                 q_pieces.append(Piece(None, (index * lanes, s.dim + 1 + m), (m, 1), 1.0))
     if s.mask_dims:
         q_pieces.append(Piece(None, (0, s.dim), (n * lanes, 1), 1.0))
+    if s.rows_layout:
+        return _rows_images(s, q, k, v, out, q_pieces, o_pieces, neg_big)
     copy_rows = s.seq_pad
     for g in range(s.kv_heads):
         v_pieces.append(Piece(v, (g * s.seq_pad, 0), (s.seq, s.dim), part=g * s.seq))
@@ -272,6 +360,50 @@ def images(shape, q="q", k="k", v="v", out="o"):
     }
 
 
+def _rows_images(s, q, k, v, out, q_pieces, o_pieces, neg_big):
+    """The images of a ``rows`` cache: ``Q^T`` and ``O^T`` by pass as for ``blocks``; K
+    and V ``(kv_heads * seq, pitch)`` row-major (element ``[g, j, d]`` at byte ``((g *
+    seq + j) * pitch + d) * 2``), K's column ``dim`` 0 for the first ``valid`` keys of
+    each head and ``-BIG`` for the empty slots, V's column ``dim`` 1 in every row (the
+    softmax sum's row of ``P V``, :attr:`AttentionShape.sum_in_pv`), every padding
+    column 0."""
+    from ..layout import Image, Piece
+    n, lanes, rows = len(s.passes()), s.lanes, s.kv_heads * s.seq
+    k_pieces = [Piece(k, (0, 0), (rows, s.dim), part=0)]
+    if s.valid_keys < s.seq:
+        k_pieces += [Piece(None, (g * s.seq + s.valid_keys, s.dim),
+                           (s.seq - s.valid_keys, 1), neg_big) for g in range(s.kv_heads)]
+    if s.sum_in_pv:
+        o_pieces = _reversed_blocks(s, out)
+    return {
+        q: Image((n * lanes, s.dim_k), tuple(q_pieces), (n, lanes, s.dim_k), (0, 2, 1),
+                 "bf16"),
+        k: Image((rows, s.pitch), tuple(k_pieces), None, None, "bf16"),
+        v: Image((rows, s.pitch), (Piece(v, (0, 0), (rows, s.dim), part=0),
+                                   Piece(None, (0, s.dim), (rows, 1), 1.0)), None, None,
+                 "bf16"),
+        out: Image((n * lanes, s.out_dims), tuple(o_pieces), (n, lanes, s.out_dims),
+                   (0, 2, 1), "fp32"),
+    }
+
+
+def _reversed_blocks(s, out):
+    """``O^T`` pieces of a :attr:`AttentionShape.sum_in_pv` pass: its ``dim / lanes +
+    1`` blocks of ``lanes`` dimensions leave ``P V`` last block first (``l``'s block,
+    which the image drops, then blocks ``dim / lanes - 1`` .. 0); a piece per query and
+    block (``O`` seen as a matrix of ``lanes`` columns: row ``query * dim / lanes +
+    block``)."""
+    from ..layout import Piece
+    lanes, blocks = s.lanes, s.dim // s.lanes
+    pieces = []
+    for index, (_, _, queries) in enumerate(s.passes()):
+        for lane, (head, row) in enumerate(queries):
+            first = (head * s.rows + row) * blocks
+            pieces += [Piece(out, (index * lanes + lane, (blocks - b) * lanes), (1, lanes),
+                             part=first + b) for b in range(blocks)]
+    return pieces
+
+
 def chain_outputs(shape, q, k, v):
     """``O`` (heads, rows, dim) as uint32 FP32 words: the chain's arithmetic on BF16
     words ``q`` (heads, rows, dim), ``k`` and ``v`` (kv_heads, seq, dim), laid out by
@@ -297,7 +429,10 @@ def chain_matrices(shape, qm, km, vm):
     lanes, chunk = s.lanes, s.chunk
     scale = np.uint32(s.scale_word)
     passes = s.passes()
-    out = np.zeros((len(passes) * lanes, s.dim_pad), np.uint32)
+    # the columns the products read (a ``rows`` cache holds ``pitch``)
+    km = np.asarray(km, np.uint32)[:, :s.dim_k]
+    vm = np.asarray(vm, np.uint32)[:, :s.v_cols]
+    out = np.zeros((len(passes) * lanes, s.out_dims), np.uint32)
     for index, (g, copy, _) in enumerate(passes):
         qt = np.asarray(qm[index * lanes:(index + 1) * lanes], np.uint32).T   # (dim_k, W)
         base = (g * s.key_copies + copy) * s.seq_pad
@@ -309,7 +444,7 @@ def chain_matrices(shape, qm, km, vm):
             qt, (len(blocks),) + qt.shape)).reshape(s.chunks, chunk, lanes)
         running = np.full(lanes, fpmodel.NEG_INF, np.uint32)
         acc_l = np.zeros((chunk, lanes), np.uint32)
-        acc_o = np.zeros((s.dim_pad, lanes), np.uint32)
+        acc_o = np.zeros((s.v_cols, lanes), np.uint32)
         for c in range(s.chunks):
             sc = scores[c]
             # 2. chunk maximum
@@ -327,7 +462,7 @@ def chain_matrices(shape, qm, km, vm):
             # 6. O_c^T per block of lanes dimensions: beat = dimension, lane = query
             vc = values[c * chunk:(c + 1) * chunk]
             o_c = np.concatenate([pcu_model.systolic_accumulate(
-                vc[:, b * lanes:(b + 1) * lanes], p) for b in range(s.dim_pad // lanes)])
+                vc[:, b * lanes:(b + 1) * lanes], p) for b in range(s.v_cols // lanes)])
             # 7. merge
             base_o = np.zeros_like(o_c) if c == 0 else acc_o
             acc_o = fpmodel.add(fpmodel.mul(base_o, alpha), o_c)
@@ -335,9 +470,15 @@ def chain_matrices(shape, qm, km, vm):
         total = np.zeros(lanes, np.uint32)
         for row in acc_l:
             total = fpmodel.add(row, total)
+        if s.sum_in_pv:         # l: the product with V's ones column, merged as O is
+            total = acc_o[s.dim]
         inverse = fpmodel.reciprocal(total)
         # 8. normalise
-        out[index * lanes:(index + 1) * lanes] = fpmodel.mul(acc_o, inverse).T
+        result = fpmodel.mul(acc_o, inverse)
+        if s.sum_in_pv:         # leaves in block order: l's block, then D / W - 1 .. 0
+            result = np.concatenate([result[b * lanes:(b + 1) * lanes]
+                                     for b in range(s.dim // lanes, -1, -1)])
+        out[index * lanes:(index + 1) * lanes] = result.T
     return out
 
 
@@ -346,4 +487,6 @@ def float64_attention(shape, q, k, v):
     reference: no online softmax, no rounding; :func:`attention64`)."""
     q, k, v = (np.asarray(x, np.uint32).view(np.float32).astype(np.float64)
                for x in (q, k, v))
-    return attention64(q, k, v, scale_value(shape.dim, shape.scale), shape.causal)[0]
+    valid = shape.valid_keys                # a cache: its first ``valid`` keys only
+    return attention64(q, k[:, :valid], v[:, :valid], scale_value(shape.dim, shape.scale),
+                       shape.causal)[0]

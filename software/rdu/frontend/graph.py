@@ -276,13 +276,18 @@ def sqrt(x):
     return reciprocal(rsqrt(x))
 
 
-def attention(q, k, v, scale=None, causal=False):
+def attention(q, k, v, scale=None, causal=False, kv_layout="blocks", valid=None):
     """``softmax(q k^T * scale) v`` for each head: ``q`` (heads, rows, dim), ``k`` and
     ``v`` (kv_heads, seq, dim), heads a multiple of kv_heads (query head ``h`` reads
     key/value head ``h // (heads / kv_heads)``: grouped-query attention); FP32 result
     (heads, rows, dim). ``scale`` defaults to ``1 / sqrt(dim)``; ``causal``: row ``r``
     sees keys ``0 .. r`` only (rows = seq). One operator, fused by the compiler into one
-    streaming configuration (``docs/attention.md``)."""
+    streaming configuration (``docs/attention.md``).
+
+    ``kv_layout``: how K and V lie in HBM, ``"blocks"`` (the chain's own order) or
+    ``"rows"``: a position-major KV cache of capacity ``seq`` (decode only), of which
+    the first ``valid`` keys of each head are filled (default all; the rest are empty
+    slots, masked)."""
     where = _user_line()
     q, k, v = (_tensor(x, "attention") for x in (q, k, v))
     if len(q.shape) != 3 or len(k.shape) != 3 or len(v.shape) != 3:
@@ -301,8 +306,29 @@ def attention(q, k, v, scale=None, causal=False):
     if causal and q.shape[1] != k.shape[1]:
         raise FrontendError(f"{where}: causal attention takes one query row per key "
                             f"({q.shape[1]} rows, {k.shape[1]} keys)")
+    _check_cache(where, q.shape[1], k.shape[1], causal, kv_layout, valid)
+    extra = {} if kv_layout == "blocks" else {"kv_layout": kv_layout, "valid": valid}
     return q.graph._add("attention", (q.node, k.node, v.node), q.shape, "fp32", where,
-                        scale=scale, causal=bool(causal))
+                        scale=scale, causal=bool(causal), **extra)
+
+
+def _check_cache(where, rows, seq, causal, kv_layout, valid):
+    """Refuse a ``kv_layout`` or ``valid`` :func:`attention` cannot take (one line)."""
+    if kv_layout not in ("blocks", "rows"):
+        raise FrontendError(f"{where}: attention: kv_layout must be 'blocks' or 'rows', "
+                            f"not {kv_layout!r}")
+    if kv_layout == "rows" and (rows != 1 or causal):
+        raise FrontendError(f"{where}: attention: kv_layout 'rows' (a KV cache) is for "
+                            f"decode, one query row per head (not {rows} rows"
+                            f"{', causal' if causal else ''})")
+    if valid is None:
+        return
+    if kv_layout != "rows":
+        raise FrontendError(f"{where}: attention: valid keys are those of a KV cache "
+                            f"(kv_layout 'rows')")
+    if isinstance(valid, bool) or not isinstance(valid, int) or not 1 <= valid <= seq:
+        raise FrontendError(f"{where}: attention: valid must be 1 to the cache's "
+                            f"capacity {seq}, not {valid!r}")
 
 
 def heads(x, count):

@@ -121,13 +121,24 @@ def mlp_graph(m, d, f):
     return graph
 
 
-def attention_graph(seq, dim, heads, kv_heads, mode="decode", causal=False):
+def attention_graph(seq, dim, heads, kv_heads, valid=None, mode="decode", causal=False,
+                    kv_layout="blocks"):
     """``O = softmax(Q K^T / sqrt(D)) V`` per head, grouped-query: Q (heads, rows, dim)
     with one row per head (decode) or ``seq`` (prefill), K and V (kv_heads, seq, dim);
-    ``causal`` (prefill): row ``r`` sees keys ``0 .. r``."""
+    ``causal`` (prefill): row ``r`` sees keys ``0 .. r``; ``kv_layout`` ``rows``
+    (decode): K and V are a KV cache of capacity ``seq`` holding ``valid`` keys."""
     if causal and mode != "prefill":
         raise KernelInputError("--causal is for --mode prefill (a decode query sees every "
                                "key)")
+    if kv_layout == "rows" and mode != "decode":
+        raise KernelInputError("--kv-layout rows (a KV cache) is for --mode decode; "
+                               "prefill reads K and V by blocks")
+    if valid is not None and valid != seq and kv_layout != "rows":
+        raise KernelInputError(f"--valid {valid}: a cache holding fewer keys than its "
+                               f"capacity SEQ {seq} is --kv-layout rows")
+    if valid is not None and not 1 <= valid <= seq:
+        raise KernelInputError(f"--valid {valid}: the keys in the cache are 1 to its "
+                               f"capacity SEQ {seq}")
     if heads % kv_heads:
         raise KernelInputError(f"HEADS {heads} is not a multiple of KV_HEADS {kv_heads} "
                                f"(each key/value head serves HEADS / KV_HEADS query heads)")
@@ -135,8 +146,21 @@ def attention_graph(seq, dim, heads, kv_heads, mode="decode", causal=False):
     q = graph.input("q", (heads, query_rows(mode, seq), dim))
     k = graph.input("k", (kv_heads, seq, dim))
     v = graph.input("v", (kv_heads, seq, dim))
-    graph.output("o", attention(q, k, v, causal=causal))
+    if kv_layout == "rows":
+        graph.output("o", attention(q, k, v, kv_layout="rows", valid=valid))
+    else:
+        graph.output("o", attention(q, k, v, causal=causal))
     return graph
+
+
+def _empty_cache(params, tensor, words):
+    """Seeded inputs of attention: K and V of a ``rows`` cache hold only their first
+    ``valid`` keys (the empty slots zero)."""
+    valid = params.get("valid")
+    if tensor in ("k", "v") and valid is not None and valid < words.shape[1]:
+        words = words.copy()
+        words[:, valid:] = 0
+    return words
 
 
 @dataclass(frozen=True)
@@ -147,7 +171,9 @@ class Kernel:
     ``choices``: named options that are not sizes, ``{name: (values, default, help)}``;
     ``defaults``: ``{param: (function(params), text)}`` for a size that may be left out;
     ``derived``: ``function(params) -> {dim: size}`` for tensor dimensions that follow
-    from the others; ``machine``: machine parameters the kernel needs by default."""
+    from the others; ``machine``: machine parameters the kernel needs by default;
+    ``options``: integer options that are not sizes (not swept), ``{name: (function(params)
+    -> default, default text, help)}``; ``empty``: what the seeded inputs leave empty."""
     name: str
     params: tuple
     inputs: dict          # name -> tuple of parameter names (its shape)
@@ -158,6 +184,21 @@ class Kernel:
     defaults: dict = field(default_factory=dict)
     derived: object = None
     machine: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    empty: object = None  # (params, tensor, words) -> words: what seeded inputs leave empty
+
+    def with_defaults(self, params):
+        """``params`` with every choice, every size that may be left out and every
+        option filled in."""
+        params = {**{name: default for name, (_, default, _) in self.choices.items()},
+                  **params}
+        for name, (function, _) in self.defaults.items():
+            if params.get(name) is None:
+                params[name] = function(params)
+        for name, (function, _, _) in self.options.items():
+            if params.get(name) is None:
+                params[name] = function(params)
+        return params
 
     def dims(self, params):
         """Every dimension's size: the parameters and what follows from them."""
@@ -189,15 +230,16 @@ class Kernel:
         return {dim: size for dim, (size, _) in found.items()}
 
     def graph(self, params):
-        return self.build(**{name: params[name] for name in (*self.params, *self.choices)})
+        params = self.with_defaults(params)
+        return self.build(**{name: params[name]
+                             for name in (*self.params, *self.choices, *self.options)})
 
     def compile(self, machine, state=None, passes=None, skip=(), **params):
         """The program for ``machine``; ``state``: a list that receives the compilation
         (:class:`rdu.compiler.core.Compilation`: dumps and times of each pass);
         ``passes`` and ``skip``: the passes to run (:func:`rdu.compiler.compile_graph`;
         None when ``emit`` does not run)."""
-        params = {**{name: default for name, (_, default, _) in self.choices.items()},
-                  **params}
+        params = self.with_defaults(params)
         return compile_graph(self.graph(params), machine, kernel=self.name, params=params,
                              state=state, passes=passes, skip=skip)
 
@@ -212,8 +254,12 @@ class Kernel:
     def random_inputs(self, program, seed):
         """Standard normal BF16 inputs, drawn in input order from one seeded generator."""
         rng = np.random.default_rng(seed)
-        return {tensor: pcu_model.bf16_words(rng.standard_normal(
+        words = {tensor: pcu_model.bf16_words(rng.standard_normal(
             self.shape(tensor, program.params))) for tensor in self.inputs}
+        if self.empty is not None:
+            words = {tensor: self.empty(program.params, tensor, array)
+                     for tensor, array in words.items()}
+        return words
 
     def user_inputs(self, program, arrays, sources):
         """``{name: words}`` from user arrays, each checked against the program's shape."""
@@ -309,9 +355,18 @@ KERNELS = {
         choices={"mode": (("decode", "prefill"), "decode",
                           "attention: one query per head (decode) or SEQ (prefill)"),
                  "causal": ((False, True), False,
-                            "attention, prefill: row r sees keys 0 .. r only")},
+                            "attention, prefill: row r sees keys 0 .. r only"),
+                 "kv_layout": (("blocks", "rows"), "blocks",
+                               "attention: K and V in the chain's block order, or rows: "
+                               "a position-major KV cache of capacity SEQ holding VALID "
+                               "keys (decode; docs/attention.md)")},
         defaults={"heads": (lambda params: 1, "1"),
                   "kv_heads": (lambda params: params["heads"], "HEADS")},
+        options={"valid": (lambda params: params["seq"], "SEQ",
+                           "attention, --kv-layout rows: the keys in the cache, its first "
+                           "VALID rows of each head (the seeded inputs fill those; the "
+                           "rest are empty slots)")},
+        empty=_empty_cache,
         derived=lambda params: {"rows": query_rows(params["mode"], params["seq"])},
         machine={"agcus": 4}),
 }

@@ -111,7 +111,8 @@ def attention_shape(program):
     m = program.meta
     return AttentionShape(m["mode"], m["seq"], m["dim"], m["heads"], m["kv_heads"],
                           m["lanes"], m["chunk"], m["scale"], m["causal"],
-                          m.get("dim_align", 2))
+                          m.get("dim_align", 2), m.get("kv_layout", "blocks"),
+                          m.get("valid"))
 
 
 def exact_attention(program):
@@ -270,6 +271,9 @@ def float64_outputs(graph, inputs):
             result = (np.broadcast_to(x, node.shape), np.broadcast_to(ex, node.shape))
         elif node.op == "attention":
             from ..frontend.attention import attention64, scale_value
+            valid = node.attrs.get("valid")     # a cache: its first keys only
+            if valid is not None:
+                args = [args[0]] + [(x[:, :valid], ex[:, :valid]) for x, ex in args[1:]]
             result = _attention_budget(args, scale_value(args[0][0].shape[2],
                                                          node.attrs.get("scale")),
                                        node.attrs.get("causal", False), attention64)

@@ -24,6 +24,15 @@ dimension, ``N`` chunks)::
     pv --> merge (SIMD: O = O * alpha + O_c in the accumulator) <-- ao_rep
     merge --> normalise (SIMD: O * (1 / l)) <-- l_buf --> store_out
 
+A KV cache (``kv_layout`` ``rows``, decode: K and V rows of ``pitch`` BF16, a row per
+key, :func:`_front_rows`) streams its rows as they come: ``load_k -> k_t`` (PMU: a key
+block a buffer, written with a lane stride, read transposed) feeds ``scores``, ``load_v
+-> v_buf`` (PMU: a chunk a buffer, read block by block) feeds ``pv``. With ``D`` a
+multiple of the lanes the softmax sum comes out of ``P V`` (V's column ``D`` holds 1):
+``v_buf`` reads that block first, ``merge`` merges ``l`` with ``O``, ``linv`` (SIMD:
+hold the first beat, 1/l) replaces ``lsum``, ``al_rep`` and ``l_buf`` (8 PCUs, 7 PMUs);
+otherwise ``scores`` takes ``Q^T`` from HBM once per key block, without ``q_t`` (8 PMUs).
+
 The arithmetic is :func:`rdu.frontend.attention.chain_outputs`, which the results are checked
 against bit for bit.
 """
@@ -72,6 +81,8 @@ class AttentionGroup(Group):
     node: Node
     causal: bool = False
     dim_align: int = 2
+    kv_layout: str = "blocks"
+    valid: int = None
 
     def describe(self):
         return (f"group {self.output}: attention q{list(self.q.shape)} "
@@ -89,7 +100,33 @@ def _match_attention(graph, name, out):
                                f"inputs (got {operand.op} {operand.dtype})")
     q, k, v = out.inputs
     return AttentionGroup(q, k, v, out.attrs.get("scale"), name, out,
-                          out.attrs.get("causal", False), out.attrs.get("dim_align", 2))
+                          out.attrs.get("causal", False), out.attrs.get("dim_align", 2),
+                          out.attrs.get("kv_layout", "blocks"), out.attrs.get("valid"))
+
+
+def _rows_chunk(make, seq, lanes, pmu_words):
+    """Keys per chunk of a ``rows`` cache: the largest multiple of the lanes, at most
+    :data:`ATTENTION_CHUNK`, that divides the capacity ``seq`` (no padded keys: the
+    cache is read whole) and whose PMUs fit (``make(chunk)``: the shape); ``lanes`` when
+    none does (the shape and PMU checks then name the problem)."""
+    for chunk in range(ATTENTION_CHUNK // lanes * lanes, lanes - 1, -lanes):
+        if seq % chunk == 0:
+            try:
+                if _pmu_words(make(chunk)) <= pmu_words:
+                    return chunk
+            except AttentionError:
+                break
+    return lanes
+
+
+def _pmu_words(shape):
+    """Words the fullest PMU of the chain holds."""
+    lanes = shape.lanes
+    need = max(2 * shape.dim_k * lanes, 2 * shape.chunk * lanes)
+    if shape.rows_layout:           # k_t: key blocks; v_buf: V chunks
+        need = max(need, _KT_BUFFERS * shape.pitch * lanes,
+                   2 * _v_read(shape) * shape.chunk * lanes)
+    return need
 
 
 def tile_attention(group, geometry, machine):
@@ -102,24 +139,31 @@ def tile_attention(group, geometry, machine):
     kv_heads, seq, _ = group.k.shape
     step = 2 * lanes
     chunk = min(max(step, ATTENTION_CHUNK // step * step), ceil_div(seq, step) * step)
+    mode = "decode" if rows == 1 and not group.causal else "prefill"
+
+    def make(chunk):
+        return AttentionShape(mode, seq, dim, heads, kv_heads, lanes, chunk, group.scale,
+                              group.causal, group.dim_align, group.kv_layout, group.valid)
+    if group.kv_layout == "rows":
+        chunk = _rows_chunk(make, seq, lanes, geometry.pmu_words)
     try:
-        shape = AttentionShape("decode" if rows == 1 and not group.causal else "prefill",
-                               seq, dim, heads, kv_heads, lanes, chunk, group.scale,
-                               group.causal, group.dim_align)
+        shape = make(chunk)
     except AttentionError as error:
         raise CompileError(f"{group.node.where}: {error}") from None
     where = group.node.where
     if machine.agcus < 3:
         raise CompileError(f"{where}: attention streams Q, K and V from HBM on three AGCUs; "
                            f"the machine has {machine.agcus} (--agcus 3)")
-    if shape.dim_pad > ACC_DEPTH:          # (a chunk, at most ATTENTION_CHUNK, fits)
+    if shape.v_cols > ACC_DEPTH:          # (a chunk, at most ATTENTION_CHUNK, fits)
         raise CompileError(f"{where}: attention: head dimension {dim} (padded to "
-                           f"{shape.dim_pad}) over the PCU accumulator's {ACC_DEPTH} words")
-    need = max(2 * shape.dim_k * lanes, 2 * chunk * lanes)
+                           f"{shape.v_cols}) over the PCU accumulator's {ACC_DEPTH} words")
+    need = _pmu_words(shape)
     if need > geometry.pmu_words:
         raise CompileError(f"{where}: attention needs {need} words per PMU, the PMUs hold "
                            f"{geometry.pmu_words}")
     beats = max(shape.seq_pad * shape.dim_k, shape.seq_pad * shape.dim_pad) // step
+    if shape.rows_layout:
+        beats = shape.seq * shape.pitch // step
     passes = len(shape.passes())
     for what, count in (("key blocks", shape.seq_pad // lanes),
                         ("beats of K or V per pass", beats),
@@ -135,17 +179,122 @@ def _linear(beats, lanes):
     return AccessPattern(0, (beats, 1, 1), (lanes, 0, 0))
 
 
+#: Buffers of ``k_t`` (one key block each: K rows written as they come, read transposed).
+_KT_BUFFERS = 2
+
+
+def _v_read(s):
+    """Vector beats of each V row of a ``rows`` cache that ``load_v`` streams: ``dim`` in
+    whole AXI beats (:attr:`AttentionShape.v_beats`) when a three-level pattern can skip
+    the rest (one pass per key/value head, or one head), else the whole ``pitch``."""
+    per_group = len(s.passes()) // s.kv_heads
+    if s.sum_in_pv or not (per_group == 1 or s.kv_heads == 1):
+        return s.pitch // s.lanes           # the ones column too, or a 4-level pattern
+    return s.v_beats
+
+
+def _buffer(kernel, label, source, words, write, read, read_passes, read_start=0,
+            **extra):
+    """A PMU ``label``: ``source`` written along ``write``, read along ``read`` (from
+    ``read_start``) ``read_passes`` buffers; double-buffered unless ``extra`` says."""
+    config = {"write": write, "write_lanes": 1,
+              "read": AccessPattern(read_start, read.counts, read.strides), "read_lanes": 1,
+              "buffers": 2, "buffer_words": words, "read_repeat": 1,
+              "read_passes": read_passes, **extra}
+    return kernel.buffer(label, words, [source], buffers=config["buffers"], config=config)
+
+
+def _front_blocks(kernel, s, tensors, addresses, names):
+    """Loads and ``S^T = K_blk Q^T`` of the ``blocks`` layout: ``(scores, V stream,
+    launch)``; ``V`` arrives chunk by chunk, block by block."""
+    q, k, v = names
+    lanes, n = s.lanes, len(s.passes())
+    beat = lanes * WORD
+    per_group = n // s.kv_heads                # passes per key/value head
+    copies = s.kv_heads * s.key_copies         # K copies (causal: one per row tile)
+    dim_k = s.dim_k
+    q_bytes = dim_k * lanes * BF16
+    load_q = kernel.load(tensors[q], AccessPattern(addresses[q], (dim_k // 2, n, 1),
+                                                   (beat, q_bytes, 0)),
+                         name=f"load_{q}", config={"bf16": True})
+    k_copy = s.seq_pad * dim_k * BF16
+    load_k = kernel.load(tensors[k], AccessPattern(addresses[k],
+                                                   (k_copy // beat, n // copies, copies),
+                                                   (beat, 0, k_copy)),
+                         name=f"load_{k}", config={"bf16": True})
+    v_head = s.seq_pad * s.dim_pad * BF16
+    load_v = kernel.load(tensors[v], AccessPattern(addresses[v],
+                                                   (v_head // beat, per_group, s.kv_heads),
+                                                   (beat, 0, v_head)),
+                         name=f"load_{v}", config={"bf16": True})
+    launch = kernel.output(kernel.nodes[f"load_{k}"], "control_out")
+    q_t = _buffer(kernel, "q_t", load_q, dim_k * lanes, _linear(dim_k, lanes),
+                  AccessPattern(0, (dim_k, s.seq_pad // lanes, 1), (lanes, 0, 0)), n)
+    scores = kernel.compute("scores", "matmul", [load_k, q_t], config={
+        "mode": "systolic", "trips": (dim_k, s.seq_pad // lanes, n)})
+    return scores, load_v, launch
+
+
+def _front_rows(kernel, s, tensors, addresses, names):
+    """Loads and ``S^T = K_blk Q^T`` of a ``rows`` cache: ``(scores, V stream,
+    launch)``. K rows stream into ``k_t`` (a key block a buffer, written with a lane
+    stride: out transposed, one dimension of ``lanes`` keys a beat); ``Q^T`` replays
+    from ``q_t`` (:attr:`AttentionShape.sum_in_pv`) or streams from HBM once per key
+    block (no PMU is left for it); V rows into ``v_buf``, read chunk by chunk, block by
+    block (``sum_in_pv``: the last block, ``l``'s, first, then down to block 0)."""
+    q, k, v = names
+    lanes, n = s.lanes, len(s.passes())
+    beat = lanes * WORD
+    per_group = n // s.kv_heads
+    blocks, dim_k, pitch = s.seq // lanes, s.dim_k, s.pitch
+    row = pitch * BF16                          # bytes of one cache row
+    head = s.seq * row
+    q_bytes = dim_k * lanes * BF16
+    q_replay = (dim_k // 2, n, 1) if s.sum_in_pv else (dim_k // 2, blocks, n)
+    load_q = kernel.load(tensors[q], AccessPattern(
+        addresses[q], q_replay, (beat, q_bytes, 0) if s.sum_in_pv else (beat, 0, q_bytes)),
+        name=f"load_{q}", config={"bf16": True})
+    load_k = kernel.load(tensors[k], AccessPattern(addresses[k],
+                                                   (head // beat, per_group, s.kv_heads),
+                                                   (beat, 0, head)),
+                         name=f"load_{k}", config={"bf16": True})
+    v_read = _v_read(s)
+    if v_read == pitch // lanes:
+        v_pattern = AccessPattern(addresses[v], (head // beat, per_group, s.kv_heads),
+                                  (beat, 0, head))
+    else:
+        v_pattern = AccessPattern(addresses[v], (v_read // 2, s.seq, n),
+                                  (beat, row, head if per_group == 1 else 0))
+    load_v = kernel.load(tensors[v], v_pattern, name=f"load_{v}", config={"bf16": True})
+    launch = kernel.output(kernel.nodes[f"load_{k}"], "control_out")
+    k_t = _buffer(kernel, "k_t", load_k, pitch * lanes,
+                  AccessPattern(0, (pitch // lanes, lanes, 1), (lanes * lanes, 1, 0)),
+                  _linear(dim_k, lanes), blocks * n, write_lanes=lanes,
+                  skew_shift=lanes.bit_length() - 1, buffers=_KT_BUFFERS)
+    q_t = load_q
+    if s.sum_in_pv:
+        q_t = _buffer(kernel, "q_t", load_q, dim_k * lanes, _linear(dim_k, lanes),
+                      AccessPattern(0, (dim_k, blocks, 1), (lanes, 0, 0)), n)
+    scores = kernel.compute("scores", "matmul", [k_t, q_t], config={
+        "mode": "systolic", "trips": (dim_k, blocks, n)})
+    chunk, tiles = s.chunk, s.v_cols // lanes
+    read, start = AccessPattern(0, (chunk, tiles, 1), (lanes, chunk * lanes, 0)), 0
+    if s.sum_in_pv:                             # blocks tiles - 1 .. 0 (addresses wrap)
+        read = AccessPattern(0, (chunk, tiles, 1), (lanes, -chunk * lanes, 0))
+        start = (tiles - 1) * chunk * lanes
+    v_buf = _buffer(kernel, "v_buf", load_v, v_read * chunk * lanes,
+                    AccessPattern(0, (v_read, chunk, 1), (chunk * lanes, lanes, 0)),
+                    read, s.chunks * n, read_start=start)
+    return scores, v_buf, launch
+
+
 def lower_attention(name, group, s, hbm_size, plan=None):
     """``(kernel, images, addresses, bitstream_address)`` of attention shape ``s``; the
     images from ``plan.start`` (or where ``plan.addresses`` puts them)."""
     lanes = s.lanes
     beat = lanes * WORD                        # bytes of one AXI beat
-    passes = s.passes()
-    n = len(passes)
-    per_group = n // s.kv_heads                # passes per key/value head
-    copies = s.kv_heads * s.key_copies         # K copies (causal: one per row tile)
-    per_copy = n // copies
-    chunk, chunks, dim_k, dim_pad = s.chunk, s.chunks, s.dim_k, s.dim_pad
+    n = len(s.passes())
+    chunk, chunks, dim_pad = s.chunk, s.chunks, s.v_cols
     dim_blocks = dim_pad // lanes
     scale = s.scale_word
     images = attention_images(s, group.q.name, group.k.name, group.v.name, group.output)
@@ -153,14 +302,13 @@ def lower_attention(name, group, s, hbm_size, plan=None):
     kernel = Kernel(name)
     tensors = {n_: kernel.tensor(n_, image.shape, image.format)
                for n_, image in images.items()}
-    q, k, v, out = group.q.name, group.k.name, group.v.name, group.output
+    names = (group.q.name, group.k.name, group.v.name)
+    front = _front_rows if s.rows_layout else _front_blocks
+    scores, v_stream, launch = front(kernel, s, tensors, addresses, names)
+    out = group.output
 
     def buffer(label, source, words, write, read, read_passes, read_start=0):
-        return kernel.buffer(label, words, [source], buffers=2, config={
-            "write": write, "write_lanes": 1,
-            "read": AccessPattern(read_start, read.counts, read.strides), "read_lanes": 1,
-            "buffers": 2, "buffer_words": words, "read_repeat": 1,
-            "read_passes": read_passes})
+        return _buffer(kernel, label, source, words, write, read, read_passes, read_start)
 
     def simd(label, inputs, trips, stages, **fields):
         stream = kernel.compute(label, "map", inputs, config={
@@ -169,28 +317,7 @@ def lower_attention(name, group, s, hbm_size, plan=None):
         kernel.connect(launch, kernel.nodes[label], "control_in")
         return stream
 
-    # loads: Q^T per pass; K and V once per pass of their head
-    q_bytes = dim_k * lanes * BF16
-    load_q = kernel.load(tensors[q], AccessPattern(addresses[q], (dim_k // 2, n, 1),
-                                                   (beat, q_bytes, 0)),
-                         name=f"load_{q}", config={"bf16": True})
-    k_copy = s.seq_pad * dim_k * BF16
-    load_k = kernel.load(tensors[k], AccessPattern(addresses[k],
-                                                   (k_copy // beat, per_copy, copies),
-                                                   (beat, 0, k_copy)),
-                         name=f"load_{k}", config={"bf16": True})
-    v_head = s.seq_pad * dim_pad * BF16
-    load_v = kernel.load(tensors[v], AccessPattern(addresses[v],
-                                                   (v_head // beat, per_group, s.kv_heads),
-                                                   (beat, 0, v_head)),
-                         name=f"load_{v}", config={"bf16": True})
-    launch = kernel.output(kernel.nodes[f"load_{k}"], "control_out")
-
     # scores: S^T = K_blk Q^T, beat = key, lane = query
-    q_t = buffer("q_t", load_q, dim_k * lanes, _linear(dim_k, lanes),
-                 AccessPattern(0, (dim_k, s.seq_pad // lanes, 1), (lanes, 0, 0)), n)
-    scores = kernel.compute("scores", "matmul", [load_k, q_t], config={
-        "mode": "systolic", "trips": (dim_k, s.seq_pad // lanes, n)})
     kernel.connect(launch, kernel.nodes["scores"], "control_in")
     s_buf = buffer("s_buf", scores, chunk * lanes, _linear(chunk, lanes),
                    _linear(chunk, lanes), chunks * n)
@@ -207,27 +334,33 @@ def lower_attention(name, group, s, hbm_size, plan=None):
         ("SUB", "IN1", "PREV", "PREV", 0),
         ("MUL", "PREV", "CONST", "PREV", scale)],
         acc_stage=0, tail="EXP", tail_bf16=True, emit_every=True)
-    # the running sum l, its reciprocal once per pass
-    al_rep = buffer("al_rep", alpha, lanes, _linear(1, lanes),
-                    AccessPattern(0, (chunk, 1, 1), (0, 0, 0)), chunks * n)
-    lsum = simd("lsum", [probs, al_rep], (chunk, chunks, n), [
-        ("MADD", "REG", "IN1", "PREV", 0),
-        ("ADD", "PREV", "REG", "PREV", 0)],
-        acc_stage=0, tail="RECIPROCAL", emit_outer=True)
-    l_buf = buffer("l_buf", lsum, chunk * lanes, _linear(chunk, lanes),
-                   AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), n,
-                   read_start=(chunk - 1) * lanes)
+    if not s.sum_in_pv:
+        # the running sum l, its reciprocal once per pass
+        al_rep = buffer("al_rep", alpha, lanes, _linear(1, lanes),
+                        AccessPattern(0, (chunk, 1, 1), (0, 0, 0)), chunks * n)
+        lsum = simd("lsum", [probs, al_rep], (chunk, chunks, n), [
+            ("MADD", "REG", "IN1", "PREV", 0),
+            ("ADD", "PREV", "REG", "PREV", 0)],
+            acc_stage=0, tail="RECIPROCAL", emit_outer=True)
+        inverse = buffer("l_buf", lsum, chunk * lanes, _linear(chunk, lanes),
+                         AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), n,
+                         read_start=(chunk - 1) * lanes)
     # O_c^T = V_c^T P_c^T, beat = dimension, lane = query; merged across chunks
     p_buf = buffer("p_buf", probs, chunk * lanes, _linear(chunk, lanes),
                    AccessPattern(0, (chunk, dim_blocks, 1), (lanes, 0, 0)), chunks * n)
-    pv = kernel.compute("pv", "matmul", [load_v, p_buf], config={
+    pv = kernel.compute("pv", "matmul", [v_stream, p_buf], config={
         "mode": "systolic", "trips": (chunk, dim_blocks * chunks, n)})
     kernel.connect(launch, kernel.nodes["pv"], "control_in")
     ao_rep = buffer("ao_rep", alpha, lanes, _linear(1, lanes),
                     AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), chunks * n)
     merge = simd("merge", [pv, ao_rep], (dim_pad, chunks, n),
                  [("MADD", "REG", "IN1", "PREV", 0)], acc_stage=0, emit_outer=True)
-    result = simd("normalise", [merge, l_buf], (dim_pad, 1, n),
+    if s.sum_in_pv:
+        # l is the pass's first O^T beat: SELECT(COUNTER, REG, PREV) holds it, 1 / l
+        inverse = simd("linv", [merge], (dim_pad, 1, n),
+                       [("SELECT", "COUNTER", "REG", "PREV", 0)], tail="RECIPROCAL",
+                       emit_every=True)
+    result = simd("normalise", [merge, inverse], (dim_pad, 1, n),
                   [("MUL", "PREV", "IN1", "PREV", 0)], emit_every=True)
     kernel.store(result, tensors[out], AccessPattern(addresses[out], (dim_pad, n, 1),
                                                      (beat, dim_pad * beat, 0)),
@@ -253,7 +386,8 @@ class AttentionFamily(Family):
         return tile_attention(group, state.geometry, state.machine)
 
     def kernel_name(self, graph_name, group, t):
-        return f"{graph_name}_{t.mode}_h{t.heads}g{t.kv_heads}_l{t.seq}d{t.dim}"
+        rows = f"_rows{t.valid_keys}" if t.rows_layout else ""
+        return f"{graph_name}_{t.mode}_h{t.heads}g{t.kv_heads}_l{t.seq}d{t.dim}{rows}"
 
     def lower(self, name, group, tiling, state):
         lowered = Lowered(*lower_attention(name, group, tiling,
@@ -267,8 +401,9 @@ class AttentionFamily(Family):
             "group": self.name, "mode": t.mode, "seq": t.seq, "dim": t.dim,
             "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
             "scale": t.scale, "causal": t.causal, "passes": len(t.passes()),
-            "dim_align": t.dim_align,
-            "pcus": kernel.units_needed()["pcu"], "macs": t.macs,
+            "dim_align": t.dim_align, "kv_layout": t.kv_layout, "valid": t.valid,
+            "pcus": kernel.units_needed()["pcu"], "pmus": kernel.units_needed()["pmu"],
+            "macs": t.macs,
             "operands": [group.q.name, group.k.name, group.v.name],
             "pcu_programs": pcu_programs(kernel)}
 
@@ -278,11 +413,11 @@ class AttentionFamily(Family):
     def work(self, program):
         """``2 D`` MACs (a score and its share of ``O``) per head and query-key pair the
         query sees (Q ``H x R x D``, K ``G x L x D``; causal: row ``r`` sees keys ``0 ..
-        r``); padding, masked keys and idle lanes are not work. Q, K and V read, O
-        written."""
+        r``; a ``rows`` cache: its ``valid`` keys); padding, masked keys and idle lanes
+        are not work. Q, K and V read (a cache at its capacity), O written."""
         q, k, _ = program.meta["operands"]
         heads, rows, dim = tensor_shape(program, q)
-        seq = tensor_shape(program, k)[1]
+        seq = program.meta.get("valid") or tensor_shape(program, k)[1]
         pairs = (sum(min(row + 1, seq) for row in range(rows)) if program.meta["causal"]
                  else rows * seq)
         return moved_work(program, program.meta["operands"], 2 * dim * heads * pairs)
