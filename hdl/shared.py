@@ -21,7 +21,7 @@ from amaranth.hdl import Elaboratable
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-__all__ = ["shared_units", "share", "Flushable"]
+__all__ = ["shared_units", "share", "unit_key", "module_key", "Flushable"]
 
 _registry = contextvars.ContextVar("shared_units", default=None)
 
@@ -37,12 +37,22 @@ def shared_units():
         _registry.reset(token)
 
 
-def _key(unit):
+def unit_key(unit):
+    """What makes two units the same module: class, plain settings (``int``, ``str``,
+    ``bool`` attributes), ports."""
     settings = tuple(sorted((name, value) for name, value in vars(unit).items()
                             if isinstance(value, (bool, int, str))))
     ports = tuple((path, repr(member.flow), repr(member.shape))
                   for path, member in unit.signature.members.flatten() if member.is_port)
     return (type(unit).__module__, type(unit).__qualname__, settings, ports)
+
+
+def module_key(recorded):
+    """:func:`unit_key` of a unit :func:`shared_units` recorded (a :class:`Flushable`:
+    of the unit it wraps, marked): equal keys convert to the same Verilog."""
+    if isinstance(recorded, Flushable):
+        return ("flushable", unit_key(recorded.wrapped))
+    return unit_key(recorded)
 
 
 class Flushable(wiring.Component):
@@ -106,7 +116,7 @@ def share(unit, kind, reset=None):
     if registry is None:
         return unit if reset is None else ResetInserter(reset)(unit)
     modules, keys = registry
-    key = (_key(unit), reset is not None)
+    key = (unit_key(unit), reset is not None)
     if key not in keys:
         keys[key] = f"{kind}_{len(modules)}"
         modules[keys[key]] = unit if reset is None else Flushable(unit)

@@ -414,3 +414,20 @@ def test_rdu_compile_says_when_it_tiles_again_with_fewer_pcus(capsys, tmp_path):
     assert main([*argv, "--json"]) == 0
     out, err = capsys.readouterr()
     assert err == "" and "8/9 PCU" in json.loads(out)["mapping"]
+
+
+def test_shared_unit_verilog_is_converted_once_per_unit():
+    """A shared unit's Verilog is kept by its key (class, plain settings, ports, the hdl
+    hash): the same unit under another module name is the same text renamed; another
+    setting is another conversion."""
+    from hdl.switch import Switch
+    from rdu.sim.verilator import project_root, shared_unit_verilog
+    cache = project_root() / "build" / "verilog-units"
+    first = shared_unit_verilog(Switch(lanes=2, fifo_depth=2), "rdu_switch_7")
+    assert "module rdu_switch_7" in first and "rdu_cached_unit" not in first
+    files = set(cache.glob("*.v"))
+    again = shared_unit_verilog(Switch(lanes=2, fifo_depth=2), "rdu_switch_3")
+    assert again == first.replace("rdu_switch_7", "rdu_switch_3")
+    assert set(cache.glob("*.v")) == files              # read, not converted
+    deeper = shared_unit_verilog(Switch(lanes=2, fifo_depth=3), "rdu_switch_7")
+    assert deeper != first

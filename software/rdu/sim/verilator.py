@@ -243,8 +243,7 @@ def generate_verilog(component, name, *, hier_blocks=None, gate_clocks=False):
                                  platform=platform)]
     # each distinct shared unit once, under the module name its instances use
     for module, unit in shared.items():
-        text = verilog.convert(VerilogTop(unit), name=module, emit_src=False,
-                               platform=platform)
+        text = shared_unit_verilog(unit, module, platform)
         if hier_blocks is not None and hier_blocks(unit):
             header = re.compile(rf"^module {re.escape(module)}\s*\([^;]*\);", re.M)
             text, count = header.subn(lambda found: f"{found.group(0)}\n  {HIER_BLOCK}",
@@ -253,6 +252,42 @@ def generate_verilog(component, name, *, hier_blocks=None, gate_clocks=False):
         parts.append(text)
     text, _, _ = dedupe_modules("\n".join(parts))
     return _compact_zero_memory_init(text)
+
+
+#: The module name a shared unit is converted under in :func:`shared_unit_verilog`'s
+#: cache (each use renames it to its own module).
+_CACHED_UNIT = "rdu_cached_unit"
+
+
+def shared_unit_verilog(unit, module, platform=None):
+    """The Verilog of shared unit ``unit`` (:mod:`hdl.shared`) as module ``module``,
+    converted once per distinct unit and kept in ``build/verilog-units/``: a 4x4 system,
+    the IP top and the PCU's own lint convert the same 8-lane PCU (about a minute each).
+    The key is what :mod:`hdl.shared` counts as the same unit (class, plain settings,
+    ports) with the hash of ``hdl/``, Amaranth's version and the platform."""
+    import amaranth
+    from amaranth.back import verilog
+
+    from hdl.shared import module_key
+    from hdl.top import VerilogTop
+    key_data = [module_key(unit), hdl_source_hash(), amaranth.__version__,
+                type(platform).__qualname__ if platform is not None else None]
+    key = hashlib.sha256(json.dumps(key_data, sort_keys=True, default=repr).encode()
+                         ).hexdigest()[:20]
+    path = project_root() / "build" / "verilog-units" / f"{key}.v"
+    try:
+        text = path.read_text()
+        for elaboratable in (unit, getattr(unit, "wrapped", None)):
+            if elaboratable is not None:        # converted before: not elaborated now
+                elaboratable._MustUse__silence = True
+    except OSError:
+        text = verilog.convert(VerilogTop(unit), name=_CACHED_UNIT, emit_src=False,
+                               platform=platform)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(text)
+        os.replace(partial, path)           # whole or absent, also between processes
+    return re.sub(rf"\b{_CACHED_UNIT}\b", module, text)
 
 
 @dataclass(frozen=True)
