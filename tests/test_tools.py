@@ -420,8 +420,9 @@ def test_shared_unit_verilog_is_converted_once_per_unit():
     """A shared unit's Verilog is kept by its key (class, plain settings, ports, the hdl
     hash): the same unit under another module name is the same text renamed; another
     setting is another conversion."""
-    from hdl.switch import Switch
     from rdu.sim.verilator import project_root, shared_unit_verilog
+
+    from hdl.switch import Switch
     cache = project_root() / "build" / "verilog-units"
     first = shared_unit_verilog(Switch(lanes=2, fifo_depth=2), "rdu_switch_7")
     assert "module rdu_switch_7" in first and "rdu_cached_unit" not in first
