@@ -361,7 +361,7 @@ def test_gemm_through_ip_verilator(sim_dir, seed):
     reported = {"GEOMETRY": 2 | 2 << 8 | 4 << 16 | 4 << 24,
                 "RESOURCES": 16 | 2 << 16 | 4 << 24, "PERF_COUNT": len(names)}
     assert registers == {r.name: reported.get(r.name, r.reset) for r in regmap.registers}
-    assert registers["ID"] == MAGIC and registers["VERSION"] == 1 << 8 | 3
+    assert registers["ID"] == MAGIC and registers["VERSION"] == 1 << 8 | 4
     assert registers["WATCHDOG"] == 0x10000
     # a write to a read-only register is ignored (OKAY), unmapped words read 0
     assert result["probes"] == {"id_write_resp": 0, "id_after_write": MAGIC,

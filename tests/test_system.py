@@ -82,8 +82,8 @@ def test_system_argument_checks():
     with pytest.raises(ValueError, match=r"^Transpose needs rows a multiple of 4 lanes and "
                                          r"columns a power of two >= 4, not 6x8$"):
         transpose_program(**SMALL, matrix_rows=6, matrix_cols=8, seed=1)
-    assert system.agcu_config_words == 12
-    assert [t for t in system.config_targets() if t[0] == 4] == [(4, 0, k, 12) for k in range(3)]
+    assert system.agcu_config_words == 13       # docs/agcu.md: 389 bits
+    assert [t for t in system.config_targets() if t[0] == 4] == [(4, 0, k, 13) for k in range(3)]
 
 
 @pytest.mark.parametrize("shape, stall, memory", [
