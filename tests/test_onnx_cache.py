@@ -204,3 +204,41 @@ def test_generation_bad_input_exit_2(kv_model, capsys):
     assert len(capsys.readouterr().out.strip().split(",")) == 3
     with pytest.raises(generation.GenerationError, match="at least 1"):
         generation.reference_generate(kv_model, [1], 0)
+
+
+@pytest.mark.parametrize("which", ["tiny", "hf"])
+def test_rotary_tables_are_every_decode_steps_cos_and_sin(kv_model, which):
+    """``rotary_tables(model, C)``: the Cos and Sin the importer folds for positions
+    0 .. C - 1; row p is what onnxruntime computes in a decode step at position p (P = p,
+    L = 1, position_ids [[p]]), for p across the table."""
+    import onnxruntime
+
+    from rdu.onnx.cache import rotary_tables
+    model = onnx.load(str(kv_model if which == "tiny" else HF_CACHE))
+    tables = rotary_tables(model, 40)
+    assert tables and all(table.shape[-2] == 40 for table in tables.values())
+    probe = onnx.load(str(kv_model if which == "tiny" else HF_CACHE))
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name)
+                              for name in tables if name not in known)
+    session = onnxruntime.InferenceSession(probe.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    for p in (0, 1, 17, 39):
+        feed = {}
+        for info in probe.graph.input:
+            dims = [d.dim_value for d in info.type.tensor_type.shape.dim]
+            if info.name.startswith("past"):
+                feed[info.name] = np.zeros((1, dims[1], p, dims[3]), np.float32)
+            elif info.name == "position_ids":
+                feed[info.name] = np.array([[p]], np.int64)
+            elif info.name == "attention_mask":
+                feed[info.name] = np.ones((1, p + 1), np.int64)
+            else:
+                feed[info.name] = np.array([[3]], np.int64)
+        values = dict(zip([o.name for o in session.get_outputs()],
+                          session.run(None, feed), strict=True))
+        for name, table in tables.items():
+            step = np.asarray(values[name], np.float32)
+            assert step.shape[-2] == 1, name
+            np.testing.assert_allclose(table[..., p, :], step[..., 0, :], atol=2e-6,
+                                       err_msg=f"{name} at position {p}")

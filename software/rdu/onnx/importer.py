@@ -70,7 +70,9 @@ class Imported:
     embedding rows the host looks up; ``ids``: ``{front-end name: Ids}`` of the
     integer inputs (token ids) a run supplies (:mod:`rdu.onnx.lookup`); ``bound``: the
     inputs the binding of dynamic dimensions fixes (:mod:`rdu.onnx.cache`: the empty
-    past, position ids, the attention mask), fed to onnxruntime as they are."""
+    past, position ids, the attention mask), fed to onnxruntime as they are; ``tables``:
+    ``{ONNX name: array}`` of the ``Cos`` and ``Sin`` outputs folded at import (the
+    rotary tables of the bound positions: :func:`rdu.onnx.cache.rotary_tables`)."""
     graph: Graph
     data: dict
     weights: dict
@@ -83,6 +85,7 @@ class Imported:
     lookups: dict = field(default_factory=dict)
     ids: dict = field(default_factory=dict)
     bound: Bound = field(default_factory=Bound)
+    tables: dict = field(default_factory=dict)
 
 
 class Importer:
@@ -293,8 +296,12 @@ def import_model(source, dims=None, shapes=None):
     if unused:
         importer.fail(f"integer input {unused[0]!r} is read by no Gather of a table",
                       "token ids read by Gather(table, ids): the host looks the rows up")
+    tables = {node.output[0]: np.asarray(importer.values[node.output[0]].array)
+              for node in graph.node if node.op_type in ("Cos", "Sin")
+              and isinstance(importer.values.get(node.output[0]), Const)}
     return Imported(importer.graph, data, importer.weights, shapes, outputs,
-                    importer.held, model, label, elems, importer.lookups, ids, bound)
+                    importer.held, model, label, elems, importer.lookups, ids, bound,
+                    tables)
 
 
 def _held_operands(graph):
