@@ -212,7 +212,7 @@ def test_rotary_tables_are_every_decode_steps_cos_and_sin(kv_model, which):
     0 .. C - 1; row p is what onnxruntime computes in a decode step at position p (P = p,
     L = 1, position_ids [[p]]), for p across the table."""
     import onnxruntime
-    from rdu.onnx.cache import rotary_tables
+    from rdu.onnx.importer import rotary_tables
     model = onnx.load(str(kv_model if which == "tiny" else HF_CACHE))
     tables = rotary_tables(model, 40)
     assert tables and all(table.shape[-2] == 40 for table in tables.values())

@@ -27,7 +27,7 @@ import numpy as np
 
 from .values import Const, OnnxImportError
 
-__all__ = ["bind", "convert", "rotary_tables", "Bound", "PAST", "is_past"]
+__all__ = ["bind", "convert", "Bound", "PAST", "SEQUENCE_INPUTS", "is_past", "dims_of"]
 
 #: The names of past inputs (HF's and the exporters'): ``past_key_values.{i}.key`` and
 #: ``.value`` (also ``past_key_values.{i}.{j}``, ``past.{i}.key``).
@@ -52,6 +52,11 @@ class Bound(dict):
     def __init__(self, arrays=(), dims=None):
         super().__init__(arrays)
         self.dims = dict(dims or {})
+
+
+def dims_of(info):
+    """The dimensions (``TensorShapeProto.Dimension``) of graph input ``info``."""
+    return list(info.type.tensor_type.shape.dim)
 
 
 def _dims(info):
@@ -202,19 +207,3 @@ def convert(imp, node):
     imp.values[node.output[0]] = rest[0]
     return True
 
-
-def rotary_tables(model, positions, dims=None):
-    """The rotary tables of a causal LM with a KV cache for positions ``0 ..
-    positions - 1``, as its exporter computes them (``position_ids`` times ``inv_freq``,
-    ``Cos``, ``Sin``): ``{ONNX name of a Cos or Sin output: float32 array}``, the
-    positions on the second-to-last axis. The model is imported as the prefill of
-    ``positions`` tokens (``P`` = 0), so the tables are the importer's own folds, once
-    at compile time; a decode step at position ``p`` reads their row ``p`` (issue #34,
-    ``docs/generate.md``). ``model``: a ModelProto; ``dims`` as :func:`bind`'s."""
-    from .importer import import_model
-    shapes = {}
-    for info in model.graph.input:
-        if info.name in SEQUENCE_INPUTS and info.name != "position_ids":
-            last = [d.dim_value for d in _dims(info)][2:]
-            shapes[info.name] = (1, positions, *last)
-    return import_model(model, dims=dims, shapes=shapes).tables

@@ -23,7 +23,7 @@ import numpy as np
 from ..frontend.graph import FrontendError, Graph
 from .attention import PENDING
 from .attention import convert as convert_attention
-from .cache import Bound, bind
+from .cache import SEQUENCE_INPUTS, Bound, bind, dims_of
 from .cache import convert as convert_cache
 from .lookup import Ids
 from .lookup import convert as convert_lookup
@@ -32,7 +32,8 @@ from .rotary import Part
 from .rotary import convert as convert_rotary
 from .values import Const, OnnxImportError, Value, core_shape, identifier
 
-__all__ = ["Importer", "Imported", "import_model", "OPSET_RANGE", "load_model"]
+__all__ = ["Importer", "Imported", "import_model", "rotary_tables", "OPSET_RANGE",
+           "load_model"]
 
 #: The element types of integer inputs (``onnx.TensorProto`` INT64, INT32): token ids.
 INTEGER_INPUTS = (7, 6)
@@ -72,7 +73,7 @@ class Imported:
     inputs the binding of dynamic dimensions fixes (:mod:`rdu.onnx.cache`: the empty
     past, position ids, the attention mask), fed to onnxruntime as they are; ``tables``:
     ``{ONNX name: array}`` of the ``Cos`` and ``Sin`` outputs folded at import (the
-    rotary tables of the bound positions: :func:`rdu.onnx.cache.rotary_tables`)."""
+    rotary tables of the bound positions: :func:`rdu.onnx.importer.rotary_tables`)."""
     graph: Graph
     data: dict
     weights: dict
@@ -317,3 +318,19 @@ def _held_operands(graph):
             if operand.op == "unary" and operand.attrs.get("fn") == "cast":
                 held[id(operand.inputs[0])] = Tensor(graph, operand)
     return held
+
+
+def rotary_tables(model, positions, dims=None):
+    """The rotary tables of a causal LM with a KV cache for positions ``0 ..
+    positions - 1``, as its exporter computes them (``position_ids`` times ``inv_freq``,
+    ``Cos``, ``Sin``): ``{ONNX name of a Cos or Sin output: float32 array}``, the
+    positions on the second-to-last axis. The model is imported as the prefill of
+    ``positions`` tokens (``P`` = 0), so the tables are the importer's own folds, once
+    at compile time; a decode step at position ``p`` reads their row ``p`` (issue #34,
+    ``docs/generate.md``). ``model``: a ModelProto; ``dims`` as :func:`bind`'s."""
+    shapes = {}
+    for info in model.graph.input:
+        if info.name in SEQUENCE_INPUTS and info.name != "position_ids":
+            last = [d.dim_value for d in dims_of(info)][2:]
+            shapes[info.name] = (1, positions, *last)
+    return import_model(model, dims=dims, shapes=shapes).tables
