@@ -134,21 +134,14 @@ class _Writer:
         past's offset (key ``j`` visible to the query at position ``p`` when ``j <=
         p``) and the attention mask's padding, from ``Shape``, ``Range`` and
         comparisons as the exporters write them."""
-        c, dim = self.c, self.c.dim
-        inverse = 1.0 / c.theta ** (np.arange(0, dim, 2) / dim)
-        self.const("inv_freq", inverse.reshape(1, dim // 2), np.float32)
+        self.inv_freq()
         one, zero = self.const("c_one", 1), self.const("c_zero", 0)
         axis1, axis2 = self.const("c_axis1", [1]), self.const("c_axis2", [2])
         axis0 = self.const("c_axis0", [0])
         col = self.node("Unsqueeze", ["position_ids", axis2], "position_col",
                         "rotary/Unsqueeze")
         posf = self.node("Cast", [col], "position_f", "rotary/Cast", to=1)
-        freqs = self.node("MatMul", [posf, "inv_freq"], "freqs", "rotary/MatMul")
-        emb = self.node("Concat", [freqs, freqs], "emb", "rotary/Concat", axis=-1)
-        cos = self.node("Cos", [emb], "cos2", "rotary/Cos")
-        sin = self.node("Sin", [emb], "sin2", "rotary/Sin")
-        self.node("Unsqueeze", [cos, axis1], "cos", "rotary/Unsqueeze_cos")
-        self.node("Unsqueeze", [sin, axis1], "sin", "rotary/Unsqueeze_sin")
+        self.rotary_tables(posf, axis1)
         shape = self.node("Shape", ["attention_mask"], "mask_shape", "mask/Shape")
         total = self.node("Gather", [shape, one], "total_len", "mask/Gather", axis=0)
         keys = self.node("Range", [zero, total, one], "key_positions", "mask/Range")
@@ -160,17 +153,12 @@ class _Writer:
         padding = self.node("Unsqueeze", [padding, axis1], "padding_rows",
                             "mask/Unsqueeze_2")
         self.node("And", [causal, padding], "keep", "mask/And")
-        self.const("ninf", -np.inf, np.float32)
-        for name, value in (("r_start", [0]), ("r_middle", [dim // 2]),
-                            ("r_end", [2 ** 62]), ("r_last", [-1]), ("repeat_axis", [2])):
-            self.const(name, value)
+        self.rotate_half_constants()
 
     def shared(self, source):
         """Position ids, the rotary tables ``cos``, ``sin`` (1, 1, L, D) and the causal
         mask's ``keep`` (L, L), from the shape of ``source``."""
-        c, dim = self.c, self.c.dim
-        inverse = 1.0 / c.theta ** (np.arange(0, dim, 2) / dim)
-        self.const("inv_freq", inverse.reshape(1, dim // 2), np.float32)
+        self.inv_freq()
         one, zero = self.const("c_one", 1), self.const("c_zero", 0)
         axis0, axis1 = self.const("c_axis0", [0]), self.const("c_axis1", [1])
         axes01 = self.const("c_axes01", [0, 1])
@@ -179,17 +167,34 @@ class _Writer:
         pos = self.node("Range", [zero, n, one], "position_ids", "rotary/Range")
         posf = self.node("Cast", [pos], "position_f", "rotary/Cast", to=1)
         col = self.node("Unsqueeze", [posf, axis1], "position_col", "rotary/Unsqueeze")
-        freqs = self.node("MatMul", [col, "inv_freq"], "freqs", "rotary/MatMul")
-        emb = self.node("Concat", [freqs, freqs], "emb", "rotary/Concat", axis=-1)
-        cos = self.node("Cos", [emb], "cos2", "rotary/Cos")
-        sin = self.node("Sin", [emb], "sin2", "rotary/Sin")
-        self.node("Unsqueeze", [cos, axes01], "cos", "rotary/Unsqueeze_cos")
-        self.node("Unsqueeze", [sin, axes01], "sin", "rotary/Unsqueeze_sin")
+        self.rotary_tables(col, axes01)
         cols = self.node("Unsqueeze", [pos, axis1], "mask_cols", "mask/Unsqueeze")
         rows = self.node("Unsqueeze", [pos, axis0], "mask_rows", "mask/Unsqueeze_1")
         self.node("LessOrEqual", [rows, cols], "keep", "mask/LessOrEqual")
+        self.rotate_half_constants()
+
+    def inv_freq(self):
+        """The initializer ``inv_freq`` (1, D / 2): ``theta ** -(2i / D)``."""
+        dim = self.c.dim
+        inverse = 1.0 / self.c.theta ** (np.arange(0, dim, 2) / dim)
+        self.const("inv_freq", inverse.reshape(1, dim // 2), np.float32)
+
+    def rotary_tables(self, positions, axes):
+        """``cos`` and ``sin``: ``positions`` (a column of float positions) times
+        ``inv_freq``, doubled (``Concat``), ``Cos`` and ``Sin``, unsqueezed on ``axes``
+        to (1, 1, L, D)."""
+        freqs = self.node("MatMul", [positions, "inv_freq"], "freqs", "rotary/MatMul")
+        emb = self.node("Concat", [freqs, freqs], "emb", "rotary/Concat", axis=-1)
+        cos = self.node("Cos", [emb], "cos2", "rotary/Cos")
+        sin = self.node("Sin", [emb], "sin2", "rotary/Sin")
+        self.node("Unsqueeze", [cos, axes], "cos", "rotary/Unsqueeze_cos")
+        self.node("Unsqueeze", [sin, axes], "sin", "rotary/Unsqueeze_sin")
+
+    def rotate_half_constants(self):
+        """The constants every layer's attention reads: ``-inf`` of the mask, the
+        ``Slice`` bounds of rotate_half, the axis of ``repeat_kv``."""
         self.const("ninf", -np.inf, np.float32)
-        for name, value in (("r_start", [0]), ("r_middle", [dim // 2]),
+        for name, value in (("r_start", [0]), ("r_middle", [self.c.dim // 2]),
                             ("r_end", [2 ** 62]), ("r_last", [-1]), ("repeat_axis", [2])):
             self.const(name, value)
 
