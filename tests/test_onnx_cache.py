@@ -211,8 +211,7 @@ def test_rotary_tables_are_every_decode_steps_cos_and_sin(kv_model, which):
     """``rotary_tables(model, C)``: the Cos and Sin the importer folds for positions
     0 .. C - 1; row p is what onnxruntime computes in a decode step at position p (P = p,
     L = 1, position_ids [[p]]), for p across the table."""
-    import onnxruntime
-    from rdu.onnx.importer import rotary_tables
+    from rdu.onnx.importer import cpu_session, rotary_tables
     model = onnx.load(str(kv_model if which == "tiny" else HF_CACHE))
     tables = rotary_tables(model, 40)
     assert tables and all(table.shape[-2] == 40 for table in tables.values())
@@ -220,8 +219,7 @@ def test_rotary_tables_are_every_decode_steps_cos_and_sin(kv_model, which):
     known = {o.name for o in probe.graph.output}
     probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name)
                               for name in tables if name not in known)
-    session = onnxruntime.InferenceSession(probe.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
+    session = cpu_session(probe)
     for p in (0, 1, 17, 39):
         feed = {}
         for info in probe.graph.input:

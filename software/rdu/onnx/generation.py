@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cache import is_past
-from .importer import load_model
+from .importer import cpu_session, load_model
 
 __all__ = ["reference_generate", "Generation", "GenerationError", "cache_session",
            "run_step", "main"]
@@ -47,13 +47,8 @@ class _Session:
     """An onnxruntime session of a cache model and what it takes."""
 
     def __init__(self, source):
-        import onnxruntime
         model, self.label = load_model(source)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self.session = onnxruntime.InferenceSession(model.SerializeToString(), options,
-                                                    providers=["CPUExecutionProvider"])
+        self.session = cpu_session(model)
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
         self.past = [name for name in self.inputs if is_past(name)]

@@ -33,7 +33,7 @@ from .rotary import convert as convert_rotary
 from .values import Const, OnnxImportError, Value, core_shape, identifier
 
 __all__ = ["Importer", "Imported", "import_model", "rotary_tables", "OPSET_RANGE",
-           "load_model"]
+           "load_model", "cpu_session"]
 
 #: The element types of integer inputs (``onnx.TensorProto`` INT64, INT32): token ids.
 INTEGER_INPUTS = (7, 6)
@@ -55,6 +55,17 @@ def load_model(source):
             raise OnnxImportError(f"{path}: not an ONNX model ({error})") from None
         return model, path.name
     return source, f"{source.graph.name or 'model'}.onnx"
+
+
+def cpu_session(model):
+    """An onnxruntime session of ``model`` (a ModelProto) as every reference of the
+    project runs it: the CPU provider, one thread, warnings off."""
+    import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                        providers=["CPUExecutionProvider"])
 
 
 @dataclass

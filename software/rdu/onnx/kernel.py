@@ -20,7 +20,7 @@ from ..frontend.graph import Tensor
 from ..frontend.kernels import KERNELS, Kernel, KernelInputError, to_bf16_words
 from ..models import pcu_reference as pcu_model
 from ..models import reference
-from .importer import import_model
+from .importer import cpu_session, import_model
 from .lookup import check_ids, lookup_rows, random_ids, vocabulary
 from .values import core_shape
 
@@ -64,7 +64,6 @@ def onnxruntime_values(imported, inputs, tensors):
     rounded weights, the values of the ONNX ``tensors`` (outputs of the graph or of any
     node: those are made outputs too)."""
     import onnx
-    import onnxruntime
     from onnx import TensorProto
     model = rounded_model(imported)
     present = {output.name for output in model.graph.output}
@@ -72,11 +71,7 @@ def onnxruntime_values(imported, inputs, tensors):
         if tensor not in present:
             model.graph.output.append(onnx.helper.make_tensor_value_info(
                 tensor, TensorProto.FLOAT, None))
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(model.SerializeToString(), options,
-                                           providers=["CPUExecutionProvider"])
+    session = cpu_session(model)
     feed = dict(imported.bound)                    # the empty past, positions, mask
     for key, ids in imported.ids.items():          # the token ids themselves
         values = np.asarray(inputs[key], np.int64).reshape(ids.shape)
