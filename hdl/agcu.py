@@ -204,21 +204,21 @@ class CommandDecoder(wiring.Component):
             m.d.comb += [linear.base.eq(base), linear.count[0].eq(beats),
                          linear.count[1].eq(1), linear.count[2].eq(1),
                          linear.stride[0].eq(beat)]
-        self.moved = {}
+        moved_bases = {}
         for side, configured, pattern, offset in (
                 ("load", self.load, conf.load, self.load_offset),
                 ("store", self.store, conf.store, self.store_offset)):
             moved = Signal(signed(len(offset) + beat_shift + 2), name=f"{side}_moved_base")
             m.d.comb += [moved.eq(pattern.base + (offset << beat_shift)),
                          configured.base.eq(moved)]
-            self.moved[side] = moved
+            moved_bases[side] = moved
             for k in range(3):
                 m.d.comb += [configured.count[k].eq(pattern.count[k]),
                              configured.stride[k].eq(pattern.stride[k])]
-        self._check(m, beat_shift)
+        self._check(m, beat_shift, moved_bases)
         return m
 
-    def _check(self, m, beat_shift):
+    def _check(self, m, beat_shift, moved):
         cmd, conf, check = self.command, self.config, self.error
 
         def misaligned(value):
@@ -256,8 +256,8 @@ class CommandDecoder(wiring.Component):
                 with m.Elif((conf.load_enable & load_empty) |
                             (conf.store_enable & store_empty)):
                     m.d.comb += check.eq(AGCUError.BAD_CONFIG)
-                with m.Elif((conf.load_enable & outside(self.moved["load"])) |
-                            (conf.store_enable & outside(self.moved["store"]))):
+                with m.Elif((conf.load_enable & outside(moved["load"])) |
+                            (conf.store_enable & outside(moved["store"]))):
                     m.d.comb += check.eq(AGCUError.ADDRESS_WRAP)
             with m.Default():
                 m.d.comb += check.eq(AGCUError.BAD_OPCODE)

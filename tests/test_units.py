@@ -105,9 +105,9 @@ def test_decoders_invert_the_encoders():
         name = "load"
         config = {"bf16": True}
         pattern = AccessPattern(64, (2, 3, 1), (32, 64, 0))
-    words = UNITS[UnitKind.AGCU].encoder(load=Load())
+    words = UNITS[UnitKind.AGCU].encoder(load=Load(), lanes=4)
     fields = UNITS[UnitKind.AGCU].decode(words, lanes=4, stages=2)
-    assert fields == agcu_encoder.fields(load=Load())
+    assert fields == agcu_encoder.fields(load=Load(), lanes=4)
     assert UNITS[UnitKind.AGCU].named_fields is fields_as_stored
 
 

@@ -130,14 +130,21 @@ class Program:
             regions.append((base, 4 * words + extra, 0, 1))
         return regions
 
-    def _tables(self):
-        """``{manifest address: (table base, bytes past the entry's own)}`` of the
-        positioned images (``meta["positions"]``) at :meth:`at_position`'s position."""
+    def _entries(self, position):
+        """``{table base: (entry address at position, bytes past the entry's own)}`` of
+        the positioned images (``meta["positions"]``: ``{image: {"stride",
+        "entries"}}``)."""
         images = self.meta.get("images", {})
-        position = self.meta.get("position", 0)
-        return {images[name]["address"] + position * table["stride"]:
-                (images[name]["address"], table["stride"] * (table["entries"] - 1))
+        return {images[name]["address"]:
+                (images[name]["address"] + position * table["stride"],
+                 table["stride"] * (table["entries"] - 1))
                 for name, table in self.meta.get("positions", {}).items() if name in images}
+
+    def _tables(self):
+        """``{manifest address: (table base, bytes past the entry's own)}`` at
+        :meth:`at_position`'s position."""
+        return {entry: (base, extra) for base, (entry, extra)
+                in self._entries(self.meta.get("position", 0)).items()}
 
     def at_position(self, position):
         """This program launched at ``position``: the manifest's inputs and outputs of
@@ -148,15 +155,12 @@ class Program:
         tables = self.meta.get("positions")
         if not tables or position == self.meta.get("position", 0):
             return self
-        images = self.meta["images"]
-        moved = {}
         for name, table in tables.items():
             if position >= table["entries"]:
                 raise ProgramError(f"program {self.name!r}: position {position} is past "
                                    f"the {table['entries']} entries of {name!r}")
-            base = images[name]["address"]
-            moved[base + self.meta.get("position", 0) * table["stride"]] = \
-                base + position * table["stride"]
+        entries = self._entries(position)
+        moved = {now: entries[base][0] for now, (base, _) in self._tables().items()}
         return replace(
             self, meta=dict(self.meta, position=position),
             inputs={name: (moved.get(address, address), words)

@@ -52,7 +52,7 @@ def encode_mapping(kernel, mapping, stages, agcus):
     for index, placed in slots.items():
         records.append(Record(UnitKind.AGCU, 0, index,
                               agcu_unit.encode(placed.get("load"), placed.get("store"),
-                                               4 * lanes)))
+                                               lanes=lanes)))
     return write_bitstream(Geometry(geometry.rows, geometry.cols, lanes), records)
 
 

@@ -38,10 +38,7 @@ def _launch(model, program, windows):
 def _machine(machine, options):
     """A :class:`FunctionalMachine` of ``machine`` at the run's launch position."""
     model = FunctionalMachine(machine)
-    try:
-        model.position = options.position
-    except ValueError as error:
-        raise RunFailure(str(error), "position") from None
+    model.position = options.position       # checked by rdu.runtime.launch
     return model
 
 

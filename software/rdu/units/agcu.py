@@ -11,6 +11,7 @@ launch's position, ``docs/agcu.md``, **Positioned patterns**).
 import operator
 
 from hdl.agcu import POSITION_BITS, POSITION_STRIDE_BITS, agcu_config_layout
+from hdl.interfaces import WORD_BITS
 
 from ..unitconfig import pack_config
 from .pcu import UnitConfigError
@@ -57,9 +58,10 @@ def position_stride_beats(node, beat):
     return stride // beat
 
 
-def fields(load=None, store=None, beat=32):
-    """Fields of the AGCU running ``load`` (a Load node or None) and ``store``; ``beat``:
-    bytes per AXI beat."""
+def fields(load=None, store=None, *, lanes):
+    """Fields of the AGCU of a ``lanes``-lane machine running ``load`` (a Load node or
+    None) and ``store``."""
+    beat = lanes * WORD_BITS // 8
     result = {"load_enable": 0, "store_enable": 0, "wait_done": 0, "load_bf16": 0,
               "store_bf16": 0, "load": dict(IDLE_PATTERN), "store": dict(IDLE_PATTERN),
               "load_position_stride": 0, "store_position_stride": 0}
@@ -74,8 +76,8 @@ def fields(load=None, store=None, beat=32):
     return result
 
 
-def encode(load=None, store=None, beat=32):
-    return pack_config(agcu_config_layout(), fields(load, store, beat))
+def encode(load=None, store=None, *, lanes):
+    return pack_config(agcu_config_layout(), fields(load, store, lanes=lanes))
 
 
 def beats(fields):
