@@ -384,8 +384,8 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
     ``"refused_last"``). ``abort_after_last``: then ``CONTROL.ABORT`` (its note and
     ``STATUS`` after it in ``"abort"``) and the first program once more, with no reset
     (``"after_abort"``: its launch). ``windows``: each launch confined to its manifest's
-    memory windows. ``position``: written to ``POSITION`` before each launch (when not 0;
-    a soft reset clears it).
+    memory windows. ``position``: written to ``POSITION`` before each launch (a soft reset
+    clears it, an earlier run may have left another).
     """
     programs = [Program.load(directory) for directory in program_dirs]
     if not programs:
@@ -421,8 +421,7 @@ async def run_ip_programs(bench, program_dirs, *, timeouts=None, timeout=200_000
             await driver.write_reg("CONTROL", driver.bits("CONTROL", SOFT_RESET=1))
             after_soft_reset.append({name: await driver.read_reg(name)
                                      for name in ("STATUS", "IRQ_STATUS", "PROG_ADDR")})
-        if position:
-            await driver.write_reg("POSITION", check_position(position))
+        await driver.write_reg("POSITION", check_position(position))
         launches.append(await driver.run(
             program, timeout=timeouts[index] if timeouts else timeout,
             outputs_file=Path(directory) / "outputs.npz", watchdog=watchdog,
