@@ -59,10 +59,6 @@ def dims_of(info):
     return list(info.type.tensor_type.shape.dim)
 
 
-def _dims(info):
-    return list(info.type.tensor_type.shape.dim)
-
-
 def _given(shape, rank):
     """``shape`` of a given array aligned to ``rank`` axes (its leading size-1
     dimensions may be dropped), or None."""
@@ -75,10 +71,10 @@ def _given(shape, rank):
 def _dims_from(info, given, values):
     """The dynamic dimensions of ``info`` from the shape ``given`` of an array of it,
     into ``values`` (those not given already)."""
-    shape = _given(given, len(_dims(info)))
+    shape = _given(given, len(dims_of(info)))
     if shape is None:
         return                      # more axes than the input: the kernel refuses it
-    for dim, size in zip(_dims(info), shape, strict=True):
+    for dim, size in zip(dims_of(info), shape, strict=True):
         if dim.dim_param and dim.dim_param not in values:
             values[dim.dim_param] = int(size)
 
@@ -91,7 +87,7 @@ def bind(model, label, dims=None, shapes=None):
     (:class:`OnnxImportError`) for a dimension that stays unbound, a ``--bind`` the
     model does not have, and a past of length over 0."""
     inputs = list(model.graph.input)
-    names = {d.dim_param for info in inputs for d in _dims(info) if d.dim_param}
+    names = {d.dim_param for info in inputs for d in dims_of(info) if d.dim_param}
     past = [info for info in inputs if is_past(info.name)]
     if not names and not past:
         if dims:
@@ -108,7 +104,7 @@ def bind(model, label, dims=None, shapes=None):
             raise OnnxImportError(f"{label}: --bind {name}={value}: a size of 0 or more")
         values[name] = int(value)
     for info in past:                               # P: 0 (the prefill) unless given
-        dim = _dims(info)[2] if len(_dims(info)) == 4 else None
+        dim = dims_of(info)[2] if len(dims_of(info)) == 4 else None
         if dim is not None and dim.dim_param:
             values.setdefault(dim.dim_param, 0)
     for name, shape in (shapes or {}).items():      # L from the arrays given
@@ -118,7 +114,7 @@ def bind(model, label, dims=None, shapes=None):
     length = _sequence_length(inputs, values)
     lengths = {}
     for info in past:
-        dims_ = _dims(info)
+        dims_ = dims_of(info)
         size = None
         if len(dims_) == 4:
             size = values.get(dims_[2].dim_param) if dims_[2].dim_param else \
@@ -134,9 +130,9 @@ def bind(model, label, dims=None, shapes=None):
                                   f"{size}: decode steps run with `rdu generate`, not yet "
                                   f"built; supported: the prefill (a past of length 0)")
     mask = next((i for i in inputs if i.name == "attention_mask"), None)
-    if mask is not None and len(_dims(mask)) == 2 and _dims(mask)[1].dim_param and \
+    if mask is not None and len(dims_of(mask)) == 2 and dims_of(mask)[1].dim_param and \
             length is not None:
-        name = _dims(mask)[1].dim_param
+        name = dims_of(mask)[1].dim_param
         values.setdefault(name, length)                         # P + L, P = 0
         if values[name] != length:
             raise OnnxImportError(f"{label}: --bind {name}={values[name]}: the attention "
@@ -149,7 +145,7 @@ def bind(model, label, dims=None, shapes=None):
 def _sequence_length(inputs, values):
     """``L``: axis 1 of a sequence input, once bound (or static)."""
     for info in inputs:
-        dims = _dims(info)
+        dims = dims_of(info)
         if info.name in SEQUENCE_INPUTS and len(dims) >= 2:
             dim = dims[1]
             if dim.dim_param in values:
@@ -164,7 +160,7 @@ def _bound_model(model, label, values):
     bound = type(model)()
     bound.CopyFrom(model)
     for info in bound.graph.input:
-        for dim in _dims(info):
+        for dim in dims_of(info):
             if not dim.dim_param:
                 continue
             if dim.dim_param not in values:
@@ -183,7 +179,7 @@ def _bound_inputs(model, label, values):
     from onnx import helper
     arrays = {}
     for info in model.graph.input:
-        shape = [d.dim_value for d in _dims(info)]
+        shape = [d.dim_value for d in dims_of(info)]
         dtype = helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type)
         if is_past(info.name):
             arrays[info.name] = np.zeros(shape, dtype)
