@@ -253,13 +253,23 @@ def _user_arrays(args, kernel, arrays, sources):
             sources[tensor] = f"--{tensor} {path}"
 
 
-def _onnx_arrays(args, kernel):
-    """``(arrays, sources)`` of ``--input NAME=FILE.npy`` for an ONNX model's inputs."""
-    arrays, sources = {}, {}
+def _input_files(args):
+    """``[(text, name, array)]`` of the ``--input NAME=FILE.npy`` options, each file read
+    once (one line for a malformed option or file)."""
+    files = []
     for text in getattr(args, "input", None) or ():
         name, equals, path = text.partition("=")
         if not equals or not name or not path:
             raise CommandError(f"--input {text}: give NAME=FILE.npy")
+        files.append((text, name, load_array(path, f"--input {name}")))
+    return files
+
+
+def _onnx_arrays(kernel, files):
+    """``(arrays, sources)`` of the ``--input`` ``files`` (:func:`_input_files`) for an
+    ONNX model's inputs."""
+    arrays, sources = {}, {}
+    for text, name, array in files:
         if name in kernel.imported.bound:
             raise CommandError(f"--input {text}: the prefill binds {name} (the past "
                                f"empty, positions 0 to L - 1, the attention mask ones); "
@@ -267,15 +277,15 @@ def _onnx_arrays(args, kernel):
         if name not in kernel.data_inputs():
             raise CommandError(f"--input {text}: the model has no input {name!r}; its "
                                f"inputs: {', '.join(kernel.data_inputs())}")
-        arrays[name] = load_array(path, f"--input {name}")
+        arrays[name] = array
         sources[name] = f"--input {text}"
     return arrays, sources
 
 
-def _onnx_dims(args):
+def _onnx_dims(args, files):
     """``(dims, shapes)`` binding an ONNX model's dynamic dimensions: ``--bind NAME=VALUE``
-    and the shapes of the ``--input`` files (:func:`rdu.onnx.cache.bind`)."""
-    dims, shapes = {}, {}
+    and the shapes of the ``--input`` ``files`` (:func:`rdu.onnx.cache.bind`)."""
+    dims = {}
     for text in getattr(args, "bind", None) or ():
         name, equals, value = text.partition("=")
         try:
@@ -284,11 +294,7 @@ def _onnx_dims(args):
             raise CommandError(f"--bind {text}: give NAME=VALUE (a whole number)") from None
         if not equals or not name:
             raise CommandError(f"--bind {text}: give NAME=VALUE (a whole number)")
-    for text in getattr(args, "input", None) or ():
-        name, equals, path = text.partition("=")
-        if equals and name and path:
-            shapes[name] = load_array(path, f"--input {name}").shape
-    return dims, shapes
+    return dims, {name: array.shape for _, name, array in files}
 
 
 def _compile(args, kernel, params):
@@ -318,8 +324,9 @@ def _onnx_program(args):
             raise CommandError(f"{args.target}: an ONNX model's shapes and inputs are its "
                                f"own (--{name.replace('_', '-')} is for kernels by name; "
                                f"inputs: --input NAME=FILE.npy)")
-    kernel = onnx_kernel(args.target, *_onnx_dims(args))
-    arrays, sources = _onnx_arrays(args, kernel)
+    files = _input_files(args)
+    kernel = onnx_kernel(args.target, *_onnx_dims(args, files))
+    arrays, sources = _onnx_arrays(kernel, files)
     if execution == "fused" and not needs_groups(kernel.imported.graph):
         try:
             return kernel, _compile(args, kernel, {}), arrays, sources
@@ -376,7 +383,7 @@ def _program_for(args):
                            f"the model (rdu run {Path(program.params['model']).name})")
     if program.kernel == ONNX_KERNEL:
         kernel = onnx_kernel(program.params["model"], program.params.get("dims"))
-        arrays, sources = _onnx_arrays(args, kernel)
+        arrays, sources = _onnx_arrays(kernel, _input_files(args))
     else:
         kernel = get_kernel(program.kernel)
     for name in (*kernel.params, *kernel.choices, *kernel.options):
