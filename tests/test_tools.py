@@ -432,3 +432,25 @@ def test_shared_unit_verilog_is_converted_once_per_unit():
     assert set(cache.glob("*.v")) == files              # read, not converted
     deeper = shared_unit_verilog(Switch(lanes=2, fifo_depth=3), "rdu_switch_7")
     assert deeper != first
+
+
+def test_prune_builds_removes_the_least_recently_used_and_keeps_a_locked_one(tmp_path):
+    import fcntl
+    import os
+
+    from rdu.sim.verilator import prune_builds
+    for age, name in enumerate(["newest", "middle", "oldest", "locked", "partial"]):
+        build = tmp_path / name
+        build.mkdir()
+        (build / "model.bin").write_bytes(bytes(1000))
+        if name != "partial":               # no marker: not a finished build, left alone
+            marker = build / "build-ok.json"
+            marker.write_text("{}")
+            os.utime(marker, (1e9 - age * 100, 1e9 - age * 100))
+    with open(tmp_path / "locked.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        removed = prune_builds(tmp_path, limit=2500)
+    assert removed == ["oldest", "middle"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == \
+        ["locked", "newest", "partial"]
+    assert prune_builds(tmp_path, limit=10**6) == []

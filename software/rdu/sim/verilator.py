@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["MIN_VERILATOR", "LINT_WAIVERS", "VERILATOR_BUILD_ARGS", "VERILATOR_MAKE_ARGS",
-           "lint_verilog", "ensure_verilator",
+           "lint_verilog", "ensure_verilator", "prune_builds",
            "VerilatorBuild", "build", "run_cocotb", "project_root", "hdl_source_hash",
            "generate_verilog", "HIER_BLOCK", "hier_block_unit"]
 
@@ -455,6 +455,7 @@ def build(cls, *, toplevel=None, waves=None, progress=False, **params):
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.exists():
+            marker.touch()                 # its last use, for prune_builds
             return VerilatorBuild(toplevel, build_dir, verilog_path, waves, key, 0.0, True)
         if build_dir.exists():
             shutil.rmtree(build_dir)       # an interrupted build: start over
@@ -471,7 +472,49 @@ def build(cls, *, toplevel=None, waves=None, progress=False, **params):
                      hierarchical=HIER_BLOCK in text)
         seconds = time.perf_counter() - start
         marker.write_text(json.dumps({**key_data, "seconds": seconds}, default=repr))
-        return VerilatorBuild(toplevel, build_dir, verilog_path, waves, key, seconds, False)
+    prune_builds(base)
+    return VerilatorBuild(toplevel, build_dir, verilog_path, waves, key, seconds, False)
+
+
+def _tree_bytes(path):
+    """Bytes of the files under ``path`` (0 if it is gone)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def prune_builds(base=None, limit=None):
+    """Remove the least recently used builds from ``base`` (``build/verilator``) until
+    its builds take at most ``limit`` bytes (default ``RDU_BUILD_CACHE_GB``, 16 GiB;
+    every change of ``hdl/`` keys new builds, and a 4x4 system is about 0.5 GB). A
+    build in use (its lock held) is kept. Returns the names removed."""
+    base = Path(base) if base is not None else project_root() / "build" / "verilator"
+    if limit is None:
+        limit = float(os.environ.get("RDU_BUILD_CACHE_GB", "16")) * 2**30
+    builds = []
+    for entry in base.iterdir() if base.is_dir() else ():
+        marker = entry / "build-ok.json"
+        if entry.is_dir() and marker.exists():
+            builds.append((marker.stat().st_mtime, entry, _tree_bytes(entry)))
+    total = sum(size for _, _, size in builds)
+    removed = []
+    for _, entry, size in sorted(builds, key=lambda b: b[0]):
+        if total <= limit:
+            break
+        with open(base / f"{entry.name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue                    # being built or reused now
+            shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+        removed.append(entry.name)
+    return removed
 
 
 def _compile(verilog_path, toplevel, build_dir, waves, hierarchical=False):
