@@ -3,7 +3,16 @@ float64 attention of the same BF16 inputs."""
 
 import numpy as np
 import pytest
-from rdu.frontend.attention import AttentionError, AttentionShape, chain_outputs, float64_attention
+from rdu.frontend.attention import (
+    AttentionError,
+    AttentionShape,
+    attention64,
+    chain_outputs,
+    float64_attention,
+    scale_value,
+)
+from rdu.frontend.kernels import get_kernel
+from rdu.machine import Machine
 from rdu.models.pcu_reference import bf16_words
 
 #: (mode, seq, dim, heads, kv_heads): L = 1, L not a multiple of a chunk or of the lanes,
@@ -197,7 +206,10 @@ def test_attention_on_verilator(sim_dir, seed):
              dict(mode="decode", seq=40, dim=16, heads=4, kv_heads=2, kv_layout="rows",
                   valid=29),
              dict(mode="decode", seq=24, dim=12, heads=2, kv_heads=1, kv_layout="rows",
-                  valid=17)]
+                  valid=17),
+             # a decode step's 8 rows per head (its rows padded to a tile)
+             dict(mode="decode", seq=32, dim=16, heads=4, kv_heads=2, kv_layout="rows",
+                  valid=21, queries=8)]
     programs, all_inputs = zip(*(kernel.random_program(machine, seed + index, **params)
                                  for index, params in enumerate(cases)), strict=True)
     rtl = run_programs(programs, "verilator", seed=seed, work_dir=sim_dir / "attention")
@@ -311,12 +323,53 @@ def test_cache_refusals():
     q, k, v = (graph.input(n, s) for n, s in (("q", (2, 4, 16)), ("k", (1, 4, 16)),
                                                ("v", (1, 4, 16))))
     with pytest.raises(FrontendError, match="kv_layout 'rows' \\(a KV cache\\) is for "
-                                            "decode, one query row per head \\(not 4 rows"):
-        attention(q, k, v, kv_layout="rows")
+                                            "decode: every query row sees the whole cache"):
+        attention(q, k, v, kv_layout="rows", causal=True)
     with pytest.raises(FrontendError, match="valid keys are those of a KV cache"):
         attention(q, k, v, valid=2)
     with pytest.raises(KernelInputError, match="--kv-layout rows .* is for --mode decode"):
         _compile("prefill", 16, 16, 1, 1, kv_layout="rows")
+    with pytest.raises(KernelInputError, match="--queries 8: query rows that all see the "
+                                               "whole cache are --kv-layout rows"):
+        get_kernel("attention").compile(Machine(agcus=4), seq=16, dim=16, queries=8)
+    with pytest.raises(AttentionError, match="queries 8: .* reads a KV cache"):
+        AttentionShape("decode", 16, 16, 1, 1, 8, 16, queries=8)
+
+
+#: (seq, dim, heads, kv_heads, valid, queries): a decode step's rows padded to a tile
+#: (8: one pass per query head), and 12 rows (two heads share a pass)
+QUERY_KERNELS = [(64, 64, 4, 2, 20, 8), (40, 36, 2, 1, 33, 12)]
+
+
+@pytest.mark.parametrize("seq,dim,heads,kv_heads,valid,queries", QUERY_KERNELS)
+def test_cache_read_by_several_query_rows(seq, dim, heads, kv_heads, valid, queries, seed):
+    """Several query rows per head over a KV cache, each seeing every valid key: the
+    functional model's O bit-exact against the chain's arithmetic, within budget of
+    float64 over the valid keys, and far from attention over the whole capacity."""
+    from rdu.runtime import run_kernel
+    kernel = get_kernel("attention")
+    program = kernel.compile(Machine(agcus=4), seq=seq, dim=dim, heads=heads,
+                             kv_heads=kv_heads, kv_layout="rows", valid=valid,
+                             queries=queries)
+    meta = program.meta
+    assert meta["queries"] == queries and meta["passes"] == kv_heads * -(-heads // kv_heads * queries // 8)
+    inputs = kernel.random_inputs(program, seed)
+    assert inputs["q"].shape == (heads, queries, dim)
+    figures, results, _ = run_kernel(kernel, program, inputs, "model")
+    assert figures["ok"], f"max abs error {figures['max_abs_err']}"
+    shape = AttentionShape("decode", seq, dim, heads, kv_heads, 8, meta["chunk"],
+                           kv_layout="rows", valid=valid, queries=queries)
+    exact = chain_outputs(shape, *inputs.values())
+    assert np.array_equal(results["o"].view(np.uint32), exact)
+    q, k, v = (np.asarray(inputs[n], np.uint32).view(np.float32).astype(np.float64)
+               for n in "qkv")
+    valid_only, _ = attention64(q, k[:, :valid], v[:, :valid], scale_value(dim))
+    whole, _ = attention64(q, k, v, scale_value(dim))
+    out = results["o"].astype(np.float64)
+    assert np.abs(out - valid_only).max() <= budget(inputs["v"])
+    assert figures["roofline"]["macs"] == 2 * dim * heads * valid * queries
+    if (k[:, valid:] != 0).any():
+        assert np.abs(out - whole).max() > 2 * budget(inputs["v"])
 
 
 def test_cli_runs_a_cache(tmp_path):

@@ -109,7 +109,8 @@ class AttentionShape:
     softmax step (a multiple of ``2 * lanes``). ``kv_layout`` ``rows`` (decode): K and V
     are a position-major cache of capacity ``seq`` (a multiple of the lanes; ``chunk`` a
     multiple of the lanes dividing it) of which the first ``valid`` keys of each head
-    are filled (default all)."""
+    are filled (default all), read by ``queries`` queries per head (default 1: a decode
+    step's rows padded to a tile of the lanes are 8)."""
     mode: str
     seq: int
     dim: int
@@ -122,6 +123,7 @@ class AttentionShape:
     dim_align: int = 2
     kv_layout: str = "blocks"
     valid: int = None
+    queries: int = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -138,6 +140,9 @@ class AttentionShape:
                                  f"{self.kv_heads}")
         if self.rows_layout:
             self._check_rows()
+        elif self.queries is not None:
+            raise AttentionError(f"queries {self.queries}: a set number of queries per head "
+                                 f"reads a KV cache (kv_layout 'rows')")
         elif self.valid not in (None, self.seq):
             raise AttentionError(f"valid {self.valid} < seq {self.seq}: a cache holding "
                                  f"fewer keys than its capacity is kv_layout 'rows'")
@@ -165,6 +170,11 @@ class AttentionShape:
                                            and 1 <= self.valid <= self.seq):
             raise AttentionError(f"valid must be 1 to the capacity {self.seq}, not "
                                  f"{self.valid!r}")
+        if self.queries is not None and (isinstance(self.queries, bool) or
+                                         not isinstance(self.queries, int) or
+                                         self.queries < 1):
+            raise AttentionError(f"queries must be a positive integer, not "
+                                 f"{self.queries!r}")
 
     @property
     def rows_layout(self):
@@ -210,7 +220,10 @@ class AttentionShape:
 
     @property
     def rows(self):
-        """Queries per head."""
+        """Queries per head: :attr:`queries` of a ``rows`` cache (a decode step's rows,
+        padded to a tile, all seeing the whole cache), else the mode's."""
+        if self.queries is not None:
+            return self.queries
         return query_rows(self.mode, self.seq)
 
     @property

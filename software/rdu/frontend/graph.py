@@ -285,9 +285,9 @@ def attention(q, k, v, scale=None, causal=False, kv_layout="blocks", valid=None)
     streaming configuration (``docs/attention.md``).
 
     ``kv_layout``: how K and V lie in HBM, ``"blocks"`` (the chain's own order) or
-    ``"rows"``: a position-major KV cache of capacity ``seq`` (decode only), of which
-    the first ``valid`` keys of each head are filled (default all; the rest are empty
-    slots, masked)."""
+    ``"rows"``: a position-major KV cache of capacity ``seq`` (decode: every query row
+    sees the whole cache), of which the first ``valid`` keys of each head are filled
+    (default all; the rest are empty slots, masked)."""
     where = _user_line()
     q, k, v = (_tensor(x, "attention") for x in (q, k, v))
     if len(q.shape) != 3 or len(k.shape) != 3 or len(v.shape) != 3:
@@ -317,10 +317,9 @@ def _check_cache(where, rows, seq, causal, kv_layout, valid):
     if kv_layout not in ("blocks", "rows"):
         raise FrontendError(f"{where}: attention: kv_layout must be 'blocks' or 'rows', "
                             f"not {kv_layout!r}")
-    if kv_layout == "rows" and (rows != 1 or causal):
+    if kv_layout == "rows" and causal:
         raise FrontendError(f"{where}: attention: kv_layout 'rows' (a KV cache) is for "
-                            f"decode, one query row per head (not {rows} rows"
-                            f"{', causal' if causal else ''})")
+                            f"decode: every query row sees the whole cache (not causal)")
     if valid is None:
         return
     if kv_layout != "rows":

@@ -122,11 +122,17 @@ def mlp_graph(m, d, f):
 
 
 def attention_graph(seq, dim, heads, kv_heads, valid=None, mode="decode", causal=False,
-                    kv_layout="blocks"):
+                    kv_layout="blocks", queries=None):
     """``O = softmax(Q K^T / sqrt(D)) V`` per head, grouped-query: Q (heads, rows, dim)
     with one row per head (decode) or ``seq`` (prefill), K and V (kv_heads, seq, dim);
     ``causal`` (prefill): row ``r`` sees keys ``0 .. r``; ``kv_layout`` ``rows``
-    (decode): K and V are a KV cache of capacity ``seq`` holding ``valid`` keys."""
+    (decode): K and V are a KV cache of capacity ``seq`` holding ``valid`` keys, read
+    by ``queries`` rows of each head (default 1)."""
+    if queries not in (None, 1) and kv_layout != "rows":
+        raise KernelInputError(f"--queries {queries}: query rows that all see the whole "
+                               f"cache are --kv-layout rows")
+    if queries is not None and queries < 1:
+        raise KernelInputError(f"--queries {queries}: one query row or more")
     if causal and mode != "prefill":
         raise KernelInputError("--causal is for --mode prefill (a decode query sees every "
                                "key)")
@@ -143,7 +149,8 @@ def attention_graph(seq, dim, heads, kv_heads, valid=None, mode="decode", causal
         raise KernelInputError(f"HEADS {heads} is not a multiple of KV_HEADS {kv_heads} "
                                f"(each key/value head serves HEADS / KV_HEADS query heads)")
     graph = Graph("attention")
-    q = graph.input("q", (heads, query_rows(mode, seq), dim))
+    q = graph.input("q", (heads, _rows_of({"mode": mode, "seq": seq, "kv_layout": kv_layout,
+                                           "queries": queries}), dim))
     k = graph.input("k", (kv_heads, seq, dim))
     v = graph.input("v", (kv_heads, seq, dim))
     if kv_layout == "rows":
@@ -151,6 +158,14 @@ def attention_graph(seq, dim, heads, kv_heads, valid=None, mode="decode", causal
     else:
         graph.output("o", attention(q, k, v, causal=causal))
     return graph
+
+
+def _rows_of(params):
+    """Query rows per head of attention ``params``: ``queries`` of a ``rows`` cache,
+    else the mode's."""
+    if params.get("kv_layout") == "rows" and params.get("queries"):
+        return params["queries"]
+    return query_rows(params["mode"], params["seq"])
 
 
 def _empty_cache(params, tensor, words):
@@ -365,9 +380,13 @@ KERNELS = {
         options={"valid": (lambda params: params["seq"], "SEQ",
                            "attention, --kv-layout rows: the keys in the cache, its first "
                            "VALID rows of each head (the seeded inputs fill those; the "
-                           "rest are empty slots)")},
+                           "rest are empty slots)"),
+                 "queries": (lambda params: 1, "1",
+                             "attention, --kv-layout rows: query rows of each head, every "
+                             "one seeing the whole cache (a decode step's rows padded to a "
+                             "tile)")},
         empty=_empty_cache,
-        derived=lambda params: {"rows": query_rows(params["mode"], params["seq"])},
+        derived=lambda params: {"rows": _rows_of(params)},
         machine={"agcus": 4}),
 }
 

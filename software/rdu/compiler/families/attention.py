@@ -139,11 +139,14 @@ def tile_attention(group, geometry, machine):
     kv_heads, seq, _ = group.k.shape
     step = 2 * lanes
     chunk = min(max(step, ATTENTION_CHUNK // step * step), ceil_div(seq, step) * step)
-    mode = "decode" if rows == 1 and not group.causal else "prefill"
+    cache = group.kv_layout == "rows"
+    mode = "decode" if (rows == 1 or cache) and not group.causal else "prefill"
+    queries = rows if cache and rows > 1 else None
 
     def make(chunk):
         return AttentionShape(mode, seq, dim, heads, kv_heads, lanes, chunk, group.scale,
-                              group.causal, group.dim_align, group.kv_layout, group.valid)
+                              group.causal, group.dim_align, group.kv_layout, group.valid,
+                              queries)
     if group.kv_layout == "rows":
         chunk = _rows_chunk(make, seq, lanes, geometry.pmu_words)
     try:
@@ -387,6 +390,8 @@ class AttentionFamily(Family):
 
     def kernel_name(self, graph_name, group, t):
         rows = f"_rows{t.valid_keys}" if t.rows_layout else ""
+        if t.queries is not None:
+            rows += f"q{t.queries}"
         return f"{graph_name}_{t.mode}_h{t.heads}g{t.kv_heads}_l{t.seq}d{t.dim}{rows}"
 
     def lower(self, name, group, tiling, state):
@@ -402,6 +407,7 @@ class AttentionFamily(Family):
             "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
             "scale": t.scale, "causal": t.causal, "passes": len(t.passes()),
             "dim_align": t.dim_align, "kv_layout": t.kv_layout, "valid": t.valid,
+            "queries": t.queries,
             "pcus": kernel.units_needed()["pcu"], "pmus": kernel.units_needed()["pmu"],
             "macs": t.macs,
             "operands": [group.q.name, group.k.name, group.v.name],
