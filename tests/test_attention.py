@@ -352,7 +352,8 @@ def test_cache_read_by_several_query_rows(seq, dim, heads, kv_heads, valid, quer
                              kv_heads=kv_heads, kv_layout="rows", valid=valid,
                              queries=queries)
     meta = program.meta
-    assert meta["queries"] == queries and meta["passes"] == kv_heads * -(-heads // kv_heads * queries // 8)
+    per_head = -(-heads // kv_heads * queries // 8)        # passes of a key/value head
+    assert meta["queries"] == queries and meta["passes"] == kv_heads * per_head
     inputs = kernel.random_inputs(program, seed)
     assert inputs["q"].shape == (heads, queries, dim)
     figures, results, _ = run_kernel(kernel, program, inputs, "model")

@@ -43,7 +43,8 @@ from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
 
-__all__ = ["attention_members", "compile_attention", "operand_outputs"]
+__all__ = ["attention_members", "compile_attention", "operand_outputs", "ProjectionBuilder",
+           "attention_of", "tail_stages", "residual_stage"]
 
 
 def _heads_of_projection(node):
@@ -187,7 +188,7 @@ def _check_bytes(where, program, wanted):
                            f"attention's image")
 
 
-class _Builder:
+class ProjectionBuilder:
     """The configurations of one attention of projections (module docstring)."""
 
     def __init__(self, graph, node, machine, params, values):
@@ -207,12 +208,23 @@ class _Builder:
                                    f"the layer before")
         self.rows, self.width = x.shape
         self.stages, self.first, self.start, self.final = [], 0, None, {}
+        #: a decode step's positioned tables (:class:`rdu.apps.onnx_decode.DecodePlan`),
+        #: or None: the rotary tables of the rows themselves
+        self.tables = None
 
-    def attention_program(self, out_name, start):
+    def attention_program(self, out_name, start, capacity=None):
+        """The attention's program; ``capacity``: read K and V from a KV cache of that
+        many keys per head (``kv_layout`` ``rows``, a decode step: every row sees the
+        whole cache)."""
         node, graph = self.node, Graph(f"{self.graph.name}_attention")
-        q, k, v = (graph.input(name, operand.shape)
-                   for name, operand in zip("qkv", node.inputs, strict=True))
-        out = attention(q, k, v, node.attrs.get("scale"), node.attrs.get("causal", False))
+        q = graph.input("q", node.inputs[0].shape)
+        k, v = (graph.input(name, operand.shape if capacity is None else
+                            (operand.shape[0], capacity, operand.shape[2]))
+                for name, operand in zip("kv", node.inputs[1:], strict=True))
+        if capacity is None:
+            out = attention(q, k, v, node.attrs.get("scale"), node.attrs.get("causal", False))
+        else:       # the cache as it is before the first token: key 0 filled, the rest empty
+            out = attention(q, k, v, node.attrs.get("scale"), kv_layout="rows", valid=1)
         out.node.attrs["dim_align"] = self.machine.lanes
         out.node.where = node.where
         graph.output(out_name, out)
@@ -232,10 +244,12 @@ class _Builder:
         self.start = max(self.start or 0, end_of(stage.program))
         return self.first + len(self.stages) - 1
 
-    def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True, a_row=0):
+    def produce(self, what, address, a, b, shape_a, shape_b, wanted, bf16=True, a_row=0,
+                out_layout=None):
         """A producer: ``(a() @ b())`` (rounded to BF16) written where ``wanted`` (the
         byte offsets of its elements in an image at ``address``) says, or on pages of
-        its own (``wanted`` None); the stage's index. ``a`` or ``b`` None: the norm's
+        its own (``wanted`` None; ``out_layout``: its geometry, e.g. FP32 row-major);
+        the stage's index. ``a`` or ``b`` None: the norm's
         (:mod:`rdu.apps.onnx_norm`: ``[x | I]`` as V's A from its row ``a_row`` on,
         ``[x^T; I]`` as Q's and K's B)."""
         addresses = {}
@@ -250,6 +264,8 @@ class _Builder:
             norm_b = self.norm_b(None)
             addresses["a"] = norm_b.address + a_row * norm_b.depth * 2   # a chunk's tiles
             layouts["a"] = transposed_a_image("a", shape_a[0], shape_a[1], self.machine.lanes)
+        if out_layout is not None:
+            layouts["out"] = out_layout
         name = self.name(what)
         graph = _product_graph(name, shape_a, shape_b, bf16)
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
@@ -390,18 +406,30 @@ class _Builder:
         for name, index in zip(("p1", "p2"), firsts, strict=True):
             addresses[name] = self.stages[index - self.first].program.meta["images"][
                 "out"]["address"]
+        layouts, positions = {"p1": view, "p2": view, "out": out}, {}
+        if self.tables is not None:     # a table of every position's rows, read at its own
+            for name in ("t1", "t2"):
+                layouts[name] = view
+                addresses[name], positions[name] = self.tables.reserve(self, view.nbytes)
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
                                 plan=ImagePlan(start=self.start, addresses=addresses,
-                                               layouts={"p1": view, "p2": view, "out": out}))
+                                               layouts=layouts, positions=positions))
+
+        def table_words(number, values):
+            full = np.zeros((dim_k, columns), np.float32)
+            full[:dim, :self.rows] = np.asarray(values, np.float32).reshape(self.rows, dim).T
+            full[dim:] = 1.0 if number == 0 else 0.0
+            return _view(np.tile(full, (blocks, 1)), lanes).view(np.uint32)
 
         def table(number, table_name):
             def make(inputs):
-                full = np.zeros((dim_k, columns), np.float32)
-                values = _floats(inputs[table_name]).reshape(self.rows, dim)
-                full[:dim, :self.rows] = values.T
-                full[dim:] = 1.0 if number == 0 else 0.0
-                return _view(np.tile(full, (blocks, 1)), lanes).view(np.uint32)
+                return table_words(number, _floats(inputs[table_name]))
             return make
+
+        if self.tables is not None:
+            for number, (_, _, t) in enumerate(parts):
+                self.tables.table(program, f"t{number + 1}", t.name, self.rows,
+                                  lambda rows, number=number: table_words(number, rows))
 
         def viewed(index):
             return (index, "out", lambda produced: _view(
@@ -421,7 +449,7 @@ def _identity_b(x_words, rows, width, columns):
     return _bf16(b)
 
 
-def _attention_of(sink):
+def attention_of(sink):
     """The attention node at the head of ``sink``'s tail (:func:`tail_of`), and the
     tail."""
     tail = []
@@ -442,8 +470,8 @@ def compile_attention(graph, sink, machine, start, out_name, first, params, valu
     compute the transposed rows), or None. ``values``: the values earlier configurations
     keep transposed (:class:`rdu.apps.onnx_transposed.Transposed`), by node id: the
     layer's input when it is the residual of the layer before."""
-    node, tail = _attention_of(sink)
-    built = _Builder(graph, node, machine, params, values or {})
+    node, tail = attention_of(sink)
+    built = ProjectionBuilder(graph, node, machine, params, values or {})
     att_graph, att = built.attention_program("o" if tail else out_name, start)
     built.first, built.start = first, end_of(att)
     s = attention_shape(att)
@@ -491,7 +519,7 @@ def compile_attention(graph, sink, machine, start, out_name, first, params, valu
     if not tail:
         return stages, None
     start = max(end_of(stage.program) for stage in stages)
-    return _tail_stages(built, s, att, tail, out_name, first, start, stages)
+    return tail_stages(built, s, att, tail, out_name, first, start, stages)
 
 
 def operand_outputs(graph, stages):
@@ -608,7 +636,7 @@ def _gathered(built, s):
             for name, function in (("q", q), ("k", k), ("v", v))}
 
 
-def _tail_stages(built, s, att, tail, out_name, first, start, stages):
+def tail_stages(built, s, att, tail, out_name, first, start, stages):
     """The attention's result through ``o_proj`` (and the residual), transposed:
     ``y^T = Wo^T O^T`` so that ``O^T``, which the attention writes pass by pass, is the
     matmul's B. A cast-only row group turns the attention's FP32 ``O^T`` (viewed as
@@ -685,12 +713,12 @@ def _tail_stages(built, s, att, tail, out_name, first, start, stages):
                             words[att_index + 2][y_name])[:hidden].T)]))
     if len(tail) < 4:
         return stages, lambda words: np.ascontiguousarray(np.asarray(words)[:hidden].T)
-    stages.append(_residual_stage(built, tail, o_prog, end_of(m_prog), out_name, continued,
+    stages.append(residual_stage(built, tail, o_prog, end_of(m_prog), out_name, continued,
                                   att_index, (hidden, rows, lanes)))
     return stages, lambda words: np.ascontiguousarray(np.asarray(words).T)
 
 
-def _residual_stage(built, tail, o_prog, start, out_name, continued, att_index, sizes):
+def residual_stage(built, tail, o_prog, start, out_name, continued, att_index, sizes):
     """The residual row group ``x^T + o_proj(.)^T`` (``sizes``: hidden, rows, lanes):
     ``x`` a model input (packed transposed by the host) or the residual of the layer
     before (``built.values``: read where it is); its view (``continued``: more of the

@@ -39,6 +39,7 @@ from .onnx_attention import (
     operand_outputs,
     tail_of,
 )
+from .onnx_decode import compile_decode_attention
 from .onnx_transposed import compile_transposed
 from .unfused import Sequence, Stage, end_of
 
@@ -259,12 +260,14 @@ def _fixed_plan(start, stage_graph, fixed, own_out=None):
     return ImagePlan(start=start, addresses=addresses, layouts=layouts)
 
 
-def compile_groups(kernel, machine, model="", fuse_mlp=True):
+def compile_groups(kernel, machine, model="", fuse_mlp=True, decode=None):
     """The :class:`Sequence` of the ONNX kernel ``kernel`` (:class:`rdu.onnx.OnnxKernel`)
     on ``machine``, and the kernel whose graph has the inserted casts (the one whose
     budget checks the run): ``(kernel, sequence)``. ``fuse_mlp``: the products and the
     row group of an MLP (:func:`mlp_candidates`) as one mlp group where the mlp family
-    compiles them for ``machine`` (SwiGLU as one gated mlp configuration)."""
+    compiles them for ``machine`` (SwiGLU as one gated mlp configuration). ``decode``: a
+    :class:`rdu.apps.onnx_decode.DecodePlan`, each attention compiled as a decode step's
+    (its K and V in a KV cache)."""
     graph = prepared_graph(kernel.imported.graph)       # done by onnx_kernel already
     kernel = dataclasses.replace(kernel, imported=dataclasses.replace(kernel.imported,
                                                                       graph=graph))
@@ -321,8 +324,13 @@ def compile_groups(kernel, machine, model="", fuse_mlp=True):
     transforms, values = {}, {}         # values: what the cuts keep transposed
     for group in attentions:            # its projections, then the attention
         name = next((n for n, node in graph.outputs.items() if node is group.sink), None)
-        more, transform = compile_attention(graph, group.sink, machine, start, name,
-                                            len(stages), {"model": model}, values)
+        if decode is None:
+            more, transform = compile_attention(graph, group.sink, machine, start, name,
+                                                len(stages), {"model": model}, values)
+        else:
+            more, transform = compile_decode_attention(graph, group.sink, machine, start,
+                                                       name, len(stages), {"model": model},
+                                                       values, decode)
         start = max(end_of(stage.program) for stage in more)
         stages += more
         if name is not None:

@@ -148,7 +148,7 @@ def replay(graph, nodes, mapped, shape):
 class NormB:
     """The configurations that write ``[x^T; I]`` (``columns`` columns) from
     ``x = cast(RMSNorm(x0))`` where the projections read B (module docstring), added to
-    ``built`` (:class:`rdu.apps.onnx_attention._Builder`): :meth:`b` is what a
+    ``built`` (:class:`rdu.apps.onnx_attention.ProjectionBuilder`): :meth:`b` is what a
     producer's B is. ``source``: None when ``x0`` is a model input (the host packs
     ``x0^T``), else the value an earlier cut keeps transposed
     (:class:`rdu.apps.onnx_transposed.Transposed`: the residual of the layer before),

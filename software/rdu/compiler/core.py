@@ -81,10 +81,11 @@ class ImagePlan:
 
     ``positions``: ``{image: (stride, entries)}`` of *positioned* images: the image is
     entry ``position`` of a table of ``entries`` images ``stride`` bytes apart (a
-    positive multiple of the AXI beat) from its address, which ``addresses`` must fix
-    (the caller reserves the table). Every load and store of it moves by the launch's
-    position (``docs/agcu.md``, **Positioned patterns**), e.g. the row of a KV cache a
-    decode step appends or the rotary table's row of its token."""
+    positive multiple of the AXI beat; under the image's size, entries overlap: a table
+    of rows read ``rows`` at a time from row ``position``) from its address, which
+    ``addresses`` must fix (the caller reserves the table). Every load and store of it
+    moves by the launch's position (``docs/agcu.md``, **Positioned patterns**), e.g. the
+    row of a KV cache a decode step appends or the rotary table's row of its token."""
     start: int = None
     addresses: dict = field(default_factory=dict)
     layouts: dict = field(default_factory=dict)

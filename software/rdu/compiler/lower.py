@@ -107,7 +107,8 @@ def position_patterns(kernel, plan, images, beat):
     """Move every load and store of ``plan.positions``' images by the launch position
     (their AGCU patterns' ``position_stride``); a one-line :class:`CompileError` for a
     table that is not an image of ``kernel``, not fixed by ``plan.addresses``, or whose
-    stride is not a positive number of beats at least the image's size."""
+    stride is not a positive number of beats. Entries may overlap (a stride under the
+    image's size): entry ``p`` of a table of rows is then its rows ``p ..``."""
     for name, (stride, entries) in plan.positions.items():
         where = f"{kernel.name}: positioned image {name!r}"
         if name not in images:
@@ -116,10 +117,9 @@ def position_patterns(kernel, plan, images, beat):
         if name not in plan.addresses:
             raise CompileError(f"{where} has no fixed address: its table of {entries} "
                                f"entries is the caller's to place")
-        if stride <= 0 or stride % beat or stride < images[name].nbytes or entries < 1:
+        if stride <= 0 or stride % beat or entries < 1:
             raise CompileError(f"{where}: stride {stride} bytes and {entries} entries: the "
-                               f"stride must be whole {beat}-byte beats and at least the "
-                               f"image's {images[name].nbytes} bytes, entries at least 1")
+                               f"stride must be whole {beat}-byte beats, entries at least 1")
     for node in kernel.nodes.values():
         tensor = getattr(node, "tensor", None)
         if node.unit == "agcu" and tensor is not None and tensor.name in plan.positions:

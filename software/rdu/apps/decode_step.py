@@ -1,0 +1,160 @@
+"""One decode step of a causal LM from its ONNX file, as the schedule a token runs
+(``docs/generate.md``).
+
+:func:`compile_decode_step` imports the model for one tile of rows (the token and zero
+rows after it), keeps its logits, and compiles it as a sequence of configurations whose
+attentions read and append a KV cache at the launch's position
+(:mod:`rdu.apps.onnx_decode`). :class:`DecodeStep` gives what a run needs: the steps
+(the cache's first contents and the tables written once, then every launch), the
+words the host writes for a token, and where the logits are.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..frontend.kernels import KernelInputError, to_bf16_words
+from ..layout import Image
+from ..onnx import onnx_kernel
+from ..onnx.importer import import_model, load_model
+from ..onnx.lookup import lookup_rows
+from ..onnx.values import OnnxImportError
+from ..runtime import Launch, Write
+from .onnx_decode import DecodePlan
+from .onnx_groups import compile_groups
+
+__all__ = ["DecodeStep", "compile_decode_step", "LOGITS"]
+
+#: The ONNX output a causal LM's logits are.
+LOGITS = "logits"
+
+
+@dataclass
+class DecodeStep:
+    """A compiled decode step: ``kernel`` (the model imported for ``rows`` rows, its
+    logits the one output), ``sequence`` (:class:`rdu.apps.unfused.Sequence`, packed
+    with the weights and token 0), ``plan`` (:class:`DecodePlan`), ``logits`` (the
+    front-end output name), ``vocabulary``."""
+    kernel: object
+    sequence: object
+    plan: DecodePlan
+    logits: str
+    vocabulary: int
+
+    @property
+    def capacity(self):
+        """Keys per head of every cache."""
+        return self.plan.capacity
+
+    @property
+    def positions(self):
+        """Positions a step may run at (tokens a generation holds)."""
+        return self.plan.positions
+
+    def _rows_input(self):
+        lookups = self.kernel.imported.lookups
+        if len(lookups) != 1:
+            raise KernelInputError(f"{self.kernel.imported.label}: a decode step takes the "
+                                   f"token ids of one embedding lookup; the model has "
+                                   f"{len(lookups)}")
+        return next(iter(lookups.items()))
+
+    def inputs(self, token):
+        """The run's inputs for ``token`` (row 0: its embedding; the padding rows zero)
+        with the weights."""
+        name, lookup = self._rows_input()
+        shape = self.kernel.shape(name, None)
+        rows = np.zeros(shape, np.float32)
+        ids = np.zeros(lookup.ids.shape, np.int64)
+        ids.reshape(-1)[0] = token
+        rows.reshape(shape[0], -1)[0] = lookup_rows(lookup, ids, shape).reshape(
+            shape[0], -1)[0]
+        return {name: to_bf16_words(rows, name), **self.kernel.weight_words()}
+
+    def token_images(self, token):
+        """``[(program index, image, address, words)]``: the input images that hold the
+        token (every other image is the same for every token)."""
+        ours = self._packed(self.inputs(token))
+        zero = self._packed(self.inputs(0) | {self._rows_input()[0]: np.zeros_like(
+            self.inputs(0)[self._rows_input()[0]])})
+        found = []
+        for key, (address, words) in ours.items():
+            if words is not None and not np.array_equal(words, zero[key][1]):
+                found.append((*key, address, words))
+        return found
+
+    def _packed(self, inputs):
+        self.sequence.pack(inputs)
+        return {(index, name): (address, None if words is None else np.array(words))
+                for index, program in enumerate(self.sequence.programs)
+                for name, (address, words) in program.inputs.items()}
+
+    def steps(self, token=0):
+        """The schedule of a step whose input is ``token``: the plan's writes (the
+        caches' first contents, the tables), then every stage's launch."""
+        self.sequence.pack(self.inputs(token))
+        for program, image in self.plan.written:
+            program.inputs[image] = (program.inputs[image][0], None)
+        return [Write(address, words) for address, words in self.plan.writes] + \
+            [Launch(program) for program in self.sequence.programs]
+
+    def logits_words(self):
+        """``(launch, output, indices)``: the FP32 words of row 0's logits are
+        ``indices`` of output ``output`` of the ``launch``-th launch."""
+        stage = self.sequence.stages[-1]
+        program = stage.program
+        names = [name for name in program.outputs]
+        image = Image.from_json(program.meta["images"][names[0]])
+        offsets = image.byte_offsets()
+        return len(self.sequence.stages) - 1, names[0], offsets[0, :self.vocabulary] // 4
+
+    def logits_of(self, results):
+        """Row 0's logits (float32) from every launch's raw outputs."""
+        words = self.sequence.outputs(results)[self.logits]
+        return np.asarray(words, np.uint32).view(np.float32).reshape(-1, self.vocabulary)[0]
+
+
+def _logits_only(kernel):
+    """``kernel`` with its logits the one output (a cache's ``present`` dropped)."""
+    imported = kernel.imported
+    names = [name for name, onnx_name in imported.outputs.items() if onnx_name == LOGITS]
+    if not names:
+        raise OnnxImportError(f"{imported.label}: graph: no output {LOGITS!r}; a decode "
+                              f"step takes a causal LM (outputs logits and present.*)")
+    name = names[0]
+    graph = imported.graph.extract(imported.graph.name, {},
+                                   {name: imported.graph.outputs[name]})
+    for input_name, node in graph.inputs.items():
+        node.where = imported.graph.inputs[input_name].where or node.where
+    imported = dataclasses.replace(imported, graph=graph, outputs={name: LOGITS})
+    return dataclasses.replace(kernel, imported=imported, outputs={name: ()}), name
+
+
+def compile_decode_step(source, machine, capacity, dims=None):
+    """The :class:`DecodeStep` of the causal LM ``source`` (a path or ModelProto) on
+    ``machine``, its caches of ``capacity`` keys per head (a multiple of the lanes; a
+    generation runs at positions ``0 .. capacity - lanes``). ``dims``: dimensions to
+    bind (``--bind``) besides the sequence's and the past's."""
+    model, label = load_model(source)
+    rows = machine.lanes
+    ids = [info.name for info in model.graph.input if info.name == "input_ids"]
+    if not ids:
+        raise OnnxImportError(f"{label}: graph: no input 'input_ids'; a decode step takes "
+                              f"token ids")
+    if capacity % rows or capacity < rows:
+        raise OnnxImportError(f"{label}: a cache of {capacity} keys; supported: a multiple "
+                              f"of the {rows} lanes")
+    kernel = onnx_kernel(source, dims, {"input_ids": (1, rows)})
+    kernel, logits = _logits_only(kernel)
+    long = import_model(model, dims, {"input_ids": (1, capacity)})
+    graph = kernel.imported.graph
+    tables = {name: long.weights[name] for name, node in graph.inputs.items()
+              if node.dtype == "fp32" and name in long.weights and
+              np.shape(long.weights[name])[:1] == (capacity,)}
+    plan = DecodePlan(capacity, rows, tables)
+    path = str(Path(source).resolve()) if isinstance(source, (str, Path)) else ""
+    kernel, sequence = compile_groups(kernel, machine, model=path, decode=plan)
+    vocabulary = int(np.prod(graph.outputs[logits].shape[1:]))
+    return DecodeStep(kernel, sequence, plan, logits, vocabulary)
