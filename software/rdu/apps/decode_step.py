@@ -73,23 +73,38 @@ class DecodeStep:
             shape[0], -1)[0]
         return {name: to_bf16_words(rows, name), **self.kernel.weight_words()}
 
-    def token_images(self, token):
-        """``[(program index, image, address, words)]``: the input images that hold the
-        token (every other image is the same for every token)."""
-        ours = self._packed(self.inputs(token))
-        zero = self._packed(self.inputs(0) | {self._rows_input()[0]: np.zeros_like(
-            self.inputs(0)[self._rows_input()[0]])})
-        found = []
-        for key, (address, words) in ours.items():
-            if words is not None and not np.array_equal(words, zero[key][1]):
-                found.append((*key, address, words))
-        return found
+    def _stage_images(self, index, inputs):
+        """``{image: packed words}`` of stage ``index``'s host-written inputs."""
+        stage = self.sequence.stages[index]
+        arrays = {name: make(inputs) for name, make in stage.user.items()}
+        written = {image for program, image in self.plan.written if program is stage.program}
+        return {name: Image.from_json(layout).pack(arrays)
+                for name, layout in stage.program.meta["images"].items()
+                if name in stage.program.inputs and name not in stage.produced and
+                name not in written}
 
-    def _packed(self, inputs):
-        self.sequence.pack(inputs)
-        return {(index, name): (address, None if words is None else np.array(words))
-                for index, program in enumerate(self.sequence.programs)
-                for name, (address, words) in program.inputs.items()}
+    def token_images(self):
+        """``[(stage index, image, address)]``: the input images that hold the token
+        (every other image is the same for every token)."""
+        if getattr(self, "_token_images", None) is None:
+            name = self._rows_input()[0]
+            one = self.inputs(1)
+            zero = {**one, name: np.zeros_like(one[name])}
+            found = []
+            for index, stage in enumerate(self.sequence.stages):
+                if not stage.user:
+                    continue
+                ours, theirs = self._stage_images(index, one), self._stage_images(index, zero)
+                found += [(index, image, stage.program.meta["images"][image]["address"])
+                          for image in ours if not np.array_equal(ours[image], theirs[image])]
+            self._token_images = found
+        return self._token_images
+
+    def token_words(self, token):
+        """The words of each of :meth:`token_images` for ``token``."""
+        inputs = self.inputs(token)
+        return [self._stage_images(index, inputs)[image]
+                for index, image, _ in self.token_images()]
 
     def steps(self, token=0):
         """The schedule of a step whose input is ``token``: the plan's writes (the

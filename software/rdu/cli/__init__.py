@@ -28,7 +28,7 @@ import sys
 from importlib import metadata
 
 from rdu.bitstream import VERSION as BITSTREAM_VERSION
-from rdu.cli import coe, compile, inspect, run, speed, sweep, verilog
+from rdu.cli import coe, compile, generate, inspect, run, speed, sweep, verilog
 from rdu.cli.common import HelpFormatter, Parser, run_command
 from rdu.program import FORMAT as PROGRAM_FORMAT
 
@@ -49,7 +49,7 @@ def version_text():
 
 #: The command modules, in the order ``rdu --help`` lists their commands; each has
 #: ``add_parsers(commands)``, which adds its subparsers with their handler as ``func``.
-COMMANDS = (run, compile, inspect, speed, sweep, verilog)
+COMMANDS = (run, compile, generate, inspect, speed, sweep, verilog)
 
 
 def build_parser():

@@ -225,8 +225,10 @@ class _Writer:
         n = self.rms_norm(x, f"{p}.input_layernorm")
         heads = {}
         for name, count in (("q", c.heads), ("k", c.kv_heads), ("v", c.kv_heads)):
+            # entries of q, k and v of about 2.4 whatever the width (0.3 up to 64
+            # features): wider, the scores would grow and the softmax turn one-hot
             w = self.weight(f"{p}.self_attn.{name}_proj.weight.T", (c.hidden, count * c.dim),
-                            0.3)
+                            0.3 * min(1.0, (64 / c.hidden) ** 0.5))
             split = self.const(f"{p}.self_attn.{name}_shape",
                                [1, -1 if c.kv_cache else c.seq, count, c.dim])
             y = self.node("MatMul", [n, w], f"{p}.{name}2", f"{p}/self_attn/{name}_proj")

@@ -1,0 +1,204 @@
+"""Token generation on the machine (``docs/generate.md``): ``rdu generate MODEL.onnx
+--prompt 1,2,3 --tokens N``.
+
+One decode step (:func:`rdu.apps.decode_step.compile_decode_step`) is compiled once
+and run once per token on one machine and memory (:func:`rdu.runtime.run_generation`):
+run ``r`` is at position ``r``, its input the prompt's token ``r`` while the prompt
+lasts (the prompt is fed a token at a time), then the token the run before generated
+(the argmax of its logits). Weights, tables and the caches are written once; per run the
+host writes the token's rows and reads the logits.
+
+Every run is checked against onnxruntime (the model with the weights the machine holds,
+rounded to BF16) on the same inputs, a step at a time with its own cache: the logits
+within :data:`rdu.onnx.kernel.ATTENTION_SHARE` of the largest per attention (layer),
+and the same greedy token. The first run that differs stops the check with one line
+naming the run, the token and the error (exit 1).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..machine import Machine
+from ..onnx.generation import cache_session, run_step
+from ..onnx.importer import load_model
+from ..onnx.kernel import ATTENTION_SHARE, computed_attention
+from ..onnx.values import OnnxImportError
+from ..runtime import LogitsOutput, TokenInput, run_generation
+from .decode_step import compile_decode_step
+
+__all__ = ["GenerateConfig", "GenerateError", "generate", "default_capacity",
+           "rounded_source", "REPORT_CLOCK_MHZ"]
+
+#: The clock the report's tokens per second assume: the FPGA target of the pipelined
+#: datapath (issue #31, ``docs/fpga.md``); cycles are reported too, for any other.
+REPORT_CLOCK_MHZ = 100
+
+
+class GenerateError(ValueError):
+    """Bad input to a generation (one line, exit 2)."""
+
+
+@dataclass
+class GenerateConfig:
+    """A generation: ``model`` (path), ``prompt`` (token ids), ``tokens`` (new ones, as
+    Hugging Face's ``max_new_tokens``), ``sim`` (a back end), ``capacity`` (keys per
+    head of each cache; default: :func:`default_capacity`), ``dims`` (``--bind``),
+    ``machine``, ``seed`` (the RTL's stall patterns), ``check`` (against
+    onnxruntime)."""
+    model: str
+    prompt: list
+    tokens: int
+    sim: str = "model"
+    capacity: int = None
+    dims: dict = field(default_factory=dict)
+    machine: Machine = None
+    seed: int = 1
+    check: bool = True
+    work_dir: object = None
+    progress: bool = False
+
+
+def default_capacity(runs, rows):
+    """Keys per head a generation of ``runs`` runs needs: the last run's position plus
+    its ``rows`` rows, in whole tiles."""
+    return -(-(runs - 1 + rows) // rows) * rows
+
+
+def rounded_source(model, held):
+    """A copy of ModelProto ``model`` with the initializers named in ``held`` rounded to
+    BF16 (the weights as the machine holds them), in their own element type."""
+    from onnx import numpy_helper
+
+    from ..onnx.kernel import _bf16 as bf16_values
+    copy = type(model)()
+    copy.CopyFrom(model)
+    for init in copy.graph.initializer:
+        if init.name in held:
+            array = numpy_helper.to_array(init)
+            rounded = bf16_values(np.asarray(array, np.float32)).astype(array.dtype)
+            init.CopyFrom(numpy_helper.from_array(rounded, init.name))
+    return copy
+
+
+def _checked(config, step):
+    """The prompt's ids checked against the vocabulary and the cache (one line each)."""
+    if not config.prompt:
+        raise GenerateError(f"{config.model}: --prompt: an empty prompt")
+    if config.tokens < 1:
+        raise GenerateError(f"{config.model}: --tokens {config.tokens}: at least 1")
+    for index, token in enumerate(config.prompt):
+        if not 0 <= token < step.vocabulary:
+            raise GenerateError(f"{config.model}: --prompt: token {token} at {index} is "
+                                f"outside the vocabulary of {step.vocabulary}")
+    runs = len(config.prompt) + config.tokens - 1
+    if runs > step.positions:
+        raise GenerateError(f"{config.model}: a prompt of {len(config.prompt)} tokens and "
+                            f"{config.tokens} new ones take {runs} positions; the cache of "
+                            f"{step.capacity} keys holds {step.positions} (--capacity)")
+    return runs
+
+
+def _reference(config, step, inputs):
+    """onnxruntime's logits of every run (the same inputs, a step at a time)."""
+    model, _ = load_model(config.model)
+    session = cache_session(rounded_source(model, step.kernel.imported.held))
+    past, logits = session.empty_past(), []
+    for position, token in enumerate(inputs):
+        out, presents = run_step(session, [token], past, position)
+        logits.append(np.asarray(out, np.float32).reshape(-1))
+        past = {name: presents["present" + name[name.index("."):]] for name in past}
+    return logits
+
+
+def _check(config, step, result):
+    """``(ok, first failure or None, per-run errors)`` against onnxruntime."""
+    inputs = [run.token for run in result.runs]
+    reference = _reference(config, step, inputs)
+    layers = computed_attention(step.kernel.imported.graph) or 1
+    errors, failure = [], None
+    for index, (run, ref) in enumerate(zip(result.runs, reference, strict=True)):
+        got = np.asarray(run.logits, np.float64)
+        error = float(np.abs(got - ref).max())
+        budget = ATTENTION_SHARE * layers * float(np.abs(ref).max())
+        errors.append(round(error, 6))
+        ours, theirs = int(np.argmax(got)), int(np.argmax(ref))
+        if failure is None and (error > budget or (index >= len(config.prompt) - 1 and
+                                                   ours != theirs)):
+            what = (f"token {ours} where onnxruntime gives {theirs}" if ours != theirs
+                    else "logits")
+            failure = (f"run {index} (position {run.position}, token {run.token}): {what} "
+                       f"(max abs error {error:.4g}, budget {budget:.4g})")
+    return failure is None, failure, errors
+
+
+def _run_figures(run):
+    """``(load cycles, HBM bytes)`` of a run's launches."""
+    launches = [item.launch for item in run.steps if item.launch is not None]
+    loads = sum(launch.load_cycles or 0 for launch in launches)
+    hbm = sum(launch.memory_bytes.get("hbm", {}).get("read_bytes", 0) +
+              launch.memory_bytes.get("hbm", {}).get("write_bytes", 0) for launch in launches)
+    return loads, hbm
+
+
+def _figures(step, result, prompt):
+    """Cycles, loads, HBM bytes and shares of the runs (RTL), by prefill (the prompt's
+    runs) and decode (the rest)."""
+    machine = step.sequence.machine
+    runs = result.runs
+    figures = {"configurations_per_token": len(step.sequence.stages),
+               "sim_seconds": round(result.seconds, 1)}
+    if runs[0].cycles is None:
+        return figures
+    for label, part in (("prefill", runs[:len(prompt)]), ("decode", runs[len(prompt):])):
+        if not part:
+            continue
+        cycles = sum(run.cycles for run in part)
+        loads, hbm = (sum(values) for values in zip(*(_run_figures(run) for run in part),
+                                                     strict=True))
+        figures[f"{label}_cycles_per_token"] = round(cycles / len(part))
+        figures[f"{label}_load_cycles_per_token"] = round(loads / len(part))
+        figures[f"{label}_hbm_bytes_per_token"] = round(hbm / len(part))
+        figures[f"{label}_hbm_peak_share"] = round(
+            hbm / (cycles * machine.hbm_bytes_per_cycle), 4)
+    figures["tokens_per_second"] = round(
+        REPORT_CLOCK_MHZ * 1e6 / (sum(run.cycles for run in runs) / len(runs)), 1)
+    figures["clock_mhz"] = REPORT_CLOCK_MHZ
+    return figures
+
+
+def generate(config):
+    """Run ``config``; ``(report, ok)``: ``ok`` False when a run differs from
+    onnxruntime (the report's ``failure`` says where)."""
+    machine = config.machine or Machine(agcus=4)
+    try:
+        step = compile_decode_step(config.model, machine, config.capacity or
+                                   default_capacity(len(config.prompt) + config.tokens - 1,
+                                                    machine.lanes), config.dims)
+    except OnnxImportError as error:
+        raise GenerateError(str(error)) from None
+    _checked(config, step)
+    images = step.token_images()
+    tables = [np.stack([step.token_words(t)[i] for t in range(step.vocabulary)])
+              for i in range(len(images))]
+    token_input = [TokenInput(address, table) for (_, _, address), table in
+                   zip(images, tables, strict=True)]
+    launch, output, words = step.logits_words()
+    result = run_generation(step.steps(config.prompt[0]), config.sim,
+                            token_input=token_input,
+                            logits=LogitsOutput(launch, output, words),
+                            prompt=list(config.prompt), count=config.tokens,
+                            machine=machine, seed=config.seed, work_dir=config.work_dir,
+                            progress=config.progress)
+    report = {"model": config.model, "sim": config.sim, "machine": machine.describe(),
+              "prompt": list(config.prompt), "tokens": list(result.tokens),
+              "capacity": step.capacity, "runs": len(result.runs)}
+    ok = True
+    if config.check:
+        ok, failure, errors = _check(config, step, result)
+        report["ok"] = ok
+        report["max_abs_err"] = max(errors)
+        if failure:
+            report["failure"] = failure
+    report.update(_figures(step, result, config.prompt))
+    return report, ok
