@@ -99,7 +99,7 @@ def check(result, cache, reference):
     assert [run.token for run in result.runs] == inputs
     for run, expected in zip(result.runs, logits, strict=True):
         assert run.logits.dtype == np.float32 and run.logits.shape == (V,)
-        assert np.abs(run.logits - expected).max() < 1e-2
+        assert np.abs(run.logits - expected).max() < 1e-3 * np.abs(expected).max()
     # the cache table after the last run: run r's product at entry r, sentinels after
     address, words, image, stride = cache
     table = result.read(address, words).reshape(ENTRIES, stride // 4)
