@@ -19,7 +19,8 @@ from rdu.runtime import (
     system_params,
 )
 from rdu.schedule import Command, ScheduleFormatError, decode, encode, error_message
-from rdu.sim.host import RunError, run_orchestrated
+from rdu.sim.host import RunError
+from rdu.sim.orchestrated import run_orchestrated
 from rdu.sim.runner import run_amaranth
 
 from hdl.orchestrator import (

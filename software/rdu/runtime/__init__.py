@@ -13,6 +13,7 @@ Modules: :mod:`~rdu.runtime.launch` (:func:`run_programs`, :func:`run_schedule`)
 :mod:`~rdu.runtime.kernel_runs` (:func:`run_kernel`, :func:`run_sequence`: runs checked
 against the reference), :mod:`~rdu.runtime.steps` (schedule steps and checks),
 :mod:`~rdu.runtime.orchestrate` (an orchestrated schedule's commands and plan),
+:mod:`~rdu.runtime.generation` (:func:`run_generation`: that schedule once per token),
 :mod:`~rdu.runtime.results` (:class:`RunResult` and friends, :func:`roofline`),
 :mod:`~rdu.runtime.watchdog` (the one watchdog estimate and its timeouts),
 :mod:`~rdu.runtime.backend` (the contract and registry), :mod:`~rdu.runtime.rtl` (build
@@ -31,6 +32,13 @@ verdict, a program for another machine); the command line prints it and exits 2.
 
 from . import model_backend, rtl_backends  # noqa: F401  (they register the back ends)
 from .backend import BACKENDS, Backend, RunOptions, backend_named, register_backend
+from .generation import (
+    GenerationResult,
+    GenerationRun,
+    LogitsOutput,
+    TokenInput,
+    run_generation,
+)
 from .kernel_runs import run_kernel, run_sequence
 from .launch import (
     hbm_peak_bytes_per_cycle,
@@ -50,7 +58,9 @@ __all__ = ["RunResult", "RunFailure", "run_program", "run_programs", "SIMULATORS
            "system_params", "check_machine", "Launch", "Copy", "Write", "StepResult",
            "ScheduleResult", "EXECUTIONS", "run_schedule", "orchestration_files",
            "run_sequence", "BACKENDS", "Backend", "RunOptions", "backend_named",
-           "register_backend", "orchestrating_backends", "estimate_cycles", "roofline"]
+           "register_backend", "orchestrating_backends", "estimate_cycles", "roofline",
+           "run_generation", "TokenInput", "LogitsOutput", "GenerationResult",
+           "GenerationRun"]
 
 #: The registered back ends' names (``--sim`` choices), in the order they are offered.
 SIMULATORS = tuple(BACKENDS)

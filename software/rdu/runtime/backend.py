@@ -1,9 +1,10 @@
 """The back-end contract and its registry.
 
 A back end is one object with one interface (:class:`Backend`): it runs a sequence of
-programs, a host schedule and an orchestrated schedule on one machine and memory, and
-names its performance counters. :func:`rdu.runtime.run_programs`,
-:func:`rdu.runtime.run_schedule` and the command line's ``--sim`` choices reach them
+programs, a host schedule and an orchestrated schedule (once, or once per token:
+generation) on one machine and memory, and names its performance counters.
+:func:`rdu.runtime.run_programs`, :func:`rdu.runtime.run_schedule`,
+:func:`rdu.runtime.run_generation` and the command line's ``--sim`` choices reach them
 by name through :data:`BACKENDS`; a new back end is a subclass and one
 :func:`register_backend`.
 """
@@ -85,6 +86,13 @@ class Backend:
         """Run the orchestrated schedule ``plan`` (:class:`rdu.runtime.orchestrate.
         Orchestration`) of ``steps``: a :class:`rdu.runtime.ScheduleResult` with
         ``execution="orchestrated"``."""
+        raise NotImplementedError
+
+    def run_generation(self, steps, plan, generation, machine, options):
+        """Run the orchestrated schedule ``plan`` of ``steps`` once per token as
+        ``generation`` (:class:`rdu.runtime.generation.Generation`) says, on one machine
+        and memory: a :class:`rdu.runtime.generation.GenerationResult`. Only back ends
+        that orchestrate run it."""
         raise NotImplementedError
 
     def counter_figures(self, result):

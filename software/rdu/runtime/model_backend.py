@@ -13,7 +13,9 @@ from ..dma_windows import copy_windows
 from ..models.machine import FunctionalMachine
 from ..models.shared import ModelError
 from ..schedule import error_message
+from ..sim.orchestrated import next_token
 from .backend import Backend, register_backend
+from .generation import GenerationRun
 from .orchestrate import orchestrated_steps
 from .results import RunFailure, RunResult, ScheduleResult, StepResult
 from .steps import Copy, Write
@@ -86,22 +88,9 @@ class ModelBackend(Backend):
         return ScheduleResult(results, execution="host")
 
     def run_orchestrated(self, steps, plan, machine, options):
-        model = _machine(machine, options)
-        if options.windows:
-            model.dma_windows = plan.dma_windows(DMA_WINDOWS, machine.beat_bytes)
         start = time.perf_counter()
-        try:
-            for address, words in plan.writes:
-                model.write(address, words)
-        except ModelError as error:
-            raise RunFailure(f"orchestrated schedule: {error} ({WHERE})",
-                             "schedule") from None
-        run = model.run_schedule(plan.address, 4 * plan.words.size)
-        if run.error:
-            message = error_message(run.commands, *run.error, agcus=machine.agcus,
-                                    capacity=DEFAULT_COMMANDS, length=4 * plan.words.size)
-            detail = f": {run.detail}" if run.detail else ""
-            raise RunFailure(f"{message} ({WHERE}{detail})", "schedule")
+        model = _planned(plan, machine, options)
+        run = _run_plan(model, plan, machine)
         outputs = {}
         for step, program, _ in plan.launches:
             outputs[step] = {name: np.asarray(model.read(address, count), np.uint32)
@@ -111,3 +100,53 @@ class ModelBackend(Backend):
                                                  time.perf_counter() - start,
                                                  outputs=outputs),
                               execution="orchestrated")
+
+    def run_generation(self, steps, plan, generation, machine, options):
+        start = time.perf_counter()
+        model = _planned(plan, machine, options)
+        runs, token = [], generation.prompt[0]
+        for position, (address, count) in enumerate(generation.logits):
+            try:
+                model.write(generation.address, generation.table[token])
+            except ModelError as error:
+                raise _failure(error, "token input: ") from None
+            model.position = position
+            run = _run_plan(model, plan, machine,
+                            f"generation run at position {position}: ")
+            words = np.asarray(model.read(address, count), np.uint32)[generation.words]
+            counters = {index: result.counters for index, result in run.runs.items()}
+            steps_run = orchestrated_steps(steps, plan, None, counters, self.name,
+                                           outputs={step: {} for step, _, _ in plan.launches})
+            runs.append(GenerationRun(position, int(token), words.view(np.float32),
+                                      steps=ScheduleResult(steps_run,
+                                                           execution="orchestrated")))
+            token = generation.next_input(position, next_token(words))
+        return generation.result(runs, self.name, time.perf_counter() - start,
+                                 reader=model.read)
+
+
+def _planned(plan, machine, options):
+    """A :class:`FunctionalMachine` with the memory windows of ``plan`` (with
+    ``options.windows``) and every image, bitstream and the schedule written."""
+    model = _machine(machine, options)
+    if options.windows:
+        model.dma_windows = plan.dma_windows(DMA_WINDOWS, machine.beat_bytes)
+    try:
+        for address, words in plan.writes:
+            model.write(address, words)
+    except ModelError as error:
+        raise RunFailure(f"orchestrated schedule: {error} ({WHERE})", "schedule") from None
+    return model
+
+
+def _run_plan(model, plan, machine, prefix=""):
+    """Run the schedule of ``plan`` once on ``model``: its
+    :class:`rdu.models.machine.ScheduleRun`; an error status raises :class:`RunFailure`
+    (``prefix`` starts its message)."""
+    run = model.run_schedule(plan.address, 4 * plan.words.size)
+    if run.error:
+        message = error_message(run.commands, *run.error, agcus=machine.agcus,
+                                capacity=DEFAULT_COMMANDS, length=4 * plan.words.size)
+        detail = f": {run.detail}" if run.detail else ""
+        raise RunFailure(f"{prefix}{message} ({WHERE}{detail})", "schedule")
+    return run

@@ -198,7 +198,7 @@ def orchestrated_steps(steps, plan, ends, runs, sim, seconds=0.0, build_seconds=
 
 def orchestration_files(steps, work_dir, *, machine=None, timeout=None):
     """Write the files of an orchestrated schedule into ``work_dir`` for the bench body
-    :func:`rdu.sim.host.run_orchestrated` (what :func:`run_schedule` does before its
+    :func:`rdu.sim.orchestrated.run_orchestrated` (what :func:`run_schedule` does before its
     Verilator run; for a body run in the Amaranth simulator). Returns ``(plan_file,
     timeout)``: the body's ``plan_file`` and the cycles it allows the schedule."""
     steps = list(steps)

@@ -10,7 +10,8 @@
 * ``ip``: the IP top :class:`hdl.ip.RDUIP` (the same system behind AXI4 manager ports
   and AXI4-Lite registers) under cocotb + Verilator, driven as a CPU driver drives it
   (:mod:`rdu.sim.ip_host`) on cocotbext-axi's models. Its host schedules run on
-  ``verilator``'s system; it runs no orchestrated schedule.
+  ``verilator``'s system; it runs no orchestrated schedule, so no generation
+  (:func:`rdu.runtime.run_generation` refuses it in one line).
 """
 
 import time
@@ -23,10 +24,11 @@ from hdl.ip import RDUIP
 from hdl.system import RDUSystem
 from sim_models.memory import HOST_LAUNCH_LATENCY
 
-from ..sim import host, ip_host
+from ..sim import host, ip_host, orchestrated
 from ..sim.protocol import (
     CopyDone,
     CopyStep,
+    GenerationPlan,
     HostSchedule,
     LaunchDone,
     LaunchStep,
@@ -34,6 +36,7 @@ from ..sim.protocol import (
     done_from_json,
 )
 from .backend import BACKENDS, Backend, register_backend
+from .generation import GenerationRun
 from .orchestrate import orchestrated_steps, write_orchestration
 from .results import RunFailure, RunResult, ScheduleResult, StepResult, beat_bytes, read_outputs
 from .rtl import build_design, perf_counter_names, run_body, run_dir
@@ -197,7 +200,7 @@ class RTLBackend(Backend):
         work_dir = run_dir(options.work_dir, f"orchestrated-{plan.launches[0][1].name}")
         plan_file, limit = write_orchestration(steps, plan, work_dir, options.timeout)
         built, perf_counters = build_design(RDUSystem, machine, progress=options.progress)
-        stats = run_body(built, host.run_orchestrated, work_dir / "sim", native=self.native,
+        stats = run_body(built, orchestrated.run_orchestrated, work_dir / "sim", native=self.native,
                          log_progress=options.progress, seed=options.seed,
                          progress=options.progress, plan_file=str(plan_file),
                          perf_counters=perf_counters, memory=options.memory,
@@ -217,6 +220,63 @@ class RTLBackend(Backend):
                                result["beats"], machine),
             cycles=result["cycles"], execution="orchestrated",
             host_commands=result["host_commands"])
+
+    def run_generation(self, steps, plan, generation, machine, options):
+        start = time.perf_counter()
+        work_dir = run_dir(options.work_dir, f"generation-{plan.launches[0][1].name}")
+        plan_file, limit = write_orchestration(steps, plan, work_dir, options.timeout)
+        np.savez(work_dir / "generation.npz", table=generation.table, words=generation.words)
+        GenerationPlan(str(work_dir / "generation.npz"), generation.address,
+                       generation.prompt, generation.count, generation.logits,
+                       generation.read_back).save(work_dir / "generation.json")
+        built, perf_counters = build_design(RDUSystem, machine, progress=options.progress)
+        stats = run_body(built, orchestrated.run_generation, work_dir / "sim",
+                         native=self.native, log_progress=options.progress,
+                         seed=options.seed, progress=options.progress,
+                         plan_file=str(plan_file),
+                         generation_file=str(work_dir / "generation.json"),
+                         perf_counters=perf_counters, memory=options.memory,
+                         windows=plan.dma_windows(DMA_WINDOWS, machine.beat_bytes)
+                         if options.windows else None,
+                         timeout=generation.runs * (limit + SIMULATION_SLACK_CYCLES))
+        result, seconds = stats.result, time.perf_counter() - start
+        with np.load(result["outputs_file"]) as arrays:
+            logits = arrays["logits"]
+            regions = [(address, count, arrays[f"read{index}"]) for index, (address, count)
+                       in enumerate(generation.read_back)]
+        runs = []
+        for run, words in zip(result["runs"], logits, strict=True):
+            counters = {"sim_cycles_per_second": stats.cycles_per_second,
+                        "perf": run["perf"], "memory": result["memory"]}
+            steps_run = orchestrated_steps(
+                steps, plan, run["ends"], {execute: counters for _, _, execute in plan.launches},
+                self.name, seconds, built.seconds, {step: {} for step, _, _ in plan.launches},
+                run["beats"], machine)
+            runs.append(GenerationRun(run["position"], run["token"],
+                                      np.asarray(words, np.uint32).view(np.float32),
+                                      run["cycles"], ScheduleResult(
+                                          steps_run, cycles=run["cycles"],
+                                          execution="orchestrated",
+                                          host_commands=run["host_commands"])))
+        outcome = generation.result(runs, self.name, seconds, built.seconds,
+                                    reader=lambda address, words: _read_back(regions, address,
+                                                                             words))
+        if outcome.tokens != result["tokens"]:
+            raise RunFailure(f"generation: the host body chose tokens {result['tokens']}, "
+                             f"the logits it read {outcome.tokens}", "generation")
+        return outcome
+
+
+def _read_back(regions, address, words):
+    """``words`` words at ``address`` from the ``regions`` ``[(address, words, array)]``
+    a generation read after its last run; ``ValueError`` outside them."""
+    for base, count, array in regions:
+        if base <= address and address + 4 * words <= base + 4 * count and \
+                (address - base) % 4 == 0:
+            first = (address - base) // 4
+            return array[first:first + words]
+    raise ValueError(f"memory at {address:#x} ({words} words) was not read back after the "
+                     f"last run: pass read_back=[(address, words)] to run_generation")
 
 
 @register_backend

@@ -12,6 +12,8 @@
   AXI4 ports;
 * :mod:`rdu.sim.host`: the host driver (images in, program load, start, execute, wait,
   outputs and counters out) for one program or a sequence.
+* :mod:`rdu.sim.orchestrated`: the bodies of an orchestrated schedule, run once or once
+  per token (generation).
 
 Layers point one way: ``hdl`` <- ``rdu`` core <- ``sim_models`` <- ``rdu.sim`` <-
 ``rdu.runtime`` <- ``rdu.cli``; ``tb/`` (test bodies) and ``tests/`` only consume.

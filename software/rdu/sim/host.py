@@ -8,7 +8,8 @@ bitstream written and loaded through AGCU 0 (``PROGRAM_LOAD``, after a
 program's AGCUs on one edge, a wait with a watchdog, its outputs read. Memory is kept
 between programs, so a program reads what an earlier one stored. :func:`run_program`
 is the one-program case. :class:`HostDriver` is the driver itself, for bodies that
-issue their own commands (``COPY`` DDR -> HBM, argument load).
+issue their own commands (``COPY`` DDR -> HBM, argument load). The bodies of an
+orchestrated schedule (run once, or once per token) are :mod:`rdu.sim.orchestrated`.
 
 All are :class:`rdu.sim.bench.Bench` bodies: the same code runs in the Amaranth
 simulator and under cocotb + Verilator. Every failure is a :class:`RunError` whose
@@ -24,7 +25,6 @@ from hdl.agcu import AGCUError, AGCUOp, agcu_command_layout
 from hdl.agcu_engines import DMA_WINDOWS
 from hdl.array import WATCHDOG_BUDGET, watchdog_location
 from hdl.config_net import LoaderState
-from hdl.orchestrator import DEFAULT_COMMANDS
 from hdl.pcu_config import PCUError
 from hdl.pmu import PMUError
 from sim_models.memory import ddr_model, hbm_model, host_link_model
@@ -32,7 +32,6 @@ from sim_models.memory import ddr_model, hbm_model, host_link_model
 from ..bitstream import ConfigStatus
 from ..dma_windows import copy_windows, port_value
 from ..program import Program
-from ..schedule import decode, error_message
 from ..unitconfig import code_name
 from ..units.agcu import check_position
 from .limits import BUDGET_SLACK, hardware_cycle_budget, hardware_watchdog_cycles
@@ -43,13 +42,12 @@ from .protocol import (
     HostSchedule,
     LaunchDone,
     LaunchStep,
-    OrchestrationPlan,
     WriteDone,
     WriteStep,
 )
 
 __all__ = ["RunError", "HostDriver", "system_memory", "check_program", "run_program",
-           "run_programs", "run_schedule", "run_orchestrated", "load_outputs"]
+           "run_programs", "run_schedule", "load_outputs"]
 
 WORD_BYTES = 4
 #: Total output words returned inline in the result (more: only in the .npz file).
@@ -692,107 +690,3 @@ def load_outputs(result):
     """The outputs of a :func:`run_program` result as numpy arrays (from its .npz file)."""
     with np.load(result["outputs_file"]) as arrays:
         return {name: arrays[name] for name in arrays.files}
-
-
-async def run_orchestrated(bench, plan_file, *, memory=None, stall="none", perf_counters=None,
-                           inline_output_words=INLINE_OUTPUT_WORDS, progress=False,
-                           windows=None, position=0):
-    """Run an orchestrated schedule (``plan_file``, written by
-    :func:`rdu.runtime.run_schedule` with ``execution="orchestrated"``): every image,
-    bitstream and the schedule's words written into memory (backdoor), the array's
-    watchdog and the memory windows (``windows``; ``None``: off) set, one pulse on
-    ``orch.start``; then the host only watches ``orch``
-    until it is no longer busy (no command, no write). Each command's end is recorded
-    from ``orch.completed`` and ``orch.cycles``; after the end every launch's outputs
-    are read from memory. An error status raises :class:`RunError` with
-    :func:`rdu.schedule.error_message`.
-
-    Returns ``{"cycles": orch.cycles (start to done), "ends": [orch.cycles at each
-    command's end], "beats": [memory beats at each command's end], "host_commands":
-    commands and control pulses the host issued while the orchestrator was busy (0),
-    "starts": how many times the array started (``host.running`` rose),
-    "launches": [{"program", "outputs", "outputs_file", "perf"}], "memory",
-    "memory_errors"}``."""
-    plan = OrchestrationPlan.load(plan_file)
-    launches = [Program.load(launch.dir) for launch in plan.launches]
-    machine = launches[0].machine
-    driver = HostDriver(bench, machine, memory=memory, stall=stall,
-                        perf_counters=perf_counters, progress=progress, position=position)
-    with np.load(plan.writes) as arrays:
-        for image in plan.memory:
-            driver.write(image.address, arrays[image.key])
-        words = arrays["schedule"]
-    commands = decode(words)
-    await bench.cycles(1)
-    bench.set("host.watchdog_cycles", hardware_watchdog_cycles(plan.timeout, plan.watchdog_cycles))
-    await driver.set_windows(windows)
-    bench.set("orch.addr", plan.address)
-    bench.set("orch.length", 4 * len(words))
-    bench.set("orch.start", 1)
-    await bench.cycles(1)                   # the edge that samples start
-    bench.set("orch.start", 0)
-    ends, beats, completed, host_commands, starts, running = [], [], 0, 0, 0, 0
-    agcus = range(machine.agcus)
-    # every signal the loop reads: it skips, in one call, the cycles in which none changes
-    watched = ["orch.completed", "orch.busy", "host.running", "host.start",
-               "host.config_clear", *(f"cmd.{k}.valid" for k in agcus)]
-    timeout, every = plan.timeout, max(1, plan.timeout // 10)
-    elapsed = 0
-    while True:
-        now = await bench.read("orch.completed")
-        if now != completed:
-            cycles = await bench.read("orch.cycles")
-            ends.extend([cycles] * (now - completed))
-            beats.extend([driver.memory_beats()] * (now - completed))
-            completed = now
-        busy = await bench.read("orch.busy")
-        now_running = await bench.read("host.running")
-        starts += now_running and not running          # the array started (by orch)
-        running = now_running
-        # what the host drives while the orchestrator runs: nothing (checked, not assumed)
-        for k in agcus:
-            host_commands += await bench.read(f"cmd.{k}.valid")
-        host_commands += await bench.read("host.start") + await bench.read("host.config_clear")
-        if not busy:
-            break
-        if progress and elapsed and elapsed % every == 0:
-            print(f"[run_program schedule] {elapsed} cycles: command "
-                  f"{await bench.read('orch.index')}", flush=True)
-        if elapsed < timeout:
-            limit = timeout - elapsed
-            elapsed += await bench.advance_until_change(
-                watched, min(limit, every - elapsed % every) if progress else limit)
-            continue
-        await bench.cycles(1)
-        index = await bench.read("orch.index")
-        raise RunError(f"schedule: orchestrator still busy after {plan.timeout} cycles "
-                       f"(cycle {bench.cycle}); command {index}"
-                       + (f" ({commands[index].describe()})" if index < len(commands) else ""))
-    if await bench.read("orch.error"):
-        status = [await bench.read(f"orch.error_{name}")
-                  for name in ("index", "source", "code", "unit")]
-        detail = await driver._error_detail()
-        raise RunError(error_message(commands, *status, agcus=machine.agcus,
-                                     capacity=plan.capacity or DEFAULT_COMMANDS,
-                                     length=4 * len(words)) + detail)
-    if not await bench.read("orch.done"):
-        raise RunError("schedule: the orchestrator ended with neither done nor error")
-    perf = await driver.read_counters()
-    errors = unit_errors(perf)
-    if errors:
-        raise RunError(f"schedule: {errors[0]}")
-    results = []
-    for launch, program in zip(plan.launches, launches, strict=True):
-        outputs = {out: driver.read(address, count)
-                   for out, (address, count) in launch.outputs.items()}
-        outputs_file = Path(launch.dir) / "outputs.npz"
-        np.savez(outputs_file, **outputs)
-        total = sum(array.size for array in outputs.values())
-        results.append({"program": program.name, "outputs_file": str(outputs_file),
-                        "outputs": ({out: array.tolist() for out, array in outputs.items()}
-                                    if total <= inline_output_words else None)})
-    return {"cycles": await bench.read("orch.cycles"), "ends": ends, "beats": beats,
-            "host_commands": host_commands, "starts": starts, "launches": results,
-            "perf": perf,
-            "memory": {region.name: dict(region.stats) for region in driver.mem.regions},
-            "memory_errors": [str(error) for error in driver.mem.errors]}

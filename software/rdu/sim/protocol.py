@@ -12,7 +12,8 @@ Host schedule (``schedule.json``, :class:`HostSchedule`): :class:`WriteStep`,
 
 Orchestrated schedule (``plan.json``, :class:`OrchestrationPlan`): the memory images
 (:class:`MemoryImage`), the schedule's address, the launches whose outputs are read
-after the end (:class:`PlannedLaunch`) and the cycles allowed.
+after the end (:class:`PlannedLaunch`) and the cycles allowed. Generation
+(``generation.json``, :class:`GenerationPlan`): that plan run once per token.
 """
 
 import json
@@ -22,7 +23,7 @@ from typing import ClassVar
 
 __all__ = ["Message", "WriteStep", "CopyStep", "LaunchStep", "HostSchedule", "WriteDone",
            "CopyDone", "LaunchDone", "MemoryImage", "PlannedLaunch", "OrchestrationPlan",
-           "step_from_json", "done_from_json"]
+           "GenerationPlan", "step_from_json", "done_from_json"]
 
 
 class Message:
@@ -195,6 +196,32 @@ class OrchestrationPlan(Message):
             if data[name] is None:
                 del data[name]
         return data
+
+    def save(self, path):
+        Path(path).write_text(json.dumps(self.to_json()))
+
+    @classmethod
+    def load(cls, path):
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+
+# -- generation: one orchestrated schedule per token -----------------------------------------
+
+@dataclass
+class GenerationPlan(Message):
+    """The runs of :func:`rdu.sim.orchestrated.run_generation` over an
+    :class:`OrchestrationPlan`: the ``arrays`` file holds ``"table"`` (uint32, one row of
+    words per token id, written at ``token_address`` before a run) and ``"words"`` (the
+    logits' word indices in the logits output); run ``r`` is at position ``r``, its
+    input token ``prompt[r]`` while there is one, else the token run ``r - 1`` chose;
+    ``logits[r]`` is ``[address, words]`` of the logits output at position ``r``;
+    ``read_back``: ``[[address, words]]`` read after the last run."""
+    arrays: str
+    token_address: int
+    prompt: list
+    count: int
+    logits: list
+    read_back: list = field(default_factory=list)
 
     def save(self, path):
         Path(path).write_text(json.dumps(self.to_json()))
