@@ -85,17 +85,26 @@ class GenerationResult:
 
 @dataclass
 class Generation:
-    """The checked runs a back end makes: the token input (``address``, ``table``), the
-    ``prompt``, ``count``, per run the ``[address, words]`` of the logits output at its
-    position (``logits``), the logits' word indices (``words``) and the regions to read
-    after the last run (``read_back``)."""
-    address: int
-    table: np.ndarray
+    """The checked runs a back end makes: the token inputs (``inputs``: ``[(address,
+    table)]``, each written before a run), the ``prompt``, ``count``, per run the
+    ``[address, words]`` of the logits output at its position (``logits``), the logits'
+    word indices (``words``) and the regions to read after the last run
+    (``read_back``)."""
+    inputs: list
     prompt: list
     count: int
     logits: list
     words: np.ndarray
     read_back: list
+
+    @property
+    def vocabulary(self):
+        """Token ids the tables hold."""
+        return self.inputs[0][1].shape[0]
+
+    def writes(self, token):
+        """``[(address, words)]`` the host writes before a run of ``token``."""
+        return [(address, table[token]) for address, table in self.inputs]
 
     @property
     def runs(self):
@@ -129,11 +138,23 @@ def _integer(value, what, low=0):
     return number
 
 
+def _tables(token_input, machine):
+    """``[(address, uint32 table)]`` of ``token_input`` (a :class:`TokenInput` or a
+    list of them: the images that hold the token), checked."""
+    inputs = [token_input] if isinstance(token_input, TokenInput) else list(token_input) \
+        if isinstance(token_input, (list, tuple)) else None
+    if not inputs or not all(isinstance(item, TokenInput) for item in inputs):
+        raise ValueError(f"token_input must be a TokenInput(address, table) or a list of "
+                         f"them, not {type(token_input).__name__}")
+    tables = [_table(item, machine) for item in inputs]
+    if len({table.shape[0] for _, table in tables}) != 1:
+        raise ValueError(f"token input tables of {sorted({t.shape[0] for _, t in tables})} "
+                         f"rows: each holds every token id")
+    return tables
+
+
 def _table(token_input, machine):
     """The token input's ``(address, uint32 table)``, checked."""
-    if not isinstance(token_input, TokenInput):
-        raise ValueError(f"token_input must be a TokenInput(address, table), not "
-                         f"{type(token_input).__name__}")
     address = _integer(token_input.address, "token input address")
     table = np.asarray(token_input.table)
     if table.ndim != 2 or 0 in table.shape or table.dtype.kind not in "ui" or \
@@ -178,7 +199,8 @@ def _logits(logits, programs, vocabulary, runs):
 
 def _generation(programs, machine, token_input, logits, prompt, count, read_back):
     """The checked :class:`Generation`; a one-line ``ValueError`` for a bad argument."""
-    address, table = _table(token_input, machine)
+    inputs = _tables(token_input, machine)
+    table = inputs[0][1]
     prompt = [_integer(token, f"prompt token {index}") for index, token
               in enumerate(prompt)]
     if not prompt:
@@ -204,22 +226,22 @@ def _generation(programs, machine, token_input, logits, prompt, count, read_back
             raise ValueError(f"read_back takes (address, words) pairs, not {item!r}") from None
         regions.append([_integer(where, "read_back address"),
                         _integer(size, "read_back words", 1)])
-    return Generation(address, table, prompt, count, per_run, words, regions)
+    return Generation(inputs, prompt, count, per_run, words, regions)
 
 
 def _check_token_span(generation, plan):
     """A ``ValueError`` when the token input would overwrite the schedule's commands or a
     bitstream (placed by :func:`orchestrate` at the top of HBM): the host writes it
     before every run."""
-    nbytes = 4 * generation.table.shape[1]
     spans = [(plan.address, 4 * len(plan.words))] + [
         (command.src, command.length) for command in plan.commands
         if command.op == ScheduleOp.PROGRAM_LOAD]
-    for base, size in spans:
-        if generation.address < base + size and base < generation.address + nbytes:
-            raise ValueError(f"token input at {generation.address:#x} ({nbytes} bytes) "
-                             f"overlaps the schedule's commands or a bitstream at "
-                             f"{base:#x}")
+    for address, table in generation.inputs:
+        nbytes = 4 * table.shape[1]
+        for base, size in spans:
+            if address < base + size and base < address + nbytes:
+                raise ValueError(f"token input at {address:#x} ({nbytes} bytes) overlaps "
+                                 f"the schedule's commands or a bitstream at {base:#x}")
 
 
 def run_generation(steps, sim="model", *, token_input, logits, prompt, count, machine=None,
@@ -244,8 +266,9 @@ def run_generation(steps, sim="model", *, token_input, logits, prompt, count, ma
     sim : str
         A back end that runs orchestrated schedules: ``model``, ``verilator`` or
         ``native`` (``ip`` runs none).
-    token_input : TokenInput
-        ``address`` and ``table`` (uint32, V x words): row ``t`` is token ``t``'s input.
+    token_input : TokenInput or list of TokenInput
+        ``address`` and ``table`` (uint32, V x words): row ``t`` is token ``t``'s input
+        (a list: every image that holds the token, each written before a run).
     logits : LogitsOutput
         ``launch`` (0-based among the launches), ``output`` and ``words`` (V indices of
         its FP32 words): the logits, read at each run's position.

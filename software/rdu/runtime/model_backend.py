@@ -107,7 +107,8 @@ class ModelBackend(Backend):
         runs, token = [], generation.prompt[0]
         for position, (address, count) in enumerate(generation.logits):
             try:
-                model.write(generation.address, generation.table[token])
+                for where, words in generation.writes(token):
+                    model.write(where, words)
             except ModelError as error:
                 raise _failure(error, "token input: ") from None
             model.position = position

@@ -225,8 +225,11 @@ class RTLBackend(Backend):
         start = time.perf_counter()
         work_dir = run_dir(options.work_dir, f"generation-{plan.launches[0][1].name}")
         plan_file, limit = write_orchestration(steps, plan, work_dir, options.timeout)
-        np.savez(work_dir / "generation.npz", table=generation.table, words=generation.words)
-        GenerationPlan(str(work_dir / "generation.npz"), generation.address,
+        np.savez(work_dir / "generation.npz", words=generation.words,
+                 **{f"table{index}": table for index, (_, table)
+                    in enumerate(generation.inputs)})
+        GenerationPlan(str(work_dir / "generation.npz"),
+                       [address for address, _ in generation.inputs],
                        generation.prompt, generation.count, generation.logits,
                        generation.read_back).save(work_dir / "generation.json")
         built, perf_counters = build_design(RDUSystem, machine, progress=options.progress)

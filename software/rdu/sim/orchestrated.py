@@ -188,11 +188,13 @@ async def run_generation(bench, plan_file, generation_file, *, memory=None, stal
         bench, plan_file, memory=memory, stall=stall, perf_counters=perf_counters,
         progress=progress)
     with np.load(spec.arrays) as arrays:
-        table, indices = arrays["table"], arrays["words"]
+        tables = [arrays[f"table{index}"] for index in range(len(spec.token_addresses))]
+        indices = arrays["words"]
     runs, logits, tokens = [], [], []
     token = spec.prompt[0]
     for position, (address, count) in enumerate(spec.logits):
-        driver.write(spec.token_address, table[token])
+        for where, table in zip(spec.token_addresses, tables, strict=True):
+            driver.write(where, table[token])
         run = await start_and_watch(driver, plan, words, commands, windows=windows,
                                     progress=progress, position=position,
                                     prefix=f"generation run at position {position}: ")

@@ -210,14 +210,15 @@ class OrchestrationPlan(Message):
 @dataclass
 class GenerationPlan(Message):
     """The runs of :func:`rdu.sim.orchestrated.run_generation` over an
-    :class:`OrchestrationPlan`: the ``arrays`` file holds ``"table"`` (uint32, one row of
-    words per token id, written at ``token_address`` before a run) and ``"words"`` (the
+    :class:`OrchestrationPlan`: the ``arrays`` file holds ``"table0"``, ``"table1"``, ...
+    (uint32, one row of words per token id, written at ``token_addresses[i]`` before a
+    run) and ``"words"`` (the
     logits' word indices in the logits output); run ``r`` is at position ``r``, its
     input token ``prompt[r]`` while there is one, else the token run ``r - 1`` chose;
     ``logits[r]`` is ``[address, words]`` of the logits output at position ``r``;
     ``read_back``: ``[[address, words]]`` read after the last run."""
     arrays: str
-    token_address: int
+    token_addresses: list
     prompt: list
     count: int
     logits: list
