@@ -117,13 +117,21 @@ class DecodeStep:
 
     def logits_words(self):
         """``(launch, output, indices)``: the FP32 words of row 0's logits are
-        ``indices`` of output ``output`` of the ``launch``-th launch."""
-        stage = self.sequence.stages[-1]
-        program = stage.program
-        names = [name for name in program.outputs]
-        image = Image.from_json(program.meta["images"][names[0]])
-        offsets = image.byte_offsets()
-        return len(self.sequence.stages) - 1, names[0], offsets[0, :self.vocabulary] // 4
+        ``indices`` of output ``output`` of the ``launch``-th launch (found by reading
+        the raw output's word indices back through the sequence's unpacking)."""
+        programs = self.sequence.programs
+        launch = len(programs) - 1
+        where = [name for name, (_, count) in programs[launch].outputs.items()]
+        if len(where) != 1:
+            raise KernelInputError(f"{programs[launch].name}: the logits' stage has outputs "
+                                   f"{', '.join(where)}; a decode step reads one")
+        raw = [{name: np.zeros(count, np.uint32) for name, (_, count) in
+                program.outputs.items()} for program in programs]
+        raw[launch][where[0]] = np.arange(programs[launch].outputs[where[0]][1],
+                                          dtype=np.uint32)
+        indices = self.sequence.outputs(raw)[self.logits]
+        return launch, where[0], np.asarray(indices, np.int64).reshape(
+            -1, self.vocabulary)[0]
 
     def logits_of(self, results):
         """Row 0's logits (float32) from every launch's raw outputs."""

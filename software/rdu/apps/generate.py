@@ -112,7 +112,8 @@ def _reference(config, step, inputs):
 
 
 def _check(config, step, result):
-    """``(ok, first failure or None, per-run errors)`` against onnxruntime."""
+    """``(ok, first failure or None, per-run errors, onnxruntime's argmax per run)``
+    against onnxruntime."""
     inputs = [run.token for run in result.runs]
     reference = _reference(config, step, inputs)
     layers = computed_attention(step.kernel.imported.graph) or 1
@@ -129,7 +130,7 @@ def _check(config, step, result):
                     else "logits")
             failure = (f"run {index} (position {run.position}, token {run.token}): {what} "
                        f"(max abs error {error:.4g}, budget {budget:.4g})")
-    return failure is None, failure, errors
+    return failure is None, failure, errors, [int(np.argmax(ref)) for ref in reference]
 
 
 def _run_figures(run):
@@ -195,7 +196,8 @@ def generate(config):
               "capacity": step.capacity, "runs": len(result.runs)}
     ok = True
     if config.check:
-        ok, failure, errors = _check(config, step, result)
+        ok, failure, errors, chosen = _check(config, step, result)
+        report["onnxruntime_tokens"] = chosen[len(config.prompt) - 1:]
         report["ok"] = ok
         report["max_abs_err"] = max(errors)
         if failure:
