@@ -28,7 +28,7 @@ from ..runtime import LogitsOutput, TokenInput, run_generation
 from .decode_step import compile_decode_step
 
 __all__ = ["GenerateConfig", "GenerateError", "generate", "default_capacity",
-           "rounded_source", "REPORT_CLOCK_MHZ"]
+           "rounded_source", "minimum_bytes", "REPORT_CLOCK_MHZ"]
 
 #: The clock the report's tokens per second assume: the FPGA target of the pipelined
 #: datapath (issue #31, ``docs/fpga.md``); cycles are reported too, for any other.
@@ -142,6 +142,18 @@ def _run_figures(run):
     return loads, hbm
 
 
+def minimum_bytes(step, position):
+    """The HBM bytes a run at ``position`` cannot do without: every weight once (as the
+    machine holds it: BF16, FP32 tables) and each layer's K and V of the ``position +
+    1`` keys it attends to, read, and its new row written."""
+    inputs = step.kernel.imported.graph.inputs
+    weights = sum(np.size(words) * (2 if inputs[name].dtype == "bf16" else 4)
+                  for name, words in step.kernel.weight_words().items())
+    cache = sum(2 * cache["kv_heads"] * cache["dim"] * 2 * (position + 2)
+                for cache in step.plan.caches)
+    return weights + cache
+
+
 def _figures(step, result, prompt):
     """Cycles, loads, HBM bytes and shares of the runs (RTL), by prefill (the prompt's
     runs) and decode (the rest)."""
@@ -162,6 +174,10 @@ def _figures(step, result, prompt):
         figures[f"{label}_hbm_bytes_per_token"] = round(hbm / len(part))
         figures[f"{label}_hbm_peak_share"] = round(
             hbm / (cycles * machine.hbm_bytes_per_cycle), 4)
+        least = sum(minimum_bytes(step, run.position) for run in part)
+        figures[f"{label}_minimum_bytes_per_token"] = round(least / len(part))
+        figures[f"{label}_roofline_share"] = round(
+            least / (cycles * machine.hbm_bytes_per_cycle), 4)
     figures["tokens_per_second"] = round(
         REPORT_CLOCK_MHZ * 1e6 / (sum(run.cycles for run in runs) / len(runs)), 1)
     figures["clock_mhz"] = REPORT_CLOCK_MHZ

@@ -61,7 +61,8 @@ class DecodePlan:
     rotary_tables`' values as the graph's inputs). Compiling fills ``writes`` (``[(byte
     address, uint32 words)]``, written once before the first token), ``written``
     (``[(program, input image)]``: the inputs those writes hold, not packed per run)
-    and ``caches`` (per attention, ``{"k" | "v": (address, bytes)}``)."""
+    and ``caches`` (per attention, ``{"k" | "v": (address, bytes), "kv_heads",
+    "dim"}``)."""
     capacity: int
     rows: int
     tables: dict
@@ -247,8 +248,8 @@ def compile_decode_attention(graph, sink, machine, start, out_name, first, param
         layout = Image.from_json(images[kind])
         plan.writes.append((images[kind]["address"], layout.pack({kind: empty(None)})))
         plan.written.append((att, kind))
-    plan.caches.append({kind: (images[kind]["address"], s.kv_heads * head_bytes)
-                        for kind in "kv"})
+    plan.caches.append({**{kind: (images[kind]["address"], s.kv_heads * head_bytes)
+                           for kind in "kv"}, "kv_heads": s.kv_heads, "dim": s.dim})
     return _tail(built, s, att, tail, first, stages, att_index)
 
 

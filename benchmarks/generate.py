@@ -1,0 +1,68 @@
+"""Token generation of a tiny Llama on the machine (``rdu generate``, ``docs/generate.md``).
+
+    .venv/bin/python -m benchmarks.generate [--layers 2] [--hidden 256] [--heads 4]
+        [--kv-heads 2] [--ffn 688] [--vocab 512] [--prompt-length 16] [--tokens 32]
+        [--seeds 1,2,3] [--sim model,native] [--agcus 4] [--json]
+
+For each seed: a tiny Llama with a KV cache (``rdu.onnx.tiny_llama``, that seed's
+weights) and a prompt of seeded random ids; ``rdu generate`` runs it on each back end
+(every run checked against onnxruntime; the RTL's words are the model's). The table:
+the tokens (the same as onnxruntime's?), and on the RTL the cycles per token of the
+prompt's runs and of the decode runs, their program-load cycles, the HBM bytes per token
+against the minimum (the weights once and the KV cache), the share of the HBM peak of
+the minimum's bytes over the cycles, and tokens per second at the report's clock.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from rdu.apps.generate import GenerateConfig, generate
+from rdu.machine import Machine
+from rdu.onnx.tiny_llama import tiny_llama
+
+COLUMNS = ("seed", "sim", "ok", "same_tokens", "decode_cycles_per_token",
+           "decode_load_cycles_per_token", "decode_hbm_bytes_per_token",
+           "decode_minimum_bytes_per_token", "decode_roofline_share",
+           "prefill_cycles_per_token", "tokens_per_second", "seconds")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.generate",
+                                     description=__doc__.split("\n\n")[0])
+    for name, default in (("layers", 2), ("hidden", 256), ("heads", 4), ("kv-heads", 2),
+                          ("ffn", 688), ("vocab", 512), ("prompt-length", 16),
+                          ("tokens", 32), ("agcus", 4)):
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--seeds", default="1,2,3", help="weights and prompt seeds")
+    parser.add_argument("--sim", default="model,native", help="back ends, comma-separated")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    out = Path("build/generate")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        import onnx
+        path = out / f"tiny_llama_seed{seed}.onnx"
+        onnx.save(tiny_llama(layers=args.layers, hidden=args.hidden, heads=args.heads,
+                             kv_heads=args.kv_heads, ffn=args.ffn, vocab=args.vocab,
+                             seed=seed, embedding="gather", kv_cache=True), str(path))
+        prompt = [int(i) for i in np.random.default_rng(seed).integers(
+            0, args.vocab, args.prompt_length)]
+        for sim in args.sim.split(","):
+            start = time.perf_counter()
+            report, _ = generate(GenerateConfig(model=str(path), prompt=prompt,
+                                                tokens=args.tokens, sim=sim,
+                                                machine=Machine(agcus=args.agcus)))
+            report.update(seed=seed, seconds=round(time.perf_counter() - start),
+                          same_tokens=report["tokens"] == report["onnxruntime_tokens"])
+            rows.append(report)
+            print(json.dumps(report) if args.json else
+                  "  ".join(f"{key}={report.get(key)}" for key in COLUMNS), flush=True)
+    return 0 if all(row["ok"] and row["same_tokens"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
