@@ -135,7 +135,7 @@ def test_hf_cache_fixture_binds_from_the_input_file(tmp_path, capsys):
          "dimension bound (--bind sequence_length=VALUE"),
     (["--bind", "sequence_length=16", "--bind", "past_sequence_length=4"],
      "input 'past_key_values.0.key' holds a past of length 4: decode steps run with "
-     "`rdu generate`, not yet built"),
+     "`rdu generate` (docs/generate.md)"),
     (["--bind", "seq=16"], "--bind seq=16: the model has no dynamic dimension 'seq'"),
     (["--bind", "sequence_length=16", "--bind", "total_sequence_length=20"],
      "--bind total_sequence_length=20: the attention mask's length is the past's (0) "

@@ -14,10 +14,11 @@ the graph's inputs a value:
 * ``attention_mask``'s length: ``P + L``;
 
 and refuses in one line what stays unbound, and a past of length ``P > 0`` (decode
-steps: ``rdu generate``, not yet built). The prefill's bound inputs are constants of
-the import (:data:`Bound`): the empty past, ``position_ids`` ``arange(P, P + L)``,
-``attention_mask`` ones (one prompt, no padding), so the rotary tables and the causal
-mask fold as before; onnxruntime is fed the same values. ``Concat`` of the empty past
+steps: ``rdu generate``, which compiles a decode step of its own). The prefill's bound
+inputs are constants of the import (:data:`Bound`): the empty past, ``position_ids``
+``arange(P, P + L)``, ``attention_mask`` ones (one prompt, no padding), so the rotary
+tables and the causal mask fold as before; onnxruntime is fed the same values.
+``Concat`` of the empty past
 and the new keys or values is the new ones (:func:`convert`).
 """
 
@@ -127,8 +128,9 @@ def bind(model, label, dims=None, shapes=None):
     for name, size in lengths.items():
         if size:
             raise OnnxImportError(f"{label}: graph: input {name!r} holds a past of length "
-                                  f"{size}: decode steps run with `rdu generate`, not yet "
-                                  f"built; supported: the prefill (a past of length 0)")
+                                  f"{size}: decode steps run with `rdu generate` "
+                                  f"(docs/generate.md); supported: the prefill (a past of "
+                                  f"length 0)")
     mask = next((i for i in inputs if i.name == "attention_mask"), None)
     if mask is not None and len(dims_of(mask)) == 2 and dims_of(mask)[1].dim_param and \
             length is not None:
