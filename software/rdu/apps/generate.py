@@ -26,6 +26,7 @@ from ..onnx.kernel import ATTENTION_SHARE, computed_attention
 from ..onnx.values import OnnxImportError
 from ..runtime import LogitsOutput, TokenInput, run_generation
 from .decode_step import compile_decode_step
+from .onnx_views import bf16, floats
 
 __all__ = ["GenerateConfig", "GenerateError", "generate", "default_capacity",
            "rounded_source", "minimum_bytes", "REPORT_CLOCK_MHZ"]
@@ -69,14 +70,13 @@ def rounded_source(model, held):
     """A copy of ModelProto ``model`` with the initializers named in ``held`` rounded to
     BF16 (the weights as the machine holds them), in their own element type."""
     from onnx import numpy_helper
-
-    from ..onnx.kernel import _bf16 as bf16_values
     copy = type(model)()
     copy.CopyFrom(model)
     for init in copy.graph.initializer:
         if init.name in held:
             array = numpy_helper.to_array(init)
-            rounded = bf16_values(np.asarray(array, np.float32)).astype(array.dtype)
+            rounded = floats(bf16(np.asarray(array, np.float32))).reshape(
+                array.shape).astype(array.dtype)
             init.CopyFrom(numpy_helper.from_array(rounded, init.name))
     return copy
 

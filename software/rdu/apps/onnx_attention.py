@@ -44,7 +44,7 @@ from .onnx_views import view as _view
 from .unfused import Stage, end_of
 
 __all__ = ["attention_members", "compile_attention", "operand_outputs", "ProjectionBuilder",
-           "attention_of", "tail_stages", "residual_stage"]
+           "attention_of", "tail_stages", "residual_stage", "merge_heads_program"]
 
 
 def _heads_of_projection(node):
@@ -684,13 +684,7 @@ def tail_stages(built, s, att, tail, out_name, first, start, stages):
         0, 1, 2, 5, 3, 4).reshape(heads * tiles * lanes, dim))
     _same_bytes(where, view_out, b_image, lambda m: m.reshape(split).transpose(
         to_b).reshape(heads * dim, rows))
-    m_graph = Graph(f"{name}_merge_heads")
-    m_graph.output("ob", m_graph.input("o", (count, 2 * lanes), "fp32").astype("bf16"))
-    m_prog = compile_graph(m_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
-                           plan=ImagePlan(start=end_of(o_prog), addresses={
-                               "o": att.meta["images"]["o"]["address"],
-                               "ob": o_prog.meta["images"]["ob"]["address"]},
-                               layouts={"o": view_in, "ob": view_out}))
+    m_graph, m_prog = merge_heads_program(built, att, o_prog, view_in, view_out)
     att_index = first + len(stages) - 1
 
     def o_view(produced):
@@ -716,6 +710,20 @@ def tail_stages(built, s, att, tail, out_name, first, start, stages):
     stages.append(residual_stage(built, tail, o_prog, end_of(m_prog), out_name, continued,
                                   att_index, (hidden, rows, lanes)))
     return stages, lambda words: np.ascontiguousarray(np.asarray(words).T)
+
+
+def merge_heads_program(built, att, o_prog, view_in, view_out):
+    """``(graph, program)`` of the cast-only row group that reads the attention's FP32
+    ``O^T`` (``att``'s ``o``) as ``view_in`` and writes ``o_proj``'s (``o_prog``) BF16 B
+    as ``view_out``."""
+    graph = Graph(f"{built.graph.name}_merge_heads")
+    graph.output("ob", graph.input("o", view_in.shape, "fp32").astype("bf16"))
+    return graph, compile_graph(graph, built.machine, kernel=KERNEL_NAME,
+                                params=built.params, plan=ImagePlan(
+                                    start=end_of(o_prog),
+                                    addresses={"o": att.meta["images"]["o"]["address"],
+                                               "ob": o_prog.meta["images"]["ob"]["address"]},
+                                    layouts={"o": view_in, "ob": view_out}))
 
 
 def residual_stage(built, tail, o_prog, start, out_name, continued, att_index, sizes):

@@ -42,7 +42,12 @@ from ..frontend.graph import Graph
 from ..layout import Image
 from ..models.reference import attention_shape
 from ..onnx import KERNEL_NAME
-from .onnx_attention import ProjectionBuilder, attention_of, residual_stage
+from .onnx_attention import (
+    ProjectionBuilder,
+    attention_of,
+    merge_heads_program,
+    residual_stage,
+)
 from .onnx_views import bf16, floats, view
 from .unfused import Stage, end_of
 
@@ -296,14 +301,8 @@ def _tail(built, s, att, tail, first, stages, att_index):
             b_image.nbytes * 2 != dense.nbytes:
         raise CompileError(f"{where}: o_proj's B {b_image.describe()} is not the "
                            f"attention's O^T {o_image.describe()} cast to BF16")
-    m_graph = Graph(f"{name}_merge_heads")
-    m_graph.output("ob", m_graph.input("o", (count, 2 * lanes), "fp32").astype("bf16"))
-    m_prog = compile_graph(m_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
-                           plan=ImagePlan(start=end_of(o_prog), addresses={
-                               "o": att.meta["images"]["o"]["address"],
-                               "ob": o_prog.meta["images"]["ob"]["address"]},
-                               layouts={"o": dense, "ob": Image((count, 2 * lanes), (),
-                                                                None, None, "bf16")}))
+    m_graph, m_prog = merge_heads_program(built, att, o_prog, dense, Image(
+        (count, 2 * lanes), (), None, None, "bf16"))
 
     def wo_t(inputs):
         return _wo_rows(s, inputs[wo.name], hidden)
