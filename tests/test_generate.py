@@ -155,3 +155,17 @@ def test_a_run_off_its_reference_exits_1(kv_model, capsys, monkeypatch):
     assert main(["generate", str(kv_model), "--prompt", "5", "--tokens", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run 0 (position 0, token 5): logits" in err[0]
+
+
+def test_cli_saves_each_runs_logits(kv_model, tmp_path, capsys):
+    """``rdu generate --json --save DIR``: the report on stdout and in DIR, each run's
+    input token and logits as .npy; the last run's argmax is the last token."""
+    import json
+    assert main(["generate", str(kv_model), "--prompt", "7,8", "--tokens", "2", "--json",
+                 "--save", str(tmp_path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report == json.loads((tmp_path / "generate.json").read_text())
+    logits, inputs = np.load(tmp_path / "logits.npy"), np.load(tmp_path / "inputs.npy")
+    assert logits.shape == (3, 64) and list(inputs[:2]) == [7, 8]
+    assert inputs[2] == report["tokens"][0] == np.argmax(logits[1])
+    assert report["tokens"][1] == np.argmax(logits[2])

@@ -15,7 +15,9 @@ and the same greedy token. The first run that differs stops the check with one l
 naming the run, the token and the error (exit 1).
 """
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -46,7 +48,8 @@ class GenerateConfig:
     Hugging Face's ``max_new_tokens``), ``sim`` (a back end), ``capacity`` (keys per
     head of each cache; default: :func:`default_capacity`), ``dims`` (``--bind``),
     ``machine``, ``seed`` (the RTL's stall patterns), ``check`` (against
-    onnxruntime)."""
+    onnxruntime), ``save`` (a directory: the report, and each run's input token and
+    logits as ``.npy``)."""
     model: str
     prompt: list
     tokens: int
@@ -58,6 +61,7 @@ class GenerateConfig:
     check: bool = True
     work_dir: object = None
     progress: bool = False
+    save: object = None
 
 
 def default_capacity(runs, rows):
@@ -219,4 +223,10 @@ def generate(config):
         if failure:
             report["failure"] = failure
     report.update(_figures(step, result, config.prompt))
+    if config.save is not None:
+        out = Path(config.save)
+        out.mkdir(parents=True, exist_ok=True)
+        np.save(out / "logits.npy", np.stack([run.logits for run in result.runs]))
+        np.save(out / "inputs.npy", np.asarray([run.token for run in result.runs], np.int64))
+        (out / "generate.json").write_text(json.dumps(report, indent=1))
     return report, ok

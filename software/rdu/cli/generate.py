@@ -2,7 +2,6 @@
 causal LM on the functional model or the RTL, checked against onnxruntime at every run
 (``docs/generate.md``)."""
 
-import json
 from pathlib import Path
 
 from rdu.apps.generate import GenerateConfig, generate
@@ -43,12 +42,9 @@ def cmd_generate(args):
     config = GenerateConfig(model=args.model, prompt=_ids(args.prompt), tokens=args.tokens,
                             sim=args.sim, capacity=args.capacity, dims=_dims(args.bind),
                             machine=machine_for(args, {"agcus": 4}), seed=args.seed,
-                            check=not args.no_check, progress=args.progress)
+                            check=not args.no_check, progress=args.progress,
+                            save=args.save)
     report, ok = generate(config)
-    if args.save:
-        out = Path(args.save)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "generate.json").write_text(json.dumps(report, indent=1))
     print_report(report, args.json)
     if not ok:
         raise WrongResult(report["failure"])
@@ -84,7 +80,9 @@ def add_parsers(commands):
     cmd.add_argument("--no-check", action="store_true",
                      help="skip the onnxruntime check (no onnxruntime needed)")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
-    cmd.add_argument("--save", metavar="DIR", help="write the report to DIR/generate.json")
+    cmd.add_argument("--save", metavar="DIR",
+                     help="write the report (DIR/generate.json), each run's input token "
+                          "(inputs.npy) and logits (logits.npy, runs x vocabulary)")
     cmd.add_argument("--progress", action="store_true",
                      help="show the RTL build and simulation progress on stderr")
     add_machine_options(cmd, defaults=False)

@@ -1,6 +1,7 @@
 """The ``model`` back end: the functional model (:mod:`rdu.models.machine`) executes the
 bitstreams in numpy, item by item: seconds even for large kernels, no cycle counts."""
 
+import sys
 import time
 
 import numpy as np
@@ -121,6 +122,10 @@ class ModelBackend(Backend):
             runs.append(GenerationRun(position, int(token), words.view(np.float32),
                                       steps=ScheduleResult(steps_run,
                                                            execution="orchestrated")))
+            if options.progress:
+                print(f"[generation] run {position + 1} of {len(generation.logits)} "
+                      f"(position {position}): token {token} -> {next_token(words)}",
+                      file=sys.stderr, flush=True)
             token = generation.next_input(position, next_token(words))
         return generation.result(runs, self.name, time.perf_counter() - start,
                                  reader=model.read)

@@ -201,6 +201,10 @@ async def run_generation(bench, plan_file, generation_file, *, memory=None, stal
         runs.append({"position": position, "token": int(token), **run})
         logits.append(driver.read(address, count)[indices])
         chosen = next_token(logits[-1])
+        if progress:
+            print(f"[generation] run {position + 1} of {len(spec.logits)} (position "
+                  f"{position}): token {token} -> {chosen}, {run.get('cycles')} cycles",
+                  flush=True)
         if position + 1 >= len(spec.prompt):
             tokens.append(chosen)
         token = spec.prompt[position + 1] if position + 1 < len(spec.prompt) else chosen
