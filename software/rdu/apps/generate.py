@@ -27,6 +27,7 @@ from ..onnx.importer import load_model
 from ..onnx.kernel import ATTENTION_SHARE, computed_attention
 from ..onnx.values import OnnxImportError
 from ..runtime import LogitsOutput, TokenInput, run_generation
+from ..runtime.results import roofline
 from .decode_step import compile_decode_step
 from .onnx_views import bf16, floats
 
@@ -167,6 +168,7 @@ def _figures(step, result, prompt):
                "sim_seconds": round(result.seconds, 1)}
     if runs[0].cycles is None:
         return figures
+    work = roofline(step.sequence.programs)       # the MACs of one run's programs
     for label, part in (("prefill", runs[:len(prompt)]), ("decode", runs[len(prompt):])):
         if not part:
             continue
@@ -178,6 +180,8 @@ def _figures(step, result, prompt):
         figures[f"{label}_hbm_bytes_per_token"] = round(hbm / len(part))
         figures[f"{label}_hbm_peak_share"] = round(
             hbm / (cycles * machine.hbm_bytes_per_cycle), 4)
+        figures[f"{label}_mac_peak_share"] = round(
+            len(part) * work.macs / (cycles * machine.macs_per_cycle), 4)
         least = sum(minimum_bytes(step, run.position) for run in part)
         figures[f"{label}_minimum_bytes_per_token"] = round(least / len(part))
         figures[f"{label}_roofline_share"] = round(
