@@ -159,6 +159,22 @@ def minimum_bytes(step, position):
     return weights + cache
 
 
+def _stage_cycles(step, runs):
+    """Per configuration of the step, averaged over ``runs``: its name, load and
+    execution cycles and HBM bytes (the split of a token's cycles)."""
+    rows = []
+    for index, stage in enumerate(step.sequence.stages):
+        launches = [[item.launch for item in run.steps if item.launch is not None][index]
+                    for run in runs]
+        hbm = [launch.memory_bytes.get("hbm", {}) for launch in launches]
+        rows.append({"stage": stage.name,
+                     "load_cycles": round(np.mean([x.load_cycles or 0 for x in launches])),
+                     "cycles": round(np.mean([x.cycles or 0 for x in launches])),
+                     "hbm_bytes": round(np.mean([h.get("read_bytes", 0) +
+                                                 h.get("write_bytes", 0) for h in hbm]))})
+    return rows
+
+
 def _figures(step, result, prompt):
     """Cycles, loads, HBM bytes and shares of the runs (RTL), by prefill (the prompt's
     runs) and decode (the rest)."""
@@ -186,6 +202,7 @@ def _figures(step, result, prompt):
         figures[f"{label}_minimum_bytes_per_token"] = round(least / len(part))
         figures[f"{label}_roofline_share"] = round(
             least / (cycles * machine.hbm_bytes_per_cycle), 4)
+    figures["stages"] = _stage_cycles(step, runs[len(prompt):] or runs)
     figures["tokens_per_second"] = round(
         REPORT_CLOCK_MHZ * 1e6 / (sum(run.cycles for run in runs) / len(runs)), 1)
     figures["clock_mhz"] = REPORT_CLOCK_MHZ

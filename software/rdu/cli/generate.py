@@ -35,6 +35,17 @@ def _dims(texts):
     return dims
 
 
+def _print_stages(stages):
+    """The per-configuration split of a token's cycles, one aligned line each."""
+    if not stages:
+        return
+    width = max(len(row["stage"]) for row in stages)
+    print(f"\n{'configuration':<{width}}  {'load':>6}  {'execute':>8}  {'HBM bytes':>10}")
+    for row in stages:
+        print(f"{row['stage']:<{width}}  {row['load_cycles']:>6}  {row['cycles']:>8}  "
+              f"{row['hbm_bytes']:>10}")
+
+
 def cmd_generate(args):
     """``rdu generate``: generate, check every run, report; exit 1 on a difference."""
     if not Path(args.model).is_file():
@@ -45,7 +56,11 @@ def cmd_generate(args):
                             check=not args.no_check, progress=args.progress,
                             save=args.save)
     report, ok = generate(config)
-    print_report(report, args.json)
+    if args.json:
+        print_report(report, True)
+    else:
+        print_report({k: v for k, v in report.items() if k != "stages"}, False)
+        _print_stages(report.get("stages"))
     if not ok:
         raise WrongResult(report["failure"])
     return 0
