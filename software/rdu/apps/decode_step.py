@@ -65,13 +65,20 @@ class DecodeStep:
         """The run's inputs for ``token`` (row 0: its embedding; the padding rows zero)
         with the weights."""
         name, lookup = self._rows_input()
-        shape = self.kernel.shape(name, None)
-        rows = np.zeros(shape, np.float32)
         ids = np.zeros(lookup.ids.shape, np.int64)
         ids.reshape(-1)[0] = token
-        rows.reshape(shape[0], -1)[0] = lookup_rows(lookup, ids, shape).reshape(
-            shape[0], -1)[0]
-        return {name: to_bf16_words(rows, name), **self.kernel.weight_words()}
+        shape = self.kernel.shape(name, None)
+        return self._with_row(lookup_rows(lookup, ids, shape).reshape(shape[0], -1)[0])
+
+    def _with_row(self, row):
+        """The inputs whose row 0 is ``row`` (float32), the other rows zero."""
+        name, _ = self._rows_input()
+        shape = self.kernel.shape(name, None)
+        rows = np.zeros(shape, np.float32)
+        rows.reshape(shape[0], -1)[0] = row
+        if getattr(self, "_weights", None) is None:
+            self._weights = self.kernel.weight_words()
+        return {name: to_bf16_words(rows, name), **self._weights}
 
     def _stage_images(self, index, inputs):
         """``{image: packed words}`` of stage ``index``'s host-written inputs."""
@@ -87,9 +94,8 @@ class DecodeStep:
         """``[(stage index, image, address)]``: the input images that hold the token
         (every other image is the same for every token)."""
         if getattr(self, "_token_images", None) is None:
-            name = self._rows_input()[0]
-            one = self.inputs(1)
-            zero = {**one, name: np.zeros_like(one[name])}
+            width = int(np.prod(self.kernel.shape(self._rows_input()[0], None)[1:]))
+            one, zero = self._with_row(np.ones(width)), self._with_row(np.zeros(width))
             found = []
             for index, stage in enumerate(self.sequence.stages):
                 if not stage.user:
