@@ -10,7 +10,8 @@ projections (:mod:`rdu.apps.onnx_attention`) becomes:
   the position (:meth:`DecodePlan.table`: a table of every position's entry, written
   once, read through a positioned load);
 * per key/value head ``g``, **cache writers**: ``[x | I] @ [W_g; C]`` with an FP32
-  row-major result (``x`` the norm's rows, ``I`` the identity of the rows, ``C`` the
+  row-major result (``x`` the norm's rows, read from what the norm writes for the
+  products, ``I`` the identity of the rows, ``C`` the
   rows' constants in the mask column ``D``: K's 0 for the token and ``-BIG`` for the
   padding rows, V's 1 in every row), then a row group (K: rotary ``p1 t1 + p2 t2``,
   the tables positioned too; V: the cast) that stores the ``rows`` rows of ``pitch``
@@ -127,19 +128,13 @@ def _cache_writer(built, s, plan, kind, g, address):
     (head ``g``'s row 0) through a positioned store; the writer's stages."""
     rows, width, dim, pitch, lanes = built.rows, built.width, s.dim, s.pitch, s.lanes
     parts = built.parts[kind]
-    depth = built.norm_b(None).depth if built.norm is not None else width + rows
+    depth = built.norm_b(None).depth
     constants = np.zeros((rows, pitch), np.float32)
     if kind == "k":         # the token's key filled (0), the padding rows' masked
         constants[1:, dim] = float(np.uint32(NEG_BIG).view(np.float32))
     else:
         constants[:, dim] = 1.0
     fp32_rows = Image((rows, pitch), (), None, None, "fp32")
-
-    def x_identity(inputs):
-        a = np.zeros((rows, depth), np.float32)
-        a[:, :width] = floats(inputs[built.x]).reshape(rows, width)
-        a[:, width:width + rows] = np.eye(rows, dtype=np.float32)
-        return bf16(a)
 
     firsts = []
     for number, (_, w, _) in enumerate(parts):
@@ -150,8 +145,7 @@ def _cache_writer(built, s, plan, kind, g, address):
             if number == 0:
                 b[width:width + rows] = constants
             return bf16(b)
-        firsts.append(built.produce(f"{kind}{g}_{number}", None,
-                                    x_identity if built.norm is None else None, weight,
+        firsts.append(built.produce(f"{kind}{g}_{number}", None, None, weight,
                                     (rows, depth), (depth, pitch), None, bf16=False,
                                     out_layout=fp32_rows))
     count = rows * pitch // (2 * lanes)
@@ -227,6 +221,10 @@ def compile_decode_attention(graph, sink, machine, start, out_name, first, param
     if built.rows != plan.rows:
         raise CompileError(f"{node.where}: a decode step of {built.rows} rows; the plan "
                            f"has {plan.rows}")
+    if built.norm is None:
+        raise CompileError(f"{node.where}: a decode step's attention of projections of a "
+                           f"model input; supported: of its RMSNorm (a decoder layer: the "
+                           f"norm writes the rows the cache writers read)")
     if len(tail) != 4 or out_name is not None:
         raise CompileError(f"{node.where}: a decode step's attention followed by o_proj "
                            f"and the residual, read by more of the model; supported: a "
