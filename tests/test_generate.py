@@ -169,3 +169,19 @@ def test_cli_saves_each_runs_logits(kv_model, tmp_path, capsys):
     assert logits.shape == (3, 64) and list(inputs[:2]) == [7, 8]
     assert inputs[2] == report["tokens"][0] == np.argmax(logits[1])
     assert report["tokens"][1] == np.argmax(logits[2])
+
+
+def test_a_token_off_onnxruntime_within_budget_is_a_tie():
+    """Logits within budget whose argmax differs from onnxruntime's: a tie, with
+    onnxruntime's margin between the two (at most twice the run's error); off budget,
+    wrong whatever the tokens; a prompt run's token is not judged."""
+    from rdu.apps.generate import verdict
+    ref = np.array([1.00, 0.99, -1.0])
+    what, error, tie = verdict([0.985, 0.995, -1.0], ref, budget=0.1)
+    assert what is None and tie == {"token": 1, "onnxruntime": 0, "margin": 0.01,
+                                    "error": 0.015}
+    assert tie["margin"] <= 2 * error
+    assert verdict([1.0, 0.99, -0.5], ref, budget=0.1)[0] == "logits"
+    assert verdict([0.985, 0.995, -1.0], ref, 0.1, generated=False)[2] is None
+    what, error, tie = verdict([1.0, 0.98, -1.0], ref, 0.1)
+    assert what is None and tie is None and error == pytest.approx(0.01)
