@@ -156,10 +156,10 @@ def _softmax_graph(name, m, n, scale):
 
 
 def unfused_attention(machine, seq, dim, heads, kv_heads, mode="decode", causal=False,
-                      scale=None, kv_layout="blocks", valid=None):
+                      scale=None, kv_layout="blocks", valid=None, queries=None):
     """The :class:`Sequence` of attention (module docstring) for ``machine``; ``valid``
-    is a KV cache's (``kv_layout`` ``rows``, fused only)."""
-    if kv_layout != "blocks":
+    and ``queries`` are a KV cache's (``kv_layout`` ``rows``, fused only)."""
+    if kv_layout != "blocks" or queries not in (None, 1):
         raise CompileError("unfused attention: --kv-layout rows (a KV cache) is read by "
                            "the fused chain only")
     if causal:
