@@ -49,20 +49,28 @@ def _generation(step, sim, prompt, count, read_back=()):
                           count=count, read_back=read_back)
 
 
-def test_generation_is_onnxruntimes_greedy_generation(kv_model):
-    """Three prompt tokens and five new ones on the functional model: every run's logits
-    within budget of onnxruntime's on the same inputs (the BF16 weights the machine
-    holds), and the tokens those of onnxruntime's own greedy generation (a prefill of
-    the prompt, then decode steps)."""
-    report, ok = generate(GenerateConfig(model=str(kv_model), prompt=PROMPT, tokens=5,
-                                         machine=MACHINE))
-    assert ok and report["ok"], report.get("failure")
+def test_generation_is_onnxruntimes_greedy_generation(kv_model, tmp_path, capsys):
+    """Three prompt tokens and five new ones on the functional model (``rdu generate
+    --json --save DIR``): every run's logits within budget of onnxruntime's on the same
+    inputs (the BF16 weights the machine holds), the tokens those of onnxruntime's own
+    greedy generation (a prefill of the prompt, then decode steps); the report on
+    stdout and in DIR, each run's input token and logits as .npy."""
+    import json
+    assert main(["generate", str(kv_model), "--prompt", ",".join(map(str, PROMPT)),
+                 "--tokens", "5", "--json", "--save", str(tmp_path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and not report["ties"]
     assert report["runs"] == len(PROMPT) + 5 - 1 and report["capacity"] == 16
     step_ = compile_decode_step(kv_model, MACHINE, 16)
     rounded = rounded_source(onnx.load(str(kv_model)), step_.kernel.imported.held)
     expected = reference_generate(rounded, PROMPT, 5).tokens
     assert report["tokens"] == report["onnxruntime_tokens"] == expected
     assert 0 < report["max_abs_err"] < 0.1
+    assert report == json.loads((tmp_path / "generate.json").read_text())
+    logits, inputs = np.load(tmp_path / "logits.npy"), np.load(tmp_path / "inputs.npy")
+    assert logits.shape == (7, 64) and list(inputs[:3]) == PROMPT
+    assert list(inputs[3:]) == report["tokens"][:4]
+    assert [int(np.argmax(row)) for row in logits[2:]] == report["tokens"]
 
 
 def test_cache_rows_are_onnxruntimes_present(step, kv_model):
@@ -155,20 +163,6 @@ def test_a_run_off_its_reference_exits_1(kv_model, capsys, monkeypatch):
     assert main(["generate", str(kv_model), "--prompt", "5", "--tokens", "1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run 0 (position 0, token 5): logits" in err[0]
-
-
-def test_cli_saves_each_runs_logits(kv_model, tmp_path, capsys):
-    """``rdu generate --json --save DIR``: the report on stdout and in DIR, each run's
-    input token and logits as .npy; the last run's argmax is the last token."""
-    import json
-    assert main(["generate", str(kv_model), "--prompt", "7,8", "--tokens", "2", "--json",
-                 "--save", str(tmp_path)]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report == json.loads((tmp_path / "generate.json").read_text())
-    logits, inputs = np.load(tmp_path / "logits.npy"), np.load(tmp_path / "inputs.npy")
-    assert logits.shape == (3, 64) and list(inputs[:2]) == [7, 8]
-    assert inputs[2] == report["tokens"][0] == np.argmax(logits[1])
-    assert report["tokens"][1] == np.argmax(logits[2])
 
 
 def test_a_token_off_onnxruntime_within_budget_is_a_tie():

@@ -86,21 +86,34 @@ def rounded_source(model, held):
     return copy
 
 
-def _checked(config, step):
-    """The prompt's ids checked against the vocabulary and the cache (one line each)."""
+def _vocabulary(config):
+    """The vocabulary of the model's ``logits`` (their last dimension, static), or None
+    when the model does not say."""
+    model, _ = load_model(config.model)
+    for output in model.graph.output:
+        if output.name == "logits":
+            dims = output.type.tensor_type.shape.dim
+            return dims[-1].dim_value or None if len(dims) else None
+    return None
+
+
+def _checked(config, vocabulary, capacity, rows):
+    """The prompt's ids checked against the vocabulary and the cache (one line each),
+    before anything is compiled."""
     if not config.prompt:
         raise GenerateError(f"{config.model}: --prompt: an empty prompt")
     if config.tokens < 1:
         raise GenerateError(f"{config.model}: --tokens {config.tokens}: at least 1")
     for index, token in enumerate(config.prompt):
-        if not 0 <= token < step.vocabulary:
+        if token < 0 or (vocabulary is not None and token >= vocabulary):
             raise GenerateError(f"{config.model}: --prompt: token {token} at {index} is "
-                                f"outside the vocabulary of {step.vocabulary}")
+                                f"outside the vocabulary of {vocabulary}")
     runs = len(config.prompt) + config.tokens - 1
-    if runs > step.positions:
+    positions = capacity - rows + 1
+    if runs > positions:
         raise GenerateError(f"{config.model}: a prompt of {len(config.prompt)} tokens and "
                             f"{config.tokens} new ones take {runs} positions; the cache of "
-                            f"{step.capacity} keys holds {step.positions} (--capacity)")
+                            f"{capacity} keys holds {positions} (--capacity)")
     return runs
 
 
@@ -240,13 +253,17 @@ def generate(config):
     """Run ``config``; ``(report, ok)``: ``ok`` False when a run differs from
     onnxruntime (the report's ``failure`` says where)."""
     machine = config.machine or Machine(agcus=4)
+    capacity = config.capacity or default_capacity(len(config.prompt) + config.tokens - 1,
+                                                   machine.lanes)
+    if capacity % machine.lanes or capacity < machine.lanes:
+        raise GenerateError(f"{config.model}: a cache of {capacity} keys; supported: a "
+                            f"multiple of the {machine.lanes} lanes")
     try:
-        step = compile_decode_step(config.model, machine, config.capacity or
-                                   default_capacity(len(config.prompt) + config.tokens - 1,
-                                                    machine.lanes), config.dims)
+        _checked(config, _vocabulary(config), capacity, machine.lanes)
+        step = compile_decode_step(config.model, machine, capacity, config.dims)
     except OnnxImportError as error:
         raise GenerateError(str(error)) from None
-    _checked(config, step)
+    _checked(config, step.vocabulary, capacity, machine.lanes)
     images = step.token_images()
     tables = [np.stack([step.token_words(t)[i] for t in range(step.vocabulary)])
               for i in range(len(images))]
