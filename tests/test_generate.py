@@ -14,7 +14,12 @@ from rdu.apps.generate import GenerateConfig, generate, rounded_source  # noqa: 
 from rdu.cli import main  # noqa: E402
 from rdu.frontend.attention import NEG_BIG  # noqa: E402
 from rdu.machine import Machine  # noqa: E402
-from rdu.onnx.generation import cache_session, reference_generate, run_step  # noqa: E402
+from rdu.onnx.generation import (  # noqa: E402
+    cache_session,
+    past_of,
+    reference_generate,
+    run_step,
+)
 from rdu.onnx.tiny_llama import tiny_llama  # noqa: E402
 from rdu.runtime import LogitsOutput, TokenInput, run_generation  # noqa: E402
 
@@ -86,7 +91,7 @@ def test_cache_rows_are_onnxruntimes_present(step, kv_model):
     past = session.empty_past()
     for position, run in enumerate(result.runs):
         _, presents = run_step(session, [run.token], past, position)
-        past = {name: presents["present" + name[name.index("."):]] for name in past}
+        past = past_of(session, presents)
     neg_big = np.uint32(NEG_BIG).view(np.float32)
     for layer, cache in enumerate(caches):
         for kind, name in (("k", "key"), ("v", "value")):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..machine import Machine
-from ..onnx.generation import cache_session, run_step
+from ..onnx.generation import cache_session, past_of, run_step
 from ..onnx.importer import load_model
 from ..onnx.kernel import ATTENTION_SHARE, computed_attention
 from ..onnx.values import OnnxImportError
@@ -125,7 +125,7 @@ def _reference(config, step, inputs):
     for position, token in enumerate(inputs):
         out, presents = run_step(session, [token], past, position)
         logits.append(np.asarray(out, np.float32).reshape(-1))
-        past = {name: presents["present" + name[name.index("."):]] for name in past}
+        past = past_of(session, presents)
     return logits
 
 

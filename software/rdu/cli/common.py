@@ -29,7 +29,7 @@ from rdu.program import Program
 from rdu.runtime import RunFailure
 from rdu.units.registry import PCU_VARIANTS
 
-__all__ = ["CommandError", "WrongResult", "Parser", "HelpFormatter", "add_command",
+__all__ = ["CommandError", "WrongResult", "bind_dims", "Parser", "HelpFormatter", "add_command",
            "add_machine_options", "machine_overrides", "machine_for", "add_kernel_options",
            "load_array", "size_option", "kernel_params", "program_for", "check_output",
            "print_report", "run_command"]
@@ -285,8 +285,15 @@ def _onnx_arrays(kernel, files):
 def _onnx_dims(args, files):
     """``(dims, shapes)`` binding an ONNX model's dynamic dimensions: ``--bind NAME=VALUE``
     and the shapes of the ``--input`` ``files`` (:func:`rdu.onnx.cache.bind`)."""
+    return bind_dims(getattr(args, "bind", None)), {name: array.shape
+                                                     for _, name, array in files}
+
+
+def bind_dims(texts):
+    """``{name: value}`` of ``--bind NAME=VALUE`` options ``texts`` (one line for a bad
+    one)."""
     dims = {}
-    for text in getattr(args, "bind", None) or ():
+    for text in texts or ():
         name, equals, value = text.partition("=")
         try:
             dims[name] = int(value)
@@ -294,7 +301,7 @@ def _onnx_dims(args, files):
             raise CommandError(f"--bind {text}: give NAME=VALUE (a whole number)") from None
         if not equals or not name:
             raise CommandError(f"--bind {text}: give NAME=VALUE (a whole number)")
-    return dims, {name: array.shape for _, name, array in files}
+    return dims
 
 
 def _compile(args, kernel, params):

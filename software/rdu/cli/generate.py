@@ -10,6 +10,7 @@ from rdu.cli.common import (
     WrongResult,
     add_command,
     add_machine_options,
+    bind_dims,
     machine_for,
     print_report,
 )
@@ -23,16 +24,6 @@ def _ids(text):
         raise CommandError(f"--prompt {text}: give token ids separated by commas "
                            f"(1,2,3)") from None
     return ids
-
-
-def _dims(texts):
-    dims = {}
-    for text in texts or ():
-        name, equals, value = text.partition("=")
-        if not equals or not name or not value.strip().lstrip("-").isdigit():
-            raise CommandError(f"--bind {text}: give NAME=VALUE (a whole number)")
-        dims[name] = int(value)
-    return dims
 
 
 def _print_stages(stages):
@@ -51,7 +42,7 @@ def cmd_generate(args):
     if not Path(args.model).is_file():
         raise CommandError(f"{args.model}: no such file")
     config = GenerateConfig(model=args.model, prompt=_ids(args.prompt), tokens=args.tokens,
-                            sim=args.sim, capacity=args.capacity, dims=_dims(args.bind),
+                            sim=args.sim, capacity=args.capacity, dims=bind_dims(args.bind),
                             machine=machine_for(args, {"agcus": 4}), seed=args.seed,
                             check=not args.no_check, progress=args.progress,
                             save=args.save)

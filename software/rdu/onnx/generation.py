@@ -26,7 +26,7 @@ from .cache import is_past
 from .importer import cpu_session, load_model
 
 __all__ = ["reference_generate", "Generation", "GenerationError", "cache_session",
-           "run_step", "main"]
+           "run_step", "past_of", "main"]
 
 
 class GenerationError(ValueError):
@@ -96,7 +96,7 @@ def run_step(session, ids, past, start):
     return np.asarray(results["logits"], np.float32)[0], presents
 
 
-def _past_of(session, presents):
+def past_of(session, presents):
     """The next step's past: ``present.{i}.key`` fed as ``past_key_values.{i}.key``."""
     past = {}
     for name in session.past:
@@ -139,7 +139,7 @@ def reference_generate(model_path, prompt_ids, tokens, session=None):
         result.presents = presents
         start += len(ids)
         ids = [token]
-        past = _past_of(session, presents) if session.past else past
+        past = past_of(session, presents) if session.past else past
     return result
 
 
