@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from rdu.bitstream import Geometry, UnitKind, read_bitstream
 from rdu.compiler import CompileError
+from rdu.compiler.families.matmul import MatmulGroup, tile_matmul
 from rdu.frontend import gemm
 from rdu.mapper import ArrayGeometry, MappingError
 from rdu.unitconfig import unpack_config
@@ -36,6 +37,39 @@ def test_plan_splits_long_k_into_chunks():
     assert plan.chunks == 5 and plan.chunk % 16 == 0 and plan.chunk <= plan.k_pitch
     assert plan.k_pad == plan.chunks * plan.chunk >= 5000
     assert plan.buffers == 2
+
+
+def test_plan_holds_a_skinny_b_in_a_pmu():
+    """B of one systolic tile of columns, read again by every pass otherwise, is kept in
+    a PMU, and the PCUs take a load of A each (as many as the HBM feeds): y^T = W^T x^T
+    of a decode step; a B read once anyway, or too large for a PMU, streams as before."""
+    graph = gemm.gemm_graph(704, 8, 256)
+    group = MatmulGroup(graph.inputs["a"], graph.inputs["b"], output="c")
+    plan = tile_matmul(group, DEFAULT, agcus=4, a_loads=2)
+    assert plan.held_b and (plan.pcus, plan.passes, plan.stores) == (2, 44, 2)
+    assert "B held in a PMU" in plan.describe()
+    plan = gemm.plan_gemm(704, 8, 256, DEFAULT)         # 2 AGCUs: B's and one of A
+    assert plan.held_b and (plan.pcus, plan.passes) == (1, 88)
+    for shape in ((64, 8, 8), (256, 256, 256), (704, 16, 256), (704, 8, 4096)):
+        plan = gemm.plan_gemm(*shape, DEFAULT)
+        assert not plan.held_b, shape
+
+
+def test_held_b_on_model_reads_b_once(seed):
+    """A GEMM with held B on the model: bit-exact, and HBM reads A and B once each."""
+    from rdu.machine import Machine
+    from rdu.runtime import run_program
+    program = gemm.compile_gemm(200, 8, 72, machine=Machine(agcus=4))
+    assert program.meta["held_b"] and program.meta["pcus"] == 2
+    a, b = gemm.random_inputs(200, 8, 72, seed)
+    gemm.pack_inputs(program, a, b)
+    result = run_program(program, "model")
+    c = gemm.unpack_output(program, result.outputs["c"])
+    assert np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, program.meta["k_pad"]))
+    assert gemm.check_result(c, a, b)[0]
+    images = program.meta["images"]
+    read = sum(np.prod(images[name]["shape"]) * 2 for name in ("a", "b"))
+    assert result.memory_bytes["hbm"]["read_bytes"] == read
 
 
 @pytest.mark.parametrize("shape, message", [

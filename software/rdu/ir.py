@@ -361,9 +361,9 @@ class Kernel:
         self.streams.append(merged)
         return merged
 
-    def load(self, tensor, pattern, name=None, *, config=None):
+    def load(self, tensor, pattern, name=None, *, config=None, block_of=None):
         node = self._add(Load(name or f"load_{tensor.name}", tensor=tensor, pattern=pattern,
-                              config=dict(config or {})))
+                              config=dict(config or {}), block_of=block_of))
         return self.output(node)
 
     def store(self, stream, tensor, pattern, name=None, *, config=None, block_of=None):

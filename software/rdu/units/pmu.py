@@ -13,7 +13,10 @@ from hdl.pmu import ADDRESS_BITS, BOUND_BITS, MAX_BUFFERS, pmu_config_layout
 from ..unitconfig import pack_config
 from .pcu import UnitConfigError
 
-__all__ = ["fields", "encode", "idle", "beats"]
+__all__ = ["fields", "encode", "idle", "beats", "READ_REPEAT_LIMIT"]
+
+#: The most read passes over one buffer before it is released (``read_repeat``'s width).
+READ_REPEAT_LIMIT = (1 << pmu_config_layout()["read_repeat"].shape.width) - 1
 
 
 def _generator(pattern, lane_stride, where, side):
@@ -47,6 +50,9 @@ def fields(config, where="pmu"):
         result["read_enable"] = 1
         result["read"] = _generator(config["read"], config.get("read_lanes", 1), where,
                                     "read")
+    if result["read_repeat"] > READ_REPEAT_LIMIT:
+        raise UnitConfigError(f"{where}: {result['read_repeat']} read passes over a buffer; "
+                              f"at most {READ_REPEAT_LIMIT}")
     if result["read_passes"] > (1 << 16) - 1:
         raise UnitConfigError(f"{where}: {result['read_passes']} read passes; at most 65535")
     return result

@@ -30,6 +30,14 @@ Tiling: a group ``(M x K) @ (K x N)`` (K counts the folded bias row, if any) run
   height; padding is zero.
 * with an epilogue (SIMD stages after the matmul) one PCU per store stream is kept for
   it (at most two: two store channels).
+* *held B* (a skinny B, one systolic tile of columns: ``N <= group * lanes``, and more
+  than one pass): B is the same for every pass, so a PMU keeps it (written once, read
+  ``passes`` times, :data:`rdu.units.pmu.READ_REPEAT_LIMIT` at most) instead of HBM
+  sending it again per pass, and each PCU reads its A rows on a load of its own. Such a
+  matmul is bound by A's stream (a pass takes ``k_pad`` cycles of compute and ``lanes
+  x k_pad`` values of A), so the PCUs take one load each, as many as the AGCUs have
+  beside B's; y^T = W^T x^T of a decode step (``rdu.apps.onnx_transposed``) then moves
+  W once at the HBM rate of its loads.
 
 Lowering, the IR on ``P`` systolic PCUs::
 
@@ -38,6 +46,9 @@ Lowering, the IR on ``P`` systolic PCUs::
     load_b --multicast--> matmul_0..P-1.vector_in1         (all PCUs in lockstep)
     load_b.control_out -> every PCU's control_in           (the launch token)
     matmul_p --merge----> [epilogue_g (SIMD PCU) ->] store_g   (even / odd p)
+
+With held B: ``load_a_p -> a_panel_p`` (the row block of ``matmul_p``) and ``load_b ->
+b_held (PMU) --multicast--> matmul_0..P-1.vector_in1``.
 
 The A panel's write pattern is the A stream's order, its read pattern the columns of
 each tile. When no placement routes, the driver tiles again with one systolic PCU fewer
@@ -53,6 +64,7 @@ from ...frontend.graph import ELEMENTWISE, Node
 from ...ir import AccessPattern, BlockOffset, Kernel
 from ...layout import Image, Piece
 from ...models import reference
+from ...units.pmu import READ_REPEAT_LIMIT
 from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, f32_word, place_images
@@ -182,6 +194,7 @@ class MatmulTiling:
     passes: int
     buffers: int            # PMU buffers of a panel
     group: int = 1          # column tiles per systolic tile (hdl.fp_latency.systolic_group)
+    held_b: bool = False    # B kept in a PMU for every pass, A on a load per PCU
 
     @property
     def col_groups(self):
@@ -220,13 +233,17 @@ class MatmulTiling:
                 f"{self.passes} passes of {self.rows_per_pass} rows, {self.col_tiles} column "
                 f"tiles{f' in groups of {self.group}' if self.group > 1 else ''}, K padded "
                 f"to {self.k_pad} (pitch {self.k_pitch}, {self.buffers} "
-                f"buffers{split}), {self.stores} store streams")
+                f"buffers{split}), {self.stores} store streams"
+                f"{', B held in a PMU, A on a load per PCU' if self.held_b else ''}")
 
 
-def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group=1):
+def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group=1,
+                a_loads=None):
     """The tiling of ``group`` on ``geometry`` with at most ``max_pcus`` systolic PCUs;
     ``tile_group``: column tiles per systolic tile (the PCUs'
-    :func:`hdl.fp_latency.systolic_group`: more than 1 with ``fp_latency``)."""
+    :func:`hdl.fp_latency.systolic_group`: more than 1 with ``fp_latency``); ``a_loads``:
+    the most loads of A worth running at once with held B (the HBM's bytes a cycle over
+    a load's; None: as many as the AGCUs allow)."""
     lanes = geometry.lanes
     capacity = geometry.capacity()
     epilogue = bool(group.epilogue)
@@ -273,6 +290,13 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
         # when K is long
         rows_limit = COUNT_LIMIT * beat // k_pad
         pcus = max(1, min(pcus, rows_limit // lanes))
+    if a_loads is not None:
+        agcus = min(agcus, a_loads + 1)
+    held_b = _holds_b(m, k_pad, col_tiles, tile_group, chunks, pcus, capacity, pmu_words,
+                      agcus, lanes)
+    if held_b:
+        pcus = min(pcus, capacity["pmu"] - 1, agcus - 1)
+        stores = min(stores, pcus)
     passes = ceil_div(m, pcus * lanes)
     for what, value in (("padded K", k_pad), ("column tiles", col_tiles),
                         ("passes", passes), ("B beats per tile", k_pad * tile_group // 2)):
@@ -284,7 +308,21 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
         raise CompileError(f"matmul {m}x{n}x{k}: {passes * col_groups * chunks} PMU buffer "
                            f"passes exceed the 16-bit pass counter")
     return MatmulTiling(m, n, k, k_total, lanes, pcus, stores if epilogue else 0, stores,
-                        chunks, chunk, k_pitch, col_tiles, passes, buffers, tile_group)
+                        chunks, chunk, k_pitch, col_tiles, passes, buffers, tile_group,
+                        held_b)
+
+
+def _holds_b(m, k_pad, col_tiles, tile_group, chunks, pcus, capacity, pmu_words, agcus,
+             lanes):
+    """Whether a PMU keeps B for every pass (module docstring, *held B*): one systolic
+    tile of columns, K in one panel, B in one PMU, a PMU and a load beside the PCUs',
+    and more than one pass without it (B read again), at most :data:`READ_REPEAT_LIMIT`
+    with the PCUs left."""
+    if col_tiles != tile_group or chunks != 1 or k_pad * col_tiles * lanes > pmu_words or \
+            ceil_div(m, pcus * lanes) == 1:
+        return False
+    pcus = min(pcus, capacity["pmu"] - 1, agcus - 1)
+    return pcus >= 1 and ceil_div(m, pcus * lanes) <= READ_REPEAT_LIMIT
 
 
 def matmul_images(group, t):
@@ -393,16 +431,24 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
         write = AccessPattern(0, (t.chunk // lanes, rows, 1), (lanes, t.k_pitch, 0))
         read = AccessPattern(BlockOffset(0, t.panel_words), (t.chunk, 1, 1), (1, 0, 0))
         read_passes = t.passes * t.col_groups * t.chunks
-    a_stream = kernel.load(tensors[a_name], a_pattern, name="load_a", config={"bf16": True})
+    if t.held_b:
+        a_streams, write = _a_loads(kernel, tensors[a_name], addresses[a_name], t,
+                                    a_transposed)
+    else:
+        a_streams = [kernel.load(tensors[a_name], a_pattern, name="load_a",
+                                 config={"bf16": True})] * pcus
     b_pattern = AccessPattern(addresses[b_name],
-                              (t.k_pad * t.group // 2, t.col_groups, t.passes),
+                              (t.k_pad * t.group // 2, t.col_groups,
+                               1 if t.held_b else t.passes),
                               (beat, t.k_pad * t.group * lanes * BF16, 0))
     b_stream = kernel.load(tensors[b_name], b_pattern, name="load_b", config={"bf16": True})
     launch = kernel.output(kernel.nodes["load_b"], "control_out")
+    if t.held_b:
+        b_stream = _held_b(kernel, b_stream, t)
     results = []
     for p in range(pcus):
         panel = kernel.buffer(
-            f"a_panel{p}", t.panel_words, [a_stream], buffers=t.buffers,
+            f"a_panel{p}", t.panel_words, [a_streams[p]], buffers=t.buffers,
             block_of=f"matmul{p}", config={
                 "write": write, "write_lanes": write_lanes, "read": read,
                 "read_lanes": t.k_pitch,
@@ -446,6 +492,37 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
     return kernel, images, addresses, bitstream_address
 
 
+def _a_loads(kernel, tensor, address, t, transposed):
+    """``(streams, panel write pattern)`` of held B: a load per PCU of its row block's
+    ``lanes`` rows of each pass (the block fixed by the routing, as its panel's
+    predicate is); ``transposed``: A as :func:`transposed_a_image` (a block's tile is
+    contiguous, a beat two of its columns)."""
+    beat, row_bytes = t.lanes * WORD, t.k_pad * BF16
+    block = BlockOffset(address, t.lanes * row_bytes)
+    if transposed:
+        pattern = AccessPattern(block, (t.k_pad // 2, t.passes, 1),
+                                (beat, t.rows_per_pass * row_bytes, 0))
+        write = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, 1, 1), (1, 0, 0))
+    else:
+        pattern = AccessPattern(block, (t.k_pad // (2 * t.lanes), t.lanes, t.passes),
+                                (beat, row_bytes, t.rows_per_pass * row_bytes))
+        write = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad // t.lanes, t.lanes, 1),
+                              (t.lanes, t.k_pitch, 0))
+    streams = [kernel.load(tensor, pattern, name=f"load_a{p}", config={"bf16": True},
+                           block_of=f"matmul{p}") for p in range(t.pcus)]
+    return streams, write
+
+
+def _held_b(kernel, stream, t):
+    """The PMU keeping B (``k_pad`` beats of each of the group's column tiles, in the
+    stream's order): written once, read once per pass, then released."""
+    beats = t.k_pad * t.col_tiles
+    order = AccessPattern(0, (beats, 1, 1), (t.lanes, 0, 0))
+    return kernel.buffer("b_held", beats * t.lanes, [stream], buffers=1, config={
+        "write": order, "write_lanes": 1, "read": order, "read_lanes": 1, "buffers": 1,
+        "buffer_words": beats * t.lanes, "read_repeat": t.passes, "read_passes": 1})
+
+
 class MatmulFamily(Family):
     """A matmul with an optional folded bias and an epilogue of SIMD stages."""
     name = "matmul"
@@ -461,8 +538,10 @@ class MatmulFamily(Family):
         return group
 
     def tile(self, group, state):
-        return tile_matmul(group, state.geometry, state.max_pcus, state.machine.agcus,
-                           systolic_group(state.machine.latency_table))
+        machine = state.machine
+        return tile_matmul(group, state.geometry, state.max_pcus, machine.agcus,
+                           systolic_group(machine.latency_table),
+                           max(1, int(machine.hbm_bytes_per_cycle // (machine.lanes * BF16))))
 
     def fewer_pcus(self, tiling):
         return tiling.pcus - 1 if tiling.pcus > 1 else None
@@ -480,7 +559,7 @@ class MatmulFamily(Family):
             "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
             "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
             "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
-            "tile_group": t.group,
+            "tile_group": t.group, "held_b": t.held_b,
             "operands": [group.a.name, group.b.name],
             "bias": group.bias.name if group.bias is not None else None,
             "epilogue": [list(step) for step in group.epilogue], "macs": t.macs}
