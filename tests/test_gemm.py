@@ -45,7 +45,7 @@ def test_plan_holds_a_skinny_b_in_a_pmu():
     of a decode step; a B read once anyway, or too large for a PMU, streams as before."""
     graph = gemm.gemm_graph(704, 8, 256)
     group = MatmulGroup(graph.inputs["a"], graph.inputs["b"], output="c")
-    plan = tile_matmul(group, DEFAULT, agcus=4, a_loads=2)
+    plan = tile_matmul(group, DEFAULT, agcus=4, hbm_loads=2)
     assert plan.held_b and (plan.pcus, plan.passes, plan.stores) == (2, 44, 2)
     assert "B held in a PMU" in plan.describe()
     plan = gemm.plan_gemm(704, 8, 256, DEFAULT)         # 2 AGCUs: B's and one of A
@@ -55,20 +55,40 @@ def test_plan_holds_a_skinny_b_in_a_pmu():
         assert not plan.held_b, shape
 
 
-def test_held_b_on_model_reads_b_once(seed):
-    """A GEMM with held B on the model: bit-exact, and HBM reads A and B once each."""
+def test_plan_splits_one_row_block_over_pcus_by_columns():
+    """A matmul of one row block (a decode step's rows times a weight) splits its column
+    groups over PCUs sharing the A panel, each on a load of B of its own, as many as
+    the HBM feeds and divide the groups; none with 2 AGCUs (A's load and one more)."""
+    graph = gemm.gemm_graph(8, 256, 256)
+    group = MatmulGroup(graph.inputs["a"], graph.inputs["b"], output="c")
+    plan = tile_matmul(group, DEFAULT, agcus=4, hbm_loads=2)
+    assert (plan.split, plan.pcus, plan.stores, plan.pcu_tiles, plan.m_pad) == (2, 2, 2, 16, 8)
+    assert "column groups split" in plan.describe()
+    graph = gemm.gemm_graph(8, 24, 256)             # 3 column tiles: no equal share
+    group = MatmulGroup(graph.inputs["a"], graph.inputs["b"], output="c")
+    assert tile_matmul(group, DEFAULT, agcus=4, hbm_loads=2).split == 1
+    assert gemm.plan_gemm(8, 256, 256, DEFAULT).split == 1
+    graph = gemm.gemm_graph(8, 256, 256)
+    group = MatmulGroup(graph.inputs["a"], graph.inputs["b"], output="c")
+    assert tile_matmul(group, DEFAULT, agcus=4, own_loads=False).split == 1
+
+
+@pytest.mark.parametrize("shape", [(200, 8, 72), (6, 160, 40)])
+def test_own_loads_on_model_read_each_operand_once(shape, seed):
+    """Held B (200 x 8 x 72) and the column split (6 x 160 x 40) on the model:
+    bit-exact, within the float budget, and HBM reads A and B once each."""
     from rdu.machine import Machine
     from rdu.runtime import run_program
-    program = gemm.compile_gemm(200, 8, 72, machine=Machine(agcus=4))
-    assert program.meta["held_b"] and program.meta["pcus"] == 2
-    a, b = gemm.random_inputs(200, 8, 72, seed)
+    program = gemm.compile_gemm(*shape, machine=Machine(agcus=4))
+    meta = program.meta
+    assert meta["pcus"] == 2 and (meta["held_b"] or meta["split"] == 2)
+    a, b = gemm.random_inputs(*shape, seed)
     gemm.pack_inputs(program, a, b)
     result = run_program(program, "model")
     c = gemm.unpack_output(program, result.outputs["c"])
-    assert np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, program.meta["k_pad"]))
+    assert np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, meta["k_pad"]))
     assert gemm.check_result(c, a, b)[0]
-    images = program.meta["images"]
-    read = sum(np.prod(images[name]["shape"]) * 2 for name in ("a", "b"))
+    read = sum(np.prod(meta["images"][name]["shape"]) * 2 for name in ("a", "b"))
     assert result.memory_bytes["hbm"]["read_bytes"] == read
 
 

@@ -39,6 +39,7 @@ from ..onnx import KERNEL_NAME
 from .onnx_norm import NormB, b_depth, norm_members, norm_of
 from .onnx_views import bf16 as _bf16
 from .onnx_views import floats as _floats
+from .onnx_views import product_pcus
 from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
@@ -270,7 +271,9 @@ class ProjectionBuilder:
         graph = _product_graph(name, shape_a, shape_b, bf16)
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
                                 plan=ImagePlan(start=self.start, addresses=addresses,
-                                               layouts=layouts), max_pcus=1)
+                                               layouts=layouts),
+                                max_pcus=product_pcus(shape_a[0], shape_b[1],
+                                                      self.machine.lanes))
         if wanted is not None:
             _check_bytes(self.node.where, program, wanted)
         user = {key: value for key, value in (("a", a), ("b", b)) if value is not None}

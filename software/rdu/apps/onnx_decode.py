@@ -49,8 +49,7 @@ from .onnx_attention import (
     merge_heads_program,
     residual_stage,
 )
-from .onnx_transposed import PRODUCT_PCUS
-from .onnx_views import bf16, floats, view
+from .onnx_views import bf16, floats, product_pcus, view
 from .unfused import Stage, end_of
 
 __all__ = ["DecodePlan", "compile_decode_attention"]
@@ -290,11 +289,9 @@ def _tail(built, s, att, tail, first, stages, att_index):
     o_graph = Graph(f"{name}_o_proj")
     o_graph.output("yT", o_graph.input("wo_t", (hidden, depth)) @
                    o_graph.input("ob", (depth, rows)))
-    # two PCUs on loads of their own (B held) when they pad no row of y^T
     o_prog = compile_graph(o_graph, built.machine, kernel=KERNEL_NAME, params=built.params,
                            plan=ImagePlan(start=start),
-                           max_pcus=PRODUCT_PCUS if hidden % (PRODUCT_PCUS * lanes) == 0
-                           else 1)
+                           max_pcus=product_pcus(hidden, rows, lanes))
     b_image = Image.from_json(o_prog.meta["images"]["ob"])
     o_image = Image.from_json(att.meta["images"]["o"])
     count = depth * rows // (2 * lanes)

@@ -36,6 +36,7 @@ from ..layout import Image
 from ..onnx import KERNEL_NAME
 from .onnx_views import bf16 as _bf16
 from .onnx_views import floats as _floats
+from .onnx_views import product_pcus
 from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
@@ -203,7 +204,7 @@ class NormB:
                        s_graph.input("b", (width, columns)))
         s_prog = compile_graph(s_graph, built.machine, kernel=KERNEL_NAME,
                                params=built.params, plan=ImagePlan(start=built.start),
-                               max_pcus=1)
+                               max_pcus=product_pcus(depth, columns, lanes))
         sq_count = width * columns // (2 * lanes)
         q_graph = Graph(built.name("norm_squares"))
         fmt = "bf16" if source is None else source.fmt

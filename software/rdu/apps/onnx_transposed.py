@@ -38,16 +38,10 @@ from ..frontend.graph import Graph
 from ..layout import Image
 from ..onnx import KERNEL_NAME
 from .onnx_norm import replay, same_view
-from .onnx_views import bf16, floats, unview, view
+from .onnx_views import bf16, floats, product_pcus, unview, view
 from .unfused import Stage, end_of
 
-__all__ = ["Transposed", "compile_transposed", "PRODUCT_PCUS"]
-
-#: Systolic PCUs of a product: two row blocks of ``W^T`` a pass (features padded to
-#: ``2 lanes``), each on a load of its own when the rows' ``a^T`` is held in a PMU (a
-#: decode step: :mod:`rdu.compiler.families.matmul`, "held B"), the two loads the HBM
-#: peak.
-PRODUCT_PCUS = 2
+__all__ = ["Transposed", "compile_transposed"]
 
 
 @dataclass
@@ -124,7 +118,7 @@ class _Cut:
         program = compile_graph(graph, self.machine, kernel=KERNEL_NAME, params=self.params,
                                 plan=ImagePlan(start=self.start,
                                                addresses={"b": source.address}),
-                                max_pcus=PRODUCT_PCUS)
+                                max_pcus=product_pcus(n_pad, self.rows, self.lanes))
         for image, shape in (("b", (k_pad, self.rows)), (out_name, (n_pad, self.rows))):
             same_view(node.where, Image.from_json(program.meta["images"][image]),
                       self.lanes, shape)
@@ -275,7 +269,7 @@ class _Cut:
                        s_graph.input("b", (depth, self.rows)))
         s_prog = compile_graph(s_graph, self.machine, kernel=KERNEL_NAME, params=self.params,
                                plan=ImagePlan(start=self.start),
-                               max_pcus=PRODUCT_PCUS)
+                               max_pcus=product_pcus(depth, self.rows, self.lanes))
         b_image = s_prog.meta["images"]["b"]
         for image in ("b", "out"):
             same_view(reduce.where, Image.from_json(s_prog.meta["images"][image]), self.lanes,

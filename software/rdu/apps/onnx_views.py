@@ -6,7 +6,24 @@ import numpy as np
 
 from ..models import pcu_reference as pcu_model
 
-__all__ = ["floats", "bf16", "view", "unview"]
+__all__ = ["floats", "bf16", "view", "unview", "PRODUCT_PCUS", "product_pcus"]
+
+#: Systolic PCUs of a product of a decode step's one tile of rows, each streaming the
+#: weight on a load of its own (two loads are the HBM peak): ``B`` (the rows) held in a
+#: PMU and each PCU reading its rows of ``A`` (:mod:`rdu.compiler.families.matmul`,
+#: "held B"), or ``A`` (the rows) one row block and each PCU reading its columns of
+#: ``B`` ("split").
+PRODUCT_PCUS = 2
+
+
+def product_pcus(m, n, lanes):
+    """The PCUs of a product ``(m x K) @ (K x n)``: :data:`PRODUCT_PCUS` for one row
+    block (``m <= lanes``), or for one tile of columns (``n <= lanes``) when they pad no
+    row (``m`` a multiple of ``PRODUCT_PCUS lanes``: the images the stages around it
+    fix); else one."""
+    if m <= lanes or (n <= lanes and m % (PRODUCT_PCUS * lanes) == 0):
+        return PRODUCT_PCUS
+    return 1
 
 
 def floats(words):

@@ -195,6 +195,17 @@ class MatmulTiling:
     buffers: int            # PMU buffers of a panel
     group: int = 1          # column tiles per systolic tile (hdl.fp_latency.systolic_group)
     held_b: bool = False    # B kept in a PMU for every pass, A on a load per PCU
+    split: int = 1          # PCUs sharing one row block's panel, each its column groups
+
+    @property
+    def pcu_groups(self):
+        """Systolic tiles per pass of each PCU: its share of the column groups."""
+        return self.col_groups // self.split
+
+    @property
+    def pcu_tiles(self):
+        """Column tiles per pass of each PCU."""
+        return self.col_tiles // self.split
 
     @property
     def col_groups(self):
@@ -207,7 +218,7 @@ class MatmulTiling:
 
     @property
     def rows_per_pass(self):
-        return self.pcus * self.lanes
+        return self.pcus // self.split * self.lanes
 
     @property
     def m_pad(self):
@@ -234,16 +245,18 @@ class MatmulTiling:
                 f"tiles{f' in groups of {self.group}' if self.group > 1 else ''}, K padded "
                 f"to {self.k_pad} (pitch {self.k_pitch}, {self.buffers} "
                 f"buffers{split}), {self.stores} store streams"
-                f"{', B held in a PMU, A on a load per PCU' if self.held_b else ''}")
+                f"{', B held in a PMU, A on a load per PCU' if self.held_b else ''}"
+                f"{', column groups split, B on a load per PCU' if self.split > 1 else ''}")
 
 
 def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group=1,
-                a_loads=None):
+                hbm_loads=None, own_loads=True):
     """The tiling of ``group`` on ``geometry`` with at most ``max_pcus`` systolic PCUs;
     ``tile_group``: column tiles per systolic tile (the PCUs'
-    :func:`hdl.fp_latency.systolic_group`: more than 1 with ``fp_latency``); ``a_loads``:
-    the most loads of A worth running at once with held B (the HBM's bytes a cycle over
-    a load's; None: as many as the AGCUs allow)."""
+    :func:`hdl.fp_latency.systolic_group`: more than 1 with ``fp_latency``);
+    ``hbm_loads``: the most operand loads worth running at once with held B or split
+    (the HBM's bytes a cycle over a load's; None: as many as the AGCUs allow);
+    ``own_loads`` False: neither (a family with a lowering of its own, the MLP's)."""
     lanes = geometry.lanes
     capacity = geometry.capacity()
     epilogue = bool(group.epilogue)
@@ -265,7 +278,7 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
     pcus = min(free_pcus, capacity["pmu"], ceil_div(m, lanes))
     if max_pcus is not None:
         pcus = min(pcus, max_pcus)
-    stores = min(stores, pcus)
+    store_slots, stores = stores, min(stores, pcus)
 
     pmu_words = geometry.pmu_words
     beat = 2 * lanes                                    # BF16 values per AXI beat
@@ -290,14 +303,18 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
         # when K is long
         rows_limit = COUNT_LIMIT * beat // k_pad
         pcus = max(1, min(pcus, rows_limit // lanes))
-    if a_loads is not None:
-        agcus = min(agcus, a_loads + 1)
-    held_b = _holds_b(m, k_pad, col_tiles, tile_group, chunks, pcus, capacity, pmu_words,
-                      agcus, lanes)
+    loads = agcus if hbm_loads is None else min(agcus, hbm_loads + 1)
+    held_b = own_loads and _holds_b(m, k_pad, col_tiles, tile_group, chunks, pcus, capacity,
+                                    pmu_words, loads, lanes)
     if held_b:
-        pcus = min(pcus, capacity["pmu"] - 1, agcus - 1)
+        pcus = min(pcus, capacity["pmu"] - 1, loads - 1)
         stores = min(stores, pcus)
     passes = ceil_div(m, pcus * lanes)
+    split = 1 if not own_loads else _column_split(
+        m, lanes, col_tiles // tile_group, chunks,
+        min(free_pcus, max_pcus or free_pcus, loads - 1, store_slots))
+    if split > 1:
+        pcus = stores = split
     for what, value in (("padded K", k_pad), ("column tiles", col_tiles),
                         ("passes", passes), ("B beats per tile", k_pad * tile_group // 2)):
         if value > COUNT_LIMIT:
@@ -309,7 +326,17 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
                            f"passes exceed the 16-bit pass counter")
     return MatmulTiling(m, n, k, k_total, lanes, pcus, stores if epilogue else 0, stores,
                         chunks, chunk, k_pitch, col_tiles, passes, buffers, tile_group,
-                        held_b)
+                        held_b, split)
+
+
+def _column_split(m, lanes, col_groups, chunks, most):
+    """PCUs (``split``, 1: none) sharing one row block's A panel (``m <= lanes``, K in
+    one panel), each computing an equal share of the column groups from a load of B of
+    its own: one B load is 16 bytes a cycle, so a single-row-block matmul (a decode
+    step's product by a weight) streams its weights on ``most`` loads at once."""
+    if m > lanes or chunks != 1:
+        return 1
+    return max((p for p in range(1, most + 1) if col_groups % p == 0), default=1)
 
 
 def _holds_b(m, k_pad, col_tiles, tile_group, chunks, pcus, capacity, pmu_words, agcus,
@@ -379,7 +406,6 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
     columns, a lane per row), else every image must be the one this lowering
     chooses."""
     lanes, pcus = t.lanes, t.pcus
-    beat = lanes * WORD                       # bytes of one vector beat (one AXI beat)
     images = matmul_images(group, t)
     a_transposed = _a_transposed(name, group, t, plan)
     if a_transposed:
@@ -403,93 +429,117 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
     kernel = Kernel(name)
     tensors = {image_name: kernel.tensor(image_name, image.shape, image.format)
                for image_name, image in images.items()}
-    rows = t.rows_per_pass
-    row_bytes = t.k_pad * BF16
-    write_lanes = 1
-    if a_transposed:
-        # a pass's tiles in one run; tile p's vector k is column k of its lanes rows
-        a_pattern = AccessPattern(addresses[a_name], (rows * t.k_pad // (2 * lanes), t.passes,
-                                                      1), (beat, rows * row_bytes, 0))
-        write = AccessPattern(0, (t.k_pad, pcus, 1), (1, t.panel_words, 0))
-        write_lanes = t.k_pitch
-        read = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, t.col_groups, 1),
-                             (1, 0, 0))
-        read_passes = t.passes
-    elif t.chunks == 1:
-        # the pass's rows once; each PMU keeps its panel for every column tile
-        a_pattern = AccessPattern(addresses[a_name], (t.k_pad // (2 * lanes), rows, t.passes),
-                                  (beat, row_bytes, rows * row_bytes))
-        write = AccessPattern(0, (t.k_pad // lanes, rows, 1), (lanes, t.k_pitch, 0))
-        read = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, t.col_groups, 1),
-                             (1, 0, 0))
-        read_passes = t.passes
-    else:
-        # chunk-major A: the pass's chunks again for every systolic tile
-        a_pattern = AccessPattern(addresses[a_name],
-                                  (rows * t.k_pad // (2 * lanes), t.col_groups, t.passes),
-                                  (beat, 0, rows * row_bytes))
-        write = AccessPattern(0, (t.chunk // lanes, rows, 1), (lanes, t.k_pitch, 0))
-        read = AccessPattern(BlockOffset(0, t.panel_words), (t.chunk, 1, 1), (1, 0, 0))
-        read_passes = t.passes * t.col_groups * t.chunks
-    if t.held_b:
-        a_streams, write = _a_loads(kernel, tensors[a_name], addresses[a_name], t,
-                                    a_transposed)
-    else:
-        a_streams = [kernel.load(tensors[a_name], a_pattern, name="load_a",
-                                 config={"bf16": True})] * pcus
-    b_pattern = AccessPattern(addresses[b_name],
-                              (t.k_pad * t.group // 2, t.col_groups,
-                               1 if t.held_b else t.passes),
-                              (beat, t.k_pad * t.group * lanes * BF16, 0))
-    b_stream = kernel.load(tensors[b_name], b_pattern, name="load_b", config={"bf16": True})
-    launch = kernel.output(kernel.nodes["load_b"], "control_out")
-    if t.held_b:
-        b_stream = _held_b(kernel, b_stream, t)
-    results = []
+    a_streams, panel_config = _a_side(kernel, tensors[a_name], addresses[a_name], t,
+                                      a_transposed)
+    b_streams, launch = _b_side(kernel, tensors[b_name], addresses[b_name], t)
+    results, panels = [], []
     for p in range(pcus):
-        panel = kernel.buffer(
-            f"a_panel{p}", t.panel_words, [a_streams[p]], buffers=t.buffers,
-            block_of=f"matmul{p}", config={
-                "write": write, "write_lanes": write_lanes, "read": read,
-                "read_lanes": t.k_pitch,
-                "buffers": t.buffers, "buffer_words": t.panel_words, "read_repeat": 1,
-                "read_passes": read_passes, "skew_shift": t.k_pitch.bit_length() - 1,
-                "predicate": (BlockOffset(0, t.panel_words),
-                              BlockOffset(t.panel_words, t.panel_words))})
-        result = kernel.compute(f"matmul{p}", "matmul", [panel, b_stream], config={
-            "mode": "systolic", "trips": (t.k_pad, t.col_groups, t.passes),
-            **({"group": t.group} if t.group > 1 else {})})
+        if p < len(a_streams):      # a panel per row block (one, read by all, if split)
+            panels.append(kernel.buffer(f"a_panel{p}", t.panel_words, [a_streams[p]],
+                                        buffers=t.buffers, block_of=f"matmul{p}",
+                                        config=panel_config))
+        result = kernel.compute(f"matmul{p}", "matmul", [panels[p % len(panels)],
+                                                         b_streams[p % len(b_streams)]],
+                                config={"mode": "systolic",
+                                        "trips": (t.k_pad, t.pcu_groups, t.passes),
+                                        **({"group": t.group} if t.group > 1 else {})})
         kernel.connect(launch, kernel.nodes[f"matmul{p}"], "control_in")
         results.append(result)
     kernel.row_groups = []
-    bf16_out = group.out_dtype == "bf16"
     for g in range(t.stores):
         members = results[g::t.stores]
         stream = members[0] if len(members) == 1 else kernel.merge(
             f"c_rows{g}", members, [lanes] * len(members))
         if t.epilogue_pcus:
             stream = kernel.compute(f"epilogue{g}", "map", [stream], config={
-                "mode": "simd", "trips": (len(members) * lanes, t.col_tiles, t.passes),
+                "mode": "simd", "trips": (len(members) * lanes, t.pcu_tiles, t.passes),
                 "stages": list(group.epilogue), "emit_every": True, "vector_out": True})
             kernel.connect(launch, kernel.nodes[f"epilogue{g}"], "control_in")
-        # C by column tile: a row of a tile is a vector beat (FP32) or half a beat (BF16,
-        # the AGCU packs two rows into one AXI beat)
-        row = lanes * (BF16 if bf16_out else WORD)
-        if row_major:
-            # a tile's row is one beat of C's row: rows t.n_pad * 4 bytes apart
-            pitch = t.n_pad * WORD
-            store = AccessPattern(BlockOffset(addresses[c_name], lanes * pitch),
-                                  (len(members) * lanes, t.col_tiles, t.passes),
-                                  (pitch, beat, rows * pitch))
-        else:
-            store = AccessPattern(BlockOffset(addresses[c_name], lanes * row),
-                                  (len(members) * lanes * row // beat, t.col_tiles,
-                                   t.passes), (beat, t.m_pad * row, rows * row))
-        kernel.store(stream, tensors[c_name], store, name=f"store_c{g}",
+        kernel.store(stream, tensors[c_name], _store_pattern(t, addresses[c_name], len(members),
+                                                             group.out_dtype, row_major),
+                     name=f"store_c{g}",
                      block_of=f"c_rows{g}" if len(members) > 1 else members[0].source.node,
-                     config={"bf16": bf16_out})
+                     config={"bf16": group.out_dtype == "bf16"})
         kernel.row_groups.append([s.source.node for s in members])
     return kernel, images, addresses, bitstream_address
+
+
+def _store_pattern(t, address, members, out_dtype, row_major):
+    """The store of ``members`` PCUs' results (one row block each, merged), its start a
+    :class:`BlockOffset` of the first's row block; with ``split``, of its column tiles."""
+    lanes, beat = t.lanes, t.lanes * WORD
+    rows = t.rows_per_pass
+    # C by column tile: a row of a tile is a vector beat (FP32) or half a beat (BF16, the
+    # AGCU packs two rows into one AXI beat)
+    row = lanes * (BF16 if out_dtype == "bf16" else WORD)
+    if row_major:
+        # a tile's row is one beat of C's row: rows t.n_pad * 4 bytes apart
+        pitch = t.n_pad * WORD
+        step = t.pcu_tiles * beat if t.split > 1 else lanes * pitch
+        return AccessPattern(BlockOffset(address, step), (members * lanes, t.pcu_tiles,
+                                                          t.passes), (pitch, beat, rows * pitch))
+    step = t.pcu_tiles * t.m_pad * row if t.split > 1 else lanes * row
+    return AccessPattern(BlockOffset(address, step), (members * lanes * row // beat,
+                                                      t.pcu_tiles, t.passes),
+                         (beat, t.m_pad * row, rows * row))
+
+
+def _a_side(kernel, tensor, address, t, transposed):
+    """``(streams, panel configuration)``: the loads of A (one multicast to every panel,
+    or one per PCU with held B; one panel with split) and the panels' configuration
+    (each keeps the rows of its PCU's row block: :class:`BlockOffset` s)."""
+    lanes, pcus, rows = t.lanes, t.pcus // t.split, t.rows_per_pass
+    beat, row_bytes = lanes * WORD, t.k_pad * BF16
+    write_lanes = 1
+    read = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, t.pcu_groups, 1), (1, 0, 0))
+    read_passes = t.passes
+    if transposed:
+        # a pass's tiles in one run; tile p's vector k is column k of its lanes rows
+        pattern = AccessPattern(address, (rows * t.k_pad // (2 * lanes), t.passes, 1),
+                                (beat, rows * row_bytes, 0))
+        write = AccessPattern(0, (t.k_pad, pcus, 1), (1, t.panel_words, 0))
+        write_lanes = t.k_pitch
+    elif t.chunks == 1:
+        # the pass's rows once; each PMU keeps its panel for every column tile
+        pattern = AccessPattern(address, (t.k_pad // (2 * lanes), rows, t.passes),
+                                (beat, row_bytes, rows * row_bytes))
+        write = AccessPattern(0, (t.k_pad // lanes, rows, 1), (lanes, t.k_pitch, 0))
+    else:
+        # chunk-major A: the pass's chunks again for every systolic tile
+        pattern = AccessPattern(address, (rows * t.k_pad // (2 * lanes), t.col_groups,
+                                          t.passes), (beat, 0, rows * row_bytes))
+        write = AccessPattern(0, (t.chunk // lanes, rows, 1), (lanes, t.k_pitch, 0))
+        read = AccessPattern(BlockOffset(0, t.panel_words), (t.chunk, 1, 1), (1, 0, 0))
+        read_passes = t.passes * t.col_groups * t.chunks
+    if t.held_b:
+        streams, write = _a_loads(kernel, tensor, address, t, transposed)
+    else:
+        streams = [kernel.load(tensor, pattern, name="load_a", config={"bf16": True})] * pcus
+    return streams, {
+        "write": write, "write_lanes": write_lanes, "read": read, "read_lanes": t.k_pitch,
+        "buffers": t.buffers, "buffer_words": t.panel_words, "read_repeat": 1,
+        "read_passes": read_passes, "skew_shift": t.k_pitch.bit_length() - 1,
+        "predicate": (BlockOffset(0, t.panel_words),
+                      BlockOffset(t.panel_words, t.panel_words))}
+
+
+def _b_side(kernel, tensor, address, t):
+    """``(streams, launch token)``: B multicast to every PCU (through a PMU when held),
+    or with ``split`` a load per PCU of its column groups (the block ``bind`` gives
+    it)."""
+    lanes, beat = t.lanes, t.lanes * WORD
+    group_bytes = t.k_pad * t.group * lanes * BF16        # one systolic tile's columns
+    counts = (t.k_pad * t.group // 2, t.pcu_groups, 1 if t.held_b else t.passes)
+    if t.split > 1:
+        streams = [kernel.load(tensor, AccessPattern(
+            BlockOffset(address, t.pcu_groups * group_bytes), counts, (beat, group_bytes, 0)),
+            name=f"load_b{p}", config={"bf16": True}, block_of=f"matmul{p}")
+            for p in range(t.split)]
+        return streams, kernel.output(kernel.nodes["load_b0"], "control_out")
+    stream = kernel.load(tensor, AccessPattern(address, counts, (beat, group_bytes, 0)),
+                         name="load_b", config={"bf16": True})
+    launch = kernel.output(kernel.nodes["load_b"], "control_out")
+    return [_held_b(kernel, stream, t) if t.held_b else stream], launch
 
 
 def _a_loads(kernel, tensor, address, t, transposed):
@@ -541,7 +591,8 @@ class MatmulFamily(Family):
         machine = state.machine
         return tile_matmul(group, state.geometry, state.max_pcus, machine.agcus,
                            systolic_group(machine.latency_table),
-                           max(1, int(machine.hbm_bytes_per_cycle // (machine.lanes * BF16))))
+                           hbm_loads=max(1, int(machine.hbm_bytes_per_cycle //
+                                                (machine.lanes * BF16))))
 
     def fewer_pcus(self, tiling):
         return tiling.pcus - 1 if tiling.pcus > 1 else None
@@ -559,7 +610,7 @@ class MatmulFamily(Family):
             "epilogue_pcus": t.epilogue_pcus, "k_pad": t.k_pad, "m_pad": t.m_pad,
             "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
             "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
-            "tile_group": t.group, "held_b": t.held_b,
+            "tile_group": t.group, "held_b": t.held_b, "split": t.split,
             "operands": [group.a.name, group.b.name],
             "bias": group.bias.name if group.bias is not None else None,
             "epilogue": [list(step) for step in group.epilogue], "macs": t.macs}

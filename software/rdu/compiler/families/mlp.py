@@ -193,8 +193,10 @@ def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
                  MAX_ROW_BLOCKS, max_pcus or free)
     splits = (1, 1) if blocks > 1 or group.up is not None else \
         weight_splits(machine, lanes, free, max_pcus)
-    first = tile_matmul(group.first, geometry, max(1, blocks), machine.agcus)
-    second = tile_matmul(group.second, geometry, max(1, blocks), machine.agcus)
+    first = tile_matmul(group.first, geometry, max(1, blocks), machine.agcus,
+                        own_loads=False)
+    second = tile_matmul(group.second, geometry, max(1, blocks), machine.agcus,
+                         own_loads=False)
     # the hidden rows fill the second matmul's panel in whole BF16 beats: the first
     # matmul computes the hidden size padded to the second's K (W1's zero columns; the
     # activation of them meets W2's zero rows); each matmul's column tiles are padded to
