@@ -32,7 +32,7 @@ from formal.common import (
     open_submodule,
     stream_stable,
 )
-from hdl.switch import MERGE_BITS, Source, Switch
+from hdl.switch import MERGE_BITS, Source, Switch, decode_route
 
 __all__ = ["SwitchNetworkHarness"]
 
@@ -188,13 +188,17 @@ class SwitchNetworkHarness(Elaboratable):
     def assert_invariants(self, m, enabled, sent, references, seq_bits):
         """The network's state, read from its signals, against the harness's counters
         and reference: each input FIFO holds the tags ``sent - level .. sent - 1`` in
-        order; ``restart`` is "never enabled"; once started, a merge output's position
-        is a listed input and its position and count are the reference's;
+        order; except in the first cycle (``written``: the FIFOs are empty), a merge
+        never enabled is at its first input with that input's count to take, and the
+        source register is the route's; once started, a merge output's position is a
+        listed input, its position (one-hot) is the reference's and the items it still
+        takes from it are the input's count minus the reference's;
         ``taken[o][i]`` only for a held item of a member input, and output o expects
         from input i the head's sequence number, plus one once it took the head."""
         driven = {signal.name: signal for signal in m._driving.keys()}
-        m.d.comb += Assert(driven["net_merge_restart"] == ~enabled,
-                           "restart is not 'never enabled'")
+        written = driven["net_written"]
+        # no configuration write here: ``written`` is the first cycle, before any enable
+        m.d.comb += Assert(~written | ~enabled, "written after enable")
         heads = []
         levels = []
         for i, count in enumerate(sent):
@@ -209,18 +213,37 @@ class SwitchNetworkHarness(Elaboratable):
                         f"in{i}: FIFO slot does not hold its tag")
             heads.append((count - level)[:seq_bits])
             levels.append(level)
+            m.d.comb += Assert(~written | (level == 0), f"in{i}: an item right after a write")
         for o, (started, current, taken, expected_seq, count_of_position) in enumerate(references):
             member = driven[f"net_member{o}"]
             flags = driven[f"net_taken{o}"]
             m.d.comb += Assert(started == enabled, f"out{o}: reference started != enabled")
             merging = driven[f"net_merging{o}"]
+            # the registered input and source are the configuration's, except in the
+            # cycle after a write (reset), when the input FIFOs are empty
+            position = driven[f"net_merge_input{o}"]
+            remaining = driven[f"net_merge_remaining{o}"]
+            first = driven[f"net_first{o}"]
+            counts = driven[f"counts{o}"]
+            count_of_first = 0
+            for i in range(len(sent)):
+                count_of_first = count_of_first | Mux(
+                    first[i], counts[MERGE_BITS * i:MERGE_BITS * (i + 1)], 0)
+            with m.If(~written):
+                m.d.comb += [
+                    Assert(enabled | ((position == first) & (remaining == count_of_first)),
+                           f"out{o}: merge never enabled not at its first input"),
+                    Assert(driven[f"net_source{o}"] == Mux(driven[f"net_is_merge{o}"], position,
+                                                           driven[f"net_plain{o}"]),
+                           f"out{o}: source register is not the route's"),
+                ]
             with m.If(started & merging.any()):
                 m.d.comb += [
                     Assert(merging.bit_select(current, 1), f"out{o}: merge at an unlisted input"),
                     Assert(taken < count_of_position, f"out{o}: merge count beyond the input's"),
-                    Assert(driven[f"net_merge_input{o}"] == current,
+                    Assert(position == C(1, len(sent)) << current,
                            f"out{o}: merge input is not the reference's"),
-                    Assert(driven[f"net_merge_taken{o}"] == taken,
+                    Assert(remaining == (count_of_position - taken)[:MERGE_BITS],
                            f"out{o}: merge count is not the reference's"),
                 ]
             for i in range(len(sent)):
@@ -231,4 +254,6 @@ class SwitchNetworkHarness(Elaboratable):
                                        f"out{o}: expects the wrong item of input {i}")
 
     def build_network(self, m, host, shape, inputs, outputs, selects, merges, stall):
-        Switch._network(host, m, "net", shape, inputs, outputs, selects, merges, stall)
+        # the configuration is constant here: its decode needs no register
+        routes = [decode_route(m, "net", o, selects[o], merges[o]) for o in range(len(outputs))]
+        Switch._network(host, m, "net", shape, inputs, outputs, routes, merges, stall)

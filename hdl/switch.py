@@ -4,7 +4,9 @@ See ``docs/switch.md`` for the port map, the configuration layout, multicast and
 flow control.
 """
 
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from types import SimpleNamespace
+
+from amaranth import Cat, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -23,7 +25,7 @@ from .stream_fifo import StreamFIFO
 
 __all__ = ["Direction", "DIRECTIONS", "Port", "Source", "VectorOutput", "VECTOR_OUTPUTS",
            "NARROW_OUTPUTS", "SELECT_BITS", "MERGE_BITS", "MERGE_SOURCES", "FIFO_DEPTH",
-           "switch_config_layout", "Switch"]
+           "switch_config_layout", "decode_route", "Switch"]
 
 
 class Direction(enum.IntEnum, shape=2):
@@ -147,6 +149,42 @@ def _next_listed(listed, after):
     return result
 
 
+def _one_hot_select(select, values):
+    """``values[i]`` where bit ``i`` of the one-hot ``select`` is set (zero where none
+    is): an AND-OR, no decoder of a binary index."""
+    result = 0
+    for index, value in enumerate(values):
+        result = result | Mux(select[index], Value.cast(value), 0)
+    return result
+
+
+def decode_route(m, name, index, select, counts, *, domain="comb"):
+    """The crossbar's view of output ``index``'s ``select`` and merge ``counts``, as
+    input masks (bit ``i``: input ``i``, :class:`Port` order): ``merging`` (a non-zero
+    count), ``is_merge``, ``plain`` (the select input, one-hot; none for ``NONE`` and
+    the unused codes), ``member`` (the inputs routed to the output) and ``first`` (the
+    first listed input, one-hot: where a merge starts).
+
+    Returns them as a namespace of signals named ``<name>_<field><index>``, driven in
+    ``domain`` (``"sync"``: registers, reset to the decode of an all-zero
+    configuration), and the same decode combinationally as ``route.decoded`` (for
+    ``"sync"``: the registers' next values)."""
+    sources = len(counts)
+    merging = Cat(*(count != 0 for count in counts))
+    plain = Cat(*(select == i + 1 for i in range(sources)))
+    first = _next_listed(merging, sources - 1)
+    decoded = SimpleNamespace(
+        merging=merging, is_merge=merging.any(), plain=plain,
+        member=Mux(merging.any(), merging, plain),
+        first=Cat(*(first == i for i in range(sources))))
+    route = SimpleNamespace(decoded=decoded)
+    for field, value in vars(decoded).items():
+        init = 1 << (sources - 1) if field == "first" else 0
+        setattr(route, field, Signal(len(value), init=init, name=f"{name}_{field}{index}"))
+        m.d[domain] += getattr(route, field).eq(value)
+    return route
+
+
 class Switch(wiring.Component):
     """One mesh switch (one per grid position) with input FIFOs on every port.
 
@@ -239,8 +277,9 @@ class Switch(wiring.Component):
             "holding": Out(3 * len(Port)),
         })
 
-    def _network(self, m, name, shape, inputs, outputs, selects, merges, stall_counter):
-        """Build one network; return ``(moved, holding)``: a transfer on one of its ports
+    def _network(self, m, name, shape, inputs, outputs, routes, merges, stall_counter):
+        """Build one network from its outputs' decoded ``routes`` (:func:`decode_route`)
+        and merge counts; return ``(moved, holding)``: a transfer on one of its ports
         this cycle, and which input FIFOs hold an item routed to some output."""
         sources = len(inputs)
         fifos = []
@@ -253,71 +292,52 @@ class Switch(wiring.Component):
             m.d.comb += fifo.flush.eq(self.cfg.write)
             wiring.connect(m, wiring.flipped(port), fifo.i)
             fifos.append(fifo.o)
-        restart = Signal(init=1, name=f"{name}_merge_restart")
-        m.d.sync += restart.eq(~self.enable | self.cfg.write)
+        valids = Cat(*(fifo.valid for fifo in fifos))
+        # a configuration write on the last cycle (reset counts as one): the input
+        # FIFOs are empty, so no output is valid, whatever the routes say
+        written = Signal(init=1, name=f"{name}_written")
+        m.d.sync += written.eq(self.cfg.write)
+        # the merge positions restart from the next cycle on (or, after a write, are
+        # loaded again from the configuration now held)
+        reload = Signal(name=f"{name}_merge_reload")
+        m.d.comb += reload.eq(~self.enable | self.cfg.write | written)
         # taken[o][i]: output o already took the item at the head of input i
         taken = [Signal(sources, name=f"{name}_taken{out_index}")
                  for out_index in range(len(outputs))]
-        members = []       # members[o][i]: input i is routed to output o
-        source_of = []     # input index output o reads this cycle
+        took = []          # took[o][i]: output o takes the head of input i this cycle
+        sources_of = []
         transfers = []
-        for out_index, out in enumerate(outputs):
-            select, counts = selects[out_index], merges[out_index]
-            merging = Signal(sources, name=f"{name}_merging{out_index}")
-            m.d.comb += merging.eq(Cat(*(counts[i] != 0 for i in range(sources))))
-            is_merge = merging.any()
-            member = Signal(sources, name=f"{name}_member{out_index}")
-            m.d.comb += member.eq(Mux(is_merge, merging,
-                                      Cat(*(select == i + 1 for i in range(sources)))))
-            members.append(member)
-            # merge position: current input and items taken from it (while ``restart``
-            # is high the position is the first listed input, none taken yet)
-            current = Signal(range(sources), name=f"{name}_merge_input{out_index}")
-            taken_count = Signal(MERGE_BITS, name=f"{name}_merge_taken{out_index}")
-            first = _next_listed(merging, sources - 1)
-            position = Signal(range(sources), name=f"{name}_merge_position{out_index}")
-            position_count = Signal(MERGE_BITS, name=f"{name}_merge_count{out_index}")
-            m.d.comb += [position.eq(Mux(restart, first, current)),
-                         position_count.eq(Mux(restart, 0, taken_count))]
-            source = Signal(range(sources), name=f"{name}_source{out_index}")
-            active = Signal(name=f"{name}_active{out_index}")
-            m.d.comb += [
-                source.eq(Mux(is_merge, position, select - 1)),
-                active.eq(is_merge | ((select >= Source.NORTH) & (select <= Source.LOCAL))),
-            ]
-            with m.Switch(source):
-                for in_index, fifo in enumerate(fifos):
-                    with m.Case(in_index):
-                        m.d.comb += [
-                            out.valid.eq(self.enable & active & fifo.valid
-                                         & ~taken[out_index][in_index]),
-                            out.payload.eq(fifo.payload),
-                        ]
+        for out_index, (out, route) in enumerate(zip(outputs, routes, strict=True)):
             transfer = Signal(name=f"{name}_transfer{out_index}")
-            m.d.comb += transfer.eq(out.valid & out.ready)
+            position, position_next = Switch._merge_position(
+                m, f"{name}_merge", out_index, route, merges[out_index], reload, transfer)
+            # the input this output reads, one-hot (none: idle), in a register (it
+            # selects the wide payloads); those whose head it may take now
+            source = Signal(sources, name=f"{name}_source{out_index}")
+            m.d.sync += source.eq(Mux(route.decoded.is_merge, position_next,
+                                      route.decoded.plain))
+            sources_of.append(source)
+            offer = Signal(sources, name=f"{name}_offer{out_index}")
+            took.append(Signal(sources, name=f"{name}_took{out_index}"))
+            m.d.comb += [
+                offer.eq(Mux(self.enable, source & ~taken[out_index], 0)),
+                out.valid.eq((offer & valids).any()),
+                out.payload.eq(_one_hot_select(source, [fifo.payload for fifo in fifos])),
+                took[-1].eq(Mux(out.ready, offer & valids, 0)),
+                transfer.eq(out.valid & out.ready),
+            ]
             transfers.append(transfer)
-            source_of.append(source)
-            # advance the merge position; ``restart`` reloads it from the next cycle on
-            last = Signal(name=f"{name}_merge_last{out_index}")
-            m.d.comb += last.eq(position_count + 1 == counts[position])
-            m.d.sync += [current.eq(position), taken_count.eq(position_count)]
-            with m.If(transfer & is_merge):
-                with m.If(last):
-                    with m.Switch(position):
-                        for in_index in range(sources):
-                            with m.Case(in_index):
-                                m.d.sync += current.eq(_next_listed(merging, in_index))
-                    m.d.sync += taken_count.eq(0)
-                with m.Else():
-                    m.d.sync += taken_count.eq(position_count + 1)
         pops = []
         blocked = []
         waiting = []
         for in_index, fifo in enumerate(fifos):
-            routed = Cat(*(member[in_index] for member in members)).any()
-            complete = Cat(*(~member[in_index] | taken[out_index][in_index]
-                             | (transfers[out_index] & (source_of[out_index] == in_index))
-                             for out_index, member in enumerate(members))).all()
+            routed = Cat(*(route.member[in_index] for route in routes)).any()
+            # every output routed from the input took its head or takes it now; only
+            # read with ``enable`` and the head valid, so a member output that reads
+            # the input and is ready takes it (one LUT per output, not the crossbar)
+            complete = Cat(*(~route.member[in_index] | taken[out_index][in_index]
+                             | (sources_of[out_index][in_index] & outputs[out_index].ready)
+                             for out_index, route in enumerate(routes))).all()
             pop = Signal(name=f"{name}_pop{in_index}")
             m.d.comb += [pop.eq(self.enable & fifo.valid & routed & complete),
                          fifo.ready.eq(pop)]
@@ -328,7 +348,7 @@ class Switch(wiring.Component):
             for in_index in range(sources):
                 with m.If(pops[in_index]):
                     m.d.sync += taken[out_index][in_index].eq(0)
-                with m.Elif(transfers[out_index] & (source_of[out_index] == in_index)):
+                with m.Elif(took[out_index][in_index]):
                     m.d.sync += taken[out_index][in_index].eq(1)
         with m.If(self.cfg.write):
             m.d.sync += [flags.eq(0) for flags in taken]
@@ -336,30 +356,69 @@ class Switch(wiring.Component):
             m.d.sync += stall_counter.eq(stall_counter + 1)
         return Cat(*pushes, *transfers).any(), Cat(*waiting)
 
+    @staticmethod
+    def _merge_position(m, prefix, out_index, route, counts, reload, transfer):
+        """The merge position of output ``out_index``: its input (one-hot) and the items
+        still to take from it this round, advanced on each ``transfer`` of a merge
+        output. Returns the input's register and its next value.
+
+        Both are registers that ``reload`` sets to the first listed input and its count
+        (a merge restarts while ``enable`` is low and after a configuration write), so
+        that no cycle waits for a restart mux or an adder: the last item of an input is
+        a compare of a register. In the cycle after a write they may hold the previous
+        configuration's, but then every input FIFO is empty."""
+        sources = len(route.merging)
+        position = Signal(sources, init=1 << (sources - 1), name=f"{prefix}_input{out_index}")
+        position_next = Signal(sources, name=f"{prefix}_input_next{out_index}")
+        remaining = Signal(MERGE_BITS, name=f"{prefix}_remaining{out_index}")
+        following = Signal(sources, name=f"{prefix}_next{out_index}")
+
+        def count_of(one_hot):
+            return _one_hot_select(one_hot, [counts[i] for i in range(sources)])
+        m.d.comb += [
+            following.eq(_one_hot_select(position, [
+                Cat(*(_next_listed(route.merging, i) == j for j in range(sources)))
+                for i in range(sources)])),
+            position_next.eq(position),
+        ]
+        m.d.sync += position.eq(position_next)
+        with m.If(transfer & route.is_merge):
+            with m.If(remaining == 1):
+                m.d.comb += position_next.eq(following)
+                m.d.sync += remaining.eq(count_of(following))
+            with m.Else():
+                m.d.sync += remaining.eq(remaining - 1)
+        with m.If(reload):
+            m.d.comb += position_next.eq(route.decoded.first)
+            m.d.sync += remaining.eq(count_of(route.decoded.first))
+        return position, position_next
+
     def elaborate(self, platform):
         m = Module()
         m.submodules.config = config_reg = ConfigRegister(self.config_layout)
         wiring.connect(m, wiring.flipped(self.cfg), config_reg.port)
         routes = config_reg.value
+        ports = {
+            "vector": (vector_layout(self._lanes), [*self.vector_in, self.local_vector_in],
+                       [*self.vector_out, *self.local_vector_out]),
+            "scalar": (WORD_BITS, [*self.scalar_in, self.local_scalar_in],
+                       [*self.scalar_out, self.local_scalar_out]),
+            "control": (1, [*self.control_in, self.local_control_in],
+                        [*self.control_out, self.local_control_out]),
+        }
         activity = {}
-        activity["vector"] = self._network(m, "vector", vector_layout(self._lanes),
-                      [*self.vector_in, self.local_vector_in],
-                      [*self.vector_out, *self.local_vector_out],
-                      [routes.vector[i] for i in range(len(VECTOR_OUTPUTS))],
-                      [routes.vector_merge[i] for i in range(len(VECTOR_OUTPUTS))],
-                      self.vector_stall_cycles)
-        activity["scalar"] = self._network(m, "scalar", WORD_BITS,
-                      [*self.scalar_in, self.local_scalar_in],
-                      [*self.scalar_out, self.local_scalar_out],
-                      [routes.scalar[i] for i in range(len(NARROW_OUTPUTS))],
-                      [routes.scalar_merge[i] for i in range(len(NARROW_OUTPUTS))],
-                      self.scalar_stall_cycles)
-        activity["control"] = self._network(m, "control", 1,
-                      [*self.control_in, self.local_control_in],
-                      [*self.control_out, self.local_control_out],
-                      [routes.control[i] for i in range(len(NARROW_OUTPUTS))],
-                      [routes.control_merge[i] for i in range(len(NARROW_OUTPUTS))],
-                      self.control_stall_cycles)
+        for network, (shape, inputs, outputs) in ports.items():
+            merges = [routes[f"{network}_merge"][index] for index in range(len(outputs))]
+            # the route decode in registers (the path from the configuration through
+            # the decode and the merge logic to the stall counters was the critical
+            # one): a cycle behind the configuration, which shows only in the cycle
+            # after a write, when the input FIFOs are empty (``_merge_position``)
+            decoded = [decode_route(m, network, index, routes[network][index],
+                                    merges[index], domain="sync")
+                       for index in range(len(outputs))]
+            activity[network] = self._network(
+                m, network, shape, inputs, outputs, decoded, merges,
+                getattr(self, f"{network}_stall_cycles"))
         m.d.comb += [
             self.moved.eq(Cat(*(activity[network][0] for network in NETWORKS)).any()),
             self.holding.eq(Cat(*(activity[network][1] for network in NETWORKS))),
