@@ -158,30 +158,38 @@ def _one_hot_select(select, values):
     return result
 
 
-def decode_route(m, name, index, select, counts, *, domain="comb"):
+def decode_route(m, name, index, select, counts, *, domain="comb", update=None):
     """The crossbar's view of output ``index``'s ``select`` and merge ``counts``, as
     input masks (bit ``i``: input ``i``, :class:`Port` order): ``merging`` (a non-zero
     count), ``is_merge``, ``plain`` (the select input, one-hot; none for ``NONE`` and
-    the unused codes), ``member`` (the inputs routed to the output) and ``first`` (the
+    the unused codes), ``member`` (the inputs routed to the output), ``first`` (the
     first listed input, one-hot: where a merge starts).
 
     Returns them as a namespace of signals named ``<name>_<field><index>``, driven in
-    ``domain`` (``"sync"``: registers, reset to the decode of an all-zero
-    configuration), and the same decode combinationally as ``route.decoded`` (for
-    ``"sync"``: the registers' next values)."""
+    ``domain`` (``"sync"``: registers, reset to the decode of an all-zero configuration,
+    loaded while ``update`` is high), and the same decode combinationally, valid while
+    ``update`` is high, as ``route.decoded`` (the decode is computed only then: the
+    simulator evaluates it once per configuration, not on every change of the
+    crossbar's inputs)."""
     sources = len(counts)
-    merging = Cat(*(count != 0 for count in counts))
+    update = 1 if update is None else update
+    listed = Signal(sources, name=f"{name}_listed{index}")
+    first = Signal(range(sources), name=f"{name}_first_listed{index}")
+    with m.If(update):
+        m.d.comb += [listed.eq(Cat(*(count != 0 for count in counts))),
+                     first.eq(_next_listed(listed, sources - 1))]
     plain = Cat(*(select == i + 1 for i in range(sources)))
-    first = _next_listed(merging, sources - 1)
     decoded = SimpleNamespace(
-        merging=merging, is_merge=merging.any(), plain=plain,
-        member=Mux(merging.any(), merging, plain),
+        merging=listed, is_merge=listed.any(), plain=plain,
+        member=Mux(listed.any(), listed, plain),
         first=Cat(*(first == i for i in range(sources))))
     route = SimpleNamespace(decoded=decoded)
     for field, value in vars(decoded).items():
+        # reset: an all-zero configuration lists no input (its "first" is the last one)
         init = 1 << (sources - 1) if field == "first" else 0
         setattr(route, field, Signal(len(value), init=init, name=f"{name}_{field}{index}"))
-        m.d[domain] += getattr(route, field).eq(value)
+        with m.If(update):
+            m.d[domain] += getattr(route, field).eq(value)
     return route
 
 
@@ -310,12 +318,16 @@ class Switch(wiring.Component):
         for out_index, (out, route) in enumerate(zip(outputs, routes, strict=True)):
             transfer = Signal(name=f"{name}_transfer{out_index}")
             position, position_next = Switch._merge_position(
-                m, f"{name}_merge", out_index, route, merges[out_index], reload, transfer)
+                m, f"{name}_merge", out_index, route, merges[out_index], reload, written,
+                transfer)
             # the input this output reads, one-hot (none: idle), in a register (it
             # selects the wide payloads); those whose head it may take now
             source = Signal(sources, name=f"{name}_source{out_index}")
-            m.d.sync += source.eq(Mux(route.decoded.is_merge, position_next,
-                                      route.decoded.plain))
+            # (the decode of the next cycle: the registers', or while they load, theirs
+            # to be)
+            is_merge = Mux(written, route.decoded.is_merge, route.is_merge)
+            m.d.sync += source.eq(Mux(is_merge, position_next,
+                                      Mux(written, route.decoded.plain, route.plain)))
             sources_of.append(source)
             offer = Signal(sources, name=f"{name}_offer{out_index}")
             took.append(Signal(sources, name=f"{name}_took{out_index}"))
@@ -357,7 +369,7 @@ class Switch(wiring.Component):
         return Cat(*pushes, *transfers).any(), Cat(*waiting)
 
     @staticmethod
-    def _merge_position(m, prefix, out_index, route, counts, reload, transfer):
+    def _merge_position(m, prefix, out_index, route, counts, reload, written, transfer):
         """The merge position of output ``out_index``: its input (one-hot) and the items
         still to take from it this round, advanced on each ``transfer`` of a merge
         output. Returns the input's register and its next value.
@@ -365,32 +377,37 @@ class Switch(wiring.Component):
         Both are registers that ``reload`` sets to the first listed input and its count
         (a merge restarts while ``enable`` is low and after a configuration write), so
         that no cycle waits for a restart mux or an adder: the last item of an input is
-        a compare of a register. In the cycle after a write they may hold the previous
-        configuration's, but then every input FIFO is empty."""
+        a compare of a register. In the cycle after a write (``written``: the decode
+        registers load then, the first input is the decode's) they may hold the
+        previous configuration's, but then every input FIFO is empty."""
         sources = len(route.merging)
         position = Signal(sources, init=1 << (sources - 1), name=f"{prefix}_input{out_index}")
         position_next = Signal(sources, name=f"{prefix}_input_next{out_index}")
         remaining = Signal(MERGE_BITS, name=f"{prefix}_remaining{out_index}")
+        # the input listed after each one (signals: each priority chain built once), and
+        # after the current one
+        after = [Signal(range(sources), name=f"{prefix}_after{out_index}_{i}")
+                 for i in range(sources)]
         following = Signal(sources, name=f"{prefix}_next{out_index}")
+        with m.If(route.is_merge):      # (only evaluated for a merge output)
+            m.d.comb += [index.eq(_next_listed(route.merging, i))
+                         for i, index in enumerate(after)]
+            m.d.comb += following.eq(_one_hot_select(position, [
+                Cat(*(index == j for j in range(sources))) for index in after]))
+        m.d.comb += position_next.eq(position)
 
-        def count_of(one_hot):
-            return _one_hot_select(one_hot, [counts[i] for i in range(sources)])
-        m.d.comb += [
-            following.eq(_one_hot_select(position, [
-                Cat(*(_next_listed(route.merging, i) == j for j in range(sources)))
-                for i in range(sources)])),
-            position_next.eq(position),
-        ]
+        def load(one_hot):
+            m.d.comb += position_next.eq(one_hot)
+            m.d.sync += remaining.eq(_one_hot_select(one_hot, [counts[i]
+                                                               for i in range(sources)]))
         m.d.sync += position.eq(position_next)
         with m.If(transfer & route.is_merge):
             with m.If(remaining == 1):
-                m.d.comb += position_next.eq(following)
-                m.d.sync += remaining.eq(count_of(following))
+                load(following)
             with m.Else():
                 m.d.sync += remaining.eq(remaining - 1)
         with m.If(reload):
-            m.d.comb += position_next.eq(route.decoded.first)
-            m.d.sync += remaining.eq(count_of(route.decoded.first))
+            load(Mux(written, route.decoded.first, route.first))
         return position, position_next
 
     def elaborate(self, platform):
@@ -398,6 +415,10 @@ class Switch(wiring.Component):
         m.submodules.config = config_reg = ConfigRegister(self.config_layout)
         wiring.connect(m, wiring.flipped(self.cfg), config_reg.port)
         routes = config_reg.value
+        # the configuration changed on the last cycle (reset counts as a change): the
+        # decode registers load only then (they hold the same value otherwise)
+        changed = Signal(init=1)
+        m.d.sync += changed.eq(self.cfg.write)
         ports = {
             "vector": (vector_layout(self._lanes), [*self.vector_in, self.local_vector_in],
                        [*self.vector_out, *self.local_vector_out]),
@@ -414,7 +435,7 @@ class Switch(wiring.Component):
             # one): a cycle behind the configuration, which shows only in the cycle
             # after a write, when the input FIFOs are empty (``_merge_position``)
             decoded = [decode_route(m, network, index, routes[network][index],
-                                    merges[index], domain="sync")
+                                    merges[index], domain="sync", update=changed)
                        for index in range(len(outputs))]
             activity[network] = self._network(
                 m, network, shape, inputs, outputs, decoded, merges,
