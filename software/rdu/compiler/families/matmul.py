@@ -304,10 +304,11 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
         rows_limit = COUNT_LIMIT * beat // k_pad
         pcus = max(1, min(pcus, rows_limit // lanes))
     loads = agcus if hbm_loads is None else min(agcus, hbm_loads + 1)
-    held_b = own_loads and _holds_b(m, k_pad, col_tiles, tile_group, chunks, pcus, capacity,
-                                    pmu_words, loads, lanes)
+    held = own_loads and _held_b_pcus(m, k_pad, col_tiles, tile_group, chunks, pcus,
+                                      capacity, pmu_words, loads, lanes)
+    held_b = bool(held)
     if held_b:
-        pcus = min(pcus, capacity["pmu"] - 1, loads - 1)
+        pcus = held
         stores = min(stores, pcus)
     passes = ceil_div(m, pcus * lanes)
     split = 1 if not own_loads else _column_split(
@@ -339,17 +340,17 @@ def _column_split(m, lanes, col_groups, chunks, most):
     return max((p for p in range(1, most + 1) if col_groups % p == 0), default=1)
 
 
-def _holds_b(m, k_pad, col_tiles, tile_group, chunks, pcus, capacity, pmu_words, agcus,
-             lanes):
-    """Whether a PMU keeps B for every pass (module docstring, *held B*): one systolic
-    tile of columns, K in one panel, B in one PMU, a PMU and a load beside the PCUs',
-    and more than one pass without it (B read again), at most :data:`READ_REPEAT_LIMIT`
-    with the PCUs left."""
+def _held_b_pcus(m, k_pad, col_tiles, tile_group, chunks, pcus, capacity, pmu_words, agcus,
+                 lanes):
+    """The PCUs of held B (module docstring; 0: B not held): one systolic tile of
+    columns, K in one panel, B in one PMU, more than one pass without it (B read again),
+    a PMU and a load beside the PCUs', at most :data:`READ_REPEAT_LIMIT` passes with the
+    PCUs left."""
     if col_tiles != tile_group or chunks != 1 or k_pad * col_tiles * lanes > pmu_words or \
             ceil_div(m, pcus * lanes) == 1:
-        return False
+        return 0
     pcus = min(pcus, capacity["pmu"] - 1, agcus - 1)
-    return pcus >= 1 and ceil_div(m, pcus * lanes) <= READ_REPEAT_LIMIT
+    return pcus if pcus >= 1 and ceil_div(m, pcus * lanes) <= READ_REPEAT_LIMIT else 0
 
 
 def matmul_images(group, t):
@@ -485,36 +486,44 @@ def _store_pattern(t, address, members, out_dtype, row_major):
 
 
 def _a_side(kernel, tensor, address, t, transposed):
-    """``(streams, panel configuration)``: the loads of A (one multicast to every panel,
-    or one per PCU with held B; one panel with split) and the panels' configuration
-    (each keeps the rows of its PCU's row block: :class:`BlockOffset` s)."""
-    lanes, pcus, rows = t.lanes, t.pcus // t.split, t.rows_per_pass
+    """``(streams, panel configuration)``: the loads of A and the panels' configuration
+    (each keeps the rows of its PCU's row block: :class:`BlockOffset` s). One load
+    carries every row block of a pass, multicast to the panels (one panel with split);
+    with held B each PCU's load carries its own block (its start the block's rows, as
+    its panel's predicate)."""
+    lanes, rows = t.lanes, t.rows_per_pass
     beat, row_bytes = lanes * WORD, t.k_pad * BF16
+    blocks = 1 if t.held_b else t.pcus // t.split        # row blocks a load carries
+    own = blocks * lanes
+    start = BlockOffset(address, lanes * row_bytes) if t.held_b else address
+    first = BlockOffset(0, t.panel_words) if t.held_b else 0
     write_lanes = 1
     read = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, t.pcu_groups, 1), (1, 0, 0))
     read_passes = t.passes
     if transposed:
         # a pass's tiles in one run; tile p's vector k is column k of its lanes rows
-        pattern = AccessPattern(address, (rows * t.k_pad // (2 * lanes), t.passes, 1),
+        pattern = AccessPattern(start, (own * t.k_pad // (2 * lanes), t.passes, 1),
                                 (beat, rows * row_bytes, 0))
-        write = AccessPattern(0, (t.k_pad, pcus, 1), (1, t.panel_words, 0))
+        write = AccessPattern(first, (t.k_pad, blocks, 1), (1, t.panel_words, 0))
         write_lanes = t.k_pitch
     elif t.chunks == 1:
         # the pass's rows once; each PMU keeps its panel for every column tile
-        pattern = AccessPattern(address, (t.k_pad // (2 * lanes), rows, t.passes),
+        pattern = AccessPattern(start, (t.k_pad // (2 * lanes), own, t.passes),
                                 (beat, row_bytes, rows * row_bytes))
-        write = AccessPattern(0, (t.k_pad // lanes, rows, 1), (lanes, t.k_pitch, 0))
+        write = AccessPattern(first, (t.k_pad // lanes, own, 1), (lanes, t.k_pitch, 0))
     else:
-        # chunk-major A: the pass's chunks again for every systolic tile
+        # chunk-major A: the pass's chunks again for every systolic tile (never held B)
         pattern = AccessPattern(address, (rows * t.k_pad // (2 * lanes), t.col_groups,
                                           t.passes), (beat, 0, rows * row_bytes))
         write = AccessPattern(0, (t.chunk // lanes, rows, 1), (lanes, t.k_pitch, 0))
         read = AccessPattern(BlockOffset(0, t.panel_words), (t.chunk, 1, 1), (1, 0, 0))
         read_passes = t.passes * t.col_groups * t.chunks
     if t.held_b:
-        streams, write = _a_loads(kernel, tensor, address, t, transposed)
+        streams = [kernel.load(tensor, pattern, name=f"load_a{p}", config={"bf16": True},
+                               block_of=f"matmul{p}") for p in range(t.pcus)]
     else:
-        streams = [kernel.load(tensor, pattern, name="load_a", config={"bf16": True})] * pcus
+        streams = [kernel.load(tensor, pattern, name="load_a",
+                               config={"bf16": True})] * blocks
     return streams, {
         "write": write, "write_lanes": write_lanes, "read": read, "read_lanes": t.k_pitch,
         "buffers": t.buffers, "buffer_words": t.panel_words, "read_repeat": 1,
@@ -540,27 +549,6 @@ def _b_side(kernel, tensor, address, t):
                          name="load_b", config={"bf16": True})
     launch = kernel.output(kernel.nodes["load_b"], "control_out")
     return [_held_b(kernel, stream, t) if t.held_b else stream], launch
-
-
-def _a_loads(kernel, tensor, address, t, transposed):
-    """``(streams, panel write pattern)`` of held B: a load per PCU of its row block's
-    ``lanes`` rows of each pass (the block fixed by the routing, as its panel's
-    predicate is); ``transposed``: A as :func:`transposed_a_image` (a block's tile is
-    contiguous, a beat two of its columns)."""
-    beat, row_bytes = t.lanes * WORD, t.k_pad * BF16
-    block = BlockOffset(address, t.lanes * row_bytes)
-    if transposed:
-        pattern = AccessPattern(block, (t.k_pad // 2, t.passes, 1),
-                                (beat, t.rows_per_pass * row_bytes, 0))
-        write = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad, 1, 1), (1, 0, 0))
-    else:
-        pattern = AccessPattern(block, (t.k_pad // (2 * t.lanes), t.lanes, t.passes),
-                                (beat, row_bytes, t.rows_per_pass * row_bytes))
-        write = AccessPattern(BlockOffset(0, t.panel_words), (t.k_pad // t.lanes, t.lanes, 1),
-                              (t.lanes, t.k_pitch, 0))
-    streams = [kernel.load(tensor, pattern, name=f"load_a{p}", config={"bf16": True},
-                           block_of=f"matmul{p}") for p in range(t.pcus)]
-    return streams, write
 
 
 def _held_b(kernel, stream, t):
