@@ -92,6 +92,36 @@ def test_own_loads_on_model_read_each_operand_once(shape, seed):
     assert result.memory_bytes["hbm"]["read_bytes"] == read
 
 
+@pytest.mark.verilator
+def test_own_loads_on_native_rtl(sim_dir, seed):
+    """Held B (a PMU read once per pass, ``read_repeat``) and the column split (one panel
+    multicast, a B load and a store per PCU) on the native RTL of the 4x4 with 4 AGCUs,
+    one memory for both: the model's words, the bit-exact reference, and HBM reading A
+    and B once each."""
+    from rdu.machine import Machine
+    from rdu.runtime import run_programs
+    shapes = ((200, 8, 72), (6, 160, 40))
+    programs, operands = [], []
+    for shape in shapes:
+        program = gemm.compile_gemm(*shape, machine=Machine(agcus=4))
+        a, b = gemm.random_inputs(*shape, seed + len(programs))
+        gemm.pack_inputs(program, a, b)
+        programs.append(program)
+        operands.append((a, b))
+    assert programs[0].meta["held_b"] and programs[1].meta["split"] == 2
+    native = run_programs(programs, "native", seed=seed, work_dir=sim_dir / "own_loads")
+    model = run_programs(programs, "model")
+    for program, (a, b), run, reference in zip(programs, operands, native, model,
+                                               strict=True):
+        assert np.array_equal(run.outputs["c"], reference.outputs["c"])
+        c = gemm.unpack_output(program, run.outputs["c"])
+        assert np.array_equal(c.view(np.uint32),
+                              gemm.exact_reference(a, b, program.meta["k_pad"]))
+        images = program.meta["images"]
+        assert run.memory_bytes["hbm"]["read_bytes"] == sum(
+            np.prod(images[name]["shape"]) * 2 for name in ("a", "b"))
+
+
 @pytest.mark.parametrize("shape, message", [
     ((0, 4, 4), "GEMM M must be a positive integer, not 0"),
     ((4, 4, -1), "GEMM K must be a positive integer, not -1"),
