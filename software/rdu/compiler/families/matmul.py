@@ -70,9 +70,16 @@ from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, f32_word, place_images
 from .base import Family, is_bf16_input, moved_work, tensor_shape, unsupported
 
-__all__ = ["MatmulGroup", "MatmulTiling", "MatmulFamily", "MATMUL", "tile_matmul",
+__all__ = ["MatmulGroup", "MatmulTiling", "MatmulFamily", "MATMUL", "tile_matmul", "hbm_loads",
            "matmul_images", "lower_matmul", "matmul_group", "epilogue_step",
            "transposed_a_image"]
+
+
+def hbm_loads(machine):
+    """BF16 operand loads that together stream at ``machine``'s HBM peak: a load brings
+    ``lanes`` values (``2 lanes`` bytes) a cycle, as much as one systolic PCU takes
+    (``docs/agcu.md``, ``docs/pcu.md``); 2 on the default machine."""
+    return max(1, ceil_div(int(machine.hbm_bytes_per_cycle), machine.lanes * BF16))
 
 
 def _pow2_at_least(value):
@@ -578,9 +585,7 @@ class MatmulFamily(Family):
     def tile(self, group, state):
         machine = state.machine
         return tile_matmul(group, state.geometry, state.max_pcus, machine.agcus,
-                           systolic_group(machine.latency_table),
-                           hbm_loads=max(1, int(machine.hbm_bytes_per_cycle //
-                                                (machine.lanes * BF16))))
+                           systolic_group(machine.latency_table), hbm_loads(machine))
 
     def fewer_pcus(self, tiling):
         return tiling.pcus - 1 if tiling.pcus > 1 else None

@@ -40,7 +40,14 @@ from .base import (
     tensor_shape,
     unsupported,
 )
-from .matmul import MatmulGroup, MatmulTiling, matmul_group, matmul_images, tile_matmul
+from .matmul import (
+    MatmulGroup,
+    MatmulTiling,
+    hbm_loads,
+    matmul_group,
+    matmul_images,
+    tile_matmul,
+)
 from .rows import RowGroup
 
 __all__ = ["MlpGroup", "MlpTiling", "MlpFamily", "MLP", "MAX_ROW_BLOCKS", "tile_mlp",
@@ -148,7 +155,7 @@ def weight_splits(machine, lanes, free, limit=None):
     the default machine) to stream its weights at the HBM peak. X takes one AGCU; every
     other AGCU streams weights; the matmuls run one after the other, so each gets half
     of them (the first the odd one); ``free``: the PCUs the activation leaves."""
-    peak = max(1, ceil_div(machine.hbm_bytes_per_cycle, lanes * BF16))
+    peak = hbm_loads(machine)
     if limit is not None:
         peak = min(peak, limit)
     streams = machine.agcus - 1
