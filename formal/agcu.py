@@ -73,11 +73,12 @@ class BurstGeneratorHarness(Elaboratable):
     With ``invariants=True`` the harness also asserts what the generator's state must be
     (read from its internal signals and its output FIFO's, ``formal.common.elaborate_open``
     and ``open_submodule``): the current beat, row and plane addresses are beat-aligned;
-    while running the latched pattern has non-zero counts and aligned strides and
-    ``i0 < count[0]``; the open burst and every burst in
-    the output FIFO satisfy the burst properties; the FIFO's pointers agree with its
-    level and a stalled burst is the one in slot ``read_ptr``. These make the
-    properties inductive (``mode prove``).
+    while running the latched pattern has non-zero counts and aligned strides, a beat
+    is left in the row and ``contiguous`` is ``stride[0]`` = the beat; the open burst's
+    end and room are its address plus its beats and ``max_burst`` minus them; the open
+    burst and every burst in the output FIFO satisfy the burst properties; the FIFO's
+    pointers agree with its level and a stalled burst is the one in slot ``read_ptr``.
+    These make the properties inductive (``mode prove``).
     """
 
     def __init__(self, addr_width=14, beat_bytes=64, max_burst=4,
@@ -140,8 +141,20 @@ def generator_invariants(m, dut, module, internals, stalled, stalled_burst, limi
                 Assert(pattern.stride[k].as_unsigned()[:beat_shift] == 0,
                        f"{prefix}running with stride[{k}] not aligned"),
             ]
-        m.d.comb += Assert(internals["i0"] < pattern.count[0],
-                           f"{prefix}running with i0 past the row")
+        m.d.comb += [
+            Assert(internals["left0"] != 0, f"{prefix}running with no beat left in the row"),
+            Assert(internals["contiguous"] == (pattern.stride[0] == 1 << beat_shift),
+                   f"{prefix}contiguous is not stride[0] == beat"),
+        ]
+    with m.If(internals["open_valid"]):
+        open_beats = internals["open_beats"]
+        m.d.comb += [
+            Assert(internals["open_end"] == (internals["open_addr"] +
+                                             (open_beats << beat_shift))[:limits["addr_width"]],
+                   f"{prefix}open_end is not the open burst's end"),
+            Assert(internals["room"] == limits["max_burst"] - open_beats,
+                   f"{prefix}room is not max_burst - open_beats"),
+        ]
     check_burst(m, f"{prefix}open", internals["open_addr"], internals["open_beats"],
                 internals["open_valid"], **limits)
     # the output FIFO: pointers, every burst it holds, the stalled one

@@ -17,7 +17,9 @@ describes how they fit together.
   all (program and argument loads).
 """
 
-from amaranth import Cat, Module, Mux, Signal, Value, signed, unsigned
+from types import SimpleNamespace
+
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -81,6 +83,12 @@ class AffineBurstGenerator(wiring.Component):
     and the sum stays within ``max_burst`` (e.g. rows laid end to end); otherwise it
     emits the open burst. One run per cycle.
 
+    Each cycle's decisions compare registers (the beats left in the row, counted down;
+    the position in the page; the open burst's end and room, kept with it) and each
+    candidate next address is one adder from registers, so that no carry chain waits
+    for another (this was the AGCU's critical path); the runs and bursts, and their
+    cycles, are those of computing the run first and then its end.
+
     Parameters
     ----------
     addr_width : int
@@ -129,35 +137,21 @@ class AffineBurstGenerator(wiring.Component):
         m = Module()
         aw = self._addr_width
         beat = self._beat_bytes
-        beat_shift = beat.bit_length() - 1
         max_burst = self._max_burst
-        page_beats = BURST_BOUNDARY // beat
 
         pattern = Signal.like(self.pattern)
         running = Signal()
-        index = [Signal(32, name=f"i{k}") for k in range(3)]
+        contiguous = Signal()   # stride[0] is one beat (latched with the pattern)
+        # beats left in the row, rows left in the plane, planes left (with the current
+        # one): "not the last" is a test of the bits above bit 0, no carry chain
+        left = [Signal(32, name=f"left{k}") for k in range(3)]
         row = Signal(aw)        # address of beat (i2, i1, 0)
         plane = Signal(aw)      # address of beat (i2, 0, 0)
         addr = Signal(aw)       # address of beat (i2, i1, i0)
-
-        # stage 1: the run starting at addr
-        contiguous = Signal()
-        m.d.comb += contiguous.eq(pattern.stride[0] == beat)
-        row_left = Signal(32)
-        to_page = Signal(range(page_beats + 1))
-        run = Signal(range(max(max_burst, page_beats) + 1))
-        m.d.comb += [
-            row_left.eq(pattern.count[0] - index[0]),
-            to_page.eq(page_beats - addr[beat_shift:12]),
-        ]
-        with m.If(~contiguous):
-            m.d.comb += run.eq(1)
-        with m.Elif((row_left <= to_page) & (row_left <= max_burst)):
-            m.d.comb += run.eq(row_left)
-        with m.Elif(to_page <= max_burst):
-            m.d.comb += run.eq(to_page)
-        with m.Else():
-            m.d.comb += run.eq(max_burst)
+        run = Signal(range(max(max_burst, BURST_BOUNDARY // beat) + 1))
+        state = SimpleNamespace(pattern=pattern, running=running, contiguous=contiguous,
+                                left=left, row=row, plane=plane, addr=addr, run=run)
+        stage1 = self._run(m, state)
 
         # stage 2: the open burst and the output FIFO
         m.submodules.out_fifo = out_fifo = StreamFIFO(self.burst_layout, 2)
@@ -165,12 +159,13 @@ class AffineBurstGenerator(wiring.Component):
         open_valid = Signal()
         open_addr = Signal(aw)
         open_beats = Signal(range(max_burst + 1))
+        # open_addr + open_beats beats, and max_burst - open_beats: kept in registers
+        # (updated with the burst) so that the merge test is compares of registers
         open_end = Signal(aw)
-        m.d.comb += open_end.eq(open_addr + (open_beats << beat_shift))
+        room = Signal(range(max_burst + 1), init=max_burst)
         merge = Signal()
         m.d.comb += merge.eq(open_valid & (addr == open_end) &
-                             (addr[12:] == open_addr[12:]) &
-                             (open_beats + run <= max_burst))
+                             (addr[12:] == open_addr[12:]) & stage1.fits(room))
         take = Signal()
         m.d.comb += [
             take.eq(running & (~open_valid | merge | out_fifo.i.ready)),
@@ -179,48 +174,121 @@ class AffineBurstGenerator(wiring.Component):
         ]
         with m.If(take):
             with m.If(merge):
-                m.d.sync += open_beats.eq(open_beats + run)
+                m.d.sync += [open_beats.eq(open_beats + run), room.eq(room - run)]
             with m.Else():
                 m.d.comb += out_fifo.i.valid.eq(open_valid)
-                m.d.sync += [open_valid.eq(1), open_addr.eq(addr), open_beats.eq(run)]
+                m.d.sync += [open_valid.eq(1), open_addr.eq(addr), open_beats.eq(run),
+                             room.eq(max_burst - run)]
+            # merged or opened, the burst now ends where the run does
+            m.d.sync += open_end.eq(stage1.run_end[:aw])
         with m.Elif(~running & open_valid):
             m.d.comb += out_fifo.i.valid.eq(1)
             with m.If(out_fifo.i.ready):
                 m.d.sync += open_valid.eq(0)
-
-        # stage 1 advance; the next address is computed exactly (aw + 2 bits, signed) so
-        # that leaving the address space is reported on ``wrapped``, not hidden
-        next_addr = Signal(signed(aw + 34))
-        with m.If(take):
-            with m.If(index[0] + run < pattern.count[0]):
-                m.d.comb += next_addr.eq(Mux(contiguous, addr + (run << beat_shift),
-                                             addr + pattern.stride[0]))
-                m.d.sync += index[0].eq(index[0] + run)
-            with m.Elif(index[1] + 1 < pattern.count[1]):
-                m.d.comb += next_addr.eq(row + pattern.stride[1])
-                m.d.sync += [index[0].eq(0), index[1].eq(index[1] + 1),
-                             row.eq(row + pattern.stride[1])]
-            with m.Elif(index[2] + 1 < pattern.count[2]):
-                m.d.comb += next_addr.eq(plane + pattern.stride[2])
-                m.d.sync += [index[0].eq(0), index[1].eq(0), index[2].eq(index[2] + 1),
-                             plane.eq(plane + pattern.stride[2]),
-                             row.eq(plane + pattern.stride[2])]
-            with m.Else():
-                m.d.comb += next_addr.eq(addr)
-                m.d.sync += running.eq(0)
-            m.d.sync += addr.eq(next_addr[:aw])
-            with m.If((next_addr < 0) | (next_addr >= 2 ** aw)):
-                m.d.sync += self.wrapped.eq(1)
+        self._advance(m, state, stage1, take)
 
         with m.If(self.stop):
             m.d.sync += [running.eq(0), open_valid.eq(0)]
         with m.If(self.start):
             m.d.sync += [pattern.eq(self.pattern), running.eq(1), open_valid.eq(0),
+                         contiguous.eq(self.pattern.stride[0] == beat),
                          row.eq(self.pattern.base), plane.eq(self.pattern.base),
                          addr.eq(self.pattern.base), self.wrapped.eq(0)]
-            m.d.sync += [i.eq(0) for i in index]
+            m.d.sync += [left[k].eq(self.pattern.count[k]) for k in range(3)]
         m.d.comb += self.idle.eq(~running & ~open_valid & (out_fifo.level == 0))
         return m
+
+    def _run(self, m, state):
+        """Stage 1: the run starting at ``addr`` (``state.run``), where it ends
+        (``run_end``, exact: one bit wider than the address), whether the row goes on
+        after it (``in_row``) and ``fits(room)``: the run fits in ``room`` beats.
+
+        Each bound is compared with registers directly (beats left in the row, beats to
+        the page's end, ``max_burst``) and each end address is an adder from registers,
+        in parallel, so that no carry chain waits for another."""
+        aw = self._addr_width
+        beat = self._beat_bytes
+        beat_shift = beat.bit_length() - 1
+        max_burst = self._max_burst
+        page_beats = BURST_BOUNDARY // beat
+        addr, left, contiguous, run = state.addr, state.left, state.contiguous, state.run
+        page_bits = page_beats.bit_length() - 1
+        # beats left in the row, when fewer than 2 ** len(run) (``short``)
+        short = Signal()
+        row_beats = left[0][:len(run)]
+        # page_pos: beats from the page's start; to_page = page_beats - page_pos
+        page_pos = addr[beat_shift:12]
+        ends_row = Signal()     # the row ends the run (run = the beats left in it)
+        ends_page = Signal()    # else the page (run = to_page), else max_burst
+
+        def reaches_page_end(beats):
+            # beats >= to_page, one adder: page_pos + beats >= page_beats
+            return (page_pos + beats)[page_bits:].any()
+
+        m.d.comb += [
+            short.eq(left[0][len(run):] == 0),
+            ends_row.eq(contiguous & short & (row_beats <= max_burst) &
+                        (page_pos + row_beats <= page_beats)),
+            ends_page.eq(contiguous & ~ends_row & reaches_page_end(max_burst)),
+        ]
+        with m.If(~contiguous):
+            m.d.comb += run.eq(1)
+        with m.Elif(ends_row):
+            m.d.comb += run.eq(row_beats)
+        with m.Elif(ends_page):
+            m.d.comb += run.eq(page_beats - page_pos)
+        with m.Else():
+            m.d.comb += run.eq(max_burst)
+        run_end = Signal(max(aw, len(run) + beat_shift) + 1)
+        next_page = Cat(addr[:beat_shift], Const(0, 12 - beat_shift), addr[12:] + 1)
+        with m.If(~contiguous):
+            m.d.comb += run_end.eq(addr + beat)
+        with m.Elif(ends_row):
+            m.d.comb += run_end.eq(addr + (row_beats << beat_shift))
+        with m.Elif(ends_page):
+            m.d.comb += run_end.eq(next_page)
+        with m.Else():
+            m.d.comb += run_end.eq(addr + (max_burst << beat_shift))
+        in_row = Signal()
+        m.d.comb += in_row.eq(Mux(contiguous, ~ends_row, left[0][1:].any()))
+
+        def fits(room):
+            # run <= room, the run being the least of its bounds
+            return Mux(contiguous,
+                       (short & (row_beats <= room)) | reaches_page_end(room) |
+                       (room == max_burst),
+                       room != 0)
+        return SimpleNamespace(run_end=run_end, in_row=in_row, fits=fits)
+
+    def _advance(self, m, state, stage1, take):
+        """Stage 1 advance on ``take``: the next beat's address and the loop counters.
+        The next address is computed exactly (signed, wider than the address) so that
+        leaving the address space is reported on ``wrapped``, not hidden."""
+        aw = self._addr_width
+        pattern, left, addr = state.pattern, state.left, state.addr
+        row, plane = state.row, state.plane
+        step = [addr + pattern.stride[0], row + pattern.stride[1],
+                plane + pattern.stride[2]]
+        next_addr = Signal(signed(max(len(stage1.run_end), *(len(s) for s in step)) + 1))
+        with m.If(take):
+            with m.If(stage1.in_row):
+                m.d.comb += next_addr.eq(Mux(state.contiguous, stage1.run_end, step[0]))
+                m.d.sync += left[0].eq(left[0] - state.run)
+            with m.Elif(left[1][1:].any()):
+                m.d.comb += next_addr.eq(step[1])
+                m.d.sync += [left[0].eq(pattern.count[0]), left[1].eq(left[1] - 1),
+                             row.eq(step[1])]
+            with m.Elif(left[2][1:].any()):
+                m.d.comb += next_addr.eq(step[2])
+                m.d.sync += [left[0].eq(pattern.count[0]), left[1].eq(pattern.count[1]),
+                             left[2].eq(left[2] - 1), plane.eq(step[2]), row.eq(step[2])]
+            with m.Else():
+                m.d.comb += next_addr.eq(addr)
+                m.d.sync += state.running.eq(0)
+            m.d.sync += addr.eq(next_addr[:aw])
+            # outside [0, 2**aw): a bit at or above bit aw set (the sign bit included)
+            with m.If(next_addr[aw:].any()):
+                m.d.sync += self.wrapped.eq(1)
 
 
 
