@@ -237,7 +237,9 @@ class CommandDecoder(wiring.Component):
         store_misaligned, store_empty = pattern_bad(conf.store)
 
         def outside(moved):
-            return (moved < 0) | (moved >= (1 << self.addr_width))
+            # < 0 or >= 2**addr_width: a bit at or above addr_width set (the sign bit
+            # included), no comparator after the adder
+            return moved[self.addr_width:].any()
         with m.Switch(cmd.op):
             with m.Case(AGCUOp.COPY):
                 with m.If((cmd.length == 0) | misaligned(cmd.length)):
