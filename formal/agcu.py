@@ -149,8 +149,7 @@ def generator_invariants(m, dut, module, internals, stalled, stalled_burst, limi
     with m.If(internals["open_valid"]):
         open_beats = internals["open_beats"]
         m.d.comb += [
-            Assert(internals["open_end"] == (internals["open_addr"] +
-                                             (open_beats << beat_shift))[:limits["addr_width"]],
+            Assert(internals["open_end"] == internals["open_addr"] + (open_beats << beat_shift),
                    f"{prefix}open_end is not the open burst's end"),
             Assert(internals["room"] == limits["max_burst"] - open_beats,
                    f"{prefix}room is not max_burst - open_beats"),
@@ -164,9 +163,23 @@ def generator_invariants(m, dut, module, internals, stalled, stalled_burst, limi
     for slot, (contents, _position, held) in enumerate(slots):
         burst = data.View(out_fifo.shape, contents)
         check_burst(m, f"{prefix}fifo_slot{slot}", burst.addr, burst.len + 1, held, **limits)
+    queued_checks(m, dut, slots, beat_shift, prefix)
     m.d.comb += [Assert(~stalled | (out_fifo.level != 0), f"{prefix}stalled without a burst"),
                  Assert(~stalled | (head == stalled_burst.as_value()),
                         f"{prefix}the stalled burst is not in slot read_ptr")]
+
+
+def queued_checks(m, generator, slots, beat_shift, prefix=""):
+    """With an ``access``, assert that each burst held in the output FIFO ``slots``
+    (:func:`formal.common.fifo_invariants`) of ``generator`` carries its windows'
+    answer (``allowed``, computed as it was queued; the windows are fixed per trace)."""
+    if generator.access is None:
+        return
+    for slot, (contents, _position, held) in enumerate(slots):
+        burst = data.View(generator.burst_layout, contents)
+        m.d.comb += Assert(~held | (burst.allowed == window_allows(
+            generator.windows, burst.addr, burst.len + 1, beat_shift, generator.access)),
+            f"{prefix}fifo_slot{slot}: allowed is not the windows' answer")
 
 
 class AnyConfig(wiring.Component):
@@ -538,10 +551,12 @@ class EngineWindowsHarness(Elaboratable):
     trace, as the host sets them per launch), with every input from the solver: any
     pattern and ``start`` at any time, any ``abort_cmd``, any ``ready`` and responses,
     any data. Asserted: no burst is offered on ``ar`` (read engine) or ``aw`` (write
-    engine) outside an enabled window with that access. Invariant (write engine, for
-    the induction): every burst queued for ``aw`` lies inside one. The AGCU connects
-    these channels to its AXI port unchanged (``wiring.connect``), so this is the
-    AGCU's property."""
+    engine) outside an enabled window with that access. Invariants (for the
+    induction): every burst in the generator's output FIFO carries the windows' answer
+    for it, the open burst's end and room are its address plus its beats and
+    ``max_burst`` minus them; write engine: every burst queued for ``aw`` lies inside
+    one. The AGCU connects these channels to its AXI port unchanged
+    (``wiring.connect``), so this is the AGCU's property."""
 
     def __init__(self, engine, *, addr_width=14, beat_bytes=4, max_burst=4,
                  max_outstanding=2):
@@ -573,12 +588,29 @@ class EngineWindowsHarness(Elaboratable):
                 m.d.comb += port.ready.eq(AnySeq(1))
         access = "read" if hasattr(dut, "ar") else "write"
         channel = dut.ar if access == "read" else dut.aw
+        # the generator's queued bursts carry their windows' answer
+        module = m._named_submodules["dut"][0]
+        name = "read_gen" if access == "read" else "write_gen"
+        generator = internals[f"submodule:{name}"]
+        gen_module, gen_internals = open_submodule(module, name, platform)
+        out_fifo = gen_internals["submodule:out_fifo"]
+        _, fifo_internals = open_submodule(gen_module, "out_fifo", platform)
+        slots, _ = fifo_invariants(m, out_fifo, fifo_internals, f"{name} FIFO: ")
+        queued_checks(m, generator, slots, beat_shift, f"{name}: ")
+        # ... checked from the open burst's end and room, which the generator keeps
+        open_beats = gen_internals["open_beats"]
+        with m.If(gen_internals["open_valid"]):
+            m.d.comb += [
+                Assert(gen_internals["open_end"] == gen_internals["open_addr"] +
+                       (open_beats << beat_shift), f"{name}: open_end is not the end"),
+                Assert(gen_internals["room"] == self.params["max_burst"] - open_beats,
+                       f"{name}: room is not max_burst - open_beats"),
+            ]
         m.d.comb += Assert(~channel.valid | window_allows(
             windows, channel.payload.addr, channel.payload.len + 1, beat_shift, access),
             f"{'ar' if access == 'read' else 'aw'}: burst outside the enabled {access} "
             f"windows")
         if access == "write":
-            module = m._named_submodules["dut"][0]
             fifo = internals["submodule:write_addresses"]
             _, fifo_internals = open_submodule(module, "write_addresses", platform)
             slots, _ = fifo_invariants(m, fifo, fifo_internals, "write_addresses: ")

@@ -51,11 +51,13 @@ def dma_windows_layout(addr_width=32, count=DMA_WINDOWS):
                                                          count)})
 
 
-def window_allows(windows, addr, beats, beat_shift, access):
+def window_allows(windows, addr, beats, beat_shift, access, end=None):
     """A 1-bit value: the burst of ``beats`` beats at byte ``addr`` may be issued under
     ``windows`` (a :func:`dma_windows_layout` view): windows off, or the whole burst
-    inside one window with ``access`` (``"read"`` or ``"write"``) permission."""
-    end = addr + (beats << beat_shift)              # one bit wider than the address
+    inside one window with ``access`` (``"read"`` or ``"write"``) permission. ``end``:
+    ``addr + (beats << beat_shift)`` (one bit wider than the address), if known."""
+    if end is None:
+        end = addr + (beats << beat_shift)          # one bit wider than the address
     inside = []
     for window in windows.window:
         limit = window.base + window.size           # one bit wider too
@@ -96,6 +98,9 @@ class AffineBurstGenerator(wiring.Component):
         Bytes per beat (a power of two).
     max_burst : int
         Longest burst in beats (at most 256).
+    access : None, "read" or "write"
+        With an access, each burst is checked against ``windows`` (:func:`window_allows`)
+        as it enters the output FIFO, from registers, and leaves with the result.
 
     Attributes
     ----------
@@ -107,7 +112,11 @@ class AffineBurstGenerator(wiring.Component):
     pattern : In(...)
         ``base``, ``count`` (3 x 32 bit) and ``stride`` (3 x signed 32 bit).
     bursts : Out(stream.Signature(...))
-        ``addr`` and ``len`` (beats - 1) of each burst.
+        ``addr`` and ``len`` (beats - 1) of each burst; with ``access``, ``allowed``:
+        the windows allowed it when it was queued (they must not change while a pattern
+        runs, so this is their answer for the burst at the head too).
+    windows : In(dma_windows_layout(addr_width))
+        Only with ``access``.
     idle : Out(1)
         Not started, or every burst has been handed out.
     wrapped : Out(1)
@@ -115,23 +124,32 @@ class AffineBurstGenerator(wiring.Component):
         ``2**addr_width``); cleared by ``start``.
     """
 
-    def __init__(self, *, addr_width=32, beat_bytes=32, max_burst=16):
+    def __init__(self, *, addr_width=32, beat_bytes=32, max_burst=16, access=None):
         if not 1 <= max_burst <= 256:
             self._MustUse__silence = True     # a rejected object is not an unused one
             raise ValueError(f"Maximum burst must be between 1 and 256 beats, not {max_burst}")
+        if access not in (None, "read", "write"):
+            self._MustUse__silence = True
+            raise ValueError(f"Access must be None, 'read' or 'write', not {access!r}")
         self._addr_width = addr_width
         self._beat_bytes = beat_bytes
         self._max_burst = max_burst
-        self.burst_layout = data.StructLayout({"addr": unsigned(addr_width),
-                                               "len": unsigned(8)})
-        super().__init__({
+        self.access = access
+        fields = {"addr": unsigned(addr_width), "len": unsigned(8)}
+        if access is not None:
+            fields["allowed"] = unsigned(1)
+        self.burst_layout = data.StructLayout(fields)
+        members = {
             "start": In(1),
             "stop": In(1),
             "pattern": In(burst_pattern_layout(addr_width)),
             "bursts": Out(stream.Signature(self.burst_layout)),
             "idle": Out(1),
             "wrapped": Out(1),
-        })
+        }
+        if access is not None:
+            members["windows"] = In(dma_windows_layout(addr_width))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -159,12 +177,13 @@ class AffineBurstGenerator(wiring.Component):
         open_valid = Signal()
         open_addr = Signal(aw)
         open_beats = Signal(range(max_burst + 1))
-        # open_addr + open_beats beats, and max_burst - open_beats: kept in registers
-        # (updated with the burst) so that the merge test is compares of registers
-        open_end = Signal(aw)
+        # open_addr + open_beats beats (exact: a burst ends at 2**aw at most), and
+        # max_burst - open_beats: kept in registers (updated with the burst) so that the
+        # merge test and the window check are compares of registers
+        open_end = Signal(aw + 1)
         room = Signal(range(max_burst + 1), init=max_burst)
         merge = Signal()
-        m.d.comb += merge.eq(open_valid & (addr == open_end) &
+        m.d.comb += merge.eq(open_valid & (addr == open_end[:aw]) &
                              (addr[12:] == open_addr[12:]) & stage1.fits(room))
         take = Signal()
         m.d.comb += [
@@ -172,6 +191,14 @@ class AffineBurstGenerator(wiring.Component):
             out_fifo.i.payload.addr.eq(open_addr),
             out_fifo.i.payload.len.eq(open_beats - 1),
         ]
+        if self.access is not None:
+            # checked from the open burst's registers, not on the FIFO's head (the
+            # check's adders and compares were the read engine's critical path)
+            # (the queued len + 1 is 256 for no beats: only with a count of 0)
+            beat_shift = beat.bit_length() - 1
+            end = Mux(open_beats == 0, open_addr + (256 << beat_shift), open_end)
+            m.d.comb += out_fifo.i.payload.allowed.eq(window_allows(
+                self.windows, open_addr, None, beat_shift, self.access, end=end))
         with m.If(take):
             with m.If(merge):
                 m.d.sync += [open_beats.eq(open_beats + run), room.eq(room - run)]
@@ -180,7 +207,7 @@ class AffineBurstGenerator(wiring.Component):
                 m.d.sync += [open_valid.eq(1), open_addr.eq(addr), open_beats.eq(run),
                              room.eq(max_burst - run)]
             # merged or opened, the burst now ends where the run does
-            m.d.sync += open_end.eq(stage1.run_end[:aw])
+            m.d.sync += open_end.eq(stage1.run_end)
         with m.Elif(~running & open_valid):
             m.d.comb += out_fifo.i.valid.eq(1)
             with m.If(out_fifo.i.ready):
@@ -201,7 +228,8 @@ class AffineBurstGenerator(wiring.Component):
     def _run(self, m, state):
         """Stage 1: the run starting at ``addr`` (``state.run``), where it ends
         (``run_end``, exact: one bit wider than the address), whether the row goes on
-        after it (``in_row``) and ``fits(room)``: the run fits in ``room`` beats.
+        after it (``in_row``) and then the beats left in it (``row_after``), and
+        ``fits(room)``: the run fits in ``room`` beats.
 
         Each bound is compared with registers directly (beats left in the row, beats to
         the page's end, ``max_burst``) and each end address is an adder from registers,
@@ -258,7 +286,13 @@ class AffineBurstGenerator(wiring.Component):
                        (short & (row_beats <= room)) | reaches_page_end(room) |
                        (room == max_burst),
                        room != 0)
-        return SimpleNamespace(run_end=run_end, in_row=in_row, fits=fits)
+        # the beats left in the row after a run that does not end it: each candidate
+        # subtraction from registers, the bound selecting
+        row_after = Signal(32)
+        m.d.comb += row_after.eq(Mux(~contiguous, left[0] - 1,
+                                     Mux(ends_page, left[0] + page_pos - page_beats,
+                                         left[0] - max_burst)))
+        return SimpleNamespace(run_end=run_end, in_row=in_row, fits=fits, row_after=row_after)
 
     def _advance(self, m, state, stage1, take):
         """Stage 1 advance on ``take``: the next beat's address and the loop counters.
@@ -273,7 +307,7 @@ class AffineBurstGenerator(wiring.Component):
         with m.If(take):
             with m.If(stage1.in_row):
                 m.d.comb += next_addr.eq(Mux(state.contiguous, stage1.run_end, step[0]))
-                m.d.sync += left[0].eq(left[0] - state.run)
+                m.d.sync += left[0].eq(stage1.row_after)
             with m.Elif(left[1][1:].any()):
                 m.d.comb += next_addr.eq(step[1])
                 m.d.sync += [left[0].eq(pattern.count[0]), left[1].eq(left[1] - 1),
@@ -325,7 +359,7 @@ class ReadEngine(wiring.Component):
         ``data`` (the AGCU drops them). A burst ``windows`` refuse is dropped.
     windows : In(dma_windows_layout(addr_width))
         A burst is offered on ``ar`` only if :func:`window_allows` it (read); must not
-        change while a command runs.
+        change while a command runs (the generator checks each burst as it queues it).
     denied, denied_addr : Out(1), Out(addr_width)
         The generator's next burst is refused by ``windows`` (it waits, never offered
         on ``ar``), and its address.
@@ -374,19 +408,20 @@ class ReadEngine(wiring.Component):
         m = Module()
         max_out = self.max_outstanding
         m.submodules.read_gen = read_gen = AffineBurstGenerator(
-            addr_width=self.addr_width, beat_bytes=self.beat_bytes, max_burst=self.max_burst)
+            addr_width=self.addr_width, beat_bytes=self.beat_bytes, max_burst=self.max_burst,
+            access="read")
         m.submodules.read_fifo = read_fifo = StreamFIFO(8 * self.beat_bytes,
                                                         self.buffer_depth)
         m.d.comb += [read_gen.start.eq(self.start), read_gen.pattern.eq(self.pattern),
-                     read_gen.stop.eq(self.abort_cmd), self.wrapped.eq(read_gen.wrapped)]
+                     read_gen.stop.eq(self.abort_cmd), self.wrapped.eq(read_gen.wrapped),
+                     read_gen.windows.eq(self.windows)]
         ar, r = self.ar, self.r
         reads_in_flight = Signal(range(max_out + 1))
         ar_go = Signal()
         head = read_gen.bursts.payload
         allowed = Signal()
         m.d.comb += [
-            allowed.eq(window_allows(self.windows, head.addr, head.len + 1,
-                                     self.beat_bytes.bit_length() - 1, "read")),
+            allowed.eq(head.allowed),
             self.denied.eq(read_gen.bursts.valid & ~allowed),
             self.denied_addr.eq(head.addr),
             ar.valid.eq(read_gen.bursts.valid & allowed & (reads_in_flight < max_out)),
@@ -443,7 +478,8 @@ class WriteEngine(wiring.Component):
         held until ready). A burst ``windows`` refuse is dropped.
     windows : In(dma_windows_layout(addr_width))
         A burst is queued for ``aw`` (and its beats owed on ``w``) only if
-        :func:`window_allows` it (write); must not change while a command runs.
+        :func:`window_allows` it (write); must not change while a command runs (the
+        generator checks each burst as it queues it).
     denied, denied_addr : Out(1), Out(addr_width)
         The generator's next burst is refused by ``windows`` (it waits, never queued),
         and its address.
@@ -498,12 +534,14 @@ class WriteEngine(wiring.Component):
         m = Module()
         max_out = self.max_outstanding
         m.submodules.write_gen = write_gen = AffineBurstGenerator(
-            addr_width=self.addr_width, beat_bytes=self.beat_bytes, max_burst=self.max_burst)
+            addr_width=self.addr_width, beat_bytes=self.beat_bytes, max_burst=self.max_burst,
+            access="write")
         m.submodules.write_lengths = write_lengths = StreamFIFO(8, max_out)
-        m.submodules.write_addresses = write_addresses = StreamFIFO(
-            write_gen.burst_layout, 2)
+        m.submodules.write_addresses = write_addresses = StreamFIFO(data.StructLayout({
+            "addr": unsigned(self.addr_width), "len": unsigned(8)}), 2)
         m.d.comb += [write_gen.start.eq(self.start), write_gen.pattern.eq(self.pattern),
                      write_gen.stop.eq(self.abort_cmd), self.wrapped.eq(write_gen.wrapped),
+                     write_gen.windows.eq(self.windows),
                      self.burst_waiting.eq(write_lengths.o.valid)]
         aw, w, b = self.aw, self.w, self.b
         writes_in_flight = Signal(range(max_out + 1))
@@ -511,15 +549,15 @@ class WriteEngine(wiring.Component):
         head = write_gen.bursts.payload
         allowed = Signal()
         m.d.comb += [
-            allowed.eq(window_allows(self.windows, head.addr, head.len + 1,
-                                     self.beat_bytes.bit_length() - 1, "write")),
+            allowed.eq(head.allowed),
             self.denied.eq(write_gen.bursts.valid & ~allowed),
             self.denied_addr.eq(head.addr),
             issue.eq(write_gen.bursts.valid & allowed & (writes_in_flight < max_out) &
                      write_addresses.i.ready & write_lengths.i.ready),
             write_gen.bursts.ready.eq(issue | (self.abort_cmd & ~allowed)),
             write_addresses.i.valid.eq(issue),
-            write_addresses.i.payload.eq(write_gen.bursts.payload),
+            write_addresses.i.payload.addr.eq(head.addr),
+            write_addresses.i.payload.len.eq(head.len),
             write_lengths.i.valid.eq(issue),
             write_lengths.i.payload.eq(write_gen.bursts.payload.len),
             aw.valid.eq(write_addresses.o.valid),
