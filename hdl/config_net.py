@@ -10,19 +10,25 @@ from amaranth.lib.wiring import In, Out
 from .interfaces import WORD_BITS, ConfigPort
 
 __all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "RECORD_COUNT_BITS", "MAX_RECORD_WORDS",
+           "RECORD_CLEAR",
            "ConfigStatus", "LoaderState", "UnitKind", "crc32_word_matrix", "ConfigNetwork"]
 
 # The format's constants; software/rdu/bitstream.py (writer and reader) imports them.
 #: Word 0: the bytes "RDU1" read as a little-endian word (docs/bitstream.md).
 MAGIC = 0x31554452
-#: The format version the hardware accepts (and the compiler writes).
-VERSION = 1
+#: The format version the hardware accepts (and the compiler writes). Version 2 added
+#: the record header's clear flag (``RECORD_CLEAR``).
+VERSION = 2
 #: Header words of this version (readers accept longer headers and skip the rest).
 HEADER_WORDS = 5
 #: Width of a record header's word count (bits 0..7).
 RECORD_COUNT_BITS = 8
 #: Most configuration words one record carries.
 MAX_RECORD_WORDS = (1 << RECORD_COUNT_BITS) - 1
+#: Record header bit 28: the unit's configuration is set to zero before the record's
+#: words are written (in the record header's cycle), so the words the record leaves
+#: out are zero and an idle unit costs one word.
+RECORD_CLEAR = 1 << 28
 
 
 class UnitKind(enum.IntEnum, shape=4):
@@ -86,7 +92,9 @@ class ConfigNetwork(wiring.Component):
 
     An addressed configuration bus: every record names its unit (kind, row, col); the
     loader writes the record's words to that unit's :class:`ConfigPort`, one per cycle,
-    while it checks the header and accumulates the payload CRC-32. The bitstream is
+    while it checks the header and accumulates the payload CRC-32; a record header with
+    the clear flag (:data:`RECORD_CLEAR`) zeroes the unit's configuration in its own
+    cycle (the port's ``clear``), before the record's words. The bitstream is
     accepted (``state`` = ``LOADED``) only when every check passed; otherwise ``state``
     is ``ERROR`` with the reason in ``error``.
 
@@ -167,6 +175,7 @@ class ConfigNetwork(wiring.Component):
             target=Signal(range(len(targets)), name="target"),
             idle=Signal(range(self._idle_timeout + 1), name="idle"),
             writing=Signal(name="writing"),
+            clearing=Signal(name="clearing"),     # a record header with the clear flag
             write_index=Signal(8, name="write_index"),
             readback_index=Signal(8, name="readback_index"),
         )
@@ -180,6 +189,7 @@ class ConfigNetwork(wiring.Component):
         for index, port in enumerate(self.ports):
             m.d.comb += [
                 port.write.eq(s.writing & (s.target == index)),
+                port.clear.eq(s.clearing & (s.hit_index == index)),
                 port.index.eq(Mux(self.readback_busy, s.readback_index, s.write_index)),
                 port.data.eq(word),
             ]
@@ -221,7 +231,8 @@ class ConfigNetwork(wiring.Component):
         for index, (kind, row, col, words) in enumerate(self._targets):
             with m.If((s.rec_kind == kind) & (s.rec_row == row) & (s.rec_col == col)):
                 m.d.comb += [hit.eq(1), s.hit_index.eq(index), hit_words.eq(words)]
-        s.record_ok = hit & (word[28:] == 0) & (s.rec_count <= hit_words)
+        s.rec_clear = word[RECORD_CLEAR.bit_length() - 1]
+        s.record_ok = hit & (word[RECORD_CLEAR.bit_length():] == 0) & (s.rec_count <= hit_words)
 
     def _fail(self, code):
         return [self.error.eq(code), self.state.eq(LoaderState.ERROR)]
@@ -297,10 +308,12 @@ class ConfigNetwork(wiring.Component):
             with m.Elif(s.rec_count + 1 > s.remaining):
                 m.d.sync += self._fail(ConfigStatus.LENGTH)
                 m.next = "ERROR"
-            with m.Elif(s.remaining == 1):
-                self._finish(m, s)
-            with m.Elif(s.rec_count != 0):
-                m.next = "DATA"
+            with m.Else():
+                m.d.comb += s.clearing.eq(s.rec_clear)
+                with m.If(s.remaining == 1):
+                    self._finish(m, s)
+                with m.Elif(s.rec_count != 0):
+                    m.next = "DATA"
         with m.Else():
             self._timeout(m, s)
 

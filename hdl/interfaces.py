@@ -35,7 +35,7 @@ __all__ = [
     "WORD_BITS", "NETWORKS", "check_lanes", "check_int",
     "vector_layout", "vector_stream", "scalar_stream", "control_stream",
     "ControlToken",
-    "ConfigPort", "ConfigRegister", "config_words",
+    "ConfigPort", "ConfigRegister", "config_changed", "config_words",
     "AXI4Signature", "axi4_layouts", "AXIResp", "AXIBurst",
 ]
 
@@ -122,6 +122,10 @@ class ConfigPort(wiring.Signature):
         Configuration word index (word 0 holds bits 0..31 of the unit's layout).
     data : Out(32)
         Word to write.
+    clear : Out(1)
+        Set every configuration word to zero on this cycle (a record with the clear
+        flag, ``docs/bitstream.md``); never in the same cycle as ``write``. Units react
+        to it as to a write (:func:`config_changed`).
     read_data : In(32)
         Word ``index`` of the configuration currently held, one cycle after
         ``index`` is presented (a registered read, for readback).
@@ -131,6 +135,7 @@ class ConfigPort(wiring.Signature):
             "write": Out(1),
             "index": Out(CONFIG_INDEX_BITS),
             "data": Out(WORD_BITS),
+            "clear": Out(1),
             "read_data": In(WORD_BITS),
         })
 
@@ -180,8 +185,16 @@ class ConfigRegister(wiring.Component):
                         m.d.sync += storage.word_select(index, WORD_BITS).eq(self.port.data)
                     used = min(WORD_BITS, self._layout.size - index * WORD_BITS)
                     m.d.comb += word_sel.eq(storage.word_select(index, WORD_BITS)[:used])
+        with m.If(self.port.clear):
+            m.d.sync += storage.eq(0)
         m.d.sync += self.port.read_data.eq(word_sel)
         return m
+
+
+def config_changed(port):
+    """``write | clear`` of a :class:`ConfigPort` (its unit's side): the configuration
+    held changes on this edge."""
+    return port.write | port.clear
 
 
 # --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from .fp_latency import latency_table
 from .interfaces import (
     ConfigPort,
     ConfigRegister,
+    config_changed,
     check_lanes,
     control_stream,
     scalar_stream,
@@ -204,6 +205,7 @@ class PCU(wiring.Component):
         m.submodules.config = config_reg = ConfigRegister(self._layout)
         m.d.comb += [
             config_reg.port.write.eq(self.cfg.write & ~self.busy),
+            config_reg.port.clear.eq(self.cfg.clear & ~self.busy),
             config_reg.port.index.eq(self.cfg.index),
             config_reg.port.data.eq(self.cfg.data),
             self.cfg.read_data.eq(config_reg.port.read_data),
@@ -214,7 +216,7 @@ class PCU(wiring.Component):
         m.submodules.chain = chain = CounterChain()
         m.d.comb += chain.config.eq(config.counters)
         check = self._config_check(m, config, chain.bad)
-        with m.If(self.cfg.write):
+        with m.If(config_changed(self.cfg)):
             m.d.sync += self.error.eq(Mux(self.busy, PCUError.WRITE_WHILE_BUSY, PCUError.NONE))
 
         simd = Signal()
@@ -227,7 +229,7 @@ class PCU(wiring.Component):
         # them; their copies of the configuration on the edge after each write
         pipeline_busy = Signal(name="simd_pipeline_busy")
         config_written = Signal(name="config_written")
-        m.d.sync += config_written.eq(self.cfg.write)
+        m.d.sync += config_written.eq(config_changed(self.cfg))
         simd_domain = gated_domain(m, platform, "simd",
                                    (simd & (~run.idle | pipeline_busy)) | config_written)
         m.submodules.simd = simd_body = SIMDPipeline(

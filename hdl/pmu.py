@@ -13,6 +13,7 @@ from .interfaces import (
     WORD_BITS,
     ConfigPort,
     ConfigRegister,
+    config_changed,
     ControlToken,
     control_stream,
     scalar_stream,
@@ -648,7 +649,7 @@ class PMU(wiring.Component):
         for side in (writer, reader):
             m.d.comb += [side.config.eq(cfg), side.config_ok.eq(config_ok),
                          side.healthy.eq(self.error == 0), side.stop.eq(new_error != 0),
-                         side.clear.eq(self.cfg.write)]
+                         side.clear.eq(config_changed(self.cfg))]
         m.d.comb += [writer.room.eq(full < cfg.buffers), reader.full.eq(full != 0),
                      reader.out_level.eq(vout.level), self.done.eq(reader.done)]
         wiring.connect(m, vin.o, writer.beats)
@@ -666,7 +667,7 @@ class PMU(wiring.Component):
             m.d.sync += full.eq(full + 1)
         with m.Elif(reader.release & ~writer.pass_done):
             m.d.sync += full.eq(full - 1)
-        with m.If(self.cfg.write):
+        with m.If(config_changed(self.cfg)):
             # a configuration write restarts the unit with empty buffers
             m.d.sync += [self.error.eq(0), full.eq(0)]
         with m.Elif(new_error != 0):

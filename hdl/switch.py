@@ -16,6 +16,7 @@ from .interfaces import (
     WORD_BITS,
     ConfigPort,
     ConfigRegister,
+    config_changed,
     control_stream,
     scalar_stream,
     vector_layout,
@@ -297,18 +298,18 @@ class Switch(wiring.Component):
             # items a previous one left in the network (unrouted DONE or release tokens)
             fifo = StreamFIFO(shape, self._fifo_depth, flush=True)
             m.submodules[f"{name}_fifo{index}"] = fifo
-            m.d.comb += fifo.flush.eq(self.cfg.write)
+            m.d.comb += fifo.flush.eq(config_changed(self.cfg))
             wiring.connect(m, wiring.flipped(port), fifo.i)
             fifos.append(fifo.o)
         valids = Cat(*(fifo.valid for fifo in fifos))
         # a configuration write on the last cycle (reset counts as one): the input
         # FIFOs are empty, so no output is valid, whatever the routes say
         written = Signal(init=1, name=f"{name}_written")
-        m.d.sync += written.eq(self.cfg.write)
+        m.d.sync += written.eq(config_changed(self.cfg))
         # the merge positions restart from the next cycle on (or, after a write, are
         # loaded again from the configuration now held)
         reload = Signal(name=f"{name}_merge_reload")
-        m.d.comb += reload.eq(~self.enable | self.cfg.write | written)
+        m.d.comb += reload.eq(~self.enable | config_changed(self.cfg) | written)
         # taken[o][i]: output o already took the item at the head of input i
         taken = [Signal(sources, name=f"{name}_taken{out_index}")
                  for out_index in range(len(outputs))]
@@ -362,7 +363,7 @@ class Switch(wiring.Component):
                     m.d.sync += taken[out_index][in_index].eq(0)
                 with m.Elif(took[out_index][in_index]):
                     m.d.sync += taken[out_index][in_index].eq(1)
-        with m.If(self.cfg.write):
+        with m.If(config_changed(self.cfg)):
             m.d.sync += [flags.eq(0) for flags in taken]
         with m.If(Cat(*blocked).any()):
             m.d.sync += stall_counter.eq(stall_counter + 1)
@@ -418,7 +419,7 @@ class Switch(wiring.Component):
         # the configuration changed on the last cycle (reset counts as a change): the
         # decode registers load only then (they hold the same value otherwise)
         changed = Signal(init=1)
-        m.d.sync += changed.eq(self.cfg.write)
+        m.d.sync += changed.eq(config_changed(self.cfg))
         ports = {
             "vector": (vector_layout(self._lanes), [*self.vector_in, self.local_vector_in],
                        [*self.vector_out, *self.local_vector_out]),

@@ -7,11 +7,14 @@ import zlib
 import pytest
 from rdu.bitstream import (
     MAGIC,
+    RECORD_CLEAR,
+    VERSION,
     BitstreamError,
     ConfigStatus,
     Geometry,
     Record,
     UnitKind,
+    cleared,
     from_bytes,
     parse_record_header,
     payload_crc,
@@ -28,7 +31,8 @@ GEOMETRY = Geometry(4, 4, 8)
 
 def _records(rng, count=6):
     return [Record(rng.choice(list(UnitKind)), rng.randrange(4), rng.randrange(4),
-                   [rng.getrandbits(32) for _ in range(rng.randrange(0, 20))])
+                   [rng.getrandbits(32) for _ in range(rng.randrange(0, 20))],
+                   clear=rng.random() < 0.5)
             for _ in range(count)]
 
 
@@ -39,7 +43,7 @@ def test_round_trip(seed):
     assert words[0] == MAGIC == 0x31554452 and to_bytes(words)[:4] == b"RDU1"
     header, parsed = read_bitstream(from_bytes(to_bytes(words)), GEOMETRY)
     assert parsed == records
-    assert (header.version, header.header_words, header.flags) == (1, 5, 3)
+    assert (header.version, header.header_words, header.flags) == (VERSION, 5, 3) == (2, 5, 3)
     assert header.length == len(words) - 5
     assert header.crc == zlib.crc32(to_bytes(words[5:]))
 
@@ -53,12 +57,14 @@ def test_longer_header_is_skipped(seed):
 
 @pytest.mark.parametrize("mutate,status", [
     (lambda w: w.__setitem__(0, 0x12345678), ConfigStatus.BAD_MAGIC),
-    (lambda w: w.__setitem__(1, 2 | 5 << 16), ConfigStatus.BAD_VERSION),
-    (lambda w: w.__setitem__(1, 1 | 4 << 16), ConfigStatus.BAD_VERSION),
+    (lambda w: w.__setitem__(1, 1 | 5 << 16), ConfigStatus.BAD_VERSION),
+    (lambda w: w.__setitem__(1, 3 | 5 << 16), ConfigStatus.BAD_VERSION),
+    (lambda w: w.__setitem__(1, 2 | 4 << 16), ConfigStatus.BAD_VERSION),
     (lambda w: w.__setitem__(2, 4 | 4 << 8 | 16 << 16), ConfigStatus.GEOMETRY),
     (lambda w: w.__delitem__(slice(-1, None)), ConfigStatus.LENGTH),
     (lambda w: w.__setitem__(6, w[6] ^ 1), ConfigStatus.CRC),
     (lambda w: w.__setitem__(5, w[5] | 0xF << 28), ConfigStatus.BAD_RECORD),
+    (lambda w: w.__setitem__(5, w[5] | 1 << 29), ConfigStatus.BAD_RECORD),
 ])
 def test_errors(mutate, status):
     words = write_bitstream(GEOMETRY, [Record(UnitKind.PMU, 1, 2, [5, 6, 7])])
@@ -80,10 +86,22 @@ def test_unknown_unit_and_overrun():
     assert info.value.status == ConfigStatus.LENGTH
 
 
+def test_cleared_record_leaves_out_trailing_zeros():
+    assert cleared(UnitKind.PCU, 1, 0, [0, 5, 0, 0]) == Record(UnitKind.PCU, 1, 0, [0, 5],
+                                                                clear=True)
+    idle = cleared(UnitKind.SWITCH, 2, 3, [0] * 40)
+    words = write_bitstream(GEOMETRY, [idle])
+    assert words[5:] == [RECORD_CLEAR | 3 << 24 | 2 << 16 | 3 << 8]
+    assert read_bitstream(words, GEOMETRY)[1] == [idle]
+
+
 def test_record_header_packing():
     word = record_header(UnitKind.SWITCH, 3, 7, 200)
     assert word == 200 | 7 << 8 | 3 << 16 | 3 << 24
-    assert parse_record_header(word) == (UnitKind.SWITCH, 3, 7, 200)
+    assert parse_record_header(word) == (UnitKind.SWITCH, 3, 7, 200, False)
+    cleared_word = record_header(UnitKind.PMU, 2, 1, 0, clear=True)
+    assert cleared_word == RECORD_CLEAR | 2 << 24 | 2 << 16 | 1 << 8
+    assert parse_record_header(cleared_word) == (UnitKind.PMU, 2, 1, 0, True)
     with pytest.raises(ValueError, match="Record word count must be an integer in 0..255"):
         record_header(UnitKind.PMU, 0, 0, 256)
     with pytest.raises(ValueError, match="Geometry rows must be between 1 and 255, not 0"):

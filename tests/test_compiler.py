@@ -8,6 +8,7 @@ import zlib
 import numpy as np
 import pytest
 from rdu.bitstream import Record, UnitKind, read_bitstream, to_bytes, write_bitstream
+from rdu.units.registry import unit_layouts
 from rdu.compiler import PIPELINE, CompileError, compile_graph
 from rdu.compiler.check import check_kernel
 from rdu.compiler.families.rows import RowGroup
@@ -19,6 +20,8 @@ from rdu.layout import Image, Piece, padded_row
 from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry
 from rdu.runtime import run_program, run_programs
+
+from hdl.interfaces import config_words
 
 DEFAULT = ArrayGeometry()
 SMALL = ArrayGeometry(2, 2, 4, pmu_words=4096)
@@ -46,17 +49,22 @@ GOLDEN_AGCU_WORDS = 12
 
 @pytest.mark.parametrize("shape, geometry", list(GOLDEN))
 def test_gemm_bitstreams_match_the_hand_encoder(shape, geometry):
-    """Bit for bit, once the AGCU records drop the words appended since (all zero)."""
+    """Bit for bit in the format of then (version 1: every record the unit's whole
+    configuration, no clear flag), once the AGCU records drop the words appended since
+    (all zero)."""
     program = gemm.compile_gemm(*shape, geometry)
     header, records = read_bitstream(program.bitstream)
+    sizes = {kind: config_words(layout) for kind, layout in
+             unit_layouts(header.geometry.lanes, program.machine.stages).items()}
+    sizes[UnitKind.AGCU] = GOLDEN_AGCU_WORDS
     then = []
     for record in records:
-        if record.kind == UnitKind.AGCU:
-            assert not any(record.words[GOLDEN_AGCU_WORDS:]), record
-            record = Record(record.kind, record.row, record.col,
-                            list(record.words[:GOLDEN_AGCU_WORDS]))
-        then.append(record)
+        assert record.clear, record
+        words = list(record.words) + [0] * (sizes[record.kind] - len(record.words))
+        assert not any(words[sizes[record.kind]:]), record
+        then.append(Record(record.kind, record.row, record.col, words[:sizes[record.kind]]))
     words = write_bitstream(header.geometry, then, flags=header.flags)
+    words[1] = 1 | words[1] & ~0xFFFF           # version 1
     assert zlib.crc32(to_bytes(words)) == GOLDEN[shape, geometry]
 
 

@@ -318,7 +318,7 @@ def test_loader_checks_header_words_as_they_arrive():
     are BAD_VERSION (``read_bitstream`` calls them too short: LENGTH); a stream that
     stops in the header or the payload is LENGTH; an empty payload needs CRC 0."""
     geometry = Geometry(2, 2, 4)
-    magic, version = 0x31554452, 1 | 5 << 16
+    magic, version = 0x31554452, 2 | 5 << 16
 
     def verdict(words):
         loader = ConfigLoader(geometry, {(UnitKind.PMU, 0, 1): 13}, {(UnitKind.PMU, 0, 1):
@@ -327,9 +327,9 @@ def test_loader_checks_header_words_as_they_arrive():
         loader.end_of_stream()
         return loader.status, loader.state
 
-    assert verdict([magic, 2 | 5 << 16])[0] == ConfigStatus.BAD_VERSION
+    assert verdict([magic, 1 | 5 << 16])[0] == ConfigStatus.BAD_VERSION
     with pytest.raises(BitstreamError) as error:
-        read_bitstream([magic, 2 | 5 << 16])
+        read_bitstream([magic, 1 | 5 << 16])
     assert error.value.status == ConfigStatus.LENGTH
     assert verdict([magic, version, 2 | 2 << 8 | 8 << 16])[0] == ConfigStatus.GEOMETRY
     assert verdict([magic, version, 2 | 2 << 8 | 4 << 16])[0] == ConfigStatus.LENGTH
@@ -337,7 +337,7 @@ def test_loader_checks_header_words_as_they_arrive():
     assert verdict([magic, version, 2 | 2 << 8 | 4 << 16, 0, 1])[0] == ConfigStatus.CRC
     # a longer header: words 5.. are skipped
     words = write_bitstream(geometry, [Record(UnitKind.PMU, 0, 1, [7])])
-    longer = [magic, 1 | 7 << 16, *words[2:5], 0xDEAD, 0xBEEF, *words[5:]]
+    longer = [magic, 2 | 7 << 16, *words[2:5], 0xDEAD, 0xBEEF, *words[5:]]
     assert verdict(longer) == (ConfigStatus.OK, 2)
 
 

@@ -17,17 +17,19 @@ from hdl.config_net import (
     HEADER_WORDS,
     MAGIC,
     MAX_RECORD_WORDS,
+    RECORD_CLEAR,
     VERSION,
     ConfigStatus,
     UnitKind,
 )
 
-__all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "MAX_RECORD_WORDS", "UnitKind", "ConfigStatus",
+__all__ = ["MAGIC", "VERSION", "HEADER_WORDS", "MAX_RECORD_WORDS", "RECORD_CLEAR", "UnitKind",
+           "ConfigStatus",
            "Geometry", "Record", "Header", "BitstreamError", "payload_crc", "record_header",
-           "parse_record_header", "write_bitstream", "read_bitstream", "to_bytes",
+           "parse_record_header", "cleared", "write_bitstream", "read_bitstream", "to_bytes",
            "from_bytes"]
 
-# The format's constants (MAGIC, VERSION, HEADER_WORDS, MAX_RECORD_WORDS), the record
+# The format's constants (MAGIC, VERSION, HEADER_WORDS, MAX_RECORD_WORDS, RECORD_CLEAR), the record
 # unit kinds (UnitKind) and the loader's error codes (ConfigStatus) are the hardware's
 # (hdl.config_net), re-exported here.
 
@@ -54,11 +56,25 @@ class Record:
     """Configuration words of one unit: ``kind`` at grid ``(row, col)``.
 
     AGCUs are not on the grid: their records use ``row = 0`` and ``col`` = AGCU index.
+    With ``clear`` the unit's configuration is zeroed before ``words`` are written: the
+    words past them are zero (:func:`cleared` writes such a record with its trailing zero
+    words left out).
     """
     kind: UnitKind
     row: int
     col: int
     words: list = field(default_factory=list)
+    clear: bool = False
+
+
+def cleared(kind, row, col, words):
+    """The record that sets a unit's whole configuration to ``words``, in as few words as
+    the format allows: the clear flag, then ``words`` without their trailing zeros (an
+    all-zero configuration is the record header alone)."""
+    words = list(words)
+    while words and words[-1] == 0:
+        words.pop()
+    return Record(kind, row, col, words, clear=True)
 
 
 @dataclass(frozen=True)
@@ -95,24 +111,27 @@ def from_bytes(raw):
     return [int.from_bytes(raw[i:i + 4], "little") for i in range(0, len(raw), 4)]
 
 
-def record_header(kind, row, col, count):
-    """Record header word: ``count | col << 8 | row << 16 | kind << 24`` (bits 28..31 zero)."""
+def record_header(kind, row, col, count, clear=False):
+    """Record header word: ``count | col << 8 | row << 16 | kind << 24``, with
+    :data:`RECORD_CLEAR` (bit 28) if ``clear`` (bits 29..31 zero)."""
     kind = UnitKind(kind)
     for name, value, limit in (("row", row, 255), ("col", col, 255),
                                ("word count", count, MAX_RECORD_WORDS)):
         if not isinstance(value, int) or not 0 <= value <= limit:
             raise ValueError(f"Record {name} must be an integer in 0..{limit}, not {value!r}")
-    return count | col << 8 | row << 16 | int(kind) << 24
+    return count | col << 8 | row << 16 | int(kind) << 24 | (RECORD_CLEAR if clear else 0)
 
 
 def parse_record_header(word):
-    """``(kind, row, col, count)`` of a record header word; raises :class:`BitstreamError`."""
+    """``(kind, row, col, count, clear)`` of a record header word; raises
+    :class:`BitstreamError`."""
     kind = (word >> 24) & 0xF
-    if word >> 28 or kind not in UnitKind._value2member_map_:
+    if word >> RECORD_CLEAR.bit_length() or kind not in UnitKind._value2member_map_:
         raise BitstreamError(ConfigStatus.BAD_RECORD,
                              f"Record header 0x{word:08x} has an unknown unit kind {kind} "
                              f"or reserved bits set")
-    return UnitKind(kind), (word >> 16) & 0xFF, (word >> 8) & 0xFF, word & 0xFF
+    return (UnitKind(kind), (word >> 16) & 0xFF, (word >> 8) & 0xFF, word & 0xFF,
+            bool(word & RECORD_CLEAR))
 
 
 def write_bitstream(geometry, records, *, flags=0):
@@ -128,7 +147,8 @@ def write_bitstream(geometry, records, *, flags=0):
             if not isinstance(word, int) or not 0 <= word <= _MASK32:
                 raise ValueError(f"Configuration word {word!r} of {record.kind.name} "
                                  f"({record.row}, {record.col}) is not a 32-bit unsigned int")
-        payload.append(record_header(record.kind, record.row, record.col, len(words)))
+        payload.append(record_header(record.kind, record.row, record.col, len(words),
+                                     record.clear))
         payload += words
     header = [
         MAGIC,
@@ -196,7 +216,7 @@ def read_bitstream(words, geometry=None, units=None):
     while position < length:
         if position >= len(payload):
             raise truncated()
-        kind, row, col, count = parse_record_header(payload[position])
+        kind, row, col, count, clear = parse_record_header(payload[position])
         if units is not None:
             key = (kind, row, col)
             if key not in units or count > units[key]:
@@ -208,7 +228,8 @@ def read_bitstream(words, geometry=None, units=None):
                                  f"Record for {kind.name} ({row}, {col}) overruns the payload")
         if position + 1 + count > len(payload):
             raise truncated()
-        records.append(Record(kind, row, col, payload[position + 1:position + 1 + count]))
+        records.append(Record(kind, row, col, payload[position + 1:position + 1 + count],
+                              clear))
         position += 1 + count
     actual = payload_crc(payload)
     if actual != crc:

@@ -17,7 +17,7 @@ import copy
 
 from hdl.agcu import agcu_config_layout
 
-from .bitstream import Record, UnitKind, read_bitstream, write_bitstream
+from .bitstream import Record, UnitKind, cleared, read_bitstream, write_bitstream
 from .layout import Image
 from .unitconfig import pack_config, unpack_config
 
@@ -90,8 +90,9 @@ def _relocate(program, image, address, role):
             base = fields[pattern]["base"] % (1 << 32)
             if fields[enable] and old <= base < old + nbytes:
                 fields[pattern]["base"] = base + delta
-                record = Record(record.kind, record.row, record.col,
-                                pack_config(layout, fields))
+                words = pack_config(layout, fields)
+                record = (cleared(record.kind, record.row, record.col, words) if record.clear
+                          else Record(record.kind, record.row, record.col, words))
                 moved += 1
         patched.append(record)
     if not moved:

@@ -7,6 +7,7 @@ from rdu.bitstream import (
     Geometry,
     Record,
     UnitKind,
+    cleared,
     read_bitstream,
     write_bitstream,
 )
@@ -78,30 +79,61 @@ async def pulse(bench, path):
 # Configuration
 # --------------------------------------------------------------------------------------
 
+def _second_records(rng, targets, contents):
+    """Records of a second load over ``contents``: a random half of the units get a clear
+    record (all zero, or random words ending in zeros the record leaves out); the others
+    get none and keep their words. Updates ``contents``."""
+    records = []
+    for kind, row, col, count in targets:
+        if rng.random() < 0.5:
+            continue
+        words = random_words(rng, kind, count)
+        zeros = count if rng.random() < 0.3 else rng.randrange(count + 1)
+        words[count - zeros:] = [0] * zeros
+        contents[kind, row, col] = words
+        records.append(cleared(UnitKind(kind), row, col, words))
+    return records
+
+
 async def array_config_roundtrip(bench, *, rows, cols, lanes, agcus, agcu_words):
-    """Random configuration of every unit, records in random order; read it all back."""
+    """Random configuration of every unit, records in random order; read it all back.
+    Then a second load where half the units get clear records (the words they leave out
+    read back as zero) and the others no record (they keep the first load's words)."""
     targets = array_targets(rows, cols, agcus, agcu_words)
     contents = {tuple(t[:3]): random_words(bench.rng, t[0], t[3]) for t in targets}
     records = [Record(UnitKind(kind), row, col, contents[kind, row, col])
                for kind, row, col, _ in targets]
-    bench.rng.shuffle(records)
-    words = write_bitstream(Geometry(rows, cols, lanes), records)
-    read_bitstream(words, Geometry(rows, cols, lanes),
-                   {tuple(t[:3]): t[3] for t in targets})
-    load_start = bench.cycle
-    await load_bitstream(bench, words)
-    load_cycles = bench.cycle - load_start
-    assert await bench.read("host.error") == ConfigStatus.OK
+    result = {}
+    for load in ("first", "second"):
+        if load == "second":
+            records = _second_records(bench.rng, targets, contents)
+        bench.rng.shuffle(records)
+        words = write_bitstream(Geometry(rows, cols, lanes), records)
+        read_bitstream(words, Geometry(rows, cols, lanes),
+                       {tuple(t[:3]): t[3] for t in targets})
+        load_start = bench.cycle
+        await load_bitstream(bench, words)
+        result[f"{load}_words"] = len(words)
+        result[f"{load}_load_cycles"] = bench.cycle - load_start
+        assert await bench.read("host.error") == ConfigStatus.OK
+        result["readback_words"] = await _readback_equals(bench, targets, contents)
+    return result
+
+
+async def _readback_equals(bench, targets, contents):
+    """Read every target back and check it against ``contents``; the words read."""
     expected = []
     for kind, row, col, count in targets:
         expected.append(count | col << 8 | row << 16 | kind << 24)
         # AGCUs sit outside the array: with none attached to agcu_cfg, they read as 0
         expected += [0] * count if kind == UnitKind.AGCU else contents[kind, row, col]
-    sink = bench.sink("readback", "random")
+    sink = getattr(bench, "readback_sink", None)
+    if sink is None:
+        sink = bench.readback_sink = bench.sink("readback", "random")
     sink.expect_all(expected)
     await pulse(bench, "host.readback_start")
     await bench.streams_done(timeout=10 * len(expected) + 100)
-    return {"words": len(words), "load_cycles": load_cycles, "readback_words": len(expected)}
+    return len(expected)
 
 
 BAD_CASES = ("bad_crc", "wrong_geometry", "truncated", "bad_magic", "bad_version",
@@ -127,7 +159,7 @@ async def array_bad_bitstream(bench, *, rows, cols, lanes, agcus, agcu_words, ca
     elif case == "bad_magic":
         words[0] ^= 0x100
     elif case == "bad_version":
-        words[1] = 2 | 5 << 16
+        words[1] = 1 | 5 << 16      # the version before clear records
     elif case == "bad_record":
         words = write_bitstream(geometry, records + [Record(UnitKind.PMU, rows, 0, [1])])
     elif case == "record_overrun":

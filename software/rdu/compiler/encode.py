@@ -1,12 +1,14 @@
 """Pass ``encode``: every unit's configuration words, through its encoder, into a
 bitstream.
 
-Every PCU, PMU and switch of the array gets a record (a unit the kernel does not use is
-written all-zero, so nothing of a previous kernel survives), then one record per AGCU
-holding the load and store placed on it. The encoders are :mod:`rdu.units`.
+Every PCU, PMU and switch of the array gets a record, then one record per AGCU holding
+the load and store placed on it. Each is a clear record (``rdu.bitstream.cleared``): the
+unit's configuration is zeroed first, so nothing of a previous kernel survives, and the
+record leaves out its trailing zero words (a unit the kernel does not use is one word).
+The encoders are :mod:`rdu.units`.
 """
 
-from ..bitstream import Geometry, Record, UnitKind, write_bitstream
+from ..bitstream import Geometry, UnitKind, cleared, write_bitstream
 from ..units import agcu as agcu_unit
 from ..units import pcu as pcu_unit
 from ..units import pmu as pmu_unit
@@ -43,16 +45,16 @@ def encode_mapping(kernel, mapping, stages, agcus):
                          else pcu_unit.idle(lanes, stages))
             else:
                 words = pmu_unit.encode(node.config, node.name) if node else pmu_unit.idle()
-            records.append(Record(kind, row, col, words))
-            records.append(Record(UnitKind.SWITCH, row, col, switches[row, col]))
+            records.append(cleared(kind, row, col, words))
+            records.append(cleared(UnitKind.SWITCH, row, col, switches[row, col]))
     slots = {index: {} for index in range(agcus)}
     for name, site in sites.items():
         if site.unit == "agcu":
             slots[agcu_index(geometry, site)][site.slot] = kernel.nodes[name]
     for index, placed in slots.items():
-        records.append(Record(UnitKind.AGCU, 0, index,
-                              agcu_unit.encode(placed.get("load"), placed.get("store"),
-                                               lanes=lanes)))
+        records.append(cleared(UnitKind.AGCU, 0, index,
+                               agcu_unit.encode(placed.get("load"), placed.get("store"),
+                                                lanes=lanes)))
     return write_bitstream(Geometry(geometry.rows, geometry.cols, lanes), records)
 
 

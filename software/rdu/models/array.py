@@ -178,6 +178,8 @@ class FunctionalArray:
         _, records = read_bitstream(bitstream_words, self.geometry, self.units)
         for record in records:
             target = self.words[record.kind, record.row, record.col]
+            if record.clear:
+                target[:] = [0] * len(target)
             target[:len(record.words)] = record.words
         self.loaded = True
 

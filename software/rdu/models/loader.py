@@ -20,7 +20,7 @@ started within the timeout.
 
 import zlib
 
-from hdl.config_net import HEADER_WORDS, MAGIC, VERSION, LoaderState
+from hdl.config_net import HEADER_WORDS, MAGIC, RECORD_CLEAR, VERSION, LoaderState
 
 from ..bitstream import ConfigStatus, UnitKind
 
@@ -171,10 +171,11 @@ class ConfigLoader:
             word & 0xFF
         key = (kind, row, col)
         payload_word = self.payload_length - remaining
-        if key not in self.targets or word >> 28 or count > self.targets[key]:
+        reserved = word >> RECORD_CLEAR.bit_length()
+        if key not in self.targets or reserved or count > self.targets[key]:
             unit = f"{_KIND_NAMES.get(kind, f'kind {kind}')} ({row}, {col})"
             why = ("no such unit" if key not in self.targets else
-                   "reserved bits 28..31 set" if word >> 28 else
+                   "reserved bits 29..31 set" if reserved else
                    f"{count} words, the unit takes {self.targets[key]}")
             return self._fail(ConfigStatus.BAD_RECORD,
                               f"record header 0x{word:08x} at payload word {payload_word} "
@@ -183,6 +184,9 @@ class ConfigLoader:
             return self._fail(ConfigStatus.LENGTH,
                               f"record for {_KIND_NAMES[kind]} ({row}, {col}) with {count} "
                               f"words overruns the payload ({remaining - 1} words left)")
+        if word & RECORD_CLEAR:
+            storage = self.storage[key]
+            storage[:] = [0] * len(storage)
         if remaining == 1:
             return self._finish()
         if count:
