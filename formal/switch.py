@@ -42,10 +42,12 @@ INPUTS = Source.LOCAL          # north, east, south, west, local
 class _ConfigWrite:
     def __init__(self):
         self.write = Signal()
+        self.clear = Signal()
 
 
 class _NetworkHost:
-    """Stands in for ``self`` of ``Switch._network``: ``enable``, ``cfg.write`` and the
+    """Stands in for ``self`` of ``Switch._network``: ``enable``, ``cfg.write`` (and
+    ``cfg.clear``, held 0 like ``write``: the configuration is given directly) and the
     FIFO depth are all it reads."""
 
     def __init__(self, fifo_depth):
@@ -101,7 +103,7 @@ class SwitchNetworkHarness(Elaboratable):
         enabled = Signal()
         m.d.sync += enabled.eq(enabled | host.enable)
         m.d.comb += [host.enable.eq(AnySeq(1)), Assume(~enabled | host.enable),
-                     host.cfg.write.eq(0)]
+                     host.cfg.write.eq(0), host.cfg.clear.eq(0)]
 
         inputs = [stream.Signature(tag_bits).flip().create(path=(f"in{i}",))
                   for i in range(INPUTS)]

@@ -365,8 +365,10 @@ def test_loader_agrees_with_read_bitstream(seed):
         if records is not None:
             reference = {key: [0] * count for key, count in array.units.items()}
             for record in records:
-                reference[record.kind, record.row, record.col][:len(record.words)] = \
-                    record.words
+                target = reference[record.kind, record.row, record.col]
+                if record.clear:
+                    target[:] = [0] * len(target)
+                target[:len(record.words)] = record.words
             assert storage == reference
         verdicts.add(expected)
     assert {ConfigStatus.OK, ConfigStatus.CRC, ConfigStatus.BAD_RECORD} <= verdicts
