@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.generate [--layers 2] [--hidden 256] [--heads 4]
         [--kv-heads 2] [--ffn 688] [--vocab 512] [--prompt-length 16] [--tokens 32]
-        [--seeds 1,2,3] [--sim model,native] [--agcus 4] [--json]
+        [--seeds 1,2,3] [--sim model,native] [--agcus 4] [--capacity N] [--json]
 
 For each seed: a tiny Llama with a KV cache (``rdu.onnx.tiny_llama``, that seed's
 weights) and a prompt of seeded random ids; ``rdu generate`` runs it on each back end
@@ -12,7 +12,9 @@ from onnxruntime's by less than its own error is a *tie*, listed), and on the RT
 cycles per token of the prompt's runs and of the decode runs, their program-load
 cycles, the HBM bytes per token against the minimum (the weights once and the KV cache),
 the share of the HBM peak of the minimum's bytes over the cycles, and tokens per second
-at the report's clock.
+at the report's clock. ``--capacity`` fixes the caches' keys per head (default: what
+the prompt and the tokens need): the per-token figures of a long generation from a
+short one, as every run reads the whole cache.
 """
 
 import argparse
@@ -50,6 +52,9 @@ def main(argv=None):
                           ("ffn", 688), ("vocab", 512), ("prompt-length", 16),
                           ("tokens", 32), ("agcus", 4)):
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--capacity", type=int, default=None,
+                        help="keys per head of each cache (default: prompt + tokens - 1 "
+                             "plus a tile of rows, in whole tiles)")
     parser.add_argument("--seeds", default="1,2,3", help="weights and prompt seeds")
     parser.add_argument("--sim", default="model,native", help="back ends, comma-separated")
     parser.add_argument("--json", action="store_true")
@@ -69,6 +74,7 @@ def main(argv=None):
             start = time.perf_counter()
             report, _ = generate(GenerateConfig(model=str(path), prompt=prompt,
                                                 tokens=args.tokens, sim=sim,
+                                                capacity=args.capacity,
                                                 machine=Machine(agcus=args.agcus)))
             report.update(seed=seed, seconds=round(time.perf_counter() - start))
             report["reference_tokens"] = reference[seed] = reference.get(seed) or \
