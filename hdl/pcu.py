@@ -21,8 +21,8 @@ from .fp_latency import latency_table
 from .interfaces import (
     ConfigPort,
     ConfigRegister,
-    config_changed,
     check_lanes,
+    config_changed,
     control_stream,
     scalar_stream,
     vector_stream,

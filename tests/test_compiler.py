@@ -8,7 +8,6 @@ import zlib
 import numpy as np
 import pytest
 from rdu.bitstream import Record, UnitKind, read_bitstream, to_bytes, write_bitstream
-from rdu.units.registry import unit_layouts
 from rdu.compiler import PIPELINE, CompileError, compile_graph
 from rdu.compiler.check import check_kernel
 from rdu.compiler.families.rows import RowGroup
@@ -20,6 +19,7 @@ from rdu.layout import Image, Piece, padded_row
 from rdu.machine import Machine
 from rdu.mapper import ArrayGeometry
 from rdu.runtime import run_program, run_programs
+from rdu.units.registry import unit_layouts
 
 from hdl.interfaces import config_words
 
