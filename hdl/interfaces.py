@@ -27,7 +27,7 @@ Off-chip memory
 channels (``aw``, ``w``, ``b``, ``ar``, ``r``) whose payloads are ``lib.data`` structs.
 """
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Module, ResetInserter, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -177,16 +177,19 @@ class ConfigRegister(wiring.Component):
         m = Module()
         storage = Signal(self._words * WORD_BITS)
         m.d.comb += self.value.eq(storage[:self._layout.size])
+        # the words are written one at a time and cleared together: ``clear`` resets
+        # them (in an FPGA the flip-flops' synchronous reset, not a multiplexer a bit)
+        writes = Module()
         word_sel = Signal(WORD_BITS)
         with m.Switch(self.port.index):
             for index in range(self._words):
                 with m.Case(index):
-                    with m.If(self.port.write):
-                        m.d.sync += storage.word_select(index, WORD_BITS).eq(self.port.data)
                     used = min(WORD_BITS, self._layout.size - index * WORD_BITS)
                     m.d.comb += word_sel.eq(storage.word_select(index, WORD_BITS)[:used])
-        with m.If(self.port.clear):
-            m.d.sync += storage.eq(0)
+        for index in range(self._words):
+            with writes.If(self.port.write & (self.port.index == index)):
+                writes.d.sync += storage.word_select(index, WORD_BITS).eq(self.port.data)
+        m.submodules.words = ResetInserter(self.port.clear)(writes)
         m.d.sync += self.port.read_data.eq(word_sel)
         return m
 
