@@ -365,10 +365,7 @@ def test_loader_agrees_with_read_bitstream(seed):
         if records is not None:
             reference = {key: [0] * count for key, count in array.units.items()}
             for record in records:
-                target = reference[record.kind, record.row, record.col]
-                if record.clear:
-                    target[:] = [0] * len(target)
-                target[:len(record.words)] = record.words
+                record.apply(reference[record.kind, record.row, record.col])
             assert storage == reference
         verdicts.add(expected)
     assert {ConfigStatus.OK, ConfigStatus.CRC, ConfigStatus.BAD_RECORD} <= verdicts

@@ -66,6 +66,13 @@ class Record:
     words: list = field(default_factory=list)
     clear: bool = False
 
+    def apply(self, target):
+        """Write this record into ``target``, the unit's configuration words (a list,
+        changed in place) as the loader does: zeroed first with ``clear``."""
+        if self.clear:
+            target[:] = [0] * len(target)
+        target[:len(self.words)] = self.words
+
 
 def cleared(kind, row, col, words):
     """The record that sets a unit's whole configuration to ``words``, in as few words as

@@ -177,10 +177,7 @@ class FunctionalArray:
         exactly where the hardware loader would stop)."""
         _, records = read_bitstream(bitstream_words, self.geometry, self.units)
         for record in records:
-            target = self.words[record.kind, record.row, record.col]
-            if record.clear:
-                target[:] = [0] * len(target)
-            target[:len(record.words)] = record.words
+            record.apply(self.words[record.kind, record.row, record.col])
         self.loaded = True
 
     def config(self, kind, row, col):
