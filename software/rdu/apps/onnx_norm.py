@@ -41,7 +41,8 @@ from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
 
-__all__ = ["norm_of", "norm_members", "NormB", "b_depth", "replay",
+__all__ = ["norm_of", "norm_members", "NormB", "b_depth", "replay", "sum_rows",
+           "sums_shape", "sums_image", "sums_read",
            "same_view"]
 
 
@@ -49,6 +50,33 @@ def b_depth(width, columns, lanes):
     """The rows of ``[x^T; I; 0]``: ``width + columns`` padded with zero rows to whole
     beats (``2 lanes``), so that a row group writes B as rows of two of its rows."""
     return -(-(width + columns) // (2 * lanes)) * 2 * lanes
+
+
+def sum_rows(depth, columns, lanes):
+    """The rows of a norm's sums ``ones (rows, features) @ squares``: with one column
+    tile (``columns == lanes``: a decode step's queries) ``2``, one row of the view (every
+    row of a tile holds the same sums), which the norm reads as a *vector* (loaded once
+    into a PMU and streamed again for every row: ``rdu.compiler.families.rows``);
+    with more tiles every row of the view, ``depth``. The sums' A (the ones) is then
+    ``2 x features`` instead of ``depth x features`` (the HBM bytes of the norm)."""
+    return 2 if columns == lanes else depth
+
+
+def sums_shape(rows, view, lanes):
+    """The norm's input shape of the sums: one view row (a vector) or the view."""
+    return (2 * lanes,) if rows == 2 else view
+
+
+def sums_image(rows, view, lanes):
+    """The norm's image of the sums where the matmul wrote them: its first view row
+    (rows 0 and 1 of the one column tile: each query's sum twice) or the whole view."""
+    return Image((1, 2 * lanes) if rows == 2 else view, (), None, None, "fp32")
+
+
+def sums_read(rows, words, lanes):
+    """The norm's words of the sums from the matmul's result (``(rows, columns)``)."""
+    words = np.asarray(words, np.uint32)
+    return words.reshape(-1)[:2 * lanes] if rows == 2 else _view(words, lanes)
 
 
 def _squared(x):
@@ -176,6 +204,7 @@ class NormB:
                                f"{columns} columns (the keys padded); supported: as many "
                                f"rows as columns, the features the norm's width")
         self.width, self.depth, self.x0 = width, depth, x0
+        self.sum_rows = sum_rows(depth, columns, lanes)
         order = {id(node): index for index, node in enumerate(built.graph.nodes)}
         self.nodes = sorted(nodes, key=lambda node: order[id(node)])
         self.x, self.reduce, self.vectors = x, reduce, vectors
@@ -195,16 +224,16 @@ class NormB:
     def _squares_and_sums(self):
         """The squares of ``x0^T`` (a row group over its view, to BF16) and their sums
         over the features (a matmul by ones); the sums' stage index and program."""
-        built, width, depth, columns = self.built, self.width, self.depth, self.columns
+        built, width, columns = self.built, self.width, self.columns
         lanes, source = built.machine.lanes, self.source
         # sums first: it fixes the image sq writes
         s_name = f"{built.graph.name}_{built.first + len(built.stages) + 1}_norm_sums"
         s_graph = Graph(s_name)
-        s_graph.output("out", s_graph.input("a", (depth, width)) @
+        s_graph.output("out", s_graph.input("a", (self.sum_rows, width)) @
                        s_graph.input("b", (width, columns)))
         s_prog = compile_graph(s_graph, built.machine, kernel=KERNEL_NAME,
                                params=built.params, plan=ImagePlan(start=built.start),
-                               max_pcus=product_pcus(depth, columns, lanes))
+                               max_pcus=product_pcus(self.sum_rows, columns, lanes))
         sq_count = width * columns // (2 * lanes)
         q_graph = Graph(built.name("norm_squares"))
         fmt = "bf16" if source is None else source.fmt
@@ -227,7 +256,7 @@ class NormB:
             q_stage = Stage(q_graph.name, q_graph, q_prog, {},
                             {"xT": source.produced(lanes, True)})
         q_index = built.add(q_stage)
-        ones = _bf16(np.ones((depth, width), np.float32))
+        ones = _bf16(np.ones((self.sum_rows, width), np.float32))
         s_index = built.add(Stage(s_name, s_graph, s_prog, {"a": lambda inputs: ones}, {
             "b": (q_index, "out", lambda produced: _unview(np.asarray(
                 produced[q_index]["out"], np.uint32), width, lanes))}))
@@ -238,8 +267,10 @@ class NormB:
         (the sums), the vectors' tables; the normalised values (before any table of
         identity rows)."""
         graph = Graph(name)
+        lanes = self.built.machine.lanes
         mapped = {id(self.x0): graph.input("xT", view, x0_dtype),
-                  id(self.reduce): graph.input("c", view, "fp32")}
+                  id(self.reduce): graph.input("c", sums_shape(self.sum_rows, view, lanes),
+                                               "fp32")}
         for vector in self.vectors:
             mapped[id(vector)] = graph.input(vector.name, view, vector.dtype)
         skip = {id(self.x), id(self.reduce), id(self.reduce.inputs[0])}
@@ -274,14 +305,14 @@ class NormB:
                                params=built.params, plan=ImagePlan(
                                    start=built.start, addresses={
                                        "c": s_prog.meta["images"]["out"]["address"]},
-                                   layouts={"c": Image(view, (), None, None, "fp32")}))
+                                   layouts={"c": sums_image(self.sum_rows, view, lanes)}))
         itab = _bf16(_view(self._identity(), lanes))
         user = {"xT": lambda inputs: self.transposed(inputs, depth),
                 "itab": lambda inputs: itab,
                 **{vector.name: self._table(vector.name) for vector in self.vectors}}
         self.index = built.add(Stage(n_graph.name, n_graph, n_prog, user, {
-            "c": (s_index, "out", lambda produced: _view(np.asarray(
-                produced[s_index]["out"], np.uint32), lanes))}))
+            "c": (s_index, "out", lambda produced: sums_read(
+                self.sum_rows, produced[s_index]["out"], lanes))}))
         self.address = n_prog.meta["images"]["out"]["address"]
         index = self.index
         self.matrix = lambda produced: _unview(np.asarray(produced[index]["out"],
@@ -323,13 +354,17 @@ class NormB:
                                    start=built.start, addresses={
                                        "c": s_prog.meta["images"]["out"]["address"],
                                        "xT": source.address, "out": address},
-                                   layouts={"c": major(depth, "fp32"),
+                                   layouts={"c": major(depth, "fp32") if
+                                            self.sum_rows == depth else
+                                            sums_image(self.sum_rows, view, lanes),
                                             "xT": major(width, source.fmt),
                                             "out": major(depth, "bf16")}))
         user = {vector.name: self._table(vector.name, count_x) for vector in self.vectors}
         _, _, x0_view = source.produced(lanes, True)
 
         def sums(produced):
+            if self.sum_rows != depth:
+                return sums_read(self.sum_rows, produced[s_index]["out"], lanes)
             return _feature_major(_view(np.asarray(produced[s_index]["out"], np.uint32),
                                         lanes), depth, columns, lanes)[:count_x]
         self.index = built.add(Stage(n_graph.name, n_graph, n_prog, user, {

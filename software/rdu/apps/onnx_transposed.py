@@ -37,7 +37,7 @@ from ..compiler.core import CompileError, ImagePlan
 from ..frontend.graph import Graph
 from ..layout import Image
 from ..onnx import KERNEL_NAME
-from .onnx_norm import replay, same_view
+from .onnx_norm import replay, same_view, sum_rows, sums_image, sums_read, sums_shape
 from .onnx_views import bf16, floats, product_pcus, unview, view
 from .unfused import Stage, end_of
 
@@ -196,10 +196,13 @@ class _Cut:
         mapped, user, produced, addresses, layouts = {}, {}, {}, {}, {}
         for number, (reduce, value) in enumerate(zip(reduces, sums, strict=True)):
             name = f"c{number}"
-            mapped[id(reduce)] = graph.input(name, shape, "fp32")
-            produced[name] = value.produced(self.lanes, True)
+            mapped[id(reduce)] = graph.input(name, sums_shape(value.depth, shape, self.lanes),
+                                             "fp32")
+            produced[name] = (value.stage, value.output, lambda produced, value=value:
+                              sums_read(value.depth, produced[value.stage][value.output],
+                                        self.lanes))
             addresses[name] = value.address
-            layouts[name] = Image(shape, (), None, None, "fp32")
+            layouts[name] = sums_image(value.depth, shape, self.lanes)
         for number, parent in enumerate(parent for parent in self._parents(members)
                                         if id(parent) in self.values):
             value = self.values[id(parent)]
@@ -264,14 +267,15 @@ class _Cut:
         features; the sums' :class:`Transposed`."""
         source = self.values[id(reduce.inputs[0].inputs[0])]
         shape = self.shape(depth)
+        rows = sum_rows(depth, self.rows, self.lanes)
         s_graph = Graph(self.name("sums", 1))
-        s_graph.output("out", s_graph.input("a", (depth, depth)) @
+        s_graph.output("out", s_graph.input("a", (rows, depth)) @
                        s_graph.input("b", (depth, self.rows)))
         s_prog = compile_graph(s_graph, self.machine, kernel=KERNEL_NAME, params=self.params,
                                plan=ImagePlan(start=self.start),
-                               max_pcus=product_pcus(depth, self.rows, self.lanes))
+                               max_pcus=product_pcus(rows, self.rows, self.lanes))
         b_image = s_prog.meta["images"]["b"]
-        for image in ("b", "out"):
+        for image in ("b", "out") if rows == depth else ("b",):
             same_view(reduce.where, Image.from_json(s_prog.meta["images"][image]), self.lanes,
                       (depth, self.rows))
         q_graph = Graph(self.name("squares"))
@@ -283,13 +287,13 @@ class _Cut:
                                    layouts={"x": Image(shape, (), None, None, source.fmt)}))
         q_index = self.add(Stage(q_graph.name, q_graph, q_prog, {},
                                  {"x": source.produced(self.lanes, True)}))
-        ones = np.zeros((depth, depth), np.float32)
+        ones = np.zeros((rows, depth), np.float32)
         ones[:, :features] = 1.0
         ones = bf16(ones)
         squares = Transposed(q_index, "out", b_image["address"], depth, "bf16", True)
         s_index = self.add(Stage(s_graph.name, s_graph, s_prog, {"a": lambda inputs: ones},
                                  {"b": squares.produced(self.lanes, False)}))
-        return Transposed(s_index, "out", s_prog.meta["images"]["out"]["address"], depth,
+        return Transposed(s_index, "out", s_prog.meta["images"]["out"]["address"], rows,
                           "fp32", False)
 
 
