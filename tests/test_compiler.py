@@ -137,6 +137,52 @@ def test_image_pack_unpack_round_trip(fmt, seed):
     assert np.all(ones == 1.0)
 
 
+def _swapped_halves(outer=3, pitch=5, half=2, beat=16):
+    """The strided image of onnx_rotary's copy: each block's halves swapped, the rows
+    past them skipped."""
+    return Image((outer * 2 * half, beat), (Piece("p", (0, 0), (outer * 2 * half, beat)),),
+                 (outer, 2, half, beat), None, "fp32",
+                 strides=(pitch * beat, -half * beat, beat, 1), origin=half * beat,
+                 extent=outer * pitch * beat)
+
+
+def test_strided_image_places_every_element(seed):
+    image = _swapped_halves()
+    rows = [block * 5 + (half_row + 2) % 4 for block in range(3) for half_row in range(4)]
+    expected = (np.asarray(rows)[:, None] * 16 + np.arange(16)) * 4   # bytes, by hand
+    assert np.array_equal(image.byte_offsets(), expected)
+    assert image.nbytes == 3 * 5 * 16 * 4 and image.words == 3 * 5 * 16
+    rng = np.random.default_rng(seed)
+    p = rng.integers(0, 2 ** 32, (12, 16), dtype=np.uint32)
+    words = image.pack({"p": p})
+    assert words.size == image.words
+    assert np.array_equal(words.reshape(15, 16)[rows], p)
+    assert not words.reshape(3, 5, 16)[:, 4].any()      # the skipped rows stay zero
+    assert np.array_equal(image.unpack(words, "p"), p)
+    assert Image.from_json(image.to_json()) == image
+
+
+def test_strided_image_walks_as_one_agcu_pattern():
+    from rdu.compiler.families.rows import walk_rows
+    pattern = walk_rows("copy", "p", _swapped_halves(), 0x1000, 12, 16, 32)
+    assert (pattern.start, pattern.counts, pattern.strides) == (
+        0x1000 + 2 * 64, (4, 2, 3), (32, -128, 320))
+
+
+@pytest.mark.parametrize("args, match", [
+    ({"split": (3, 2, 2, 16), "strides": (80, -32, 16, 1), "origin": 0},
+     "reach elements -32 to"),
+    ({"split": (3, 2, 2, 16), "strides": (80, 16, 16, 1), "origin": 0},
+     "place two elements at one position"),
+    ({"split": (3, 2, 2, 16), "strides": (80, 1), "origin": 0}, "one per axis"),
+])
+def test_strided_image_refuses_bad_strides(args, match):
+    from rdu.layout import LayoutError
+    with pytest.raises(LayoutError, match=match):
+        Image((12, 16), (), args["split"], None, "fp32", strides=args["strides"],
+              origin=args["origin"], extent=240)
+
+
 # -- the deadlock check -----------------------------------------------------------------
 
 def _lowered(kernel="linear_relu", shape=(20, 12, 9)):

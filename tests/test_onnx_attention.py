@@ -377,15 +377,19 @@ def onnxruntime_error(kernel, inputs, results, model=None):
                                         "attention", "merge_heads", "o_proj"],
      {"o_proj": True}),
     ({"rope": ("neg", "x1"), "o_proj": True, "residual": True},
-     ["q_0", "q_1", "q", "k_0", "k_1", "k", "v", "attention", "merge_heads", "o_proj",
-      "residual"],
+     ["q_0", "q_rotated", "q", "k_0", "k_rotated", "k", "v", "attention", "merge_heads",
+      "o_proj", "residual"],
      {"rope": ("x1", "neg"), "o_proj": True, "residual": True}),
+    ({"rope": ("x1", "neg"), "o_proj": True},      # not rotate_half: its own product
+     ["q_0", "q_1", "q", "k_0", "k_1", "k", "v", "attention", "merge_heads", "o_proj"],
+     {"rope": ("neg", "x1"), "o_proj": True}),
     ({"norm": True, "causal": True, "rope": ("neg", "x1"), "o_proj": True,
       "residual": True},
-     ["norm_squares", "norm_sums", "norm", "q_0", "q_1", "q", "k_0", "k_1", "k", "v",
-      "attention", "merge_heads", "o_proj", "residual"],
+     ["norm_squares", "norm_sums", "norm", "q_0", "q_rotated", "q", "k_0", "k_rotated",
+      "k", "v", "attention", "merge_heads", "o_proj", "residual"],
      {"causal": True, "rope": ("neg", "x1"), "o_proj": True, "residual": True}),
-], ids=["padded_keys", "dim_12", "causal_o_proj", "rope_o_proj_residual", "norm_llama"])
+], ids=["padded_keys", "dim_12", "causal_o_proj", "rope_o_proj_residual",
+        "rope_other_rotation", "norm_llama"])
 def test_attention_of_projections_runs_and_agrees_with_onnxruntime(params, stages, other):
     """Q, K, V projections of x split into heads: configurations that write Q^T by
     pass and K by key block (mask constants included: the identity rows of the
@@ -493,6 +497,18 @@ def test_rotary_runs_and_agrees_with_onnxruntime(project, families):
     assert figures["ok"], figures["max_abs_err"]
     agrees, others = kernel.references(None, inputs, results)
     assert agrees and others["max_abs_err_onnxruntime"] < 1e-6
+
+
+def test_half_rotation_block_finds_the_heads():
+    """The importer marks a weight ``W R`` as rotated when ``R`` is rotate_half on every
+    head (``[-x2, x1]``), so that attention reads ``x @ W`` once (rdu.apps.onnx_rotary);
+    another signed permutation is not marked."""
+    from rdu.onnx.rotary import half_rotation, half_rotation_block
+    x = np.arange(8, dtype=np.float32)
+    assert np.array_equal(x @ half_rotation(8), np.concatenate([-x[4:], x[:4]]))
+    assert half_rotation_block(np.kron(np.eye(4, dtype=np.float32), half_rotation(8))) == 8
+    assert half_rotation_block(half_rotation(8).T) is None           # [x2, -x1]
+    assert half_rotation_block(np.eye(8, dtype=np.float32)) is None
 
 
 def test_rotary_permutation_follows_the_concat():

@@ -189,11 +189,14 @@ def _run_figures(run):
 
 def minimum_bytes(step, position):
     """The HBM bytes a run at ``position`` cannot do without: every weight once (as the
-    machine holds it: BF16, FP32 tables) and each layer's K and V of the ``position +
-    1`` keys it attends to, read, and its new row written."""
+    machine holds it: BF16, FP32 tables; not a weight the importer derived from another
+    by ``rotate_half``, :mod:`rdu.onnx.rotary`: the model holds it once) and each
+    layer's K and V of the ``position + 1`` keys it attends to, read, and its new row
+    written."""
     inputs = step.kernel.imported.graph.inputs
     weights = sum(np.size(words) * (2 if inputs[name].dtype == "bf16" else 4)
-                  for name, words in step.kernel.weight_words().items())
+                  for name, words in step.kernel.weight_words().items()
+                  if "rotation_of" not in inputs[name].attrs)
     cache = sum(2 * cache["kv_heads"] * cache["dim"] * 2 * (position + 2)
                 for cache in step.plan.caches)
     return weights + cache

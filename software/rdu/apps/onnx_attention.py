@@ -37,9 +37,10 @@ from ..layout import Image
 from ..models.reference import attention_shape
 from ..onnx import KERNEL_NAME
 from .onnx_norm import NormB, b_depth, norm_members, norm_of
+from .onnx_rotary import half_signs, reads_rotated, result_of, rotated_copy
 from .onnx_views import bf16 as _bf16
 from .onnx_views import floats as _floats
-from .onnx_views import product_pcus
+from .onnx_views import identity_b, product_pcus
 from .onnx_views import unview as _unview
 from .onnx_views import view as _view
 from .unfused import Stage, end_of
@@ -209,6 +210,7 @@ class ProjectionBuilder:
                                    f"the layer before")
         self.rows, self.width = x.shape
         self.stages, self.first, self.start, self.final = [], 0, None, {}
+        self.results = {}       # stage index: its result as a product's (onnx_rotary)
         #: a decode step's positioned tables (:class:`rdu.apps.onnx_decode.DecodePlan`),
         #: or None: the rotary tables of the rows themselves
         self.tables = None
@@ -325,7 +327,7 @@ class ProjectionBuilder:
         depth = self.depth(columns)
 
         def b(inputs):
-            return _identity_b(inputs[self.x], rows, width, columns)
+            return identity_b(inputs[self.x], rows, width, columns)
         if self.norm is not None:
             b = None                    # written by the norm's configurations
 
@@ -340,6 +342,10 @@ class ProjectionBuilder:
             return
         firsts = []
         for number, (_, w, _) in enumerate(parts):
+            if number and reads_rotated(parts, s.dim):
+                firsts.append(rotated_copy(self, tag, firsts[0], columns // lanes,
+                                           dim_k // 2, s.dim // 4))
+                continue
             coefficients = target if number == 0 else np.zeros_like(target)
             firsts.append(self.produce(f"{tag}_{number}", None, self.weight_a(
                 w.name, h, s.dim, dim_k, coefficients), b, (dim_k, depth),
@@ -357,10 +363,14 @@ class ProjectionBuilder:
         blocks, width, parts = len(items), self.width, self.parts[kind]
 
         def b(inputs):
-            return _identity_b(inputs[self.x], self.rows, width, columns)
+            return identity_b(inputs[self.x], self.rows, width, columns)
 
         firsts = []
         for number, (_, w, _) in enumerate(parts):
+            if number and reads_rotated(parts, s.dim):
+                firsts.append(rotated_copy(self, kind, firsts[0], blocks * columns //
+                                           s.lanes, dim_k // 2, s.dim // 4))
+                continue
             makers = [self.weight_a(w.name, h, s.dim, dim_k, target if number == 0 else
                                     np.zeros_like(target)) for h, _, target, _ in items]
 
@@ -418,9 +428,12 @@ class ProjectionBuilder:
                                 plan=ImagePlan(start=self.start, addresses=addresses,
                                                layouts=layouts, positions=positions))
 
+        signs = half_signs(dim) if reads_rotated(parts, dim) else np.ones(dim, np.float32)
+
         def table_words(number, values):
             full = np.zeros((dim_k, columns), np.float32)
-            full[:dim, :self.rows] = np.asarray(values, np.float32).reshape(self.rows, dim).T
+            full[:dim, :self.rows] = np.asarray(values, np.float32).reshape(
+                self.rows, dim).T * (signs[:, None] if number else 1)
             full[dim:] = 1.0 if number == 0 else 0.0
             return _view(np.tile(full, (blocks, 1)), lanes).view(np.uint32)
 
@@ -434,22 +447,13 @@ class ProjectionBuilder:
                 self.tables.table(program, f"t{number + 1}", t.name, self.rows,
                                   lambda rows, number=number: table_words(number, rows))
 
-        def viewed(index):
+        def viewed(index, result):
             return (index, "out", lambda produced: _view(
-                np.asarray(produced[index]["out"], np.uint32), lanes))
+                np.asarray(result(produced), np.uint32), lanes))
 
         user = {f"t{n + 1}": table(n, t.name) for n, (_, _, t) in enumerate(parts)}
-        produced = {"p1": viewed(firsts[0]), "p2": viewed(firsts[1])}
+        produced = {f"p{n + 1}": viewed(i, result_of(self, i)) for n, i in enumerate(firsts)}
         return self.add(Stage(graph.name, graph, program, user, produced))
-
-
-def _identity_b(x_words, rows, width, columns):
-    """``[x^T; I]`` (width + columns, columns) as BF16 words: x^T of the first ``rows``
-    columns (zero past them), then the identity."""
-    b = np.zeros((width + columns, columns), np.float32)
-    b[:width, :rows] = _floats(x_words).reshape(rows, width).T
-    b[width:] = np.eye(columns, dtype=np.float32)
-    return _bf16(b)
 
 
 def attention_of(sink):

@@ -49,6 +49,7 @@ from .onnx_attention import (
     merge_heads_program,
     residual_stage,
 )
+from .onnx_rotary import half_signs, reads_rotated, result_of, rotated_copy
 from .onnx_views import bf16, floats, product_pcus, view
 from .unfused import Stage, end_of
 
@@ -112,12 +113,15 @@ class DecodePlan:
         self.written.append((program, image))
 
 
-def _rows_table(rows, dim, pitch, number):
+def _rows_table(rows, dim, pitch, number, rotated=False):
     """``words_of`` of K's rotary table ``number`` (0: cos, 1: sin) as rows of
-    ``pitch``: the mask column ``dim`` through ``t1`` = 1, ``t2`` = 0."""
+    ``pitch``: the mask column ``dim`` through ``t1`` = 1, ``t2`` = 0; ``rotated``: the
+    second table signed for ``p2`` read from ``p1`` (:mod:`rdu.apps.onnx_rotary`)."""
+    signs = half_signs(dim) if rotated and number else np.ones(dim, np.float32)
+
     def words_of(values):
         full = np.zeros((rows, pitch), np.float32)
-        full[:, :dim] = np.asarray(values, np.float32).reshape(rows, dim)
+        full[:, :dim] = np.asarray(values, np.float32).reshape(rows, dim) * signs
         full[:, dim] = 1.0 if number == 0 else 0.0
         return full.view(np.uint32)
     return words_of
@@ -137,7 +141,14 @@ def _cache_writer(built, s, plan, kind, g, address):
     fp32_rows = Image((rows, pitch), (), None, None, "fp32")
 
     firsts = []
+    rotated = reads_rotated(parts, dim) and (dim // 2) % (2 * lanes) == 0 and \
+        pitch % (2 * lanes) == 0
     for number, (_, w, _) in enumerate(parts):
+        if number and rotated:      # p2 read from p1 (rdu.apps.onnx_rotary)
+            firsts.append(rotated_copy(built, f"{kind}{g}", firsts[0], rows,
+                                       pitch // (2 * lanes), dim // (4 * lanes)))
+            continue
+
         def weight(inputs, w=w, number=number):
             b = np.zeros((depth, pitch), np.float32)
             b[:width, :dim] = floats(inputs[w.name]).reshape(width, -1)[:, g * dim:
@@ -176,14 +187,15 @@ def _cache_writer(built, s, plan, kind, g, address):
     user = {}
     if len(parts) == 2:     # written whole, once (entry 0 packed as the image)
         for number, (_, _, t) in enumerate(parts):
-            words_of = _rows_table(rows, dim, pitch, number)
+            words_of = _rows_table(rows, dim, pitch, number, rotated)
             plan.table(program, f"t{number + 1}", t.name, rows, words_of)
             user[f"t{number + 1}"] = lambda inputs, w=words_of, t=t: w(plan.tables[t.name][
                 :rows])
 
     def produced(index):
-        return (index, "out", lambda words, index=index: view(
-            np.asarray(words[index]["out"], np.uint32), lanes))
+        result = result_of(built, index)
+        return (index, "out", lambda words: view(np.asarray(result(words), np.uint32),
+                                                 lanes))
     index = built.add(Stage(graph.name, graph, program, user,
                             {f"p{n + 1}": produced(i) for n, i in enumerate(firsts)}))
     built.final[(kind, g, f"{kind}{g}_rows")] = (index, "out", lambda words: words)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..models import pcu_reference as pcu_model
 
-__all__ = ["floats", "bf16", "view", "unview", "PRODUCT_PCUS", "product_pcus"]
+__all__ = ["floats", "bf16", "view", "unview", "identity_b", "PRODUCT_PCUS", "product_pcus"]
 
 #: Systolic PCUs of a product of a decode step's one tile of rows, each streaming the
 #: weight on a load of its own (two loads are the HBM peak): ``B`` (the rows) held in a
@@ -48,3 +48,12 @@ def view(matrix, lanes):
 def unview(view, rows, lanes):
     """The inverse of :func:`view`."""
     return view.reshape(-1, rows // 2, 2, lanes).transpose(1, 2, 0, 3).reshape(rows, -1)
+
+
+def identity_b(x_words, rows, width, columns):
+    """``[x^T; I]`` (width + columns, columns) as BF16 words: x^T of the first ``rows``
+    columns (zero past them), then the identity (Q's and K's B without a norm)."""
+    b = np.zeros((width + columns, columns), np.float32)
+    b[:width, :rows] = floats(x_words).reshape(rows, width).T
+    b[width:] = np.eye(columns, dtype=np.float32)
+    return bf16(b)

@@ -76,9 +76,11 @@ def check_layout(name, plan, image_name, image):
 
 def same_geometry(a, b):
     """Images of the same bytes per element (shape, tiling, format; any pieces)."""
-    return (tuple(a.shape), a.split and tuple(a.split), a.perm and tuple(a.perm),
-            a.format) == (tuple(b.shape), b.split and tuple(b.split),
-                          b.perm and tuple(b.perm), b.format)
+    def geometry(image):
+        return (tuple(image.shape), image.split and tuple(image.split),
+                image.perm and tuple(image.perm), image.format,
+                image.strides and (tuple(image.strides), image.origin, image.stored))
+    return geometry(a) == geometry(b)
 
 
 @register("lower", "tiled operators -> IR nodes, streams and unit configurations",

@@ -444,8 +444,9 @@ class Graph:
         for node in self.nodes:
             if id(node) not in wanted:
                 continue
-            if node.op == "input":
+            if node.op == "input":       # its annotations too (a rotated weight's)
                 mapped[id(node)] = graph.input(node.name, node.shape, node.dtype)
+                mapped[id(node)].node.attrs.update(node.attrs)
                 continue
             inputs = [mapped[id(i)].node for i in node.inputs]
             mapped[id(node)] = graph._add(node.op, inputs, node.shape, node.dtype,

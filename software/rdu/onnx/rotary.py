@@ -26,7 +26,7 @@ import numpy as np
 from ..frontend.graph import heads, matmul
 from .values import Const, Value
 
-__all__ = ["Part", "convert", "signed_permutation"]
+__all__ = ["Part", "convert", "signed_permutation", "half_rotation", "half_rotation_block"]
 
 
 @dataclass
@@ -51,6 +51,27 @@ def signed_permutation(parts, width):
             matrix[c, at] = part.sign
             at += 1
     return matrix
+
+
+def half_rotation(block):
+    """``R`` of ``rotate_half`` over ``block`` columns: ``x @ R = [-x2, x1]``."""
+    half = block // 2
+    matrix = np.zeros((block, block), np.float32)
+    matrix[half:, :half] = -np.eye(half, dtype=np.float32)
+    matrix[:half, half:] = np.eye(half, dtype=np.float32)
+    return matrix
+
+
+def half_rotation_block(matrix):
+    """The ``block`` (even) whose :func:`half_rotation` repeated down the diagonal is
+    ``matrix`` (rotate_half of every head of ``block`` columns), or None."""
+    width = matrix.shape[0]
+    for block in range(2, width + 1, 2):
+        if width % block == 0 and np.array_equal(
+                matrix, np.kron(np.eye(width // block, dtype=np.float32),
+                                half_rotation(block))):
+            return block
+    return None
 
 
 def _const(imp, value, what):
@@ -92,7 +113,11 @@ def _rotated(imp, x, matrix):
         a, w = node.inputs
         weight = Const(imp.weights[w.name] @ matrix, None, f"{w.name}_rotated")
         a_tensor = type(x.tensor)(x.tensor.graph, a)
-        return Value(imp.call(matmul, a_tensor, imp.tensor(weight).tensor), x.shape)
+        rotated = imp.tensor(weight).tensor
+        block = half_rotation_block(matrix)
+        if block is not None:       # the compiler may read W once (docs/onnx.md)
+            rotated.node.attrs.update(rotation_of=w.name, rotation_block=block)
+        return Value(imp.call(matmul, a_tensor, rotated), x.shape)
     if len(x.tensor.shape) != 2:
         imp.fail(f"rotate_half of a tensor of shape {x.shape}", "rotary embeddings of "
                  "matrices (batch 1, leading size-1 dimensions dropped)")

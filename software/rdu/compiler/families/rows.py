@@ -12,7 +12,7 @@ streams from HBM row by row as the input does (an AGCU load of its own, the same
 into the PCU stage that reads it as its second row operand (``IN1``).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -201,8 +201,7 @@ def _row_images(name, group, tiling, plan):
             if wanted.format != image.format:
                 raise CompileError(f"{name}: {image_name!r} is {image.format} here, its "
                                    f"other kernel has it as {wanted.format}")
-            images[image_name] = Image(wanted.shape, image.pieces, wanted.split,
-                                       wanted.perm, wanted.format)
+            images[image_name] = replace(wanted, pieces=image.pieces)
     return images
 
 
