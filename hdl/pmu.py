@@ -304,7 +304,11 @@ class PMUReadSide(wiring.Component):
         gate_give = self.control_in.valid & self.control_in.ready
         m.d.comb += self.control_in.ready.eq(cfg.read_gate &
                                              (gate_credits != READ_GATE_CREDITS))
-        m.d.sync += gate_credits.eq(gate_credits + gate_give - gate_take)
+        # counters step by one, the handshakes choosing (no carry chain behind them)
+        with m.If(gate_give & ~gate_take):
+            m.d.sync += gate_credits.eq(gate_credits + 1)
+        with m.Elif(gate_take & ~gate_give):
+            m.d.sync += gate_credits.eq(gate_credits - 1)
         pending_step = step_tokens != 0
         m.d.comb += [
             self.control_out.valid.eq(pending_step | done_token),
@@ -314,7 +318,10 @@ class PMUReadSide(wiring.Component):
         token_sent = self.control_out.valid & self.control_out.ready
         step_sent = token_sent & pending_step
         step_added = self.release & ~last_pass
-        m.d.sync += step_tokens.eq(step_tokens + step_added - step_sent)
+        with m.If(step_added & ~step_sent):
+            m.d.sync += step_tokens.eq(step_tokens + 1)
+        with m.Elif(step_sent & ~step_added):
+            m.d.sync += step_tokens.eq(step_tokens - 1)
         with m.If(self.release & last_pass):
             m.d.sync += done_token.eq(1)
         with m.If(token_sent & ~pending_step):
@@ -472,14 +479,12 @@ class PMU(wiring.Component):
 
         m.d.comb += self.pending.eq(writer.mid_pass | vin.o.valid | sin.o.valid |
                                     reader.armed)
-        m.d.sync += [
-            self.beats_written.eq(self.beats_written + writer.fire),
-            self.beats_read.eq(self.beats_read + (self.vector_out.valid &
-                                                  self.vector_out.ready)),
-            self.write_stall_cycles.eq(self.write_stall_cycles +
-                                       (vin.o.valid & ~vin.o.ready)),
-            self.read_stall_cycles.eq(self.read_stall_cycles + reader.waiting),
-        ]
+        for counter, event in ((self.beats_written, writer.fire),
+                               (self.beats_read, self.vector_out.valid & self.vector_out.ready),
+                               (self.write_stall_cycles, vin.o.valid & ~vin.o.ready),
+                               (self.read_stall_cycles, reader.waiting)):
+            with m.If(event):
+                m.d.sync += counter.eq(counter + 1)
         return m
 
     def _config_ok(self, m, cfg):
@@ -519,7 +524,8 @@ class PMU(wiring.Component):
         scalar_bank = Signal(lane_bits)
         scalar_address = sin.o.payload
         scalar_issue = Signal()
-        scalar_ok = scalar_address < self._capacity_words
+        # the capacity is a power of two: the address's upper bits are zero
+        scalar_ok = scalar_address[_log2(self._capacity_words):] == 0
         scalar_error = Signal(PMUError)
         with m.If(sin.o.valid & (self.error == 0) & ~scalar_ok):
             m.d.comb += scalar_error.eq(PMUError.SCALAR_RANGE)
