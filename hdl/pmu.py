@@ -20,7 +20,7 @@ from .interfaces import (
     vector_layout,
     vector_stream,
 )
-from .pmu_beats import AffineAddressGenerator, BankMapper, MappedBeats, _log2, bank_of
+from .pmu_beats import AffineAddressGenerator, BankMapper, MappedBeats, bank_of, log2
 from .pmu_config import (
     ADDRESS_BITS,
     BOUND_BITS,
@@ -230,7 +230,7 @@ class PMUReadSide(wiring.Component):
         """Check, take the head beat and read the banks; returns ``read_step``."""
         cfg, head = self.config, ahead.beat
         inflight = Signal()             # a vector read was issued last cycle
-        issued_banks = [Signal(_log2(self.lanes), name=f"issued_bank{lane}")
+        issued_banks = [Signal(log2(self.lanes), name=f"issued_bank{lane}")
                         for lane in range(self.lanes)]
         read_space = (self.out_level + inflight) < OUTPUT_FIFO_DEPTH
         read_ready = Signal()
@@ -503,13 +503,13 @@ class PMU(wiring.Component):
         m.d.comb += config_ok.eq(
             buffers_ok & buffers_fit & (cfg.buffer_words != 0) &
             ((cfg.skew_shift == 0) |
-             ((cfg.skew_shift >= _log2(self._lanes)) & (cfg.skew_shift < ADDRESS_BITS))))
+             ((cfg.skew_shift >= log2(self._lanes)) & (cfg.skew_shift < ADDRESS_BITS))))
         return config_ok
 
     def _banks(self, m, writer, reader, sin, sout):
         """The SRAM banks: written by the write side, read by the read side or, when it
         does not read, by the scalar lookups. Returns the scalar lookups' error."""
-        lanes, lane_bits = self._lanes, _log2(self._lanes)
+        lanes, lane_bits = self._lanes, log2(self._lanes)
         cfg = m._named_submodules["config"][0].value
         read_ports = []
         for bank in range(lanes):
@@ -525,7 +525,7 @@ class PMU(wiring.Component):
         scalar_address = sin.o.payload
         scalar_issue = Signal()
         # the capacity is a power of two: the address's upper bits are zero
-        scalar_ok = scalar_address[_log2(self._capacity_words):] == 0
+        scalar_ok = scalar_address[log2(self._capacity_words):] == 0
         scalar_error = Signal(PMUError)
         with m.If(sin.o.valid & (self.error == 0) & ~scalar_ok):
             m.d.comb += scalar_error.eq(PMUError.SCALAR_RANGE)

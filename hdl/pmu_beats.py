@@ -18,7 +18,7 @@ from .pmu_config import (
     pmu_config_layout,
 )
 
-__all__ = ["MAPPER_LATENCY", "BEATS_AHEAD", "AffineAddressGenerator", "bank_of",
+__all__ = ["MAPPER_LATENCY", "BEATS_AHEAD", "log2", "AffineAddressGenerator", "bank_of",
            "beat_layout", "BankMapper", "MappedBeats"]
 
 #: Cycles from a beat's address at :class:`BankMapper` to its mapping at the output.
@@ -98,7 +98,8 @@ class AffineAddressGenerator(wiring.Component):
         return m
 
 
-def _log2(value):
+def log2(value):
+    """``log2`` of a power of two."""
     return value.bit_length() - 1
 
 
@@ -116,7 +117,7 @@ def beat_layout(lanes, bank_words):
         "conflict": 1,
         "out_of_range": 1,
         "last": 1,
-        "bank": data.ArrayLayout(_log2(lanes), lanes),
+        "bank": data.ArrayLayout(log2(lanes), lanes),
         "row": data.ArrayLayout(range(bank_words), lanes),
     })
 
@@ -171,7 +172,7 @@ class BankMapper(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg, lanes, lane_bits = self.config, self.lanes, _log2(self.lanes)
+        cfg, lanes, lane_bits = self.config, self.lanes, log2(self.lanes)
         low = Mux(cfg.predicate_enable, cfg.predicate_low, 0)
         # stage 1: each lane's offset in the buffer (one adder from a register)
         address = Signal(ADDRESS_BITS, name="s1_address")
