@@ -4,8 +4,8 @@ See ``docs/pmu.md`` for the configuration layout field by field, the bank mappin
 the buffer handshake, timing and error codes.
 """
 
-from amaranth import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import data, enum, memory, wiring
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import defaults
@@ -20,20 +20,22 @@ from .interfaces import (
     vector_layout,
     vector_stream,
 )
+from .pmu_beats import AffineAddressGenerator, BankMapper, MappedBeats, bank_of, log2
+from .pmu_config import (
+    ADDRESS_BITS,
+    BOUND_BITS,
+    MAX_BUFFERS,
+    PMUError,
+    address_generator_layout,
+    pmu_config_layout,
+)
 from .stream_fifo import StreamFIFO
 
 __all__ = ["ADDRESS_BITS", "BOUND_BITS", "MAX_BUFFERS", "FIFO_DEPTH", "OUTPUT_FIFO_DEPTH",
            "SCALAR_OUT_FIFO_DEPTH", "READ_GATE_CREDITS", "PMUError",
            "address_generator_layout", "pmu_config_layout", "AffineAddressGenerator", "bank_of",
-           "BankMapper", "PMUWriteSide", "PMUReadSide", "PMU"]
+           "BankMapper", "MappedBeats", "PMUWriteSide", "PMUReadSide", "PMU"]
 
-#: Width of every address, stride and range field (addresses wrap modulo 2**20, so a
-#: stride of ``2**20 - k`` steps backwards by ``k``).
-ADDRESS_BITS = 20
-#: Width of a loop bound (iterations per level, 1..65535).
-BOUND_BITS = 16
-#: Most buffers an N-buffered PMU rotates through.
-MAX_BUFFERS = 4
 #: Vector beats the read pipeline may have issued but not yet delivered.
 OUTPUT_FIFO_DEPTH = 4
 #: Depth of the scalar lookup results' output FIFO.
@@ -43,205 +45,6 @@ SCALAR_OUT_FIFO_DEPTH = 2
 READ_GATE_CREDITS = 255
 #: Depth of the ``vector_in`` and ``scalar_in`` FIFOs (the default ``fifo_depth``).
 FIFO_DEPTH = 2
-
-
-class PMUError(enum.IntEnum, shape=3):
-    """Codes of the PMU's sticky ``error`` output (0 = no error)."""
-    OK = 0
-    BAD_CONFIG = 1         # a loop bound of 0, buffers not in 1..4, buffers overflow, bad skew
-    WRITE_CONFLICT = 2     # two lanes of a write beat map to the same bank
-    READ_CONFLICT = 3      # two lanes of a read beat map to the same bank
-    WRITE_RANGE = 4        # a lane of a write beat falls outside its buffer
-    READ_RANGE = 5         # a lane of a read beat falls outside its buffer
-    SCALAR_RANGE = 6       # a scalar lookup address is beyond the capacity
-
-
-def address_generator_layout():
-    """Configuration of one three-level affine address generator (level 0 innermost)."""
-    return data.StructLayout({
-        "start": unsigned(ADDRESS_BITS),
-        "stride": data.ArrayLayout(unsigned(ADDRESS_BITS), 3),
-        "bound": data.ArrayLayout(unsigned(BOUND_BITS), 3),
-        "lane_stride": unsigned(ADDRESS_BITS),
-    })
-
-
-def pmu_config_layout():
-    """The PMU's configuration layout (stored by a :class:`ConfigRegister`)."""
-    return data.StructLayout({
-        "write_enable": unsigned(1),
-        "read_enable": unsigned(1),
-        "read_gate": unsigned(1),
-        "predicate_enable": unsigned(1),
-        "skew_shift": unsigned(5),
-        "buffers": unsigned(3),
-        "read_repeat": unsigned(8),
-        "read_passes": unsigned(16),
-        "buffer_words": unsigned(ADDRESS_BITS),
-        "predicate_low": unsigned(ADDRESS_BITS),
-        "predicate_high": unsigned(ADDRESS_BITS),
-        "write": address_generator_layout(),
-        "read": address_generator_layout(),
-    })
-
-
-def _times_constant(value, factor):
-    """``value * factor`` for a constant ``factor``, as shifted copies added (synthesis
-    maps a ``*`` to a DSP multiplier even when one operand is a small constant)."""
-    terms = [value << bit for bit in range(factor.bit_length()) if factor >> bit & 1]
-    total = terms[0] if terms else 0
-    for term in terms[1:]:
-        total = total + term
-    return total
-
-
-class AffineAddressGenerator(wiring.Component):
-    """Three-level affine loop: ``start + i0*stride[0] + i1*stride[1] + i2*stride[2]``.
-
-    Level 0 is innermost; level ``k`` runs ``bound[k]`` iterations. The running
-    address is kept with adders only (no multipliers).
-
-    Attributes
-    ----------
-    config : In(address_generator_layout())
-    advance : In(1)
-        Step to the next iteration (from the last one, back to the first).
-    clear : In(1)
-        Return to the first iteration.
-    address : Out(ADDRESS_BITS)
-        Address of the current iteration.
-    last : Out(1)
-        The current iteration is the last of the loop nest.
-    """
-    def __init__(self):
-        super().__init__({
-            "config": In(address_generator_layout()),
-            "advance": In(1),
-            "clear": In(1),
-            "address": Out(ADDRESS_BITS),
-            "last": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        cfg = self.config
-        index = [Signal(BOUND_BITS, name=f"i{level}") for level in range(3)]
-        offset = Signal(ADDRESS_BITS)          # address - start
-        base1 = Signal(ADDRESS_BITS)           # offset of (i0=0) at the current i1, i2
-        base2 = Signal(ADDRESS_BITS)           # offset of (i0=i1=0) at the current i2
-        at_end = [index[level] == cfg.bound[level] - 1 for level in range(3)]
-        m.d.comb += [
-            self.address.eq(cfg.start + offset),
-            self.last.eq(at_end[0] & at_end[1] & at_end[2]),
-        ]
-        with m.If(self.clear):
-            m.d.sync += [offset.eq(0), base1.eq(0), base2.eq(0),
-                         *(i.eq(0) for i in index)]
-        with m.Elif(self.advance):
-            with m.If(~at_end[0]):
-                m.d.sync += [index[0].eq(index[0] + 1), offset.eq(offset + cfg.stride[0])]
-            with m.Elif(~at_end[1]):
-                m.d.sync += [index[0].eq(0), index[1].eq(index[1] + 1),
-                             base1.eq(base1 + cfg.stride[1]),
-                             offset.eq(base1 + cfg.stride[1])]
-            with m.Elif(~at_end[2]):
-                m.d.sync += [index[0].eq(0), index[1].eq(0), index[2].eq(index[2] + 1),
-                             base2.eq(base2 + cfg.stride[2]),
-                             base1.eq(base2 + cfg.stride[2]),
-                             offset.eq(base2 + cfg.stride[2])]
-            with m.Else():
-                m.d.sync += [offset.eq(0), base1.eq(0), base2.eq(0),
-                             *(i.eq(0) for i in index)]
-        return m
-
-
-def _log2(value):
-    return value.bit_length() - 1
-
-
-def bank_of(address, skew_shift):
-    """The bank of a physical word address: ``address + (address >> skew_shift)`` (no
-    skew when ``skew_shift`` is 0), modulo the bank count (the caller's width)."""
-    return address + Mux(skew_shift == 0, 0, address >> skew_shift)
-
-
-class BankMapper(wiring.Component):
-    """Where each lane of the beat at ``address`` lives: its bank, its row, whether its
-    word is inside the buffer and whether two lanes share a bank (combinational).
-
-    Lane ``l``'s word is at ``offset_l = address - low + l * lane_stride`` in the buffer
-    (``low`` is ``predicate_low`` with the predicate on, else 0), physical word
-    ``buffer_base + offset_l``, in bank :func:`bank_of` and row ``physical >> log2(lanes)``.
-
-    Parameters
-    ----------
-    lanes : int
-    bank_words : int
-        Words per bank.
-
-    Attributes
-    ----------
-    config : In(pmu_config_layout())
-        ``predicate_*``, ``skew_shift`` and ``buffer_words`` are used.
-    lane_stride, address, buffer_base : In(ADDRESS_BITS)
-    in_predicate : Out(1)
-        The predicate is off, or ``predicate_low <= address < predicate_high``.
-    bank, row : Out(data.ArrayLayout(...))
-        Per lane.
-    conflict : Out(1)
-        Two lanes map to one bank.
-    out_of_range : Out(1)
-        A lane's offset is at least ``buffer_words``.
-    """
-
-    def __init__(self, lanes=8, bank_words=2048):
-        self.lanes = lanes
-        self.bank_words = bank_words
-        super().__init__({
-            "config": In(pmu_config_layout()),
-            "lane_stride": In(ADDRESS_BITS),
-            "address": In(ADDRESS_BITS),
-            "buffer_base": In(ADDRESS_BITS),
-            "in_predicate": Out(1),
-            "bank": Out(data.ArrayLayout(_log2(lanes), lanes)),
-            "row": Out(data.ArrayLayout(range(bank_words), lanes)),
-            "conflict": Out(1),
-            "out_of_range": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        cfg, lanes, lane_bits = self.config, self.lanes, _log2(self.lanes)
-        low = Mux(cfg.predicate_enable, cfg.predicate_low, 0)
-        m.d.comb += self.in_predicate.eq(~cfg.predicate_enable | (
-            (self.address >= cfg.predicate_low) & (self.address < cfg.predicate_high)))
-        offset = Signal(ADDRESS_BITS)
-        m.d.comb += offset.eq(self.address - low)
-        out_of_range = []
-        for lane in range(lanes):
-            lane_offset = Signal(ADDRESS_BITS, name=f"offset{lane}")
-            physical = Signal(ADDRESS_BITS, name=f"physical{lane}")
-            m.d.comb += [
-                lane_offset.eq(offset + _times_constant(self.lane_stride, lane)),
-                physical.eq(self.buffer_base + lane_offset),
-                self.bank[lane].eq(bank_of(physical, cfg.skew_shift)),
-                self.row[lane].eq(physical >> lane_bits),
-            ]
-            out_of_range.append(lane_offset >= cfg.buffer_words)
-        m.d.comb += self.conflict.eq(0)
-        for a in range(lanes):
-            for b in range(a + 1, lanes):
-                with m.If(self.bank[a] == self.bank[b]):
-                    m.d.comb += self.conflict.eq(1)
-        m.d.comb += self.out_of_range.eq(Cat(*out_of_range).any())
-        return m
-
-
-def _next_buffer(cfg, index, base):
-    """Step ``index``/``base`` to the next of ``cfg.buffers`` buffers (sync statements)."""
-    wrap = index == cfg.buffers - 1
-    return [index.eq(Mux(wrap, 0, index + 1)),
-            base.eq(Mux(wrap, 0, base + cfg.buffer_words))]
 
 
 class PMUWriteSide(wiring.Component):
@@ -304,32 +107,34 @@ class PMUWriteSide(wiring.Component):
             "mid_pass": Out(1),
         })
 
+    #: The address path (a :class:`MappedBeats`; a test replaces it with a broken one).
+    beats_class = MappedBeats
+
     def elaborate(self, platform):
         m = Module()
         cfg, beats = self.config, self.beats
-        m.submodules.write_ag = write_ag = AffineAddressGenerator()
-        m.submodules.mapper = mapper = BankMapper(self.lanes, self.bank_words)
-        buffer_base = Signal(ADDRESS_BITS, name="write_buffer_base")
-        buffer_index = Signal(range(MAX_BUFFERS), name="write_buffer_index")
-        m.d.comb += [write_ag.config.eq(cfg.write), mapper.config.eq(cfg),
-                     mapper.lane_stride.eq(cfg.write.lane_stride),
-                     mapper.address.eq(write_ag.address), mapper.buffer_base.eq(buffer_base)]
-        bounds_ok = (cfg.write.bound[0] != 0) & (cfg.write.bound[1] != 0) & \
-            (cfg.write.bound[2] != 0)
-        in_pred = mapper.in_predicate
-        with m.If(cfg.write_enable & self.healthy & beats.valid):
-            with m.If(~(self.config_ok & bounds_ok)):
+        m.submodules.ahead = ahead = self.beats_class(self.lanes, self.bank_words, "write")
+        m.d.comb += [ahead.config.eq(cfg), ahead.clear.eq(self.clear)]
+        head = ahead.beat
+        # the checks of the configuration, a register (steady before a first beat is mapped)
+        config_ok = Signal()
+        m.d.sync += config_ok.eq(self.config_ok & (cfg.write.bound[0] != 0) &
+                                 (cfg.write.bound[1] != 0) & (cfg.write.bound[2] != 0))
+        in_pred = head.in_predicate
+        with m.If(cfg.write_enable & self.healthy & beats.valid & ahead.valid):
+            with m.If(~config_ok):
                 m.d.comb += self.error.eq(PMUError.BAD_CONFIG)
-            with m.Elif(self.room & in_pred & mapper.conflict):
+            with m.Elif(self.room & in_pred & head.conflict):
                 m.d.comb += self.error.eq(PMUError.WRITE_CONFLICT)
-            with m.Elif(self.room & in_pred & mapper.out_of_range):
+            with m.Elif(self.room & in_pred & head.out_of_range):
                 m.d.comb += self.error.eq(PMUError.WRITE_RANGE)
         m.d.comb += [
-            beats.ready.eq(cfg.write_enable & self.healthy & ~self.stop & self.room),
+            beats.ready.eq(cfg.write_enable & self.healthy & ~self.stop & self.room &
+                           ahead.valid),
             self.fire.eq(beats.valid & beats.ready),
             self.bank_enable.eq(self.fire & in_pred),
-            write_ag.advance.eq(self.fire),
-            self.pass_done.eq(self.fire & write_ag.last),
+            ahead.take.eq(self.fire),
+            self.pass_done.eq(self.fire & head.last),
         ]
         with m.If(self.pass_done):
             m.d.sync += self.mid_pass.eq(0)
@@ -337,14 +142,11 @@ class PMUWriteSide(wiring.Component):
             m.d.sync += self.mid_pass.eq(1)
         for bank in range(self.lanes):
             for lane in range(self.lanes):
-                with m.If(mapper.bank[lane] == bank):
-                    m.d.comb += [self.bank_addr[bank].eq(mapper.row[lane]),
+                with m.If(head.bank[lane] == bank):
+                    m.d.comb += [self.bank_addr[bank].eq(head.row[lane]),
                                  self.bank_data[bank].eq(beats.payload[lane])]
-        with m.If(self.pass_done):
-            m.d.sync += _next_buffer(cfg, buffer_index, buffer_base)
         with m.If(self.clear):
-            m.d.sync += [self.mid_pass.eq(0), buffer_index.eq(0), buffer_base.eq(0)]
-            m.d.comb += write_ag.clear.eq(1)
+            m.d.sync += self.mid_pass.eq(0)
         return m
 
 
@@ -412,59 +214,54 @@ class PMUReadSide(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.read_ag = read_ag = AffineAddressGenerator()
-        m.submodules.mapper = mapper = BankMapper(self.lanes, self.bank_words)
-        buffer_base = Signal(ADDRESS_BITS, name="read_buffer_base")
-        buffer_index = Signal(range(MAX_BUFFERS), name="read_buffer_index")
-        m.d.comb += [read_ag.config.eq(cfg.read), mapper.config.eq(cfg),
-                     mapper.lane_stride.eq(cfg.read.lane_stride),
-                     mapper.address.eq(read_ag.address), mapper.buffer_base.eq(buffer_base)]
+        m.submodules.ahead = ahead = MappedBeats(self.lanes, self.bank_words, "read")
+        m.d.comb += [ahead.config.eq(cfg), ahead.clear.eq(self.clear)]
         gate_credits = Signal(range(READ_GATE_CREDITS + 1))
         can_arm = self.full & (~cfg.read_gate | (gate_credits != 0))
         arm_now = ~self.armed & can_arm
-        step = self._step(m, read_ag, mapper, arm_now)
-        last_pass = self._passes(m, read_ag, step, arm_now, buffer_index, buffer_base)
+        step = self._step(m, ahead, arm_now)
+        last_pass = self._passes(m, ahead.beat.last, step, arm_now)
         self._tokens(m, step, arm_now, gate_credits, last_pass)
         with m.If(self.clear):
-            m.d.sync += [self.armed.eq(0), self.done.eq(0), buffer_index.eq(0),
-                         buffer_base.eq(0), gate_credits.eq(0)]
-            m.d.comb += read_ag.clear.eq(1)
+            m.d.sync += [self.armed.eq(0), self.done.eq(0), gate_credits.eq(0)]
         return m
 
-    def _step(self, m, read_ag, mapper, arm_now):
-        """Check, step the generator and read the banks; returns ``read_step``."""
-        cfg = self.config
+    def _step(self, m, ahead, arm_now):
+        """Check, take the head beat and read the banks; returns ``read_step``."""
+        cfg, head = self.config, ahead.beat
         inflight = Signal()             # a vector read was issued last cycle
-        issued_banks = [Signal(_log2(self.lanes), name=f"issued_bank{lane}")
+        issued_banks = [Signal(log2(self.lanes), name=f"issued_bank{lane}")
                         for lane in range(self.lanes)]
         read_space = (self.out_level + inflight) < OUTPUT_FIFO_DEPTH
         read_ready = Signal()
         m.d.comb += read_ready.eq(cfg.read_enable & self.healthy & ~self.done &
-                                  (self.armed | arm_now))
-        bounds_ok = (cfg.read.bound[0] != 0) & (cfg.read.bound[1] != 0) & \
-            (cfg.read.bound[2] != 0)
-        in_pred = mapper.in_predicate
+                                  (self.armed | arm_now) & ahead.valid)
+        # the checks of the configuration, a register (steady before a first beat is mapped)
+        config_ok = Signal()
+        m.d.sync += config_ok.eq(self.config_ok & (cfg.read.bound[0] != 0) &
+                                 (cfg.read.bound[1] != 0) & (cfg.read.bound[2] != 0))
+        in_pred = head.in_predicate
         with m.If(read_ready):
-            with m.If(~(self.config_ok & bounds_ok)):
+            with m.If(~config_ok):
                 m.d.comb += self.error.eq(PMUError.BAD_CONFIG)
-            with m.Elif(in_pred & mapper.conflict):
+            with m.Elif(in_pred & head.conflict):
                 m.d.comb += self.error.eq(PMUError.READ_CONFLICT)
-            with m.Elif(in_pred & mapper.out_of_range):
+            with m.Elif(in_pred & head.out_of_range):
                 m.d.comb += self.error.eq(PMUError.READ_RANGE)
-        read_step = Signal()            # the read generator advances this cycle
+        read_step = Signal()            # the head beat is taken this cycle
         m.d.comb += [
             read_step.eq(read_ready & ~self.stop & (read_space | ~in_pred)),
             self.issue.eq(read_step & in_pred),
-            read_ag.advance.eq(read_step),
+            ahead.take.eq(read_step),
             self.waiting.eq(read_ready & in_pred & ~read_space),
         ]
         for bank in range(self.lanes):
             for lane in range(self.lanes):
-                with m.If(mapper.bank[lane] == bank):
-                    m.d.comb += self.bank_addr[bank].eq(mapper.row[lane])
+                with m.If(head.bank[lane] == bank):
+                    m.d.comb += self.bank_addr[bank].eq(head.row[lane])
         m.d.sync += inflight.eq(self.issue)
         with m.If(self.issue):
-            m.d.sync += [issued.eq(bank) for issued, bank in zip(issued_banks, mapper.bank,
+            m.d.sync += [issued.eq(bank) for issued, bank in zip(issued_banks, head.bank,
                                                                    strict=True)]
         for lane in range(self.lanes):
             with m.Switch(issued_banks[lane]):
@@ -474,20 +271,20 @@ class PMUReadSide(wiring.Component):
         m.d.comb += self.beats.valid.eq(inflight)
         return read_step
 
-    def _passes(self, m, read_ag, read_step, arm_now, buffer_index, buffer_base):
-        """Passes, repeats and released buffers; returns ``last_pass``."""
+    def _passes(self, m, last_beat, read_step, arm_now):
+        """Passes, repeats and released buffers (the generator follows the buffers on
+        its own, :class:`MappedBeats`); returns ``last_pass``."""
         cfg = self.config
         repeat_count = Signal(8)
         passes_done = Signal(16)
-        read_pass_done = read_step & read_ag.last
+        read_pass_done = read_step & last_beat
         last_repeat = repeat_count + 1 >= Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
         m.d.comb += self.release.eq(read_pass_done & last_repeat)
         last_pass = (cfg.read_passes != 0) & (passes_done + 1 == cfg.read_passes)
         with m.If(read_pass_done):
             m.d.sync += self.armed.eq(0)
             with m.If(last_repeat):
-                m.d.sync += [repeat_count.eq(0), passes_done.eq(passes_done + 1),
-                             *_next_buffer(cfg, buffer_index, buffer_base)]
+                m.d.sync += [repeat_count.eq(0), passes_done.eq(passes_done + 1)]
                 with m.If(last_pass):
                     m.d.sync += self.done.eq(1)
             with m.Else():
@@ -507,7 +304,11 @@ class PMUReadSide(wiring.Component):
         gate_give = self.control_in.valid & self.control_in.ready
         m.d.comb += self.control_in.ready.eq(cfg.read_gate &
                                              (gate_credits != READ_GATE_CREDITS))
-        m.d.sync += gate_credits.eq(gate_credits + gate_give - gate_take)
+        # counters step by one, the handshakes choosing (no carry chain behind them)
+        with m.If(gate_give & ~gate_take):
+            m.d.sync += gate_credits.eq(gate_credits + 1)
+        with m.Elif(gate_take & ~gate_give):
+            m.d.sync += gate_credits.eq(gate_credits - 1)
         pending_step = step_tokens != 0
         m.d.comb += [
             self.control_out.valid.eq(pending_step | done_token),
@@ -517,7 +318,10 @@ class PMUReadSide(wiring.Component):
         token_sent = self.control_out.valid & self.control_out.ready
         step_sent = token_sent & pending_step
         step_added = self.release & ~last_pass
-        m.d.sync += step_tokens.eq(step_tokens + step_added - step_sent)
+        with m.If(step_added & ~step_sent):
+            m.d.sync += step_tokens.eq(step_tokens + 1)
+        with m.Elif(step_sent & ~step_added):
+            m.d.sync += step_tokens.eq(step_tokens - 1)
         with m.If(self.release & last_pass):
             m.d.sync += done_token.eq(1)
         with m.If(token_sent & ~pending_step):
@@ -675,14 +479,12 @@ class PMU(wiring.Component):
 
         m.d.comb += self.pending.eq(writer.mid_pass | vin.o.valid | sin.o.valid |
                                     reader.armed)
-        m.d.sync += [
-            self.beats_written.eq(self.beats_written + writer.fire),
-            self.beats_read.eq(self.beats_read + (self.vector_out.valid &
-                                                  self.vector_out.ready)),
-            self.write_stall_cycles.eq(self.write_stall_cycles +
-                                       (vin.o.valid & ~vin.o.ready)),
-            self.read_stall_cycles.eq(self.read_stall_cycles + reader.waiting),
-        ]
+        for counter, event in ((self.beats_written, writer.fire),
+                               (self.beats_read, self.vector_out.valid & self.vector_out.ready),
+                               (self.write_stall_cycles, vin.o.valid & ~vin.o.ready),
+                               (self.read_stall_cycles, reader.waiting)):
+            with m.If(event):
+                m.d.sync += counter.eq(counter + 1)
         return m
 
     def _config_ok(self, m, cfg):
@@ -701,13 +503,13 @@ class PMU(wiring.Component):
         m.d.comb += config_ok.eq(
             buffers_ok & buffers_fit & (cfg.buffer_words != 0) &
             ((cfg.skew_shift == 0) |
-             ((cfg.skew_shift >= _log2(self._lanes)) & (cfg.skew_shift < ADDRESS_BITS))))
+             ((cfg.skew_shift >= log2(self._lanes)) & (cfg.skew_shift < ADDRESS_BITS))))
         return config_ok
 
     def _banks(self, m, writer, reader, sin, sout):
         """The SRAM banks: written by the write side, read by the read side or, when it
         does not read, by the scalar lookups. Returns the scalar lookups' error."""
-        lanes, lane_bits = self._lanes, _log2(self._lanes)
+        lanes, lane_bits = self._lanes, log2(self._lanes)
         cfg = m._named_submodules["config"][0].value
         read_ports = []
         for bank in range(lanes):
@@ -722,7 +524,8 @@ class PMU(wiring.Component):
         scalar_bank = Signal(lane_bits)
         scalar_address = sin.o.payload
         scalar_issue = Signal()
-        scalar_ok = scalar_address < self._capacity_words
+        # the capacity is a power of two: the address's upper bits are zero
+        scalar_ok = scalar_address[log2(self._capacity_words):] == 0
         scalar_error = Signal(PMUError)
         with m.If(sin.o.valid & (self.error == 0) & ~scalar_ok):
             m.d.comb += scalar_error.eq(PMUError.SCALAR_RANGE)

@@ -1,4 +1,5 @@
-"""The PMU's pieces (``hdl/pmu.py``: ``BankMapper``, ``PMUWriteSide``, ``PMUReadSide``),
+"""The PMU's pieces (``hdl/pmu_beats.py``: ``BankMapper``; ``hdl/pmu.py``: ``PMUWriteSide``,
+``PMUReadSide``),
 each simulated alone against the Python reference model of ``tb/suites/pmu.py``
 (``PMUModel``, ``bank_of``, the address generators' walk from ``rdu.affine``).
 ``test_mutants_are_caught`` runs the same checks on broken pieces and requires each to
@@ -12,6 +13,7 @@ from amaranth.sim import Simulator
 
 from hdl.interfaces import ControlToken
 from hdl.pmu import ADDRESS_BITS, BankMapper, PMUError, PMUReadSide, PMUWriteSide
+from hdl.pmu_beats import MAPPER_LATENCY, MappedBeats
 from tb.suites.pmu import PMUModel, affine_addresses, bank_of, pattern, pmu_config
 
 LANES = 8
@@ -46,7 +48,8 @@ def set_config(ctx, port, config):
 
 def check_bank_mapper(mapper_class, seed):
     """Per lane: bank (:func:`bank_of`), row, range; conflict; predicate; 400 random
-    addresses, bases, lane strides and configurations."""
+    addresses, bases, lane strides and configurations, each held for the mapper's
+    latency and the cycle of its lane constants."""
     rng = random.Random(seed)
     dut = mapper_class(LANES, BANK_WORDS)
     cases = []
@@ -69,11 +72,14 @@ def check_bank_mapper(mapper_class, seed):
                 ctx.set(getattr(dut.config, name), case[name])
             for name in ("lane_stride", "address", "buffer_base"):
                 ctx.set(getattr(dut, name), case[name])
-            results.append((ctx.get(dut.in_predicate),
-                            [ctx.get(dut.bank[lane]) for lane in range(LANES)],
-                            [ctx.get(dut.row[lane]) for lane in range(LANES)],
-                            ctx.get(dut.conflict), ctx.get(dut.out_of_range)))
-            await ctx.delay(1e-6)
+            ctx.set(dut.valid, 1)
+            await ctx.tick().repeat(MAPPER_LATENCY + 1)
+            assert ctx.get(dut.beat_valid)
+            beat = dut.beat
+            results.append((ctx.get(beat.in_predicate),
+                            [ctx.get(beat.bank[lane]) for lane in range(LANES)],
+                            [ctx.get(beat.row[lane]) for lane in range(LANES)],
+                            ctx.get(beat.conflict), ctx.get(beat.out_of_range)))
 
     simulate(dut, bench)
     for case, result in zip(cases, results, strict=True):
@@ -241,19 +247,24 @@ class NeighbourConflictMapper(BankMapper):
         m = super().elaborate(platform)
         shared = Const(0)
         for lane in range(self.lanes - 1):
-            shared |= self.bank[lane] == self.bank[lane + 1]
-        m.d.comb += self.conflict.eq(shared)
+            shared |= self.beat.bank[lane] == self.beat.bank[lane + 1]
+        m.d.comb += self.beat.conflict.eq(shared)
+        return m
+
+
+class OneBufferBeats(MappedBeats):
+    """Never moves to the next buffer (every pass maps into buffer 0)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        driven = {signal.name: signal for signal in m._driving.keys()}
+        m.d.sync += [driven["buffer_base"].eq(0), driven["buffer_index"].eq(0)]
         return m
 
 
 class OneBufferWriteSide(PMUWriteSide):
     """Never moves to the next buffer (every pass lands in buffer 0)."""
-
-    def elaborate(self, platform):
-        m = super().elaborate(platform)
-        driven = {signal.name: signal for signal in m._driving.keys()}
-        m.d.sync += [driven["write_buffer_base"].eq(0), driven["write_buffer_index"].eq(0)]
-        return m
+    beats_class = OneBufferBeats
 
 
 class NoDoneReadSide(PMUReadSide):
