@@ -113,55 +113,61 @@ class DecodePlan:
         self.written.append((program, image))
 
 
-def _rows_table(rows, dim, pitch, number, rotated=False):
-    """``words_of`` of K's rotary table ``number`` (0: cos, 1: sin) as rows of
-    ``pitch``: the mask column ``dim`` through ``t1`` = 1, ``t2`` = 0; ``rotated``: the
-    second table signed for ``p2`` read from ``p1`` (:mod:`rdu.apps.onnx_rotary`)."""
+def _rows_table(rows, dim, pitch, number, rotated=False, heads=1):
+    """``words_of`` of K's rotary table ``number`` (0: cos, 1: sin) as rows of ``heads``
+    blocks of ``pitch`` (the same table for every key/value head): the mask column
+    ``dim`` through ``t1`` = 1, ``t2`` = 0; ``rotated``: the second table signed for
+    ``p2`` read from ``p1`` (:mod:`rdu.apps.onnx_rotary`)."""
     signs = half_signs(dim) if rotated and number else np.ones(dim, np.float32)
 
     def words_of(values):
         full = np.zeros((rows, pitch), np.float32)
         full[:, :dim] = np.asarray(values, np.float32).reshape(rows, dim) * signs
         full[:, dim] = 1.0 if number == 0 else 0.0
-        return full.view(np.uint32)
+        return np.ascontiguousarray(np.tile(full, (1, heads))).view(np.uint32)
     return words_of
 
 
-def _cache_writer(built, s, plan, kind, g, address):
-    """Key/value head ``g``'s rows of ``kind`` (k or v) into the cache at ``address``
-    (head ``g``'s row 0) through a positioned store; the writer's stages."""
+def _cache_writer(built, s, plan, kind, address, head_bytes):
+    """Every key/value head's rows of ``kind`` (k or v) into the cache at ``address``
+    (head ``g``'s row 0 at ``address + g * head_bytes``) through one positioned store:
+    one product ``[x | I] [W_0 | C; W_1 | C; ...]`` of every head (its rows ``heads``
+    blocks of ``pitch``), with rotary a second product or its copy
+    (:mod:`rdu.apps.onnx_rotary`), and a row group to BF16 whose output image is
+    strided (a row's blocks ``head_bytes`` apart); the writer's stages."""
     rows, width, dim, pitch, lanes = built.rows, built.width, s.dim, s.pitch, s.lanes
-    parts = built.parts[kind]
+    heads, parts = s.kv_heads, built.parts[kind]
     depth = built.norm_b(None).depth
     constants = np.zeros((rows, pitch), np.float32)
     if kind == "k":         # the token's key filled (0), the padding rows' masked
         constants[1:, dim] = float(np.uint32(NEG_BIG).view(np.float32))
     else:
         constants[:, dim] = 1.0
-    fp32_rows = Image((rows, pitch), (), None, None, "fp32")
+    fp32_rows = Image((rows, heads * pitch), (), None, None, "fp32")
 
     firsts = []
     rotated = reads_rotated(parts, dim) and (dim // 2) % (2 * lanes) == 0 and \
         pitch % (2 * lanes) == 0
     for number, (_, w, _) in enumerate(parts):
         if number and rotated:      # p2 read from p1 (rdu.apps.onnx_rotary)
-            firsts.append(rotated_copy(built, f"{kind}{g}", firsts[0], rows,
+            firsts.append(rotated_copy(built, kind, firsts[0], rows * heads,
                                        pitch // (2 * lanes), dim // (4 * lanes)))
             continue
 
         def weight(inputs, w=w, number=number):
-            b = np.zeros((depth, pitch), np.float32)
-            b[:width, :dim] = floats(inputs[w.name]).reshape(width, -1)[:, g * dim:
-                                                                         (g + 1) * dim]
-            if number == 0:
-                b[width:width + rows] = constants
+            b = np.zeros((depth, heads * pitch), np.float32)
+            w_all = floats(inputs[w.name]).reshape(width, -1)
+            for g in range(heads):
+                b[:width, g * pitch:g * pitch + dim] = w_all[:, g * dim:(g + 1) * dim]
+                if number == 0:
+                    b[width:width + rows, g * pitch:(g + 1) * pitch] = constants
             return bf16(b)
-        firsts.append(built.produce(f"{kind}{g}_{number}", None, None, weight,
-                                    (rows, depth), (depth, pitch), None, bf16=False,
-                                    out_layout=fp32_rows))
-    count = rows * pitch // (2 * lanes)
+        firsts.append(built.produce(f"{kind}_{number}", None, None, weight,
+                                    (rows, depth), (depth, heads * pitch), None,
+                                    bf16=False, out_layout=fp32_rows))
+    count = rows * heads * pitch // (2 * lanes)
     rows_view = Image((count, 2 * lanes), (), None, None, "fp32")
-    graph = Graph(built.name(f"{kind}{g}_rows"))
+    graph = Graph(built.name(f"{kind}_rows"))
     p = [graph.input(f"p{n + 1}", (count, 2 * lanes), "fp32") for n in range(len(parts))]
     if len(parts) == 1:
         out = p[0]
@@ -170,7 +176,8 @@ def _cache_writer(built, s, plan, kind, g, address):
         out = p[0] * t1 + p[1] * t2
     graph.output("out", out.astype("bf16"))
     addresses = {"out": address}
-    layouts = {"out": Image((count, 2 * lanes), (), None, None, "bf16")}
+    layouts = {"out": Image((count, 2 * lanes), (), (rows, heads, pitch), None, "bf16",
+                            strides=(pitch, head_bytes // 2, 1))}
     positions = {"out": (pitch * 2, plan.positions)}
     for n, index in enumerate(firsts):
         addresses[f"p{n + 1}"] = built.stages[index - built.first].program.meta[
@@ -179,15 +186,15 @@ def _cache_writer(built, s, plan, kind, g, address):
     if len(parts) == 2:     # a table row per position: entry p is rows p .. p + rows - 1
         for name in ("t1", "t2"):
             layouts[name] = rows_view
-            addresses[name], positions[name] = plan.reserve(built, rows_view.nbytes,
-                                                            stride=pitch * 4)
+            addresses[name], positions[name] = plan.reserve(
+                built, rows_view.nbytes, stride=heads * pitch * 4)
     program = compile_graph(graph, built.machine, kernel=KERNEL_NAME, params=built.params,
                             plan=ImagePlan(start=built.start, addresses=addresses,
                                            layouts=layouts, positions=positions))
     user = {}
     if len(parts) == 2:     # written whole, once (entry 0 packed as the image)
         for number, (_, _, t) in enumerate(parts):
-            words_of = _rows_table(rows, dim, pitch, number, rotated)
+            words_of = _rows_table(rows, dim, pitch, number, rotated, heads)
             plan.table(program, f"t{number + 1}", t.name, rows, words_of)
             user[f"t{number + 1}"] = lambda inputs, w=words_of, t=t: w(plan.tables[t.name][
                 :rows])
@@ -198,7 +205,8 @@ def _cache_writer(built, s, plan, kind, g, address):
                                                  lanes))
     index = built.add(Stage(graph.name, graph, program, user,
                             {f"p{n + 1}": produced(i) for n, i in enumerate(firsts)}))
-    built.final[(kind, g, f"{kind}{g}_rows")] = (index, "out", lambda words: words)
+    for g in range(heads):
+        built.final[(kind, g, f"{kind}_rows")] = (index, "out", lambda words: words)
 
 
 def _queries(built, s, address, layout):
@@ -249,8 +257,7 @@ def compile_decode_attention(graph, sink, machine, start, out_name, first, param
     _queries(built, s, images["q"]["address"], Image.from_json(images["q"]))
     head_bytes = s.seq * s.pitch * 2
     for kind in "kv":
-        for g in range(s.kv_heads):
-            _cache_writer(built, s, plan, kind, g, images[kind]["address"] + g * head_bytes)
+        _cache_writer(built, s, plan, kind, images[kind]["address"], head_bytes)
     stages = built.stages
     att_index = first + len(stages)
 
