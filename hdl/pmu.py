@@ -4,7 +4,7 @@ See ``docs/pmu.md`` for the configuration layout field by field, the bank mappin
 the buffer handshake, timing and error codes.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,7 +20,14 @@ from .interfaces import (
     vector_layout,
     vector_stream,
 )
-from .pmu_beats import AffineAddressGenerator, BankMapper, MappedBeats, bank_of, log2
+from .pmu_beats import (
+    AffineAddressGenerator,
+    BankMapper,
+    MappedBeats,
+    bank_of,
+    last_repeat_flag,
+    log2,
+)
 from .pmu_config import (
     ADDRESS_BITS,
     BOUND_BITS,
@@ -66,9 +73,8 @@ class PMUWriteSide(wiring.Component):
     room : In(1)
         A buffer is free to write.
     healthy : In(1)
-        No sticky error.
-    stop : In(1)
-        An error is raised this cycle (by any side): take nothing.
+        No sticky error (an error another side raises this cycle stops this side from
+        the next cycle on: see ``docs/pmu.md``, "Error codes").
     clear : In(1)
         A configuration write: back to buffer 0, first iteration.
     error : Out(PMUError)
@@ -96,7 +102,6 @@ class PMUWriteSide(wiring.Component):
             "beats": In(vector_stream(lanes)),
             "room": In(1),
             "healthy": In(1),
-            "stop": In(1),
             "clear": In(1),
             "error": Out(PMUError),
             "bank_addr": Out(data.ArrayLayout(range(bank_words), lanes)),
@@ -128,9 +133,11 @@ class PMUWriteSide(wiring.Component):
                 m.d.comb += self.error.eq(PMUError.WRITE_CONFLICT)
             with m.Elif(self.room & in_pred & head.out_of_range):
                 m.d.comb += self.error.eq(PMUError.WRITE_RANGE)
+        # the head beat would raise this side's error (registers only: the handshake does
+        # not wait for the other sides' errors, which stop it from the next cycle on)
+        bad = ~config_ok | (in_pred & (head.conflict | head.out_of_range))
         m.d.comb += [
-            beats.ready.eq(cfg.write_enable & self.healthy & ~self.stop & self.room &
-                           ahead.valid),
+            beats.ready.eq(cfg.write_enable & self.healthy & self.room & ahead.valid & ~bad),
             self.fire.eq(beats.valid & beats.ready),
             self.bank_enable.eq(self.fire & in_pred),
             ahead.take.eq(self.fire),
@@ -158,7 +165,7 @@ class PMUReadSide(wiring.Component):
 
     Attributes
     ----------
-    config, config_ok, healthy, stop, clear : In
+    config, config_ok, healthy, clear : In
         As for :class:`PMUWriteSide`.
     full : In(1)
         A buffer is written and not released.
@@ -196,7 +203,6 @@ class PMUReadSide(wiring.Component):
             "full": In(1),
             "out_level": In(range(OUTPUT_FIFO_DEPTH + 1)),
             "healthy": In(1),
-            "stop": In(1),
             "clear": In(1),
             "error": Out(PMUError),
             "issue": Out(1),
@@ -248,9 +254,11 @@ class PMUReadSide(wiring.Component):
                 m.d.comb += self.error.eq(PMUError.READ_CONFLICT)
             with m.Elif(in_pred & head.out_of_range):
                 m.d.comb += self.error.eq(PMUError.READ_RANGE)
+        # the head beat would raise this side's error (registers only, as the write side)
+        bad = ~config_ok | (in_pred & (head.conflict | head.out_of_range))
         read_step = Signal()            # the head beat is taken this cycle
         m.d.comb += [
-            read_step.eq(read_ready & ~self.stop & (read_space | ~in_pred)),
+            read_step.eq(read_ready & ~bad & (read_space | ~in_pred)),
             self.issue.eq(read_step & in_pred),
             ahead.take.eq(read_step),
             self.waiting.eq(read_ready & in_pred & ~read_space),
@@ -275,24 +283,26 @@ class PMUReadSide(wiring.Component):
         """Passes, repeats and released buffers (the generator follows the buffers on
         its own, :class:`MappedBeats`); returns ``last_pass``."""
         cfg = self.config
-        repeat_count = Signal(8)
         passes_done = Signal(16)
         read_pass_done = read_step & last_beat
-        last_repeat = repeat_count + 1 >= Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
+        # registers, each computed for the counts after this cycle's step (so the
+        # handshakes do not wait for the counts' arithmetic)
+        last_repeat = last_repeat_flag(m, cfg, read_pass_done, self.clear, "repeat")
+        last_pass = Signal()            # passes_done + 1 == read_passes (not 0)
+        m.d.sync += last_pass.eq((cfg.read_passes != 0) & Mux(
+            self.release, passes_done + 2 == cfg.read_passes,
+            passes_done + 1 == cfg.read_passes))
         m.d.comb += self.release.eq(read_pass_done & last_repeat)
-        last_pass = (cfg.read_passes != 0) & (passes_done + 1 == cfg.read_passes)
         with m.If(read_pass_done):
             m.d.sync += self.armed.eq(0)
             with m.If(last_repeat):
-                m.d.sync += [repeat_count.eq(0), passes_done.eq(passes_done + 1)]
+                m.d.sync += passes_done.eq(passes_done + 1)
                 with m.If(last_pass):
                     m.d.sync += self.done.eq(1)
-            with m.Else():
-                m.d.sync += repeat_count.eq(repeat_count + 1)
         with m.Elif(read_step & arm_now):
             m.d.sync += self.armed.eq(1)
         with m.If(self.clear):
-            m.d.sync += [repeat_count.eq(0), passes_done.eq(0)]
+            m.d.sync += passes_done.eq(0)
         return last_pass
 
     def _tokens(self, m, read_step, arm_now, gate_credits, last_pass):
@@ -436,11 +446,16 @@ class PMU(wiring.Component):
         m.submodules.vector_in_fifo = vin = StreamFIFO(vector_layout(lanes), self._fifo_depth)
         m.submodules.vector_out_fifo = vout = StreamFIFO(vector_layout(lanes),
                                                          OUTPUT_FIFO_DEPTH)
-        m.submodules.scalar_in_fifo = sin = StreamFIFO(WORD_BITS, self._fifo_depth)
+        # a lookup's range check is done as it enters the FIFO, and queued with it
+        m.submodules.scalar_in_fifo = sin = StreamFIFO(WORD_BITS + 1, self._fifo_depth)
         m.submodules.scalar_out_fifo = sout = StreamFIFO(WORD_BITS, SCALAR_OUT_FIFO_DEPTH)
         wiring.connect(m, wiring.flipped(self.vector_in), vin.i)
         wiring.connect(m, vout.o, wiring.flipped(self.vector_out))
-        wiring.connect(m, wiring.flipped(self.scalar_in), sin.i)
+        # the capacity is a power of two: an address in range has its upper bits zero
+        scalar_ok = self.scalar_in.payload[log2(self._capacity_words):] == 0
+        m.d.comb += [sin.i.valid.eq(self.scalar_in.valid),
+                     sin.i.payload.eq(Cat(self.scalar_in.payload, scalar_ok)),
+                     self.scalar_in.ready.eq(sin.i.ready)]
         wiring.connect(m, sout.o, wiring.flipped(self.scalar_out))
 
         m.submodules.write_side = writer = PMUWriteSide(lanes, self._bank_words)
@@ -452,7 +467,7 @@ class PMU(wiring.Component):
         config_ok = self._config_ok(m, cfg)
         for side in (writer, reader):
             m.d.comb += [side.config.eq(cfg), side.config_ok.eq(config_ok),
-                         side.healthy.eq(self.error == 0), side.stop.eq(new_error != 0),
+                         side.healthy.eq(self.error == 0),
                          side.clear.eq(config_changed(self.cfg))]
         m.d.comb += [writer.room.eq(full < cfg.buffers), reader.full.eq(full != 0),
                      reader.out_level.eq(vout.level), self.done.eq(reader.done)]
@@ -522,10 +537,9 @@ class PMU(wiring.Component):
                          write_port.en.eq(writer.bank_enable)]
         scalar_inflight = Signal()
         scalar_bank = Signal(lane_bits)
-        scalar_address = sin.o.payload
+        scalar_address = sin.o.payload[:WORD_BITS]
+        scalar_ok = sin.o.payload[WORD_BITS]       # checked on entry to the FIFO
         scalar_issue = Signal()
-        # the capacity is a power of two: the address's upper bits are zero
-        scalar_ok = scalar_address[log2(self._capacity_words):] == 0
         scalar_error = Signal(PMUError)
         with m.If(sin.o.valid & (self.error == 0) & ~scalar_ok):
             m.d.comb += scalar_error.eq(PMUError.SCALAR_RANGE)

@@ -19,7 +19,7 @@ from .pmu_config import (
 )
 
 __all__ = ["MAPPER_LATENCY", "BEATS_AHEAD", "log2", "AffineAddressGenerator", "bank_of",
-           "beat_layout", "BankMapper", "MappedBeats"]
+           "beat_layout", "BankMapper", "MappedBeats", "last_repeat_flag"]
 
 #: Cycles from a beat's address at :class:`BankMapper` to its mapping at the output.
 MAPPER_LATENCY = 2
@@ -214,6 +214,24 @@ class BankMapper(wiring.Component):
         return m
 
 
+def last_repeat_flag(m, cfg, pass_end, clear, name):
+    """Counts the read passes over a buffer (``pass_end``: one ends this cycle); returns
+    a register, high while the pass under way is the last of ``max(1, read_repeat)``
+    over its buffer. It is computed for the count after each cycle's ``pass_end`` (both
+    outcomes from registers), so the logic that waits for it does not wait for the
+    count's arithmetic. Valid from the second cycle after ``clear``."""
+    count = Signal(8, name=f"{name}_count")
+    last = Signal(name=f"{name}_last")
+    repeats = Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
+    with m.If(pass_end):
+        m.d.sync += count.eq(Mux(last, 0, count + 1))
+    m.d.sync += last.eq(Mux(pass_end, Mux(last, repeats <= 1, count + 2 >= repeats),
+                            count + 1 >= repeats))
+    with m.If(clear):
+        m.d.sync += count.eq(0)
+    return last
+
+
 def _next_buffer(cfg, index, base):
     """Step ``index``/``base`` to the next of ``cfg.buffers`` buffers (sync statements)."""
     wrap = index == cfg.buffers - 1
@@ -299,13 +317,7 @@ class MappedBeats(wiring.Component):
         m.d.comb += mapper.buffer_base.eq(base)
         new_buffer = pass_end
         if self.side == "read":
-            repeats = Signal(8)
-            last_repeat = repeats + 1 >= Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
-            new_buffer = pass_end & last_repeat
-            with m.If(pass_end):
-                m.d.sync += repeats.eq(Mux(last_repeat, 0, repeats + 1))
-            with m.If(self.clear):
-                m.d.sync += repeats.eq(0)
+            new_buffer = pass_end & last_repeat_flag(m, cfg, pass_end, self.clear, "repeats")
         with m.If(new_buffer):
             m.d.sync += _next_buffer(cfg, index, base)
         with m.If(self.clear):
