@@ -55,6 +55,8 @@ class AffineAddressGenerator(wiring.Component):
         Address of the current iteration.
     last : Out(1)
         The current iteration is the last of the loop nest.
+    index : Out(data.ArrayLayout(BOUND_BITS, 3))
+        The current iteration's indices, level 0 first.
     """
     def __init__(self):
         super().__init__({
@@ -63,6 +65,7 @@ class AffineAddressGenerator(wiring.Component):
             "clear": In(1),
             "address": Out(ADDRESS_BITS),
             "last": Out(1),
+            "index": Out(data.ArrayLayout(BOUND_BITS, 3)),
         })
 
     def elaborate(self, platform):
@@ -76,6 +79,7 @@ class AffineAddressGenerator(wiring.Component):
         m.d.comb += [
             self.address.eq(cfg.start + offset),
             self.last.eq(at_end[0] & at_end[1] & at_end[2]),
+            *(port.eq(i) for port, i in zip(self.index, index, strict=True)),
         ]
         with m.If(self.clear):
             m.d.sync += [offset.eq(0), base1.eq(0), base2.eq(0),
@@ -293,16 +297,23 @@ class MappedBeats(wiring.Component):
         started = Signal()              # the lane constants hold the configuration
         held = Signal(range(BEATS_AHEAD + 1))       # beats given and not taken
         give = Signal()
+        # the generator's last iteration, its indices against ``bound - 1`` held in
+        # registers (as the lane constants: steady once ``started``), not through the
+        # subtractions of the generator's own ``last``
+        ends = [Signal(BOUND_BITS, name=f"index_end{level}") for level in range(3)]
+        m.d.sync += [end.eq(bound - 1) for end, bound in zip(ends, ag.bound, strict=True)]
+        last = Cat(*(index == end for index, end in zip(generator.index, ends,
+                                                        strict=True))).all()
         m.d.comb += [
             give.eq(started & (held < BEATS_AHEAD)),
             generator.config.eq(ag), generator.advance.eq(give),
             generator.clear.eq(self.clear),
             mapper.config.eq(cfg), mapper.lane_stride.eq(ag.lane_stride),
-            mapper.address.eq(generator.address), mapper.last.eq(generator.last),
+            mapper.address.eq(generator.address), mapper.last.eq(last),
             mapper.valid.eq(give), mapper.clear.eq(self.clear),
         ]
         m.d.sync += [started.eq(1), held.eq(held + give - self.take)]
-        self._buffers(m, give & generator.last, mapper)
+        self._buffers(m, give & last, mapper)
         self._queue(m, mapper)
         with m.If(self.clear):
             m.d.sync += [started.eq(0), held.eq(0)]
