@@ -4,7 +4,7 @@ See ``docs/pmu.md`` for the configuration layout field by field, the bank mappin
 the buffer handshake, timing and error codes.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,7 +20,14 @@ from .interfaces import (
     vector_layout,
     vector_stream,
 )
-from .pmu_beats import AffineAddressGenerator, BankMapper, MappedBeats, bank_of, log2
+from .pmu_beats import (
+    AffineAddressGenerator,
+    BankMapper,
+    MappedBeats,
+    bank_of,
+    last_repeat_flag,
+    log2,
+)
 from .pmu_config import (
     ADDRESS_BITS,
     BOUND_BITS,
@@ -47,6 +54,12 @@ READ_GATE_CREDITS = 255
 FIFO_DEPTH = 2
 
 
+def words_into_lanes(lanes_out, bank_words, banks):
+    """Statements: lane ``l`` of ``lanes_out`` is ``bank_words[banks[l]]``."""
+    return [lane_word.eq(bank_words.as_value().word_select(bank, WORD_BITS))
+            for lane_word, bank in zip(lanes_out, banks, strict=True)]
+
+
 class PMUWriteSide(wiring.Component):
     """The PMU's write side: each beat of ``beats`` goes to the current write buffer at
     the write generator's address (lanes inside the predicate range only); the last
@@ -66,9 +79,8 @@ class PMUWriteSide(wiring.Component):
     room : In(1)
         A buffer is free to write.
     healthy : In(1)
-        No sticky error.
-    stop : In(1)
-        An error is raised this cycle (by any side): take nothing.
+        No sticky error (an error another side raises this cycle stops this side from
+        the next cycle on: see ``docs/pmu.md``, "Error codes").
     clear : In(1)
         A configuration write: back to buffer 0, first iteration.
     error : Out(PMUError)
@@ -96,7 +108,6 @@ class PMUWriteSide(wiring.Component):
             "beats": In(vector_stream(lanes)),
             "room": In(1),
             "healthy": In(1),
-            "stop": In(1),
             "clear": In(1),
             "error": Out(PMUError),
             "bank_addr": Out(data.ArrayLayout(range(bank_words), lanes)),
@@ -128,9 +139,11 @@ class PMUWriteSide(wiring.Component):
                 m.d.comb += self.error.eq(PMUError.WRITE_CONFLICT)
             with m.Elif(self.room & in_pred & head.out_of_range):
                 m.d.comb += self.error.eq(PMUError.WRITE_RANGE)
+        # the head beat would raise this side's error (registers only: the handshake does
+        # not wait for the other sides' errors, which stop it from the next cycle on)
+        bad = ~config_ok | (in_pred & (head.conflict | head.out_of_range))
         m.d.comb += [
-            beats.ready.eq(cfg.write_enable & self.healthy & ~self.stop & self.room &
-                           ahead.valid),
+            beats.ready.eq(cfg.write_enable & self.healthy & self.room & ahead.valid & ~bad),
             self.fire.eq(beats.valid & beats.ready),
             self.bank_enable.eq(self.fire & in_pred),
             ahead.take.eq(self.fire),
@@ -158,7 +171,7 @@ class PMUReadSide(wiring.Component):
 
     Attributes
     ----------
-    config, config_ok, healthy, stop, clear : In
+    config, config_ok, healthy, clear : In
         As for :class:`PMUWriteSide`.
     full : In(1)
         A buffer is written and not released.
@@ -175,6 +188,9 @@ class PMUReadSide(wiring.Component):
         The banks' read data (one cycle after ``issue``).
     beats : Out(vector_stream(lanes))
         The beats read (``ready`` unused: ``out_level`` keeps room).
+    beat_banks : Out(data.ArrayLayout(log2(lanes), lanes))
+        Per lane, the bank its word of the beat on ``beats`` comes from (the PMU queues
+        ``bank_data`` with it and puts the words into lanes behind its output FIFO).
     release : Out(1)
         A buffer is released.
     armed : Out(1)
@@ -196,13 +212,13 @@ class PMUReadSide(wiring.Component):
             "full": In(1),
             "out_level": In(range(OUTPUT_FIFO_DEPTH + 1)),
             "healthy": In(1),
-            "stop": In(1),
             "clear": In(1),
             "error": Out(PMUError),
             "issue": Out(1),
             "bank_addr": Out(data.ArrayLayout(range(bank_words), lanes)),
             "bank_data": In(data.ArrayLayout(WORD_BITS, lanes)),
             "beats": Out(vector_stream(lanes)),
+            "beat_banks": Out(data.ArrayLayout(log2(lanes), lanes)),
             "release": Out(1),
             "armed": Out(1),
             "waiting": Out(1),
@@ -217,21 +233,21 @@ class PMUReadSide(wiring.Component):
         m.submodules.ahead = ahead = MappedBeats(self.lanes, self.bank_words, "read")
         m.d.comb += [ahead.config.eq(cfg), ahead.clear.eq(self.clear)]
         gate_credits = Signal(range(READ_GATE_CREDITS + 1))
-        can_arm = self.full & (~cfg.read_gate | (gate_credits != 0))
+        has_credit = Signal()           # gate_credits != 0, a register kept with the count
+        can_arm = self.full & (~cfg.read_gate | has_credit)
         arm_now = ~self.armed & can_arm
         step = self._step(m, ahead, arm_now)
         last_pass = self._passes(m, ahead.beat.last, step, arm_now)
-        self._tokens(m, step, arm_now, gate_credits, last_pass)
+        self._tokens(m, step, arm_now, (gate_credits, has_credit), last_pass)
         with m.If(self.clear):
-            m.d.sync += [self.armed.eq(0), self.done.eq(0), gate_credits.eq(0)]
+            m.d.sync += [self.armed.eq(0), self.done.eq(0), gate_credits.eq(0),
+                         has_credit.eq(0)]
         return m
 
     def _step(self, m, ahead, arm_now):
         """Check, take the head beat and read the banks; returns ``read_step``."""
         cfg, head = self.config, ahead.beat
         inflight = Signal()             # a vector read was issued last cycle
-        issued_banks = [Signal(log2(self.lanes), name=f"issued_bank{lane}")
-                        for lane in range(self.lanes)]
         read_space = (self.out_level + inflight) < OUTPUT_FIFO_DEPTH
         read_ready = Signal()
         m.d.comb += read_ready.eq(cfg.read_enable & self.healthy & ~self.done &
@@ -248,9 +264,11 @@ class PMUReadSide(wiring.Component):
                 m.d.comb += self.error.eq(PMUError.READ_CONFLICT)
             with m.Elif(in_pred & head.out_of_range):
                 m.d.comb += self.error.eq(PMUError.READ_RANGE)
+        # the head beat would raise this side's error (registers only, as the write side)
+        bad = ~config_ok | (in_pred & (head.conflict | head.out_of_range))
         read_step = Signal()            # the head beat is taken this cycle
         m.d.comb += [
-            read_step.eq(read_ready & ~self.stop & (read_space | ~in_pred)),
+            read_step.eq(read_ready & ~bad & (read_space | ~in_pred)),
             self.issue.eq(read_step & in_pred),
             ahead.take.eq(read_step),
             self.waiting.eq(read_ready & in_pred & ~read_space),
@@ -261,43 +279,42 @@ class PMUReadSide(wiring.Component):
                     m.d.comb += self.bank_addr[bank].eq(head.row[lane])
         m.d.sync += inflight.eq(self.issue)
         with m.If(self.issue):
-            m.d.sync += [issued.eq(bank) for issued, bank in zip(issued_banks, head.bank,
-                                                                   strict=True)]
-        for lane in range(self.lanes):
-            with m.Switch(issued_banks[lane]):
-                for bank in range(self.lanes):
-                    with m.Case(bank):
-                        m.d.comb += self.beats.payload[lane].eq(self.bank_data[bank])
-        m.d.comb += self.beats.valid.eq(inflight)
+            m.d.sync += self.beat_banks.eq(head.bank)
+        m.d.comb += [*words_into_lanes(self.beats.payload, self.bank_data, self.beat_banks),
+                     self.beats.valid.eq(inflight)]
         return read_step
 
     def _passes(self, m, last_beat, read_step, arm_now):
         """Passes, repeats and released buffers (the generator follows the buffers on
         its own, :class:`MappedBeats`); returns ``last_pass``."""
         cfg = self.config
-        repeat_count = Signal(8)
         passes_done = Signal(16)
         read_pass_done = read_step & last_beat
-        last_repeat = repeat_count + 1 >= Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
+        # registers, each computed for the counts after this cycle's step (so the
+        # handshakes do not wait for the counts' arithmetic)
+        last_repeat = last_repeat_flag(m, cfg, read_pass_done, self.clear, "repeat")
+        last_pass = Signal()            # passes_done + 1 == read_passes (not 0)
+        m.d.sync += last_pass.eq((cfg.read_passes != 0) & Mux(
+            self.release, passes_done + 2 == cfg.read_passes,
+            passes_done + 1 == cfg.read_passes))
         m.d.comb += self.release.eq(read_pass_done & last_repeat)
-        last_pass = (cfg.read_passes != 0) & (passes_done + 1 == cfg.read_passes)
         with m.If(read_pass_done):
             m.d.sync += self.armed.eq(0)
             with m.If(last_repeat):
-                m.d.sync += [repeat_count.eq(0), passes_done.eq(passes_done + 1)]
+                m.d.sync += passes_done.eq(passes_done + 1)
                 with m.If(last_pass):
                     m.d.sync += self.done.eq(1)
-            with m.Else():
-                m.d.sync += repeat_count.eq(repeat_count + 1)
         with m.Elif(read_step & arm_now):
             m.d.sync += self.armed.eq(1)
         with m.If(self.clear):
-            m.d.sync += [repeat_count.eq(0), passes_done.eq(0)]
+            m.d.sync += passes_done.eq(0)
         return last_pass
 
-    def _tokens(self, m, read_step, arm_now, gate_credits, last_pass):
-        """Read-gate tokens in, buffer-released tokens out."""
+    def _tokens(self, m, read_step, arm_now, credits, last_pass):
+        """Read-gate tokens in (``credits``: the count and its ``!= 0``), buffer-released
+        tokens out."""
         cfg = self.config
+        gate_credits, has_credit = credits
         step_tokens = Signal(16)        # STEP tokens not yet sent
         done_token = Signal()           # DONE token not yet sent
         gate_take = read_step & arm_now & cfg.read_gate
@@ -306,9 +323,9 @@ class PMUReadSide(wiring.Component):
                                              (gate_credits != READ_GATE_CREDITS))
         # counters step by one, the handshakes choosing (no carry chain behind them)
         with m.If(gate_give & ~gate_take):
-            m.d.sync += gate_credits.eq(gate_credits + 1)
+            m.d.sync += [gate_credits.eq(gate_credits + 1), has_credit.eq(1)]
         with m.Elif(gate_take & ~gate_give):
-            m.d.sync += gate_credits.eq(gate_credits - 1)
+            m.d.sync += [gate_credits.eq(gate_credits - 1), has_credit.eq(gate_credits != 1)]
         pending_step = step_tokens != 0
         m.d.comb += [
             self.control_out.valid.eq(pending_step | done_token),
@@ -434,13 +451,24 @@ class PMU(wiring.Component):
         cfg = config_reg.value
 
         m.submodules.vector_in_fifo = vin = StreamFIFO(vector_layout(lanes), self._fifo_depth)
-        m.submodules.vector_out_fifo = vout = StreamFIFO(vector_layout(lanes),
-                                                         OUTPUT_FIFO_DEPTH)
-        m.submodules.scalar_in_fifo = sin = StreamFIFO(WORD_BITS, self._fifo_depth)
+        # the read beats are queued as the banks give them, with each lane's bank, and
+        # put into lanes behind the FIFO (no multiplexer after the banks' read data)
+        m.submodules.vector_out_fifo = vout = StreamFIFO(data.StructLayout({
+            "words": vector_layout(lanes),
+            "banks": data.ArrayLayout(log2(lanes), lanes)}), OUTPUT_FIFO_DEPTH)
+        # a lookup's range check is done as it enters the FIFO, and queued with it
+        m.submodules.scalar_in_fifo = sin = StreamFIFO(WORD_BITS + 1, self._fifo_depth)
         m.submodules.scalar_out_fifo = sout = StreamFIFO(WORD_BITS, SCALAR_OUT_FIFO_DEPTH)
         wiring.connect(m, wiring.flipped(self.vector_in), vin.i)
-        wiring.connect(m, vout.o, wiring.flipped(self.vector_out))
-        wiring.connect(m, wiring.flipped(self.scalar_in), sin.i)
+        m.d.comb += [self.vector_out.valid.eq(vout.o.valid),
+                     vout.o.ready.eq(self.vector_out.ready),
+                     *words_into_lanes(self.vector_out.payload, vout.o.payload.words,
+                                       vout.o.payload.banks)]
+        # the capacity is a power of two: an address in range has its upper bits zero
+        scalar_ok = self.scalar_in.payload[log2(self._capacity_words):] == 0
+        m.d.comb += [sin.i.valid.eq(self.scalar_in.valid),
+                     sin.i.payload.eq(Cat(self.scalar_in.payload, scalar_ok)),
+                     self.scalar_in.ready.eq(sin.i.ready)]
         wiring.connect(m, sout.o, wiring.flipped(self.scalar_out))
 
         m.submodules.write_side = writer = PMUWriteSide(lanes, self._bank_words)
@@ -448,17 +476,17 @@ class PMU(wiring.Component):
         wiring.connect(m, wiring.flipped(self.control_in), reader.control_in)
         wiring.connect(m, reader.control_out, wiring.flipped(self.control_out))
         new_error = Signal(PMUError)   # error raised this cycle (0 = none)
-        full = Signal(range(MAX_BUFFERS + 1))       # buffers written and not yet released
         config_ok = self._config_ok(m, cfg)
         for side in (writer, reader):
             m.d.comb += [side.config.eq(cfg), side.config_ok.eq(config_ok),
-                         side.healthy.eq(self.error == 0), side.stop.eq(new_error != 0),
+                         side.healthy.eq(self.error == 0),
                          side.clear.eq(config_changed(self.cfg))]
-        m.d.comb += [writer.room.eq(full < cfg.buffers), reader.full.eq(full != 0),
-                     reader.out_level.eq(vout.level), self.done.eq(reader.done)]
+        self._full(m, cfg, writer, reader)
+        m.d.comb += [reader.out_level.eq(vout.level), self.done.eq(reader.done)]
         wiring.connect(m, vin.o, writer.beats)
         m.d.comb += [vout.i.valid.eq(reader.beats.valid),
-                     vout.i.payload.eq(reader.beats.payload)]
+                     vout.i.payload.words.eq(reader.bank_data),
+                     vout.i.payload.banks.eq(reader.beat_banks)]
         scalar_error = self._banks(m, writer, reader, sin, sout)
         with m.If(scalar_error != 0):
             m.d.comb += new_error.eq(scalar_error)
@@ -467,13 +495,9 @@ class PMU(wiring.Component):
         with m.Else():
             m.d.comb += new_error.eq(writer.error)
 
-        with m.If(writer.pass_done & ~reader.release):
-            m.d.sync += full.eq(full + 1)
-        with m.Elif(reader.release & ~writer.pass_done):
-            m.d.sync += full.eq(full - 1)
         with m.If(config_changed(self.cfg)):
             # a configuration write restarts the unit with empty buffers
-            m.d.sync += [self.error.eq(0), full.eq(0)]
+            m.d.sync += self.error.eq(0)
         with m.Elif(new_error != 0):
             m.d.sync += self.error.eq(new_error)
 
@@ -486,6 +510,26 @@ class PMU(wiring.Component):
             with m.If(event):
                 m.d.sync += counter.eq(counter + 1)
         return m
+
+    def _full(self, m, cfg, writer, reader):
+        """``full``, the buffers written and not yet released, and from it the sides'
+        ``room`` and ``full``: registers computed with the count (the handshakes do not
+        wait for a comparison of it)."""
+        full = Signal(range(MAX_BUFFERS + 1))
+        room, any_full = Signal(), Signal()
+        filled = writer.pass_done & ~reader.release
+        emptied = reader.release & ~writer.pass_done
+        m.d.comb += [writer.room.eq(room), reader.full.eq(any_full)]
+        m.d.sync += room.eq(Mux(filled, full + 1 < cfg.buffers,
+                                Mux(emptied, full <= cfg.buffers, full < cfg.buffers)))
+        with m.If(filled):
+            m.d.sync += [full.eq(full + 1), any_full.eq(1)]
+        with m.Elif(emptied):
+            m.d.sync += [full.eq(full - 1), any_full.eq(full != 1)]
+        with m.If(config_changed(self.cfg)):
+            # a configuration write restarts the unit with empty buffers (``room`` follows
+            # the new configuration the next cycle, before a first beat is mapped)
+            m.d.sync += [full.eq(0), any_full.eq(0), room.eq(0)]
 
     def _config_ok(self, m, cfg):
         """The configuration checks both sides share: 1..4 buffers that fit the SRAM, a
@@ -522,10 +566,9 @@ class PMU(wiring.Component):
                          write_port.en.eq(writer.bank_enable)]
         scalar_inflight = Signal()
         scalar_bank = Signal(lane_bits)
-        scalar_address = sin.o.payload
+        scalar_address = sin.o.payload[:WORD_BITS]
+        scalar_ok = sin.o.payload[WORD_BITS]       # checked on entry to the FIFO
         scalar_issue = Signal()
-        # the capacity is a power of two: the address's upper bits are zero
-        scalar_ok = scalar_address[log2(self._capacity_words):] == 0
         scalar_error = Signal(PMUError)
         with m.If(sin.o.valid & (self.error == 0) & ~scalar_ok):
             m.d.comb += scalar_error.eq(PMUError.SCALAR_RANGE)

@@ -19,7 +19,7 @@ from .pmu_config import (
 )
 
 __all__ = ["MAPPER_LATENCY", "BEATS_AHEAD", "log2", "AffineAddressGenerator", "bank_of",
-           "beat_layout", "BankMapper", "MappedBeats"]
+           "beat_layout", "BankMapper", "MappedBeats", "last_repeat_flag"]
 
 #: Cycles from a beat's address at :class:`BankMapper` to its mapping at the output.
 MAPPER_LATENCY = 2
@@ -55,6 +55,8 @@ class AffineAddressGenerator(wiring.Component):
         Address of the current iteration.
     last : Out(1)
         The current iteration is the last of the loop nest.
+    index : Out(data.ArrayLayout(BOUND_BITS, 3))
+        The current iteration's indices, level 0 first.
     """
     def __init__(self):
         super().__init__({
@@ -63,6 +65,7 @@ class AffineAddressGenerator(wiring.Component):
             "clear": In(1),
             "address": Out(ADDRESS_BITS),
             "last": Out(1),
+            "index": Out(data.ArrayLayout(BOUND_BITS, 3)),
         })
 
     def elaborate(self, platform):
@@ -76,6 +79,7 @@ class AffineAddressGenerator(wiring.Component):
         m.d.comb += [
             self.address.eq(cfg.start + offset),
             self.last.eq(at_end[0] & at_end[1] & at_end[2]),
+            *(port.eq(i) for port, i in zip(self.index, index, strict=True)),
         ]
         with m.If(self.clear):
             m.d.sync += [offset.eq(0), base1.eq(0), base2.eq(0),
@@ -214,6 +218,24 @@ class BankMapper(wiring.Component):
         return m
 
 
+def last_repeat_flag(m, cfg, pass_end, clear, name):
+    """Counts the read passes over a buffer (``pass_end``: one ends this cycle); returns
+    a register, high while the pass under way is the last of ``max(1, read_repeat)``
+    over its buffer. It is computed for the count after each cycle's ``pass_end`` (both
+    outcomes from registers), so the logic that waits for it does not wait for the
+    count's arithmetic. Valid from the second cycle after ``clear``."""
+    count = Signal(8, name=f"{name}_count")
+    last = Signal(name=f"{name}_last")
+    repeats = Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
+    with m.If(pass_end):
+        m.d.sync += count.eq(Mux(last, 0, count + 1))
+    m.d.sync += last.eq(Mux(pass_end, Mux(last, repeats <= 1, count + 2 >= repeats),
+                            count + 1 >= repeats))
+    with m.If(clear):
+        m.d.sync += count.eq(0)
+    return last
+
+
 def _next_buffer(cfg, index, base):
     """Step ``index``/``base`` to the next of ``cfg.buffers`` buffers (sync statements)."""
     wrap = index == cfg.buffers - 1
@@ -275,16 +297,23 @@ class MappedBeats(wiring.Component):
         started = Signal()              # the lane constants hold the configuration
         held = Signal(range(BEATS_AHEAD + 1))       # beats given and not taken
         give = Signal()
+        # the generator's last iteration, its indices against ``bound - 1`` held in
+        # registers (as the lane constants: steady once ``started``), not through the
+        # subtractions of the generator's own ``last``
+        ends = [Signal(BOUND_BITS, name=f"index_end{level}") for level in range(3)]
+        m.d.sync += [end.eq(bound - 1) for end, bound in zip(ends, ag.bound, strict=True)]
+        last = Cat(*(index == end for index, end in zip(generator.index, ends,
+                                                        strict=True))).all()
         m.d.comb += [
             give.eq(started & (held < BEATS_AHEAD)),
             generator.config.eq(ag), generator.advance.eq(give),
             generator.clear.eq(self.clear),
             mapper.config.eq(cfg), mapper.lane_stride.eq(ag.lane_stride),
-            mapper.address.eq(generator.address), mapper.last.eq(generator.last),
+            mapper.address.eq(generator.address), mapper.last.eq(last),
             mapper.valid.eq(give), mapper.clear.eq(self.clear),
         ]
         m.d.sync += [started.eq(1), held.eq(held + give - self.take)]
-        self._buffers(m, give & generator.last, mapper)
+        self._buffers(m, give & last, mapper)
         self._queue(m, mapper)
         with m.If(self.clear):
             m.d.sync += [started.eq(0), held.eq(0)]
@@ -299,13 +328,7 @@ class MappedBeats(wiring.Component):
         m.d.comb += mapper.buffer_base.eq(base)
         new_buffer = pass_end
         if self.side == "read":
-            repeats = Signal(8)
-            last_repeat = repeats + 1 >= Mux(cfg.read_repeat == 0, 1, cfg.read_repeat)
-            new_buffer = pass_end & last_repeat
-            with m.If(pass_end):
-                m.d.sync += repeats.eq(Mux(last_repeat, 0, repeats + 1))
-            with m.If(self.clear):
-                m.d.sync += repeats.eq(0)
+            new_buffer = pass_end & last_repeat_flag(m, cfg, pass_end, self.clear, "repeats")
         with m.If(new_buffer):
             m.d.sync += _next_buffer(cfg, index, base)
         with m.If(self.clear):

@@ -9,6 +9,7 @@ from tb.suites.pmu import (
     ERROR_CASES,
     pmu_double_buffer,
     pmu_error,
+    pmu_error_stops,
     pmu_pattern,
     pmu_predicate,
     pmu_read_gate,
@@ -82,6 +83,14 @@ def test_pmu_read_gate_amaranth(seed):
 def test_pmu_errors_amaranth(case, seed):
     run_amaranth(PMU(lanes=LANES, capacity_bytes=CAPACITY), pmu_error, seed=seed,
                  lanes=LANES, case=case, capacity_words=CAPACITY // 4)
+
+
+def test_pmu_error_stops_every_side_amaranth(seed):
+    """A side stops on another side's error from the cycle after it is detected: at
+    most one more beat, taken in that cycle (docs/pmu.md, "Error codes")."""
+    stats = run_amaranth(PMU(lanes=LANES, capacity_bytes=CAPACITY), pmu_error_stops,
+                         seed=seed, lanes=LANES, rows=4, cols=8)
+    assert stats.result["taken_at_detection"] == 1
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")

@@ -323,3 +323,34 @@ async def pmu_error(bench, *, lanes, case, capacity_words=None):
     assert await bench.read("error") == expected, "error is not sticky"
     assert await bench.read("vector_out.valid") == 0 or case in ("read_conflict", "read_range")
     return {"error": error}
+
+
+async def pmu_error_stops(bench, *, lanes, rows, cols):
+    """An error one side raises stops the others by the next cycle (``docs/pmu.md``,
+    "Error codes"): the writer streams full-rate beats (the reader draining the buffers)
+    when a scalar lookup out of range comes; ``SCALAR_RANGE`` is raised and, from the
+    cycle it shows, no write beat is taken. Returns the write beats taken in the cycle
+    it was detected (0 or 1)."""
+    config = pmu_config(lanes, write=pattern("row_major", lanes, rows, cols),
+                        read=pattern("row_major", lanes, rows, cols), buffer_words=rows * cols,
+                        buffers=2)
+    await load_config(bench, config_words_of(config))
+    per_pass = rows * cols // lanes
+    bench.source("vector_in").send_all(
+        pack_vector(beat) for beat in _random_beats(bench, 6 * per_pass, lanes))
+    bench.sink("vector_out").checked = False
+    await bench.cycles(2 * per_pass + 3)
+    bench.source("scalar_in").send(lanes * 4096 * 16)
+    written = [await bench.read("beats_written")]
+    for _ in range(100):
+        await bench.cycles(1)
+        written.append(await bench.read("beats_written"))
+        if await bench.read("error") != PMUError.OK:
+            break
+    assert await bench.read("error") == PMUError.SCALAR_RANGE
+    assert written[-2] - written[-3] == 1, "the writer was not streaming when the error came"
+    await bench.cycles(20)
+    assert await bench.read("beats_written") == written[-1], \
+        "a write beat was taken after the error showed"
+    assert await bench.read("error") == PMUError.SCALAR_RANGE
+    return {"taken_at_detection": written[-1] - written[-2]}
