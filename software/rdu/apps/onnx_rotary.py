@@ -21,7 +21,7 @@ dimensions).
 import numpy as np
 
 from ..compiler import compile_graph
-from ..compiler.core import ImagePlan
+from ..compiler.core import CompileError, ImagePlan
 from ..frontend.graph import Graph
 from ..layout import Image
 from ..onnx import KERNEL_NAME
@@ -56,7 +56,7 @@ def rotated_copy(built, tag, first, outer, pitch, half):
     source = built.stages[first - built.first].program
     p1 = Image.from_json(source.meta["images"]["out"])
     if p1.stored != outer * pitch * beat or 2 * half > pitch:
-        raise ValueError(f"rotary {tag}: {p1.describe()} is not {outer} blocks of {pitch} "
+        raise CompileError(f"rotary {tag}: {p1.describe()} is not {outer} blocks of {pitch} "
                          f"rows of {beat} with halves of {half} rows")
     count = outer * 2 * half
     read = Image((count, beat), (), (outer, 2, half, beat), None, "fp32",

@@ -293,6 +293,7 @@ class _Cut:
         squares = Transposed(q_index, "out", b_image["address"], depth, "bf16", True)
         s_index = self.add(Stage(s_graph.name, s_graph, s_prog, {"a": lambda inputs: ones},
                                  {"b": squares.produced(self.lanes, False)}))
+        # depth: the sums' rows (2 with one tile: read as a vector, onnx_norm.sum_rows)
         return Transposed(s_index, "out", s_prog.meta["images"]["out"]["address"], rows,
                           "fp32", False)
 
