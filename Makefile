@@ -36,9 +36,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
-# RDU_PREBUILD: the Verilator builds start at once, beside the tests (tests/prebuild.py)
 test: $(STAMP)
-	RDU_PREBUILD=1 $(PY) -m pytest -n $(JOBS) -m "not slow"
+	$(PY) -m pytest -n $(JOBS) -m "not slow"
 
 # the long randomised campaigns (marker `slow`): their own Verilator builds, minutes each
 test-long: $(STAMP)
