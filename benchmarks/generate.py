@@ -2,7 +2,8 @@
 
     .venv/bin/python -m benchmarks.generate [--layers 2] [--hidden 256] [--heads 4]
         [--kv-heads 2] [--ffn 688] [--vocab 512] [--prompt-length 16] [--tokens 32]
-        [--seeds 1,2,3] [--sim model,native] [--agcus 4] [--capacity N] [--json]
+        [--seeds 1,2,3] [--sim model,native] [--rows 4] [--cols 4] [--agcus 4]
+        [--capacity N] [--json]
 
 For each seed: a tiny Llama with a KV cache (``rdu.onnx.tiny_llama``, that seed's
 weights) and a prompt of seeded random ids; ``rdu generate`` runs it on each back end
@@ -14,7 +15,8 @@ cycles, the HBM bytes per token against the minimum (the weights once and the KV
 the share of the HBM peak of the minimum's bytes over the cycles, and tokens per second
 at the report's clock. ``--capacity`` fixes the caches' keys per head (default: what
 the prompt and the tokens need): the per-token figures of a long generation from a
-short one, as every run reads the whole cache.
+short one, as every run reads the whole cache. ``--rows`` and ``--cols`` choose the
+array (``--rows 8 --cols 8``: the issue's 8x8; its native build is one of its own).
 """
 
 import argparse
@@ -50,7 +52,7 @@ def main(argv=None):
                                      description=__doc__.split("\n\n")[0])
     for name, default in (("layers", 2), ("hidden", 256), ("heads", 4), ("kv-heads", 2),
                           ("ffn", 688), ("vocab", 512), ("prompt-length", 16),
-                          ("tokens", 32), ("agcus", 4)):
+                          ("tokens", 32), ("rows", 4), ("cols", 4), ("agcus", 4)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--capacity", type=int, default=None,
                         help="keys per head of each cache (default: prompt + tokens - 1 "
@@ -75,7 +77,9 @@ def main(argv=None):
             report, _ = generate(GenerateConfig(model=str(path), prompt=prompt,
                                                 tokens=args.tokens, sim=sim,
                                                 capacity=args.capacity,
-                                                machine=Machine(agcus=args.agcus)))
+                                                machine=Machine(rows=args.rows,
+                                                                cols=args.cols,
+                                                                agcus=args.agcus)))
             report.update(seed=seed, seconds=round(time.perf_counter() - start))
             report["reference_tokens"] = reference[seed] = reference.get(seed) or \
                 _reference_tokens(path, prompt, args.tokens)

@@ -272,11 +272,13 @@ def test_cli_run_with_input_file_and_program_file(tmp_path, capsys):
         in capsys.readouterr().err
 
 
+@pytest.mark.verilator
 def test_cli_native_run(tmp_path, capsys):
-    """One small run on the native RTL: cycles, and the same checks."""
+    """One small run on the native RTL (the 4x4 with 4 AGCUs, the attention tests'
+    build): cycles, and the same checks."""
     path = tmp_path / "softmax.onnx"
     onnx.save(softmax_model(m=4, n=32), str(path))
-    assert main(["run", str(path), "--sim", "native", "--json"]) == 0
+    assert main(["run", str(path), "--sim", "native", "--json", "--agcus", "4"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["cycles"] > 0
     assert report["max_abs_err_onnxruntime"] < 1e-6

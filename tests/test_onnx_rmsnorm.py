@@ -177,12 +177,14 @@ def test_unsupported_is_one_line(model, message):
     assert message in text and "\n" not in text, text
 
 
+@pytest.mark.verilator
 def test_cli_native_run(tmp_path, capsys):
-    """The exporter's RMSNorm on the native RTL (the default machine's build, as
-    tests/test_onnx.py's softmax): cycles, bit-exact, within budget, and onnxruntime's."""
+    """The exporter's RMSNorm on the native RTL (the 4x4 with 4 AGCUs, the attention
+    tests' build, as tests/test_onnx.py's softmax): cycles, bit-exact, within budget,
+    and onnxruntime's."""
     path = tmp_path / "rmsnorm.onnx"
     onnx.save(llama_rmsnorm_model("reciprocal", m=4, n=64), str(path))
-    assert main(["run", str(path), "--sim", "native", "--json"]) == 0
+    assert main(["run", str(path), "--sim", "native", "--json", "--agcus", "4"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["cycles"] > 0 and report["pcus_used"] == 3
     assert report["max_abs_err_onnxruntime"] < 1e-5

@@ -286,11 +286,14 @@ def test_special_functions_amaranth(special, seed):
 
 
 @pytest.mark.verilator
+@pytest.mark.slow
 def test_fpga_pcu_verilator(sim_dir, seed):
     """The PCU of the FPGA configuration (``PCU(**FPGA_PCU_OPTIONS)``: iterating special
     unit, systolic array on the SIMD ALUs) on its generated Verilog: matmuls, random
     SIMD configurations and exp / reciprocal, bit-exact against the model under random
-    stalls."""
+    stalls. In ``make test-long``: a Verilator build of its own (about a minute of a
+    fresh clone's CPU); ``make test`` runs the same options in the Amaranth simulator
+    (``test_shared_units_amaranth``, ``test_simd_timing_iterative``)."""
     built = build(PCU, lanes=4, stages=4, fifo_depth=4, **FPGA_PCU_OPTIONS)
     run_verilator(built, systolic_matmuls, sim_dir / "systolic", seed=seed, lanes=4, stages=4,
                   shapes=SHAPES)

@@ -25,12 +25,13 @@ def test_unknown_design_is_one_line_error(capsys, tmp_path):
 
 @pytest.mark.verilator
 def test_rdu_sim_gemm_on_the_default_4x4_system(capsys, tmp_path):
-    """The main job (make sim): a GEMM on the default 4x4 RDUSystem under Verilator. C is
-    checked here, independently of the tool, against numpy float64 of the saved BF16
-    inputs; the cycles and configuration cycles are the RTL's own counts."""
+    """The main job (make sim): a GEMM on the 4x4 RDUSystem under Verilator (with four
+    AGCUs, the attention tests' build: the default two would be one build more in CI).
+    C is checked here, independently of the tool, against numpy float64 of the saved
+    BF16 inputs; the cycles and configuration cycles are the RTL's own counts."""
     save = tmp_path / "sim"
-    assert main(["sim", "--m", "64", "--n", "48", "--k", "40", "--seed", "5", "--save",
-                 str(save), "--json"]) == 0
+    assert main(["sim", "--m", "64", "--n", "48", "--k", "40", "--seed", "5", "--agcus", "4",
+                 "--save", str(save), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     a, b, c = (np.load(save / f"{name}.npy").astype(np.float64) for name in "abc")
     assert a.shape == (64, 40) and b.shape == (40, 48) and c.shape == (64, 48)
