@@ -3,6 +3,8 @@ causal LM compiled once and run per token, its KV cache appended in HBM at the l
 position, checked against onnxruntime a run at a time; the native RTL's words against
 the functional model's."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -76,6 +78,27 @@ def test_generation_is_onnxruntimes_greedy_generation(kv_model, tmp_path, capsys
     assert logits.shape == (7, 64) and list(inputs[:3]) == PROMPT
     assert list(inputs[3:]) == report["tokens"][:4]
     assert [int(np.argmax(row)) for row in logits[2:]] == report["tokens"]
+
+
+def test_a_rotation_other_than_rotate_half_generates(step, tmp_path, capsys):
+    """A model whose rotary turns each head's halves the other way (``cat(x2, -x1)``, not
+    HF's ``rotate_half``): no rotated copy (each rotary pair is two products, the
+    second of ``W R``, where the rotate_half model's Q is one product and a copy), and
+    three prompt tokens and two new ones: every run within budget of onnxruntime's
+    logits for this model, its tokens onnxruntime's."""
+    import json
+    path = tmp_path / "reversed.onnx"
+    onnx.save(tiny_llama(heads=4, kv_heads=2, vocab=64, embedding="gather", kv_cache=True,
+                         rotation="reversed"), str(path))
+    def names(stages):                  # tiny_llama_3_q_0 -> q_0
+        return [re.sub(r"^tiny_llama_\d+_", "", stage.name) for stage in stages]
+    reversed_names = names(compile_decode_step(path, MACHINE, 16).sequence.stages)
+    assert "q_1" in reversed_names and not any("rotated" in n for n in reversed_names)
+    assert "q_rotated" in names(step.sequence.stages)
+    assert main(["generate", str(path), "--prompt", ",".join(map(str, PROMPT)),
+                 "--tokens", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["tokens"] == report["onnxruntime_tokens"], report
 
 
 def test_cache_rows_are_onnxruntimes_present(step, kv_model):

@@ -24,7 +24,9 @@ key/value heads):
   epsilon, ``Sqrt``, ``Reciprocal``, ``Mul``, ``Mul`` by the weight); q, k, v
   ``MatMul`` by the transposed ``nn.Linear`` weights, ``Reshape`` to (1, L, heads, D),
   ``Transpose`` (0, 2, 1, 3); rotary of q and k (``Slice``, ``Slice``, ``Neg``,
-  ``Concat``, ``Mul`` by cos, ``Mul`` by sin, ``Add``); with ``G < H`` HF's
+  ``Concat``, ``Mul`` by cos, ``Mul`` by sin, ``Add``; ``--rotation half`` is HF's
+  ``rotate_half``, ``cat(-x2, x1)``; ``reversed`` is ``cat(x2, -x1)``, the other
+  direction, a rotation the importer does not recognise as rotate_half); with ``G < H`` HF's
   ``repeat_kv`` of k and v (``Unsqueeze`` axis 2, ``Expand``, ``Reshape``); the scores
   ``MatMul(q, Transpose(k, (0, 1, 3, 2)))``, ``Mul`` by ``D^-0.5``, ``Where(keep,
   scores, -inf)``, ``Softmax``, ``MatMul`` by v; ``Transpose`` (0, 2, 1, 3),
@@ -53,7 +55,7 @@ class Config:
 
     FIELDS = (("layers", 1), ("hidden", 64), ("heads", 2), ("kv_heads", 0), ("ffn", 128),
               ("vocab", 0), ("seq", 16), ("seed", 0), ("embedding", "host"),
-              ("eps", 1e-6), ("theta", 10000.0), ("kv_cache", False))
+              ("eps", 1e-6), ("theta", 10000.0), ("kv_cache", False), ("rotation", "half"))
 
     def __init__(self, **values):
         unknown = set(values) - {name for name, _ in self.FIELDS}
@@ -83,6 +85,8 @@ class Config:
                              f"--kv-heads {self.kv_heads}")
         if self.embedding not in ("host", "gather"):
             raise ValueError(f"tiny_llama: --embedding {self.embedding}: host or gather")
+        if self.rotation not in ("half", "reversed"):
+            raise ValueError(f"tiny_llama: --rotation {self.rotation}: half or reversed")
         if self.embedding == "gather" and not self.vocab:
             raise ValueError("tiny_llama: --embedding gather needs a --vocab")
 
@@ -203,8 +207,13 @@ class _Writer:
                        f"{prefix}/Slice")
         x2 = self.node("Slice", [h, "r_middle", "r_end", "r_last"], f"{prefix}.x2",
                        f"{prefix}/Slice_1")
-        neg = self.node("Neg", [x2], f"{prefix}.neg", f"{prefix}/Neg")
-        rh = self.node("Concat", [neg, x1], f"{prefix}.rh", f"{prefix}/Concat", axis=-1)
+        if self.c.rotation == "half":                   # rotate_half: cat(-x2, x1)
+            neg = self.node("Neg", [x2], f"{prefix}.neg", f"{prefix}/Neg")
+            halves = [neg, x1]
+        else:                                           # the other way: cat(x2, -x1)
+            neg = self.node("Neg", [x1], f"{prefix}.neg", f"{prefix}/Neg")
+            halves = [x2, neg]
+        rh = self.node("Concat", halves, f"{prefix}.rh", f"{prefix}/Concat", axis=-1)
         qc = self.node("Mul", [h, "cos"], f"{prefix}.c", f"{prefix}/Mul")
         rs = self.node("Mul", [rh, "sin"], f"{prefix}.s", f"{prefix}/Mul_1")
         return self.node("Add", [qc, rs], f"{prefix}.rope", f"{prefix}/Add")
@@ -374,7 +383,9 @@ def main(argv=None):
                           "is the final hidden states)",
                  "embedding": "host: the model reads inputs_embeds (the host looks the "
                               "rows up); gather: Gather of input_ids (needs --vocab; rdu run "
-                              "looks the rows up)"}
+                              "looks the rows up)",
+                 "rotation": "rotary's rotation of each head's halves: half (HF's "
+                             "rotate_half, cat(-x2, x1)) or reversed (cat(x2, -x1))"}
         parser.add_argument(flag, type=type(default), default=default,
                             help=helps[name])
     parser.add_argument("-o", "--output", required=True, help="the .onnx file to write")
