@@ -146,8 +146,7 @@ def _cache_writer(built, s, plan, kind, address, head_bytes):
     fp32_rows = Image((rows, heads * pitch), (), None, None, "fp32")
 
     firsts = []
-    rotated = reads_rotated(parts, dim) and (dim // 2) % (2 * lanes) == 0 and \
-        pitch % (2 * lanes) == 0
+    rotated = reads_rotated(parts, dim, row=2 * lanes, pitch=pitch)
     for number, (_, w, _) in enumerate(parts):
         if number and rotated:      # p2 read from p1 (rdu.apps.onnx_rotary)
             firsts.append(rotated_copy(built, kind, firsts[0], rows * heads,

@@ -30,14 +30,19 @@ from .unfused import Stage
 __all__ = ["reads_rotated", "half_signs", "rotated_copy", "result_of"]
 
 
-def reads_rotated(parts, block):
-    """Whether the second of rotary's ``parts`` (``[(x, w1, t1), (x, w2, t2)]``) is the
-    first's weight with ``rotate_half`` on every head of ``block`` columns (so ``p2`` is
-    read from ``p1``)."""
+def reads_rotated(parts, block, row=2, pitch=None):
+    """Whether ``p2`` is read from ``p1`` (:func:`rotated_copy`): the second of rotary's
+    ``parts`` (``[(x, w1, t1), (x, w2, t2)]``) is the first's weight with
+    ``rotate_half`` on every head of ``block`` columns, and the copy's view, rows of
+    ``row`` dimensions (2: Q and K transposed; ``2 lanes``: K of a decode step, a block
+    ``pitch`` dimensions), holds each half and each block in whole rows. Otherwise the
+    second product streams ``W R``."""
     if len(parts) != 2:
         return False
     (_, w1, _), (_, w2, _) = parts
-    return w2.attrs.get("rotation_of") == w1.name and block % 4 == 0 and \
+    whole = block % 2 == 0 and (block // 2) % row == 0 and \
+        (pitch is None or pitch % row == 0)
+    return w2.attrs.get("rotation_of") == w1.name and whole and \
         w2.attrs.get("rotation_block") == block
 
 
