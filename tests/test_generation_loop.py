@@ -14,6 +14,7 @@ import pytest
 from rdu.compiler import compile_graph
 from rdu.compiler.core import ImagePlan
 from rdu.frontend import gemm
+from rdu.frontend.kernels import KERNELS
 from rdu.layout import Image
 from rdu.machine import Machine
 from rdu.memory_map import HBM
@@ -30,7 +31,7 @@ from rdu.runtime.steps import Launch, Write
 
 M, K, V, ENTRIES = 8, 32, 16, 8
 PAGE = 4096
-MACHINE = Machine(agcus=4)       # the 4x4 the attention tests build (one build in CI)
+MACHINE = Machine(**KERNELS["attention"].machine)   # the attention tests' 4x4 build
 PROMPT, COUNT = [3, 11, 5], 4
 SENTINEL = 0x7FC0_0001                          # a NaN no run writes
 

@@ -9,6 +9,7 @@ import pytest
 from rdu.compiler import compile_graph
 from rdu.compiler.core import CompileError, ImagePlan
 from rdu.frontend import gemm
+from rdu.frontend.kernels import KERNELS
 from rdu.layout import Image
 from rdu.machine import Machine
 from rdu.memory_map import HBM
@@ -18,7 +19,7 @@ from rdu.runtime.steps import Launch, Write
 
 M, N, K, ENTRIES = 8, 16, 32, 4
 PAGE = 4096
-MACHINE = Machine(agcus=4)       # the 4x4 the attention tests build (one build in CI)
+MACHINE = Machine(**KERNELS["attention"].machine)   # the attention tests' 4x4 build
 
 
 def positioned_gemm(machine=MACHINE, positions=None):

@@ -134,6 +134,12 @@ class _Fuzzer:
             waited += 200
 
 
+def _strobes(rng):
+    """Random contiguous byte strobes of a 32-bit word (at least one byte)."""
+    low = rng.randrange(4)
+    return sum(1 << i for i in range(low, rng.randrange(low, 4) + 1))
+
+
 async def _random_access(fuzz):
     rng, regmap = fuzz.rng, fuzz.regmap
     choice = rng.random()
@@ -152,10 +158,7 @@ async def _random_access(fuzz):
     if register is not None and register.name in ("CONTROL", "IRQ_STATUS"):
         await fuzz.read(address & ~3)
         return
-    low = rng.randrange(4)
-    high = rng.randrange(low, 4)
-    strobes = sum(1 << i for i in range(low, high + 1))
-    await fuzz.write(address, rng.getrandbits(32), strobes)
+    await fuzz.write(address, rng.getrandbits(32), _strobes(rng))
     if rng.random() < 0.5:
         await fuzz.read(address & ~3)
 
@@ -170,9 +173,7 @@ async def _opening(fuzz):
         if word not in fuzz.by_word:
             break
     await fuzz.read(4 * word)
-    low = rng.randrange(4)
-    await fuzz.write(4 * word, rng.getrandbits(32),
-                     sum(1 << i for i in range(low, rng.randrange(low, 4) + 1)))
+    await fuzz.write(4 * word, rng.getrandbits(32), _strobes(rng))
     await fuzz.read(4 * word)
     await _run(fuzz)
 
