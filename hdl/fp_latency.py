@@ -138,13 +138,15 @@ def interval_bound(table):
 def systolic_group(table):
     """Column tiles a systolic PCU interleaves (the ``group`` of
     :class:`hdl.pcu_systolic_pipelined.PipelinedSystolicArray`): 1 with ``table = None``
-    (one output per PE, the combinational MAC), else the adder's latency, the fewest
-    independent sums that keep one accumulation per PE per cycle through the loop
-    ``acc = acc + product`` (``docs/pcu.md``, "Systolic array on the pipelined
-    operators")."""
+    (one output per PE, the combinational MAC), else the smallest power of two at least
+    the adder's latency. The adder's latency is the fewest independent sums that keep
+    one accumulation per PE per cycle through the loop ``acc = acc + product``; a power
+    of two (8 for the adder's 7) makes the padded columns of a power-of-two N none (a
+    sum then waits a cycle in its slot's register; ``docs/pcu.md``, "Systolic array on
+    the pipelined operators")."""
     if table is None:
         return 1
-    return max(1, table[FPKind.ADD])
+    return 1 << (max(1, table[FPKind.ADD]) - 1).bit_length()
 
 
 def systolic_pe_latency(table):

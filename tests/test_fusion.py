@@ -128,6 +128,36 @@ def test_fused_mlp_on_the_model(m, d, f, agcus, splits, blocks, seed):
     assert run.memory_bytes["hbm"]["write_bytes"] == 4 * program.outputs["y"][1]
 
 
+@pytest.mark.parametrize("m,d,f,agcus,splits,blocks,k_pad", [
+    (8, 256, 1024, 5, [2, 2], 1, [256, 1024]), (8, 64, 256, 5, [2, 1], 1, [64, 256]),
+    (5, 40, 96, 4, [2, 1], 1, [48, 128]), (20, 24, 56, 5, [1, 1], 2, [32, 64])])
+def test_fused_mlp_on_the_model_fp_latency(m, d, f, agcus, splits, blocks, k_pad, seed):
+    """On a machine with ``fp_latency="default"`` the systolic PCUs take tiles of
+    ``systolic_group`` (8) column tiles: the first matmul computes the hidden size in
+    whole groups (the second's K padded to them), each matmul's groups are split over
+    its PCUs (the split's results merged a group at a time) and B streams by groups.
+    The same words as the bit-exact reference, within budget; a power-of-two hidden
+    size (1024) pads nothing and reads the weights once, as with ``fp_latency`` off."""
+    from rdu.runtime import run_kernel
+
+    from hdl.fp_latency import systolic_group
+    kernel = get_kernel("mlp")
+    machine = Machine(**{**kernel.machine, "agcus": agcus})
+    program = kernel.compile(machine.replace(fp_latency="default"), m=m, d=d, f=f)
+    meta = program.meta
+    group = systolic_group(machine.replace(fp_latency="default").latency_table)
+    assert (meta["splits"], meta["blocks"], meta["k_pad"]) == (splits, blocks, k_pad)
+    assert meta["tile_group"] == group > 1 and meta["k_pad"][1] % (group * 8) == 0
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, run = run_kernel(kernel, program, inputs, "model")
+    assert np.array_equal(results["y"].view(np.uint32), kernel.exact(program)["y"])
+    assert figures["ok"], figures["max_abs_err"]
+    if f == 1024:
+        plain = kernel.compile(machine, m=m, d=d, f=f)
+        assert figures["hbm_bytes"] == run_kernel(kernel, plain, inputs, "model")[0][
+            "hbm_bytes"]
+
+
 def test_fused_mlp_on_a_larger_array(seed):
     """On the 8x8 array a pass holds more row blocks (40 rows: 5 blocks, one pass, the
     results of five PCUs merged): bit-exact on the model, within budget."""

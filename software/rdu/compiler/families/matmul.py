@@ -55,6 +55,7 @@ each tile. When no placement routes, the driver tiles again with one systolic PC
 (:meth:`MatmulFamily.fewer_pcus`).
 """
 
+import math
 from dataclasses import dataclass, field
 
 from hdl import defaults
@@ -257,10 +258,12 @@ class MatmulTiling:
 
 
 def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group=1,
-                hbm_loads=None, own_loads=True):
+                hbm_loads=None, own_loads=True, k_multiple=1):
     """The tiling of ``group`` on ``geometry`` with at most ``max_pcus`` systolic PCUs;
     ``tile_group``: column tiles per systolic tile (the PCUs'
     :func:`hdl.fp_latency.systolic_group`: more than 1 with ``fp_latency``);
+    ``k_multiple``: K padded to a multiple of it too (the MLP's second matmul, whose K is
+    the first's column tiles; with K in one PMU panel);
     ``hbm_loads``: the most operand loads worth running at once with held B or split
     (the HBM's bytes a cycle over a load's; None: as many as the AGCUs allow);
     ``own_loads`` False: neither (a family with a lowering of its own, the MLP's)."""
@@ -289,7 +292,8 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
 
     pmu_words = geometry.pmu_words
     beat = 2 * lanes                                    # BF16 values per AXI beat
-    k_pad = ceil_div(k_total, beat) * beat
+    step = math.lcm(beat, k_multiple)
+    k_pad = ceil_div(k_total, step) * step
     k_pitch = max(lanes, _pow2_at_least(k_pad))
     if lanes * k_pitch <= pmu_words:
         chunks, chunk = 1, k_pad

@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from hdl.fp_latency import systolic_group
+
 from ...ir import AccessPattern, BlockOffset, Kernel
 from ...models import reference
 from ..core import CompileError
@@ -36,7 +38,6 @@ from .base import (
     is_bf16_input,
     moved_work,
     pcu_programs,
-    refuse_grouped_systolic,
     tensor_shape,
     unsupported,
 )
@@ -174,8 +175,8 @@ def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
     the PCUs :func:`weight_splits` gives it; more rows: as many row blocks a pass as
     the PCUs the activation leaves hold two at a time (one per matmul), at most
     ``max_pcus``, each weight read once a pass."""
-    refuse_grouped_systolic(machine, "the MLP")
     lanes = geometry.lanes
+    tile_group = systolic_group(machine.latency_table)
     where = f"output {group.output!r}"
     loads = 3 if group.up is None else 4
     if machine.agcus < loads:
@@ -200,20 +201,22 @@ def tile_mlp(group, geometry, machine, graph, stages, max_pcus=None):
                  MAX_ROW_BLOCKS, max_pcus or free)
     splits = (1, 1) if blocks > 1 or group.up is not None else \
         weight_splits(machine, lanes, free, max_pcus)
-    first = tile_matmul(group.first, geometry, max(1, blocks), machine.agcus,
+    first = tile_matmul(group.first, geometry, max(1, blocks), machine.agcus, tile_group,
                         own_loads=False)
-    second = tile_matmul(group.second, geometry, max(1, blocks), machine.agcus,
-                         own_loads=False)
+    second = tile_matmul(group.second, geometry, max(1, blocks), machine.agcus, tile_group,
+                         own_loads=False, k_multiple=lanes * tile_group)
     # the hidden rows fill the second matmul's panel in whole BF16 beats: the first
     # matmul computes the hidden size padded to the second's K (W1's zero columns; the
-    # activation of them meets W2's zero rows); each matmul's column tiles are padded to
-    # a multiple of its PCUs (zero columns of W1 / W2)
+    # activation of them meets W2's zero rows), in whole systolic tiles of `tile_group`
+    # column tiles (fp_latency: the second's K a multiple of them); each matmul's
+    # systolic tiles are padded to a multiple of its PCUs (zero columns of W1 / W2)
     s1, s2 = splits
-    hidden_tiles = second.k_pad // lanes
-    while hidden_tiles % s1:
+    hidden_groups = second.k_pad // (lanes * tile_group)
+    while hidden_groups % s1:
         s1 -= 1
-    first = replace(first, col_tiles=hidden_tiles)
-    second = replace(second, col_tiles=ceil_div(second.col_tiles, s2) * s2)
+    s2 = min(s2, second.col_groups)         # no PCU of only padding
+    first = replace(first, col_tiles=hidden_groups * tile_group)
+    second = replace(second, col_tiles=ceil_div(second.col_groups, s2) * s2 * tile_group)
     if first.n_pad > f:
         _check_padding_activation(graph, group, where, lanes)
     for name, t in (("first", first), ("second", second)):
@@ -251,7 +254,7 @@ def _panels(kernel, name, t, stream, write, tiles, matmul, first_block):
     """The A panel PMUs of tiling ``t``, one per row block, fed by ``stream`` (multicast)
     with ``write``; panel ``p`` keeps the row block of ``{matmul}_p`` (its place in the
     merge order less ``first_block``, :mod:`rdu.compiler.bind`), read once for each of
-    ``tiles`` column tiles."""
+    ``tiles`` systolic tiles."""
     words = t.panel_words
     panels = []
     for p in range(t.pcus):
@@ -273,12 +276,13 @@ def _matmul(kernel, prefix, t, split, panels, tensor, address, first_block):
     panel, the B stream multicast to them; or, with one row block, ``split`` of them
     reading the one panel (multicast), each with a B stream of its own: the PCU that is
     row block ``b`` of the merge (:mod:`rdu.compiler.bind`; ``first_block`` for the
-    first) computes column tiles ``b - first_block``, then every ``split``-th. Returns
-    the result stream (merged tile by tile) and the first B load's launch token."""
+    first) computes systolic tile ``b - first_block`` (``t.group`` column tiles), then
+    every ``split``-th. Returns the result stream (merged systolic tile by tile) and the
+    first B load's launch token."""
     lanes = t.lanes
     beat = lanes * WORD
-    tile_bytes = t.k_pad * lanes * BF16         # one column tile of B, packed BF16
-    tiles = t.col_tiles // split
+    tile_bytes = t.k_pad * t.group * lanes * BF16   # one systolic tile of B, packed BF16
+    tiles = t.col_groups // split
     count = max(split, len(panels))
     results, launch, stream = [], None, None
     for p in range(count):
@@ -287,7 +291,8 @@ def _matmul(kernel, prefix, t, split, panels, tensor, address, first_block):
             start = (BlockOffset(address - first_block * tile_bytes, tile_bytes)
                      if split > 1 else address)
             stream = kernel.load(tensor, AccessPattern(
-                start, (t.k_pad // 2, tiles, t.passes), (beat, split * tile_bytes, 0)),
+                start, (t.k_pad * t.group // 2, tiles, t.passes),
+                (beat, split * tile_bytes, 0)),
                 name=load, config={"bf16": True})
             if split > 1:
                 kernel.nodes[load].block_of = f"{prefix}_{p}"
@@ -295,12 +300,15 @@ def _matmul(kernel, prefix, t, split, panels, tensor, address, first_block):
             launch = kernel.output(kernel.nodes[load], "control_out")
         results.append(kernel.compute(
             f"{prefix}_{p}", "matmul", [panels[p % len(panels)], stream], config={
-                "mode": "systolic", "trips": (t.k_pad, tiles, t.passes)}))
+                "mode": "systolic", "trips": (t.k_pad, tiles, t.passes),
+                **({"group": t.group} if t.group > 1 else {})}))
         kernel.connect(launch, kernel.nodes[f"{prefix}_{p}"], "control_in")
     kernel.row_groups.append([f"{prefix}_{p}" for p in range(count)])
     if count == 1:
         return results[0], launch
-    return kernel.merge(f"{prefix}_tiles", results, [lanes] * count), launch
+    # row blocks: a column tile's rows from each in turn; split: a systolic tile's
+    return kernel.merge(f"{prefix}_tiles", results,
+                        [lanes * (t.group if split > 1 else 1)] * count), launch
 
 
 def _relay(kernel, name, stream, lanes, t):
@@ -355,7 +363,7 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
         (beat, t1.k_pad * BF16, rows * t1.k_pad * BF16)), name="load_x",
         config={"bf16": True})
     x_panels = _panels(kernel, "x_panel", t1, x, AccessPattern(
-        0, (t1.k_pad // lanes, rows, 1), (lanes, t1.k_pitch, 0)), t1.col_tiles // s1,
+        0, (t1.k_pad // lanes, rows, 1), (lanes, t1.k_pitch, 0)), t1.col_groups // s1,
         "matmul1", 0)
     hidden, launch1 = _matmul(kernel, "matmul1", t1, s1, x_panels, tensors[first.b.name],
                               addresses[first.b.name], 0)
@@ -399,7 +407,7 @@ def lower_mlp(name, group, tiling, hbm_size, stages, plan=None):
     # block b: row block b's panel holds it at row r, column 8j
     h_panels = _panels(kernel, "h_panel", t2, activated, AccessPattern(
         0, (lanes, t2.pcus, t1.col_tiles), (t2.k_pitch, t2.panel_words, lanes)),
-        t2.col_tiles // s2, "matmul2", producers)
+        t2.col_groups // s2, "matmul2", producers)
     result, _ = _matmul(kernel, "matmul2", t2, s2, h_panels, tensors[second.b.name],
                         addresses[second.b.name], producers)
     out = group.output
@@ -447,6 +455,7 @@ class MlpFamily(Family):
             kernel.units_needed()["pcu"], "k_pad": [t1.k_pad, t2.k_pad],
             "macs": t.macs + (t1.macs if group.up is not None else 0),
             "splits": list(t.splits), "blocks": t.blocks, "passes": t1.passes,
+            "tile_group": t1.group,
             "operands": [group.first.a.name, group.first.b.name, group.second.b.name,
                          *([group.up.b.name] if group.up is not None else [])],
             "chain": [node.describe() for node in group.chain.nodes],
