@@ -240,7 +240,8 @@ class Switch(wiring.Component):
     local_scalar_out, local_control_out : Out(...)
         To the unit's ``scalar_in`` and ``control_in``.
     enable : In(1)
-        Routes move data only while high (the array holds it low until started).
+        Routes move data only while high (the array holds it low until started), from
+        the cycle after it rises to the cycle after it falls (a register of its own).
     cfg : In(ConfigPort())
     vector_stall_cycles, scalar_stall_cycles, control_stall_cycles : Out(32)
         Cycles in which at least one routed input of that network held an item that it
@@ -286,9 +287,11 @@ class Switch(wiring.Component):
             "holding": Out(3 * len(Port)),
         })
 
-    def _network(self, m, name, shape, inputs, outputs, routes, merges, stall_counter):
+    def _network(self, m, name, shape, inputs, outputs, routes, merges, stall_counter,
+                 enable):
         """Build one network from its outputs' decoded ``routes`` (:func:`decode_route`)
-        and merge counts; return ``(moved, holding)``: a transfer on one of its ports
+        and merge counts, moving data while ``enable`` (the registered copy of the
+        port); return ``(moved, holding)``: a transfer on one of its ports
         this cycle, and which input FIFOs hold an item routed to some output."""
         sources = len(inputs)
         fifos = []
@@ -309,7 +312,7 @@ class Switch(wiring.Component):
         # the merge positions restart from the next cycle on (or, after a write, are
         # loaded again from the configuration now held)
         reload = Signal(name=f"{name}_merge_reload")
-        m.d.comb += reload.eq(~self.enable | config_changed(self.cfg) | written)
+        m.d.comb += reload.eq(~enable | config_changed(self.cfg) | written)
         # taken[o][i]: output o already took the item at the head of input i
         taken = [Signal(sources, name=f"{name}_taken{out_index}")
                  for out_index in range(len(outputs))]
@@ -333,7 +336,7 @@ class Switch(wiring.Component):
             offer = Signal(sources, name=f"{name}_offer{out_index}")
             took.append(Signal(sources, name=f"{name}_took{out_index}"))
             m.d.comb += [
-                offer.eq(Mux(self.enable, source & ~taken[out_index], 0)),
+                offer.eq(Mux(enable, source & ~taken[out_index], 0)),
                 out.valid.eq((offer & valids).any()),
                 out.payload.eq(_one_hot_select(source, [fifo.payload for fifo in fifos])),
                 took[-1].eq(Mux(out.ready, offer & valids, 0)),
@@ -352,11 +355,11 @@ class Switch(wiring.Component):
                              | (sources_of[out_index][in_index] & outputs[out_index].ready)
                              for out_index, route in enumerate(routes))).all()
             pop = Signal(name=f"{name}_pop{in_index}")
-            m.d.comb += [pop.eq(self.enable & fifo.valid & routed & complete),
+            m.d.comb += [pop.eq(enable & fifo.valid & routed & complete),
                          fifo.ready.eq(pop)]
             pops.append(pop)
             waiting.append(fifo.valid & routed)
-            blocked.append(self.enable & fifo.valid & routed & ~complete)
+            blocked.append(enable & fifo.valid & routed & ~complete)
         for out_index in range(len(outputs)):
             for in_index in range(sources):
                 with m.If(pops[in_index]):
@@ -428,6 +431,12 @@ class Switch(wiring.Component):
             "control": (1, [*self.control_in, self.local_control_in],
                         [*self.control_out, self.local_control_out]),
         }
+        # ``enable`` in a register of the switch's own: the array's ``active`` reaches
+        # every switch, and from it through the offers to the outputs' ``valid`` and
+        # the neighbours' FIFOs was the critical path (``docs/fpga.md``); the routes
+        # move data from the cycle after it rises to the cycle after it falls
+        enabled = Signal(name="enabled")
+        m.d.sync += enabled.eq(self.enable)
         activity = {}
         for network, (shape, inputs, outputs) in ports.items():
             merges = [routes[f"{network}_merge"][index] for index in range(len(outputs))]
@@ -440,7 +449,7 @@ class Switch(wiring.Component):
                        for index in range(len(outputs))]
             activity[network] = self._network(
                 m, network, shape, inputs, outputs, decoded, merges,
-                getattr(self, f"{network}_stall_cycles"))
+                getattr(self, f"{network}_stall_cycles"), enabled)
         m.d.comb += [
             self.moved.eq(Cat(*(activity[network][0] for network in NETWORKS)).any()),
             self.holding.eq(Cat(*(activity[network][1] for network in NETWORKS))),
