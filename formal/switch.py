@@ -46,9 +46,10 @@ class _ConfigWrite:
 
 
 class _NetworkHost:
-    """Stands in for ``self`` of ``Switch._network``: ``enable``, ``cfg.write`` (and
-    ``cfg.clear``, held 0 like ``write``: the configuration is given directly) and the
-    FIFO depth are all it reads."""
+    """Stands in for ``self`` of ``Switch._network``: ``cfg.write`` (and ``cfg.clear``,
+    held 0 like ``write``: the configuration is given directly) and the FIFO depth are
+    all it reads; ``enable`` is what the harness gives the network as its ``enable``
+    (the switch gives its registered copy of the port)."""
 
     def __init__(self, fifo_depth):
         self.enable = Signal()
@@ -258,4 +259,5 @@ class SwitchNetworkHarness(Elaboratable):
     def build_network(self, m, host, shape, inputs, outputs, selects, merges, stall):
         # the configuration is constant here: its decode needs no register
         routes = [decode_route(m, "net", o, selects[o], merges[o]) for o in range(len(outputs))]
-        Switch._network(host, m, "net", shape, inputs, outputs, routes, merges, stall)
+        Switch._network(host, m, "net", shape, inputs, outputs, routes, merges, stall,
+                        host.enable)
