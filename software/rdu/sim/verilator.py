@@ -14,6 +14,7 @@
 """
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -159,9 +160,15 @@ def ensure_verilator():
     return version
 
 
+@functools.cache
 def hdl_source_hash():
     """Hash of every Python source under ``hdl/`` (the gateware generators) and of the
-    SystemRDL register maps there (``hdl/rdu_ip.rdl``: the IP top's registers)."""
+    SystemRDL register maps there (``hdl/rdu_ip.rdl``: the IP top's registers).
+
+    Read once per process, at its first build: the Verilog a process generates comes
+    from the ``hdl`` modules it imported, so a later edit of ``hdl/`` must not give its
+    builds the edited sources' key (a long benchmark beside an edit once cached its old
+    Verilog under the new key)."""
     digest = hashlib.sha256()
     hdl_dir = project_root() / "hdl"
     for path in sorted([*hdl_dir.rglob("*.py"), *hdl_dir.rglob("*.rdl")]):
@@ -170,6 +177,7 @@ def hdl_source_hash():
     return digest.hexdigest()
 
 
+@functools.cache
 def _class_source_hash(cls):
     import inspect
     try:
