@@ -68,7 +68,8 @@ class PipelinedMAC(wiring.Component):
     Parameters
     ----------
     group : int or None
-        Slots (default: ``add_latency``).
+        Slots (default: :func:`hdl.fp_latency.systolic_group` of ``add_latency``, the
+        group of :class:`PipelinedSystolicArray`'s PEs).
     mul_latency, add_latency : int or None
         Register stages of the product and of the adder (default
         :data:`hdl.fp_latency.DEFAULT_LATENCY` of ``BF16_MUL`` and ``ADD``); the adder
@@ -90,7 +91,7 @@ class PipelinedMAC(wiring.Component):
             raise ValueError(f"The accumulating adder needs at least one register, not "
                              f"{add_latency}")
         if group is None:
-            group = add_latency
+            group = systolic_group({FPKind.ADD: add_latency})
         if group < add_latency:
             raise ValueError(f"A PE needs at least as many slots as its adder's latency "
                              f"({add_latency}), not {group}")

@@ -283,9 +283,10 @@ def test_pipelined_systolic_array_timing(seed):
 
 def test_pipelined_mac_arguments():
     """A PE needs a registered adder and at least as many slots as the adder's latency
-    (a slot's next step must find its sum); its defaults are the latency table's."""
+    (a slot's next step must find its sum); its defaults are the latency table's, its
+    slots the array's group."""
     pe = PipelinedMAC()
-    assert pe.group == DEFAULT_LATENCY[FPKind.ADD]
+    assert pe.group == systolic_group(DEFAULT_LATENCY) == 8      # the array's PEs'
     assert pe.latency == systolic_pe_latency(DEFAULT_LATENCY)
     assert PipelinedMAC(9, add_latency=8).group == 9
     with pytest.raises(ValueError, match="at least as many slots as its adder's latency"):

@@ -16,10 +16,9 @@ LINT_SIZES = {"pcu": {"lanes": 4, "stages": 2}}
 @pytest.mark.parametrize("name", sorted(n for n, d in DESIGNS.items() if d.quick))
 def test_registered_design_lints(name, sim_dir):
     """Every quick registered design's Verilog passes ``verilator --lint-only``."""
-    design = get_design(name)
     path = sim_dir / f"{name}.v"
-    path.write_text(generate_verilog(design.cls(**{**design.params,
-                                                   **LINT_SIZES.get(name, {})}), name))
+    path.write_text(generate_verilog(get_design(name).instantiate(**LINT_SIZES.get(name, {})),
+                                     name))
     ok, report = lint_verilog(path, name)
     assert ok, report
 

@@ -27,8 +27,9 @@ class Design:
     description: str = ""
     quick: bool = True          # small enough to lint inside the test suite
 
-    def instantiate(self):
-        return self.cls(**self.params)
+    def instantiate(self, **overrides):
+        """The component, with ``overrides`` of its parameters (e.g. a smaller size)."""
+        return self.cls(**{**self.params, **overrides})
 
 
 DESIGNS = {design.name: design for design in [

@@ -281,18 +281,18 @@ def _matmul(kernel, prefix, t, split, panels, tensor, address, first_block):
     first B load's launch token."""
     lanes = t.lanes
     beat = lanes * WORD
-    tile_bytes = t.k_pad * t.group * lanes * BF16   # one systolic tile of B, packed BF16
+    group_bytes = t.k_pad * t.group * lanes * BF16  # one systolic tile of B, packed BF16
     tiles = t.col_groups // split
     count = max(split, len(panels))
     results, launch, stream = [], None, None
     for p in range(count):
         load = f"load_{tensor.name}_{p}"
         if split > 1 or p == 0:
-            start = (BlockOffset(address - first_block * tile_bytes, tile_bytes)
+            start = (BlockOffset(address - first_block * group_bytes, group_bytes)
                      if split > 1 else address)
             stream = kernel.load(tensor, AccessPattern(
                 start, (t.k_pad * t.group // 2, tiles, t.passes),
-                (beat, split * tile_bytes, 0)),
+                (beat, split * group_bytes, 0)),
                 name=load, config={"bf16": True})
             if split > 1:
                 kernel.nodes[load].block_of = f"{prefix}_{p}"
