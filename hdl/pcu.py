@@ -344,7 +344,8 @@ class PCU(wiring.Component):
                 body.control_out.ready.eq(control_out.ready),
             ]
         m.d.comb += [simd_body.active.eq(simd), simd_body.config.eq(config),
-                     systolic_body.active.eq(~simd), systolic_body.finishing.eq(run.finishing)]
+                     systolic_body.active.eq(~simd), systolic_body.finishing.eq(run.finishing),
+                     systolic_body.group_rows.eq(config.mode == Mode.SYSTOLIC_ROWS)]
         wiring.connect(m, fifos["scalar_in"].o, simd_body.scalar_in)
         wiring.connect(m, simd_body.scalar_out, fifos["scalar_out"].i)
         for mode, body in ((simd, simd_body), (~simd, systolic_body)):

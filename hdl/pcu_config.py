@@ -28,7 +28,11 @@ ACC_DEPTH = 128
 class Mode(enum.IntEnum, shape=2):
     """Body of the PCU selected by the ``mode`` field."""
     SIMD = 0
-    SYSTOLIC = 1
+    SYSTOLIC = 1        #: the systolic array; a tile's group spans column blocks of B
+    SYSTOLIC_ROWS = 2   #: the systolic array, a tile's group spanning row blocks of A
+                        #: (``vector_in0`` brings ``group`` beats a k step, ``vector_in1``
+                        #: one, held); with groups of one (``fp_latency`` off) the same as
+                        #: ``SYSTOLIC``
 
 
 class Source(enum.IntEnum, shape=3):

@@ -105,6 +105,10 @@ class SystolicArray(wiring.Component):
         The PCU's run control is in ``RUN`` / ``FINISH``.
     chain : In(chain_status_layout())
         The counter chain's current iteration.
+    group_rows : In(1)
+        ``Mode.SYSTOLIC_ROWS``: a tile's group spans row blocks of A instead of column
+        blocks of B (:class:`hdl.pcu_systolic_pipelined.PipelinedSystolicArray`; this
+        array's groups are of one tile, so it ignores it).
     in0, in1 : In(vector_stream(lanes))
     vector_out : Out(vector_stream(lanes))
     control_out : Out(control_stream())
@@ -122,6 +126,7 @@ class SystolicArray(wiring.Component):
             "active": In(1),
             "running": In(1),
             "finishing": In(1),
+            "group_rows": In(1),
             "chain": In(chain_status_layout()),
             "in0": In(vector_stream(lanes)),
             "in1": In(vector_stream(lanes)),

@@ -6,8 +6,11 @@ accumulates on a :class:`PipelinedFP32Add`: its sum comes back to the adder's in
 :func:`hdl.fp_latency.systolic_group`) independent sums in flight, one per *slot*, and the
 array (:class:`PipelinedSystolicArray`) feeds them in turn: a tile is ``lanes`` rows by
 ``group * lanes`` columns, each k step holds the A column for ``group`` cycles while
-``vector_in1`` brings row k of each of the ``group`` column blocks of B. Every sum still
-adds its products in k order, so the words are those of the combinational array.
+``vector_in1`` brings row k of each of the ``group`` column blocks of B. With
+``group_rows`` (``Mode.SYSTOLIC_ROWS``) the roles turn: a tile is ``group * lanes`` rows
+by ``lanes`` columns, ``vector_in0`` brings column k of each of the ``group`` row blocks
+of A while the row of B is held. Every sum still adds its products in k order, so the
+words are those of the combinational array.
 ``docs/pcu.md``, "Systolic array on the pipelined operators", has the streams and the
 timing.
 """
@@ -147,7 +150,10 @@ class PipelinedSystolicArray(SystolicArray):
     k of A, taken with the first and held); ``issue`` (the chain's step) comes with the
     last of them. The tile drains as ``group * lanes`` beats, column block by column
     block, each ``lanes`` rows (the rows of ``group`` tiles of the combinational array,
-    in their order). ``docs/pcu.md``, "Systolic array on the pipelined operators".
+    in their order). With ``group_rows`` a tile is ``(group * lanes) x lanes``: a k step
+    takes ``group`` beats of ``in0`` (column k of row block 0, 1, ...) with one of
+    ``in1`` (held), and the tile drains its rows in order (row block by row block).
+    ``docs/pcu.md``, "Systolic array on the pipelined operators".
 
     Parameters
     ----------
@@ -175,13 +181,16 @@ class PipelinedSystolicArray(SystolicArray):
         pending = Signal(name="sys_pending")      # a tile's results await draining
         row_full = Signal(lanes, name="sys_row_full")
         slot = Signal(range(group), name="sys_slot")    # the column block of the next beat
-        take = Signal(name="sys_take")                  # a beat of in1 enters now
+        take = Signal(name="sys_take")          # a beat of the grouped stream enters now
+        rows = self.group_rows                  # in0 grouped (row blocks), in1 held
+        first = slot == 0
         with m.If(self.active):
             m.d.comb += [
-                take.eq(self.running & self.in1.valid & ((slot != 0) | self.in0.valid) &
-                        ~(self.chain.last[0] & (slot == 0) & pending)),
-                self.in0.ready.eq(take & (slot == 0)),
-                self.in1.ready.eq(take),
+                take.eq(self.running & Mux(rows, self.in0.valid, self.in1.valid) &
+                        (~first | (self.in0.valid & self.in1.valid)) &
+                        ~(self.chain.last[0] & first & pending)),
+                self.in0.ready.eq(take & (rows | first)),
+                self.in1.ready.eq(take & (~rows | first)),
                 self.issue.eq(take & (slot == group - 1)),
             ]
             with m.If(take):
@@ -193,8 +202,8 @@ class PipelinedSystolicArray(SystolicArray):
         return m
 
     def _pipelined_injection(self, array, take, slot):
-        """The beats entering the array (A held through a k step's ``group`` beats),
-        skewed as in the combinational array."""
+        """The beats entering the array (the held operand, A or with ``group_rows`` B,
+        through a k step's ``group`` beats), skewed as in the combinational array."""
         lanes, domain, active = self._lanes, self._domain, self.active
         tag = data.StructLayout({"valid": 1, "first": 1, "last": 1,
                                  "slot": Shape.cast(range(self._group))})
@@ -208,11 +217,12 @@ class PipelinedSystolicArray(SystolicArray):
                 inject_tag.last.eq(self.chain.last[0]),
                 inject_tag.slot.eq(slot),
             ]
+        rows, first = self.group_rows, slot == 0
         for lane in range(lanes):
-            with array.If(active & take):
+            with array.If(active & take & (rows | first)):
+                array.d[domain] += inject_a[lane].eq(self.in0.payload[lane][16:])
+            with array.If(active & take & (~rows | first)):
                 array.d[domain] += inject_b[lane].eq(self.in1.payload[lane][16:])
-                with array.If(slot == 0):
-                    array.d[domain] += inject_a[lane].eq(self.in0.payload[lane][16:])
 
         return skewed_edges(array, domain, active, inject_tag, inject_a, inject_b)
 

@@ -132,6 +132,38 @@ def test_kernel_on_functional_model(mode, seq, dim, heads, kv_heads, causal, see
     assert np.array_equal(results["o"].view(np.uint32), exact)
 
 
+@pytest.mark.parametrize("mode,seq,dim,heads,kv_heads,causal,lanes", [
+    ("decode", 37, 64, 8, 1, False, 8), ("decode", 100, 24, 4, 2, False, 8),
+    ("prefill", 45, 32, 4, 2, True, 8), ("prefill", 20, 128, 1, 1, False, 8),
+    ("decode", 70, 16, 4, 1, False, 4)])
+def test_kernel_on_functional_model_fp_latency(mode, seq, dim, heads, kv_heads, causal,
+                                               lanes, seed):
+    """On a machine with ``fp_latency="default"`` both products group row blocks
+    (``Mode.SYSTOLIC_ROWS``: ``S^T``'s key blocks, ``O^T``'s dimension blocks): chunks
+    and V's dimensions are whole systolic tiles, the scores PCU takes ``group`` beats of
+    K per beat of ``Q^T``, and the functional model's O is the same words as the
+    parameter off (the chain's arithmetic) and within budget of float64."""
+    from rdu.runtime import run_kernel
+
+    from hdl.fp_latency import systolic_group
+    machine = dict(lanes=lanes) if lanes != 8 else {}
+    kernel, program = _compile(mode, seq, dim, heads, kv_heads, causal,
+                               fp_latency="default", **machine)
+    group = systolic_group(Machine(fp_latency="default").latency_table)
+    meta = program.meta
+    assert meta["tile_group"] == group > 1 and meta["chunk"] % (group * lanes) == 0
+    systolic = [config for config in meta["pcu_programs"].values()
+                if config["mode"] == "systolic"]
+    assert len(systolic) == 2 and all(c["group"] == group and c["group_rows"]
+                                      for c in systolic)
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, _ = run_kernel(kernel, program, inputs, "model")
+    assert figures["ok"], f"max abs error {figures['max_abs_err']}"
+    _, plain = _compile(mode, seq, dim, heads, kv_heads, causal, **machine)
+    _, plain_results, _ = run_kernel(kernel, plain, inputs, "model")
+    assert np.array_equal(results["o"].view(np.uint32), plain_results["o"].view(np.uint32))
+
+
 def test_causal_mask_changes_the_result(seed):
     """The causal chain is within budget of causal float64 attention and far outside it
     of attention without the mask (so the budget check sees a missing mask); row 0 is

@@ -270,14 +270,16 @@ def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
 
 
 def test_grouped_systolic_refused_where_not_lowered():
-    """The attention family does not generate the grouped systolic streams yet: with
-    ``fp_latency`` on it refuses in one line instead of compiling streams the PCUs would
-    misread (the matmul and mlp families generate them)."""
+    """Attention on a KV cache (``kv_layout`` ``rows``) does not generate the grouped
+    systolic streams yet: with ``fp_latency`` on it refuses in one line instead of
+    compiling streams the PCUs would misread (the matmul, mlp and attention families'
+    other layouts generate them)."""
     from rdu.frontend.kernels import get_kernel
     from rdu.machine import Machine
-    with pytest.raises(CompileError, match="fp_latency default .* not supported yet"):
+    with pytest.raises(CompileError, match="kv_layout 'rows'.* fp_latency default .* not "
+                                           "supported yet"):
         get_kernel("attention").compile(Machine(fp_latency="default"), seq=32, dim=16,
-                                        heads=1, kv_heads=1)
+                                        heads=1, kv_heads=1, kv_layout="rows")
 
 
 def test_gemm_mismatch_is_detected():

@@ -20,7 +20,7 @@ from hdl.fp_latency import (
 )
 from hdl.interfaces import config_words
 from hdl.pcu import FPGA_PCU_OPTIONS, PCU
-from hdl.pcu_config import pcu_config_layout
+from hdl.pcu_config import Mode, pcu_config_layout
 from hdl.special_function import PROGRAMS, SPECIAL_STEPS
 from tb.suites.pcu import (
     causal_mask,
@@ -107,14 +107,17 @@ def test_systolic_cycle_count(seed):
     assert stats.result["cycles"] == 16 * 16 + 2 * 4 + 3
 
 
-def test_systolic_pipelined_amaranth(seed):
+@pytest.mark.parametrize("group_rows", [False, True])
+def test_systolic_pipelined_amaranth(group_rows, seed):
     """``fp_latency="default"``: the systolic array on pipelined PEs, tiles of ``lanes x
-    group * lanes`` (``hdl.fp_latency.systolic_group``), random products of several
-    shapes under random stalls on every port, bit-exact against the model."""
+    group * lanes`` (``hdl.fp_latency.systolic_group``; mode ``SYSTOLIC_ROWS``: ``group
+    * lanes x lanes``), random products of several shapes under random stalls on every
+    port, bit-exact against the model."""
     group = systolic_group(DEFAULT_LATENCY)
+    shapes = [(30, 7, 5), (3, 1, 4)] if group_rows else [(5, 7, 30), (4, 1, 3)]
     stats = run_amaranth(PCU(lanes=4, stages=1, fp_latency="default"), systolic_matmuls,
-                         seed=seed, lanes=4, stages=1, shapes=[(5, 7, 30), (4, 1, 3)],
-                         group=group)
+                         seed=seed, lanes=4, stages=1, shapes=shapes, group=group,
+                         group_rows=group_rows)
     assert stats.result["worst_relative_error"] < 1e-5
 
 
@@ -134,39 +137,52 @@ def test_systolic_cycle_count_pipelined(seed):
         (group + 1) * lanes + 3
 
 
-@pytest.mark.parametrize("fp_latency", ["off", "default"])
-def test_systolic_functional_model(fp_latency, seed):
+@pytest.mark.parametrize("fp_latency,group_rows", [("off", False), ("default", False),
+                                                   ("off", True), ("default", True)])
+def test_systolic_functional_model(fp_latency, group_rows, seed):
     """The functional model (``PCUModel``) of a machine with ``fp_latency`` takes the
     streams of ``matmul_streams(..., group)`` (a beat of ``vector_in0`` per ``group``
-    of ``vector_in1``), one beat at a time with a two-item ``vector_out``, and gives the
-    reference's rows, then the DONE token."""
+    of ``vector_in1``; mode ``SYSTOLIC_ROWS`` the other way round, the same as
+    ``SYSTOLIC`` with ``fp_latency`` off), the grouped stream one beat at a time with a
+    two-item ``vector_out``, and gives the reference's rows, then the DONE token."""
     from rdu.models.pcu import PCUModel
     from rdu.models.shared import DONE, Queue, item_vector
 
     lanes, rng = 4, np.random.default_rng(seed)
     group = systolic_group(latency_table(fp_latency))
-    a = random_bf16_matrix(rng, (6, 5))
-    b = random_bf16_matrix(rng, (5, 9))
-    counters, in0, in1, _ = pcu_model.matmul_streams(a, b, lanes, group)
-    config = {"mode": 1, "counters": counters}
+    a = random_bf16_matrix(rng, (9, 5) if group_rows else (6, 5))
+    b = random_bf16_matrix(rng, (5, 6) if group_rows else (5, 9))
+    counters, in0, in1, _ = pcu_model.matmul_streams(a, b, lanes, group, group_rows)
+    config = {"mode": Mode.SYSTOLIC_ROWS if group_rows else Mode.SYSTOLIC,
+              "counters": counters}
     queues = {name: Queue(2 if name == "vector_out" else 1000, name) for name in (
         "vector_in0", "vector_in1", "scalar_in", "control_in", "vector_out", "scalar_out",
         "control_out")}
     model = PCUModel(0, 0, lanes, 1, config, queues, fp_latency=fp_latency)
     queues["control_in"].items.append(0)
-    queues["vector_in0"].items.extend(in0)
-    rows, left = [], list(in1)
+    grouped, held = ("vector_in0", "vector_in1") if group_rows else ("vector_in1",
+                                                                     "vector_in0")
+    beats = {"vector_in0": in0, "vector_in1": in1}
+    queues[held].items.extend(beats[held])
+    rows, left = [], list(beats[grouped])
     while not queues["control_out"].items:
-        if left and not queues["vector_in1"].items:
-            queues["vector_in1"].items.append(left.pop(0))
+        if left and not queues[grouped].items:
+            queues[grouped].items.append(left.pop(0))
         progress = model.step()
         out = queues["vector_out"].items
         rows.extend(item_vector(out.popleft()) for _ in range(len(out)))
         assert progress or out or left, model.waits()
-    assert queues["control_out"].items[0] == DONE and not queues["vector_in0"].items
+    assert queues["control_out"].items[0] == DONE and not queues[held].items
     expected = pcu_model.run_systolic(config, lanes, in0, in1, group)["vector_out"]
     assert np.array_equal(np.array(rows, np.uint32), np.array(expected, np.uint32))
-    assert model.counters()["macs"] == len(in1) * lanes * lanes
+    product = pcu_model.matmul_from_stream(rows, (len(a), b.shape[1]), lanes, group,
+                                           group_rows)
+    plain = pcu_model.matmul_streams(a, b, lanes)
+    flat = pcu_model.run_systolic({"mode": Mode.SYSTOLIC, "counters": plain[0]}, lanes,
+                                  plain[1], plain[2])["vector_out"]
+    assert np.array_equal(product, pcu_model.matmul_from_stream(flat, (len(a), b.shape[1]),
+                                                                lanes))
+    assert model.counters()["macs"] == len(beats[grouped]) * lanes * lanes
 
 
 @pytest.mark.parametrize("suite", ["systolic", "simd"])

@@ -15,7 +15,7 @@ from rdu.models import pcu_reference as pcu_model
 from hdl.fp import Op
 from hdl.fp_alu_pipelined import PipelinedFPALU
 from hdl.fp_latency import DEFAULT_LATENCY, FPKind, op_latency, systolic_group, systolic_pe_latency
-from hdl.pcu_config import COUNTERS, Source, pcu_config_layout
+from hdl.pcu_config import COUNTERS, Mode, Source, pcu_config_layout
 from hdl.pcu_counters import CounterChain, chain_status_layout
 from hdl.pcu_simd import SIMDPipeline
 from hdl.pcu_systolic import SharedALU, SystolicArray
@@ -129,13 +129,16 @@ def test_counter_chain_sequence(top, seed):
 
 def _run_systolic(dut, lanes, config, beats0, beats1, rng, stall, group=1):
     """Play the counter chain and run control around ``dut``; return the drained rows,
-    the cycles of each issue (a step of the chain), of each beat taken on ``in1`` and of
-    the DONE token. ``group``: ``in1`` beats per step (``PipelinedSystolicArray``)."""
+    the cycles of each issue (a step of the chain), of each beat taken on the grouped
+    stream (``in1``; ``in0`` in mode ``SYSTOLIC_ROWS``) and of the DONE token.
+    ``group``: beats of the grouped stream per step (``PipelinedSystolicArray``)."""
     steps = _reference_chain(config["counters"])
     result = {"rows": [], "issues": [], "takes": [], "done": []}
+    group_rows = config["mode"] == Mode.SYSTOLIC_ROWS
 
     async def bench(ctx):
         ctx.set(dut.active, 1)
+        ctx.set(dut.group_rows, group_rows)
         index = sent0 = sent1 = 0
         cycle = 0
         while not result["done"]:
@@ -157,11 +160,12 @@ def _run_systolic(dut, lanes, config, beats0, beats1, rng, stall, group=1):
             ctx.set(dut.control_out.ready, ready)
             took0, took1 = ctx.get(dut.in0.ready), ctx.get(dut.in1.ready)
             assert (not took0 or valid0) and (not took1 or valid1)
+            grouped, held = (took0, took1) if group_rows else (took1, took0)
             if ctx.get(dut.issue):
-                assert took1 and (group > 1 or took0)
+                assert grouped and (group > 1 or held)
                 result["issues"].append(cycle)
                 index += 1
-            if took1:
+            if grouped:
                 result["takes"].append(cycle)
             sent0, sent1 = sent0 + took0, sent1 + took1
             if ctx.get(dut.vector_out.valid) and ready:
@@ -229,22 +233,25 @@ def _edge_bf16(nrng, shape):
     return words
 
 
-@pytest.mark.parametrize("lanes,shape,edges", [(4, (5, 6, 30), False), (2, (3, 9, 5), True),
-                                               (2, (2, 1, 3), False)])
-def test_pipelined_systolic_array_products(lanes, shape, edges, seed):
+@pytest.mark.parametrize("lanes,shape,edges,group_rows", [
+    (4, (5, 6, 30), False, False), (2, (3, 9, 5), True, False), (2, (2, 1, 3), False, False),
+    (4, (30, 6, 5), False, True), (2, (5, 9, 3), True, True), (2, (3, 1, 2), False, True)])
+def test_pipelined_systolic_array_products(lanes, shape, edges, group_rows, seed):
     """``PipelinedSystolicArray`` (the PCU's ``fp_latency="default"``): random BF16 GEMM
     tiles (with edge-case words: zeros, infinities, NaNs, denormals, overflow) under
     random stalls on every port, every drained row bit-exact against
     ``run_systolic(..., group)``, which is the combinational array's reference on the
-    column tiles of the group; the DONE token once, after the last row."""
+    column tiles of the group (mode ``SYSTOLIC_ROWS``: on the row tiles of the group);
+    the DONE token once, after the last row."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     m_len, k_len, n_len = shape
     draw = _edge_bf16 if edges else random_bf16_matrix
     a, b = draw(nrng, (m_len, k_len)), draw(nrng, (k_len, n_len))
     group = systolic_group(DEFAULT_LATENCY)
-    counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group)
-    config = {"mode": 1, "counters": counters}
+    counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group, group_rows)
+    config = {"mode": Mode.SYSTOLIC_ROWS if group_rows else Mode.SYSTOLIC,
+              "counters": counters}
     dut = PipelinedSystolicArray(lanes, DEFAULT_LATENCY)
     assert dut.group == group == 8 >= DEFAULT_LATENCY[FPKind.ADD]     # a power of two
     result = _run_systolic(dut, lanes, config, beats0, beats1, rng, 0.3, group)
@@ -254,9 +261,11 @@ def test_pipelined_systolic_array_products(lanes, shape, edges, seed):
     plain = pcu_model.matmul_streams(a, b, lanes)
     flat = pcu_model.run_systolic({"mode": 1, "counters": plain[0]}, lanes, plain[1],
                                   plain[2])["vector_out"]
-    product = pcu_model.matmul_from_stream(result["rows"], (m_len, n_len), lanes, group)
+    product = pcu_model.matmul_from_stream(result["rows"], (m_len, n_len), lanes, group,
+                                           group_rows)
     assert np.array_equal(product, pcu_model.matmul_from_stream(flat, (m_len, n_len), lanes))
-    assert len(result["done"]) == 1 and len(result["takes"]) == len(beats1)
+    grouped = beats0 if group_rows else beats1
+    assert len(result["done"]) == 1 and len(result["takes"]) == len(grouped)
 
 
 def test_pipelined_systolic_array_timing(seed):

@@ -142,14 +142,15 @@ def random_bf16_matrix(rng, shape, scale=1.0):
 
 
 async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
-                           out_stall="random", group=1):
+                           out_stall="random", group=1, group_rows=False):
     """For each (M, K, N): tile A @ B onto the systolic mode, stream it under stalls,
     check every result word against the model and the model against numpy float32.
     ``group``: column tiles per tile (a PCU with ``fp_latency``:
-    ``hdl.fp_latency.systolic_group``)."""
+    ``hdl.fp_latency.systolic_group``), row tiles with ``group_rows`` (mode
+    ``SYSTOLIC_ROWS``)."""
     from rdu.models import pcu_reference as pcu_model
 
-    from hdl.pcu_config import pcu_config_layout
+    from hdl.pcu_config import Mode, pcu_config_layout
     rng = np.random.default_rng(bench.rng.getrandbits(64))
     layout = pcu_config_layout(lanes, stages)
     in0 = bench.source("vector_in0", in_stall)
@@ -161,11 +162,13 @@ async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
     for m_len, k_len, n_len in shapes:
         a = random_bf16_matrix(rng, (m_len, k_len))
         b = random_bf16_matrix(rng, (k_len, n_len))
-        counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group)
-        config = {"mode": 1, "counters": counters}
+        counters, beats0, beats1, _ = pcu_model.matmul_streams(a, b, lanes, group,
+                                                               group_rows)
+        config = {"mode": Mode.SYSTOLIC_ROWS if group_rows else Mode.SYSTOLIC,
+                  "counters": counters}
         expected = pcu_model.run_systolic(config, lanes, beats0, beats1, group)
         result = pcu_model.matmul_from_stream(expected["vector_out"], (m_len, n_len), lanes,
-                                              group)
+                                              group, group_rows)
         reference = a.view(np.float32) @ b.view(np.float32)
         magnitude = np.abs(a.view(np.float32).astype(np.float64)) @ \
             np.abs(b.view(np.float32).astype(np.float64))
@@ -178,7 +181,7 @@ async def systolic_matmuls(bench, *, lanes, stages, shapes, in_stall="random",
         out.expect_all(pack_vector(row) for row in expected["vector_out"])
         ctrl_out.expect(1)
         ctrl_in.send(0)
-        await bench.streams_done(timeout=20 * len(beats1) + 2000)
+        await bench.streams_done(timeout=20 * (len(beats0) + len(beats1)) + 2000)
         assert await bench.read("busy") == 0
         await bench.cycles(1)
     return {"worst_relative_error": worst}

@@ -56,7 +56,7 @@ def produced(kernel, stream, lanes):
     if isinstance(node, Compute):
         trips = node.config["trips"]
         if node.config["mode"] == "systolic":
-            # a tile of ``group`` column blocks drains group * lanes rows
+            # a tile of ``group`` column (or row) blocks drains group * lanes rows
             group = node.config.get("group", 1)
             return trips[1] * trips[2] * lanes * group if port == "vector_out" else None
         # SIMD: one emit per iteration (emit_every), per iteration of counter 0 in the
@@ -82,9 +82,12 @@ def consumed(kernel, port):
     if isinstance(node, Buffer):
         return _beats(node.config["write"]) * node.config["read_passes"]
     if isinstance(node, Compute):
-        if node.config["mode"] == "systolic" and port.name == "vector_in1":
-            # ``group`` beats of B per k step (hdl.fp_latency.systolic_group)
-            return math.prod(node.config["trips"]) * node.config.get("group", 1)
+        if node.config["mode"] == "systolic":
+            # ``group`` beats of B per k step (hdl.fp_latency.systolic_group), of A with
+            # ``group_rows``
+            grouped = "vector_in0" if node.config.get("group_rows") else "vector_in1"
+            if port.name == grouped:
+                return math.prod(node.config["trips"]) * node.config.get("group", 1)
         return math.prod(node.config["trips"])
     return None
 

@@ -110,7 +110,11 @@ class AttentionShape:
     are a position-major cache of capacity ``seq`` (a multiple of the lanes; ``chunk`` a
     multiple of the lanes dividing it) of which the first ``valid`` keys of each head
     are filled (default all), read by ``queries`` queries per head (default 1: a decode
-    step's rows padded to a tile of the lanes are 8)."""
+    step's rows padded to a tile of the lanes are 8). ``tile_group``: the systolic PCUs'
+    group (:func:`hdl.fp_latency.systolic_group`, more than 1 with ``fp_latency``): both
+    products group their row blocks (``Mode.SYSTOLIC_ROWS``: ``tile_group`` key blocks
+    of ``S^T``, dimension blocks of ``O^T``), so ``chunk`` and :attr:`dim_pad` are
+    multiples of ``tile_group * lanes``; ``blocks`` only."""
     mode: str
     seq: int
     dim: int
@@ -124,6 +128,7 @@ class AttentionShape:
     kv_layout: str = "blocks"
     valid: int = None
     queries: int = None
+    tile_group: int = 1
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -131,7 +136,7 @@ class AttentionShape:
         if self.kv_layout not in KV_LAYOUTS:
             raise AttentionError(f"kv_layout {self.kv_layout!r} is not one of "
                                  f"{', '.join(KV_LAYOUTS)}")
-        for name in ("seq", "dim", "heads", "kv_heads", "lanes", "chunk"):
+        for name in ("seq", "dim", "heads", "kv_heads", "lanes", "chunk", "tile_group"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise AttentionError(f"{name} must be a positive integer, not {value!r}")
@@ -149,6 +154,10 @@ class AttentionShape:
         elif self.chunk % (2 * self.lanes):
             raise AttentionError(f"chunk {self.chunk} is not a multiple of 2 x lanes "
                                  f"({2 * self.lanes}: whole AXI beats of BF16 keys)")
+        elif self.chunk % (self.tile_group * self.lanes):
+            raise AttentionError(f"chunk {self.chunk} is not a multiple of tile_group x "
+                                 f"lanes ({self.tile_group * self.lanes}: whole systolic "
+                                 f"tiles of keys)")
         if self.causal and self.mode == "decode":
             raise AttentionError("causal masking is for prefill (a decode query sees every "
                                  "key)")
@@ -156,6 +165,9 @@ class AttentionShape:
             raise AttentionError(f"scale must be a positive finite number, not {self.scale}")
 
     def _check_rows(self):
+        if self.tile_group != 1:
+            raise AttentionError(f"kv_layout 'rows' on systolic tiles of {self.tile_group} "
+                                 f"blocks is not supported yet (fp_latency off)")
         if self.mode != "decode":
             raise AttentionError("kv_layout 'rows' is for decode (one query per head); "
                                  "prefill reads K and V by blocks (kv_layout 'blocks')")
@@ -267,8 +279,10 @@ class AttentionShape:
 
     @property
     def dim_pad(self):
-        """Dimensions of ``V`` and ``O`` in the images: whole blocks of lanes."""
-        return _ceil(self.dim, self.lanes) * self.lanes
+        """Dimensions of ``V`` and ``O`` in the images: whole blocks of lanes (whole
+        systolic tiles: ``tile_group`` blocks)."""
+        tile = self.lanes * self.tile_group
+        return _ceil(self.dim, tile) * tile
 
     @property
     def tiles(self):
@@ -316,8 +330,9 @@ class AttentionShape:
 
 def images(shape, q="q", k="k", v="v", out="o"):
     """``{name: rdu.layout.Image}`` of the chain: ``Q^T`` by pass (with the mask
-    dimensions' constants), K by key/value head and copy, key block by key block,
-    dimension-major (with the mask constants), V by head, chunk and dimension block, and
+    dimensions' constants), K by key/value head and copy, key block by key block
+    (``tile_group`` blocks by ``tile_group``), dimension-major (with the mask constants),
+    V by head, chunk and dimension block (tile), and
     ``O^T`` by pass (FP32). The compiler lays the tensors out with them and the reference
     computes from their logical matrices, so both see the same masks."""
     from ..layout import Image, Piece
@@ -359,15 +374,19 @@ def images(shape, q="q", k="k", v="v", out="o"):
                     if key < min(s.seq, (copy + 1) * lanes):
                         k_pieces.append(Piece(None, (base + key, s.dim + 1 + m), (1, 1),
                                               neg_big))
-    blocks = s.seq_pad // lanes
+    # K: a systolic tile (tile_group key blocks) at a time, dimension-major, block by
+    # block; V: by chunk, tile of dimension blocks, key, block
+    group = s.tile_group
+    tiles, dim_tiles = s.seq_pad // (lanes * group), s.dim_pad // (lanes * group)
     return {
         q: Image((n * lanes, s.dim_k), tuple(q_pieces), (n, lanes, s.dim_k), (0, 2, 1),
                  "bf16"),
         k: Image((s.kv_heads * s.key_copies * s.seq_pad, s.dim_k), tuple(k_pieces),
-                 (s.kv_heads * s.key_copies, blocks, lanes, s.dim_k), (0, 1, 3, 2), "bf16"),
+                 (s.kv_heads * s.key_copies, tiles, group, lanes, s.dim_k),
+                 (0, 1, 4, 2, 3), "bf16"),
         v: Image((s.kv_heads * s.seq_pad, s.dim_pad), tuple(v_pieces),
-                 (s.kv_heads, s.chunks, s.chunk, s.dim_pad // lanes, lanes),
-                 (0, 1, 3, 2, 4), "bf16"),
+                 (s.kv_heads, s.chunks, s.chunk, dim_tiles, group, lanes),
+                 (0, 1, 3, 2, 4, 5), "bf16"),
         out: Image((n * lanes, s.dim_pad), tuple(o_pieces), (n, lanes, s.dim_pad),
                    (0, 2, 1), "fp32"),
     }

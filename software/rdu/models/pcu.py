@@ -135,7 +135,8 @@ class PCUModel(Unit):
     registers: ``stages + 2``, more with ``fp_latency``); the model keeps no cycles.
     With ``fp_latency`` a systolic tile is ``lanes x group * lanes``
     (:func:`hdl.fp_latency.systolic_group`): each k step takes one beat of
-    ``vector_in0`` and ``group`` of ``vector_in1``
+    ``vector_in0`` and ``group`` of ``vector_in1``, or with ``Mode.SYSTOLIC_ROWS``
+    ``group`` of ``vector_in0`` and one of ``vector_in1``
     (:func:`rdu.models.pcu_reference.run_systolic`).
     """
 
@@ -185,14 +186,16 @@ class PCUModel(Unit):
         cfg = self.cfg
         self.runs += 1
         self.iteration = 0
-        if cfg["mode"] == Mode.SYSTOLIC:
+        if cfg["mode"] in (Mode.SYSTOLIC, Mode.SYSTOLIC_ROWS):
             self.state = "systolic"
             self.k_len = pcu_reference.trip_count(cfg["counters"][0])
             self.total = self.k_len
             for counter in cfg["counters"][1:]:
                 self.total *= pcu_reference.trip_count(counter)
             self.a_beats, self.b_beats = [], []
-            self.slot = 0                  # the column block of the next vector_in1 beat
+            self.slot = 0                  # the block of the grouped stream's next beat
+            # Mode.SYSTOLIC_ROWS: vector_in0 grouped (row blocks of A), vector_in1 held
+            self.group_rows = cfg["mode"] == Mode.SYSTOLIC_ROWS and self.group > 1
             self.owed = deque()
         else:
             self.state = "simd"
@@ -229,18 +232,18 @@ class PCUModel(Unit):
                 self.items_out += 1
                 moved += 1
                 continue
-            if not (in1 and (in0 or self.slot)):
+            take_a, take_b = self.group_rows or not self.slot, not self.group_rows or not self.slot
+            if (take_a and not in0) or (take_b and not in1):
                 break
             last_k = self.iteration % k_len == k_len - 1
             if last_k and self.owed and not self.slot:
                 break
-            if not self.slot:
+            if take_a:
                 self.a_beats.append(in0.popleft())
-                self.items_in += 1
-                moved += 1
-            self.b_beats.append(in1.popleft())
-            self.items_in += 1
-            moved += 1
+            if take_b:
+                self.b_beats.append(in1.popleft())
+            self.items_in += take_a + take_b
+            moved += take_a + take_b
             self.slot = (self.slot + 1) % group
             if self.slot:
                 continue
@@ -261,11 +264,12 @@ class PCUModel(Unit):
     def _tile_done(self):
         """A tile's last k step is taken: its ``group`` blocks of ``lanes`` rows owed."""
         lanes, group = self.lanes, self.group
-        a = item_vectors(self.a_beats, lanes)
-        b = item_vectors(self.b_beats, lanes).reshape(len(self.a_beats), group, lanes)
+        a = item_vectors(self.a_beats, lanes).reshape(self.k_len, -1, lanes)
+        b = item_vectors(self.b_beats, lanes).reshape(self.k_len, -1, lanes)
         self.a_beats, self.b_beats = [], []
         for block in range(group):
-            tile = TileResult(self, a, np.ascontiguousarray(b[:, block]))
+            tile = TileResult(self, np.ascontiguousarray(a[:, block % a.shape[1]]),
+                              np.ascontiguousarray(b[:, block % b.shape[1]]))
             self.pending.append(tile)
             self.owed.extend(LazyRow(tile, row) for row in range(lanes))
         self.macs += self.k_len * lanes * lanes * group

@@ -561,24 +561,31 @@ def run_systolic(config, lanes, vector_in0, vector_in1, group=1):
     ``group`` (:func:`hdl.fp_latency.systolic_group`, more than 1 with ``fp_latency``):
     a tile is ``lanes x (group * lanes)``; each k step takes one beat of ``vector_in0``
     and ``group`` beats of ``vector_in1`` (row k of column block 0, 1, ...), and the tile
-    drains as ``group`` blocks of ``lanes`` rows, block 0 first."""
+    drains as ``group`` blocks of ``lanes`` rows, block 0 first. Mode ``SYSTOLIC_ROWS``
+    turns the roles: ``group`` beats of ``vector_in0`` (column k of row block 0, 1, ...)
+    and one of ``vector_in1`` per k step, a tile ``(group * lanes) x lanes`` drained row
+    block by row block."""
     steps = iterations(config)
     k_len = trip_count(config["counters"][0])
+    rows_grouped = config["mode"] == Mode.SYSTOLIC_ROWS
+    per_step = (group, 1) if rows_grouped else (1, group)
     a = np.asarray(vector_in0, dtype=np.uint32).reshape(-1, lanes)
     b = np.asarray(vector_in1, dtype=np.uint32).reshape(-1, lanes)
-    if len(a) != len(steps) or len(b) != len(steps) * group:
-        raise ValueError(f"Systolic run needs {len(steps)} beats on vector_in0 and "
-                         f"{len(steps) * group} on vector_in1, not {len(a)} and {len(b)}")
-    b = b.reshape(-1, group, lanes)
+    if len(a) != len(steps) * per_step[0] or len(b) != len(steps) * per_step[1]:
+        raise ValueError(f"Systolic run needs {len(steps) * per_step[0]} beats on "
+                         f"vector_in0 and {len(steps) * per_step[1]} on vector_in1, not "
+                         f"{len(a)} and {len(b)}")
+    a = a.reshape(-1, per_step[0], lanes)
+    b = b.reshape(-1, per_step[1], lanes)
     rows = []
     for start in range(0, len(steps), k_len):
         for block in range(group):
-            rows.extend(systolic_tile(a[start:start + k_len],
-                                      b[start:start + k_len, block]))
+            rows.extend(systolic_tile(a[start:start + k_len, block if rows_grouped else 0],
+                                      b[start:start + k_len, 0 if rows_grouped else block]))
     return {"vector_out": rows, "scalar_out": [], "control_out": [1]}
 
 
-def matmul_streams(a_words, b_words, lanes, group=1):
+def matmul_streams(a_words, b_words, lanes, group=1, group_rows=False):
     """Tile ``A (M x K) @ B (K x N)`` for the systolic mode (zero padding to multiples
     of ``lanes``, and the column tiles to a multiple of ``group``). Returns
     ``(config_counters, in0 beats, in1 beats, tiles)`` where tiles is ``(row tiles,
@@ -586,45 +593,54 @@ def matmul_streams(a_words, b_words, lanes, group=1):
     a tile of the run covers ``group`` column tiles: counter 1 counts
     ``column tiles / group``, ``in1`` has ``group`` beats per k step (row k of each
     column tile of the group) and the drained rows are those of ``group = 1`` for the
-    padded column tiles, in the same order."""
+    padded column tiles, in the same order. ``group_rows`` (mode ``SYSTOLIC_ROWS``): the
+    row tiles are padded to a multiple of ``group`` and a tile covers ``group`` of them
+    (counter 2 counts ``row tiles / group``, ``in0`` has ``group`` beats per k step); the
+    drained rows go by groups of row tiles, column tile by column tile."""
     a = np.asarray(a_words, dtype=np.uint32)
     b = np.asarray(b_words, dtype=np.uint32)
     m_len, k_len = a.shape
     if b.shape[0] != k_len:
         raise ValueError(f"Inner dimensions differ: A is {a.shape}, B is {b.shape}")
     n_len = b.shape[1]
-    row_tiles, col_tiles = -(-m_len // lanes), _col_tiles(n_len, lanes, group)
+    row_tiles, col_tiles = _tiles((m_len, n_len), lanes, group, group_rows)
     a_pad = np.zeros((row_tiles * lanes, k_len), dtype=np.uint32)
     a_pad[:m_len] = a
     b_pad = np.zeros((k_len, col_tiles * lanes), dtype=np.uint32)
     b_pad[:, :n_len] = b
     in0, in1 = [], []
-    for ti in range(row_tiles):
-        for tg in range(col_tiles // group):
+    rows_per, cols_per = (group, 1) if group_rows else (1, group)
+    for ti in range(0, row_tiles, rows_per):
+        for tj in range(0, col_tiles, cols_per):
             for k in range(k_len):
-                in0.append(a_pad[ti * lanes:(ti + 1) * lanes, k])
-                for tj in range(tg * group, (tg + 1) * group):
-                    in1.append(b_pad[k, tj * lanes:(tj + 1) * lanes])
+                in0 += [a_pad[t * lanes:(t + 1) * lanes, k] for t in range(ti, ti + rows_per)]
+                in1 += [b_pad[k, t * lanes:(t + 1) * lanes] for t in range(tj, tj + cols_per)]
     counters = [{"min": 0, "max": k_len, "stride": 1},
-                {"min": 0, "max": col_tiles // group, "stride": 1},
-                {"min": 0, "max": row_tiles, "stride": 1}]
+                {"min": 0, "max": col_tiles // cols_per, "stride": 1},
+                {"min": 0, "max": row_tiles // rows_per, "stride": 1}]
     return counters, np.array(in0, dtype=np.uint32), np.array(in1, dtype=np.uint32), \
         (row_tiles, col_tiles)
 
 
-def _col_tiles(n_len, lanes, group):
-    """Column tiles of an ``N``-column product: ``ceil(N / lanes)`` rounded up to a
-    multiple of ``group``."""
-    return -(-n_len // (lanes * group)) * group
-
-
-def matmul_from_stream(rows, shape, lanes, group=1):
-    """Reassemble drained tile rows (row-tile major) into the ``shape`` result."""
+def _tiles(shape, lanes, group, group_rows):
+    """Row and column tiles of an ``M x N`` product: ``ceil(M / lanes)`` and ``ceil(N /
+    lanes)``, the grouped one (``group_rows``: the rows) rounded up to a multiple of
+    ``group``."""
     m_len, n_len = shape
-    row_tiles, col_tiles = -(-m_len // lanes), _col_tiles(n_len, lanes, group)
-    out = np.zeros((row_tiles * lanes, col_tiles * lanes), dtype=np.uint32)
-    rows = np.asarray(rows, dtype=np.uint32).reshape(row_tiles, col_tiles, lanes, lanes)
-    for ti in range(row_tiles):
-        for tj in range(col_tiles):
-            out[ti * lanes:(ti + 1) * lanes, tj * lanes:(tj + 1) * lanes] = rows[ti, tj]
-    return out[:m_len, :n_len]
+    rows_per, cols_per = (group, 1) if group_rows else (1, group)
+    return (-(-m_len // (lanes * rows_per)) * rows_per,
+            -(-n_len // (lanes * cols_per)) * cols_per)
+
+
+def matmul_from_stream(rows, shape, lanes, group=1, group_rows=False):
+    """Reassemble drained tile rows (:func:`matmul_streams`' order) into the ``shape``
+    result."""
+    m_len, n_len = shape
+    row_tiles, col_tiles = _tiles(shape, lanes, group, group_rows)
+    rows = np.asarray(rows, dtype=np.uint32)
+    if group_rows:      # (row groups, column tiles, group * lanes rows, lanes)
+        out = rows.reshape(row_tiles // group, col_tiles, group * lanes, lanes)
+        out = out.transpose(0, 2, 1, 3)
+    else:               # (row tiles, column tiles, lanes rows, lanes)
+        out = rows.reshape(row_tiles, col_tiles, lanes, lanes).transpose(0, 2, 1, 3)
+    return out.reshape(row_tiles * lanes, col_tiles * lanes)[:m_len, :n_len]

@@ -61,7 +61,9 @@ def _counters(trips, where):
 def fields(config, stages, where="pcu"):
     """The ``pcu_config_layout`` fields of IR ``config`` for a PCU of ``stages`` stages."""
     if config.get("mode") == "systolic":
-        return {"mode": Mode.SYSTOLIC, "counters": _counters(config["trips"], where)}
+        # group_rows: a tile's group spans row blocks of A (hdl.pcu_config.Mode)
+        mode = Mode.SYSTOLIC_ROWS if config.get("group_rows") else Mode.SYSTOLIC
+        return {"mode": mode, "counters": _counters(config["trips"], where)}
     if config.get("mode") != "simd":
         raise UnitConfigError(f"{where}: mode {config.get('mode')!r} is not systolic or simd")
     program = list(config.get("stages", ()))

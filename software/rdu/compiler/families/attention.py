@@ -37,8 +37,10 @@ The arithmetic is :func:`rdu.frontend.attention.chain_outputs`, which the result
 against bit for bit.
 """
 
+import math
 from dataclasses import dataclass
 
+from hdl.fp_latency import systolic_group
 from hdl.pcu_config import ACC_DEPTH
 
 from ...frontend.attention import AttentionError, AttentionShape
@@ -133,20 +135,23 @@ def tile_attention(group, geometry, machine):
     """The :class:`rdu.frontend.attention.AttentionShape` of an attention group on ``geometry``:
     chunks of :data:`ATTENTION_CHUNK` keys (fewer for a short sequence), whole AXI beats
     of BF16 keys; refuses what the chain cannot hold."""
-    refuse_grouped_systolic(machine, "attention")
     lanes = geometry.lanes
     heads, rows, dim = group.q.shape
     kv_heads, seq, _ = group.k.shape
-    step = 2 * lanes
-    chunk = min(max(step, ATTENTION_CHUNK // step * step), ceil_div(seq, step) * step)
     cache = group.kv_layout == "rows"
+    tile_group = systolic_group(machine.latency_table)
+    if cache:
+        refuse_grouped_systolic(machine, "attention on a KV cache (kv_layout 'rows')")
+    # whole AXI beats of BF16 keys, whole systolic tiles (tile_group key blocks)
+    step = math.lcm(2 * lanes, tile_group * lanes)
+    chunk = min(max(step, ATTENTION_CHUNK // step * step), ceil_div(seq, step) * step)
     mode = "decode" if (rows == 1 or cache) and not group.causal else "prefill"
     queries = rows if cache and rows > 1 else None
 
     def make(chunk):
         return AttentionShape(mode, seq, dim, heads, kv_heads, lanes, chunk, group.scale,
                               group.causal, group.dim_align, group.kv_layout, group.valid,
-                              queries)
+                              queries, tile_group)
     if group.kv_layout == "rows":
         chunk = _rows_chunk(make, seq, lanes, geometry.pmu_words)
     try:
@@ -164,13 +169,15 @@ def tile_attention(group, geometry, machine):
     if need > geometry.pmu_words:
         raise CompileError(f"{where}: attention needs {need} words per PMU, the PMUs hold "
                            f"{geometry.pmu_words}")
-    beats = max(shape.seq_pad * shape.dim_k, shape.seq_pad * shape.dim_pad) // step
+    axi = 2 * lanes                         # BF16 values of an AXI beat
+    beats = max(shape.seq_pad * shape.dim_k, shape.seq_pad * shape.dim_pad) // axi
     if shape.rows_layout:
-        beats = shape.seq * shape.pitch // step
+        beats = shape.seq * shape.pitch // axi
     passes = len(shape.passes())
-    for what, count in (("key blocks", shape.seq_pad // lanes),
+    tile = lanes * tile_group               # rows of a systolic tile
+    for what, count in (("key tiles", shape.seq_pad // tile),
                         ("beats of K or V per pass", beats),
-                        ("tiles of P V per pass", shape.chunks * shape.dim_pad // lanes),
+                        ("tiles of P V per pass", shape.chunks * shape.dim_pad // tile),
                         ("passes", passes)):
         if count > COUNT_LIMIT:
             raise CompileError(f"{where}: attention: {count} {what}, the units count to "
@@ -231,11 +238,19 @@ def _front_blocks(kernel, s, tensors, addresses, names):
                                                    (beat, 0, v_head)),
                          name=f"load_{v}", config={"bf16": True})
     launch = kernel.output(kernel.nodes[f"load_{k}"], "control_out")
+    tiles = s.seq_pad // (lanes * s.tile_group)     # systolic tiles of keys
     q_t = _buffer(kernel, "q_t", load_q, dim_k * lanes, _linear(dim_k, lanes),
-                  AccessPattern(0, (dim_k, s.seq_pad // lanes, 1), (lanes, 0, 0)), n)
+                  AccessPattern(0, (dim_k, tiles, 1), (lanes, 0, 0)), n)
     scores = kernel.compute("scores", "matmul", [load_k, q_t], config={
-        "mode": "systolic", "trips": (dim_k, s.seq_pad // lanes, n)})
+        "mode": "systolic", "trips": (dim_k, tiles, n), **_grouped(s)})
     return scores, load_v, launch
+
+
+def _grouped(s):
+    """The systolic configuration fields of a product grouping ``s.tile_group`` row
+    blocks (``Mode.SYSTOLIC_ROWS``: K's key blocks, V^T's dimension blocks), none for
+    groups of one."""
+    return {"group": s.tile_group, "group_rows": True} if s.tile_group > 1 else {}
 
 
 def _front_rows(kernel, s, tensors, addresses, names):
@@ -298,7 +313,7 @@ def lower_attention(name, group, s, hbm_size, plan=None):
     beat = lanes * WORD                        # bytes of one AXI beat
     n = len(s.passes())
     chunk, chunks, dim_pad = s.chunk, s.chunks, s.v_cols
-    dim_blocks = dim_pad // lanes
+    dim_tiles = dim_pad // (lanes * s.tile_group)    # systolic tiles of dimensions
     scale = s.scale_word
     images = attention_images(s, group.q.name, group.k.name, group.v.name, group.output)
     addresses, bitstream_address = place_images(name, images, hbm_size, plan)
@@ -350,9 +365,9 @@ def lower_attention(name, group, s, hbm_size, plan=None):
                          read_start=(chunk - 1) * lanes)
     # O_c^T = V_c^T P_c^T, beat = dimension, lane = query; merged across chunks
     p_buf = buffer("p_buf", probs, chunk * lanes, _linear(chunk, lanes),
-                   AccessPattern(0, (chunk, dim_blocks, 1), (lanes, 0, 0)), chunks * n)
+                   AccessPattern(0, (chunk, dim_tiles, 1), (lanes, 0, 0)), chunks * n)
     pv = kernel.compute("pv", "matmul", [v_stream, p_buf], config={
-        "mode": "systolic", "trips": (chunk, dim_blocks * chunks, n)})
+        "mode": "systolic", "trips": (chunk, dim_tiles * chunks, n), **_grouped(s)})
     kernel.connect(launch, kernel.nodes["pv"], "control_in")
     ao_rep = buffer("ao_rep", alpha, lanes, _linear(1, lanes),
                     AccessPattern(0, (dim_pad, 1, 1), (0, 0, 0)), chunks * n)
@@ -407,7 +422,7 @@ class AttentionFamily(Family):
             "heads": t.heads, "kv_heads": t.kv_heads, "chunk": t.chunk,
             "scale": t.scale, "causal": t.causal, "passes": len(t.passes()),
             "dim_align": t.dim_align, "kv_layout": t.kv_layout, "valid": t.valid,
-            "queries": t.queries,
+            "queries": t.queries, "tile_group": t.tile_group,
             "pcus": kernel.units_needed()["pcu"], "pmus": kernel.units_needed()["pmu"],
             "macs": t.macs,
             "operands": [group.q.name, group.k.name, group.v.name],
