@@ -356,7 +356,14 @@ def lower_attention(name, group, s, hbm_size, plan=None):
         # the running sum l, its reciprocal once per pass
         al_rep = buffer("al_rep", alpha, lanes, _linear(1, lanes),
                         AccessPattern(0, (chunk, 1, 1), (0, 0, 0)), chunks * n)
-        lsum = simd("lsum", [probs, al_rep], (chunk, chunks, n), [
+        p_sum = probs
+        if s.tile_group > 1:
+            # on the pipelined operators lsum's running sum (ADD into REG) takes a beat
+            # every ADD-latency cycles: a chunk's probabilities wait in p_sum, so probs
+            # (and P V after it) do not
+            p_sum = buffer("p_sum", probs, chunk * lanes, _linear(chunk, lanes),
+                           _linear(chunk, lanes), chunks * n)
+        lsum = simd("lsum", [p_sum, al_rep], (chunk, chunks, n), [
             ("MADD", "REG", "IN1", "PREV", 0),
             ("ADD", "PREV", "REG", "PREV", 0)],
             acc_stage=0, tail="RECIPROCAL", emit_outer=True)
