@@ -164,6 +164,37 @@ def test_kernel_on_functional_model_fp_latency(mode, seq, dim, heads, kv_heads, 
     assert np.array_equal(results["o"].view(np.uint32), plain_results["o"].view(np.uint32))
 
 
+@pytest.mark.parametrize("seq,dim,heads,kv_heads,valid,queries", [
+    (128, 64, 4, 2, 100, None), (192, 64, 4, 2, 150, 8), (64, 48, 8, 1, 33, None)])
+def test_cache_kernel_on_functional_model_fp_latency(seq, dim, heads, kv_heads, valid,
+                                                     queries, seed):
+    """A KV cache (``kv_layout`` ``rows``) on a machine with ``fp_latency="default"``:
+    ``k_t`` holds a systolic tile of key blocks a buffer and ``v_buf`` is read a tile of
+    dimension blocks at a time; the softmax sum comes from ``lsum`` (an extra block of
+    ``P V`` would cost a whole tile). The functional model's O bit-exact against the
+    chain's arithmetic of that shape and within budget of float64; where the chain is
+    the parameter off's (D not a multiple of the lanes: ``lsum`` either way) the same
+    words as off."""
+    from rdu.frontend.kernels import get_kernel
+    from rdu.runtime import run_kernel
+    kernel = get_kernel("attention")
+    params = dict(seq=seq, dim=dim, heads=heads, kv_heads=kv_heads, mode="decode",
+                  kv_layout="rows", valid=valid, queries=queries)
+    program = kernel.compile(Machine(agcus=4, fp_latency="default"), **params)
+    meta = program.meta
+    assert meta["tile_group"] == 8 and meta["chunk"] % 64 == 0
+    systolic = [c for c in meta["pcu_programs"].values() if c["mode"] == "systolic"]
+    assert all(c["group"] == 8 and c["group_rows"] for c in systolic)
+    inputs = kernel.random_inputs(program, seed)
+    figures, results, _ = run_kernel(kernel, program, inputs, "model")
+    assert figures["ok"], f"max abs error {figures['max_abs_err']}"
+    if dim % 8:
+        plain = kernel.compile(Machine(agcus=4), **params)
+        _, plain_results, _ = run_kernel(kernel, plain, inputs, "model")
+        assert np.array_equal(results["o"].view(np.uint32),
+                              plain_results["o"].view(np.uint32))
+
+
 def test_causal_mask_changes_the_result(seed):
     """The causal chain is within budget of causal float64 attention and far outside it
     of attention without the mask (so the budget check sees a missing mask); row 0 is
@@ -308,10 +339,17 @@ def test_cache_image_is_position_major():
 @pytest.mark.parametrize("kwargs,message", [
     ({"mode": "prefill"}, "kv_layout 'rows' is for decode"),
     ({"seq": 20}, "capacity 20 is not a multiple of the 8 lanes"),
-    ({"chunk": 24}, "chunk 24 is not a multiple of the 8 lanes dividing the capacity 32"),
+    ({"chunk": 24}, "chunk 24 is not a multiple of 8 keys dividing the capacity 32"),
     ({"valid": 33}, "valid must be 1 to the capacity 32, not 33"),
     ({"kv_layout": "cols"}, "kv_layout 'cols' is not one of blocks, rows"),
     ({"kv_layout": "blocks", "valid": 30}, "valid 30 < seq 32: .* kv_layout 'rows'"),
+    # systolic tiles of 8 key blocks (fp_latency): 64 keys
+    ({"tile_group": 8, "seq": 96, "dim": 64}, "capacity 96 is not a multiple of 64 keys "
+                                              r"\(systolic tiles of 8 key blocks of 8\)"),
+    ({"tile_group": 8, "seq": 128, "dim": 64, "chunk": 32},
+     "chunk 32 is not a multiple of 64 keys dividing the capacity 128"),
+    ({"tile_group": 8, "seq": 64, "chunk": 64}, "dim 16 is padded to 64, wider than a cache "
+                                                "row of 32"),
 ])
 def test_cache_shape_errors(kwargs, message):
     args = {"mode": "decode", "seq": 32, "dim": 16, "heads": 4, "kv_heads": 2, "lanes": 8,

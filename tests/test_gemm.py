@@ -269,17 +269,17 @@ def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
     assert macs == meta["pcus"] * meta["passes"] * meta["col_tiles"] * meta["k_pad"] * 16
 
 
-def test_grouped_systolic_refused_where_not_lowered():
-    """Attention on a KV cache (``kv_layout`` ``rows``) does not generate the grouped
-    systolic streams yet: with ``fp_latency`` on it refuses in one line instead of
-    compiling streams the PCUs would misread (the matmul, mlp and attention families'
-    other layouts generate them)."""
+def test_grouped_attention_cache_refusals():
+    """On a machine with ``fp_latency`` a KV cache is read a systolic tile of 64 keys
+    at a time (8 key blocks of 8 lanes): a capacity that is not whole tiles, or a head
+    dimension whose padded tile is wider than the cache row, is refused in one line."""
     from rdu.frontend.kernels import get_kernel
     from rdu.machine import Machine
-    with pytest.raises(CompileError, match="kv_layout 'rows'.* fp_latency default .* not "
-                                           "supported yet"):
-        get_kernel("attention").compile(Machine(fp_latency="default"), seq=32, dim=16,
-                                        heads=1, kv_heads=1, kv_layout="rows")
+    kernel, machine = get_kernel("attention"), Machine(fp_latency="default", agcus=4)
+    with pytest.raises(CompileError, match="capacity 32 is not a multiple of 64 keys"):
+        kernel.compile(machine, seq=32, dim=64, heads=1, kv_heads=1, kv_layout="rows")
+    with pytest.raises(CompileError, match="dim 16 is padded to 64, wider than a cache row"):
+        kernel.compile(machine, seq=64, dim=16, heads=1, kv_heads=1, kv_layout="rows")
 
 
 def test_gemm_mismatch_is_detected():

@@ -165,19 +165,25 @@ class AttentionShape:
             raise AttentionError(f"scale must be a positive finite number, not {self.scale}")
 
     def _check_rows(self):
-        if self.tile_group != 1:
+        if self.tile_group > 1 and self.dim_pad > self.pitch:
             raise AttentionError(f"kv_layout 'rows' on systolic tiles of {self.tile_group} "
-                                 f"blocks is not supported yet (fp_latency off)")
+                                 f"blocks: dim {self.dim} is padded to {self.dim_pad}, wider "
+                                 f"than a cache row of {self.pitch} (not supported yet; "
+                                 f"fp_latency off)")
         if self.mode != "decode":
             raise AttentionError("kv_layout 'rows' is for decode (one query per head); "
                                  "prefill reads K and V by blocks (kv_layout 'blocks')")
-        if self.seq % self.lanes:
+        tile = self.lanes * self.tile_group     # keys of a systolic tile
+        if self.seq % tile:
             raise AttentionError(f"kv_layout 'rows': the capacity {self.seq} is not a "
-                                 f"multiple of the {self.lanes} lanes (whole key blocks)")
-        if self.chunk % self.lanes or self.seq % self.chunk:
+                                 f"multiple of the {self.lanes} lanes (whole key blocks)"
+                                 if self.tile_group == 1 else
+                                 f"kv_layout 'rows': the capacity {self.seq} is not a "
+                                 f"multiple of {tile} keys (systolic tiles of "
+                                 f"{self.tile_group} key blocks of {self.lanes})")
+        if self.chunk % tile or self.seq % self.chunk:
             raise AttentionError(f"kv_layout 'rows': chunk {self.chunk} is not a multiple "
-                                 f"of the {self.lanes} lanes dividing the capacity "
-                                 f"{self.seq}")
+                                 f"of {tile} keys dividing the capacity {self.seq}")
         if self.valid is not None and not (isinstance(self.valid, int)
                                            and 1 <= self.valid <= self.seq):
             raise AttentionError(f"valid must be 1 to the capacity {self.seq}, not "
@@ -207,17 +213,19 @@ class AttentionShape:
     @property
     def v_beats(self):
         """Vector beats of one ``rows`` V row the chain reads: ``dim`` in whole AXI
-        beats (the mask column and the padding past them are not read)."""
-        return _ceil(self.dim, 2 * self.lanes) * 2
+        beats (the mask column and the padding past them are not read), at least
+        :attr:`dim_pad` (whole systolic tiles of dimensions)."""
+        return max(_ceil(self.dim, 2 * self.lanes) * 2, self.dim_pad // self.lanes)
 
     @property
     def sum_in_pv(self):
         """``rows`` with ``dim`` a multiple of the lanes (and room for one more block
         in the accumulator): the softmax sum ``l`` is one more row of ``P V``, from V's
         column ``dim`` (1 in every row of the cache), so the chain needs no ``lsum``
-        and ``Q^T`` stays in a PMU."""
+        and ``Q^T`` stays in a PMU. Not on systolic tiles of several blocks
+        (``tile_group``), where the extra block would cost a whole tile."""
         return (self.rows_layout and self.dim % self.lanes == 0
-                and self.dim + self.lanes <= ACC_DEPTH)
+                and self.dim + self.lanes <= ACC_DEPTH and self.tile_group == 1)
 
     @property
     def v_cols(self):

@@ -112,7 +112,7 @@ def attention_shape(program):
     return AttentionShape(m["mode"], m["seq"], m["dim"], m["heads"], m["kv_heads"],
                           m["lanes"], m["chunk"], m["scale"], m["causal"],
                           m.get("dim_align", 2), m.get("kv_layout", "blocks"),
-                          m.get("valid"), m.get("queries"))
+                          m.get("valid"), m.get("queries"), m.get("tile_group", 1))
 
 
 def exact_attention(program):

@@ -57,7 +57,6 @@ from .base import (
     is_bf16_input,
     moved_work,
     pcu_programs,
-    refuse_grouped_systolic,
     tensor_shape,
     unsupported,
 )
@@ -106,27 +105,28 @@ def _match_attention(graph, name, out):
                           out.attrs.get("kv_layout", "blocks"), out.attrs.get("valid"))
 
 
-def _rows_chunk(make, seq, lanes, pmu_words):
-    """Keys per chunk of a ``rows`` cache: the largest multiple of the lanes, at most
-    :data:`ATTENTION_CHUNK`, that divides the capacity ``seq`` (no padded keys: the
-    cache is read whole) and whose PMUs fit (``make(chunk)``: the shape); ``lanes`` when
-    none does (the shape and PMU checks then name the problem)."""
-    for chunk in range(ATTENTION_CHUNK // lanes * lanes, lanes - 1, -lanes):
+def _rows_chunk(make, seq, tile, pmu_words):
+    """Keys per chunk of a ``rows`` cache: the largest multiple of ``tile`` (the lanes,
+    or the keys of a systolic tile), at most :data:`ATTENTION_CHUNK` unless ``tile`` is
+    more, that divides the capacity ``seq`` (no padded keys: the cache is read whole)
+    and whose PMUs fit (``make(chunk)``: the shape); ``tile`` when none does (the shape
+    and PMU checks then name the problem)."""
+    for chunk in range(max(ATTENTION_CHUNK // tile, 1) * tile, tile - 1, -tile):
         if seq % chunk == 0:
             try:
                 if _pmu_words(make(chunk)) <= pmu_words:
                     return chunk
             except AttentionError:
                 break
-    return lanes
+    return tile
 
 
 def _pmu_words(shape):
     """Words the fullest PMU of the chain holds."""
     lanes = shape.lanes
     need = max(2 * shape.dim_k * lanes, 2 * shape.chunk * lanes)
-    if shape.rows_layout:           # k_t: key blocks; v_buf: V chunks
-        need = max(need, _KT_BUFFERS * shape.pitch * lanes,
+    if shape.rows_layout:           # k_t: systolic tiles of keys; v_buf: V chunks
+        need = max(need, _KT_BUFFERS * shape.pitch * lanes * shape.tile_group,
                    2 * _v_read(shape) * shape.chunk * lanes)
     return need
 
@@ -140,8 +140,6 @@ def tile_attention(group, geometry, machine):
     kv_heads, seq, _ = group.k.shape
     cache = group.kv_layout == "rows"
     tile_group = systolic_group(machine.latency_table)
-    if cache:
-        refuse_grouped_systolic(machine, "attention on a KV cache (kv_layout 'rows')")
     # whole AXI beats of BF16 keys, whole systolic tiles (tile_group key blocks)
     step = math.lcm(2 * lanes, tile_group * lanes)
     chunk = min(max(step, ATTENTION_CHUNK // step * step), ceil_div(seq, step) * step)
@@ -153,7 +151,7 @@ def tile_attention(group, geometry, machine):
                               group.causal, group.dim_align, group.kv_layout, group.valid,
                               queries, tile_group)
     if group.kv_layout == "rows":
-        chunk = _rows_chunk(make, seq, lanes, geometry.pmu_words)
+        chunk = _rows_chunk(make, seq, lanes * tile_group, geometry.pmu_words)
     try:
         shape = make(chunk)
     except AttentionError as error:
@@ -255,20 +253,23 @@ def _grouped(s):
 
 def _front_rows(kernel, s, tensors, addresses, names):
     """Loads and ``S^T = K_blk Q^T`` of a ``rows`` cache: ``(scores, V stream,
-    launch)``. K rows stream into ``k_t`` (a key block a buffer, written with a lane
-    stride: out transposed, one dimension of ``lanes`` keys a beat); ``Q^T`` replays
-    from ``q_t`` (:attr:`AttentionShape.sum_in_pv`) or streams from HBM once per key
-    block (no PMU is left for it); V rows into ``v_buf``, read chunk by chunk, block by
-    block (``sum_in_pv``: the last block, ``l``'s, first, then down to block 0)."""
+    launch)``. K rows stream into ``k_t`` (a systolic tile of ``tile_group`` key blocks
+    a buffer, each written with a lane stride: out transposed, one dimension of
+    ``lanes`` keys a beat, block by block); ``Q^T`` replays from ``q_t``
+    (:attr:`AttentionShape.sum_in_pv`) or streams from HBM once per tile (no PMU is
+    left for it); V rows into ``v_buf``, read chunk by chunk, block by block
+    (``sum_in_pv``: the last block, ``l``'s, first, then down to block 0; grouped: a
+    tile of blocks by key)."""
     q, k, v = names
     lanes, n = s.lanes, len(s.passes())
     beat = lanes * WORD
     per_group = n // s.kv_heads
-    blocks, dim_k, pitch = s.seq // lanes, s.dim_k, s.pitch
+    group, dim_k, pitch = s.tile_group, s.dim_k, s.pitch
+    tiles = s.seq // (lanes * group)            # systolic tiles of keys
     row = pitch * BF16                          # bytes of one cache row
     head = s.seq * row
     q_bytes = dim_k * lanes * BF16
-    q_replay = (dim_k // 2, n, 1) if s.sum_in_pv else (dim_k // 2, blocks, n)
+    q_replay = (dim_k // 2, n, 1) if s.sum_in_pv else (dim_k // 2, tiles, n)
     load_q = kernel.load(tensors[q], AccessPattern(
         addresses[q], q_replay, (beat, q_bytes, 0) if s.sum_in_pv else (beat, 0, q_bytes)),
         name=f"load_{q}", config={"bf16": True})
@@ -285,21 +286,29 @@ def _front_rows(kernel, s, tensors, addresses, names):
                                   (beat, row, head if per_group == 1 else 0))
     load_v = kernel.load(tensors[v], v_pattern, name=f"load_{v}", config={"bf16": True})
     launch = kernel.output(kernel.nodes[f"load_{k}"], "control_out")
-    k_t = _buffer(kernel, "k_t", load_k, pitch * lanes,
-                  AccessPattern(0, (pitch // lanes, lanes, 1), (lanes * lanes, 1, 0)),
-                  _linear(dim_k, lanes), blocks * n, write_lanes=lanes,
-                  skew_shift=lanes.bit_length() - 1, buffers=_KT_BUFFERS)
+    # a buffer a systolic tile: its key blocks one after another, each written with a
+    # lane stride (a dimension of lanes keys a row) and read transposed, block by block
+    block_words = pitch * lanes
+    write = AccessPattern(0, (pitch // lanes, lanes, group),
+                          (lanes * lanes, 1, block_words if group > 1 else 0))
+    read = (AccessPattern(0, (group, dim_k, 1), (block_words, lanes, 0)) if group > 1
+            else _linear(dim_k, lanes))
+    k_t = _buffer(kernel, "k_t", load_k, block_words * group, write, read, tiles * n,
+                  write_lanes=lanes, skew_shift=lanes.bit_length() - 1, buffers=_KT_BUFFERS)
     q_t = load_q
     if s.sum_in_pv:
         q_t = _buffer(kernel, "q_t", load_q, dim_k * lanes, _linear(dim_k, lanes),
-                      AccessPattern(0, (dim_k, blocks, 1), (lanes, 0, 0)), n)
+                      AccessPattern(0, (dim_k, tiles, 1), (lanes, 0, 0)), n)
     scores = kernel.compute("scores", "matmul", [k_t, q_t], config={
-        "mode": "systolic", "trips": (dim_k, blocks, n)})
-    chunk, tiles = s.chunk, s.v_cols // lanes
-    read, start = AccessPattern(0, (chunk, tiles, 1), (lanes, chunk * lanes, 0)), 0
-    if s.sum_in_pv:                             # blocks tiles - 1 .. 0 (addresses wrap)
-        read = AccessPattern(0, (chunk, tiles, 1), (lanes, -chunk * lanes, 0))
-        start = (tiles - 1) * chunk * lanes
+        "mode": "systolic", "trips": (dim_k, tiles, n), **_grouped(s)})
+    chunk, blocks = s.chunk, s.v_cols // lanes
+    read, start = AccessPattern(0, (chunk, blocks, 1), (lanes, chunk * lanes, 0)), 0
+    if group > 1:                               # by tile of blocks, key, block
+        read = AccessPattern(0, (group, chunk, blocks // group),
+                             (chunk * lanes, lanes, group * chunk * lanes))
+    if s.sum_in_pv:                             # blocks - 1 .. 0 (addresses wrap)
+        read = AccessPattern(0, (chunk, blocks, 1), (lanes, -chunk * lanes, 0))
+        start = (blocks - 1) * chunk * lanes
     v_buf = _buffer(kernel, "v_buf", load_v, v_read * chunk * lanes,
                     AccessPattern(0, (v_read, chunk, 1), (chunk * lanes, lanes, 0)),
                     read, s.chunks * n, read_start=start)
@@ -357,10 +366,10 @@ def lower_attention(name, group, s, hbm_size, plan=None):
         al_rep = buffer("al_rep", alpha, lanes, _linear(1, lanes),
                         AccessPattern(0, (chunk, 1, 1), (0, 0, 0)), chunks * n)
         p_sum = probs
-        if s.tile_group > 1:
+        if s.tile_group > 1 and not s.rows_layout:
             # on the pipelined operators lsum's running sum (ADD into REG) takes a beat
             # every ADD-latency cycles: a chunk's probabilities wait in p_sum, so probs
-            # (and P V after it) do not
+            # (and P V after it) do not (a KV cache's chain has no PMU left for it)
             p_sum = buffer("p_sum", probs, chunk * lanes, _linear(chunk, lanes),
                            _linear(chunk, lanes), chunks * n)
         lsum = simd("lsum", [p_sum, al_rep], (chunk, chunks, n), [

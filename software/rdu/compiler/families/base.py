@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from hdl.fp_latency import systolic_group
-
 from ...frontend.graph import DTYPE_BYTES
 from ...ir import Kernel
 from ...roofline import Work
@@ -29,18 +27,7 @@ if TYPE_CHECKING:
     from ...program import Program
 
 __all__ = ["Family", "pcu_programs", "unsupported", "is_bf16_input", "tensor_shape",
-           "moved_work", "refuse_grouped_systolic"]
-
-
-def refuse_grouped_systolic(machine, what):
-    """Raise :class:`CompileError` when ``machine``'s systolic PCUs interleave column
-    tiles (``fp_latency`` on: :func:`hdl.fp_latency.systolic_group` > 1), whose streams
-    the lowering of ``what`` does not generate yet (the matmul family's does)."""
-    group = systolic_group(machine.latency_table)
-    if group > 1:
-        raise CompileError(f"{what} on systolic PCUs with fp_latency {machine.fp_latency} "
-                           f"(tiles of {group} column blocks) is not supported yet; "
-                           f"compile it with --fp-latency off")
+           "moved_work"]
 
 
 class Family:
