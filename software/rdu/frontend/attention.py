@@ -114,7 +114,8 @@ class AttentionShape:
     group (:func:`hdl.fp_latency.systolic_group`, more than 1 with ``fp_latency``): both
     products group their row blocks (``Mode.SYSTOLIC_ROWS``: ``tile_group`` key blocks
     of ``S^T``, dimension blocks of ``O^T``), so ``chunk`` and :attr:`dim_pad` are
-    multiples of ``tile_group * lanes``; ``blocks`` only."""
+    multiples of ``tile_group * lanes`` (a ``rows`` cache: its capacity too, and
+    :attr:`dim_pad` within a row)."""
     mode: str
     seq: int
     dim: int
