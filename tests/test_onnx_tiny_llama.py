@@ -160,3 +160,20 @@ def test_two_layers_run_orchestrated_and_agree_with_onnxruntime():
     rows = operator_table(kernel, sequence, inputs)
     layer_1 = [row for row in rows if row["operator"].startswith("model.layers.1")]
     assert len(layer_1) == 13 and all(0 < row["share"] < 0.05 for row in rows), rows
+
+
+def test_pipelined_datapath_refused_in_one_line(tmp_path, capsys):
+    """``rdu run MODEL.onnx --fp-latency default``: the attention of projections' norm
+    writes its products' B as rows of column tiles, which the pipelined datapath's
+    products lay out in groups of 8 column tiles: exit 2, one line naming the node and
+    the setting, no traceback (the kernels that generate the grouped streams run:
+    ``tests/test_attention.py``, ``tests/test_fusion.py``, ``tests/test_gemm.py``)."""
+    from rdu.cli import main as rdu_main
+    path = tmp_path / "llama.onnx"
+    onnx.save(tiny_llama(hidden=256, heads=4, kv_heads=2, ffn=128, vocab=64, seq=16),
+              str(path))                    # head dimension 64: one systolic tile
+    assert rdu_main(["run", str(path), "--fp-latency", "default"]) == 2
+    err = capsys.readouterr().err
+    assert "with fp_latency on, the product's B is laid out in groups of 8 column tiles" \
+        in err and err.startswith("rdu run: error: llama.onnx: node "), err
+    assert err.count("\n") == 1 and "Traceback" not in err

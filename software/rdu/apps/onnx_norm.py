@@ -248,7 +248,8 @@ class NormB:
                                params=built.params, plan=ImagePlan(
                                    start=end_of(s_prog), addresses=addresses,
                                    layouts=layouts))
-        same_view(built.node.where, Image.from_json(b_image), lanes, (width, columns))
+        same_view(built.node.where, Image.from_json(b_image), lanes, (width, columns),
+                  s_prog.meta.get("tile_group", 1))
         if source is None:
             q_stage = Stage(q_graph.name, q_graph, q_prog, {
                 "xT": lambda inputs: self.transposed(inputs, width)})
@@ -414,7 +415,7 @@ class NormB:
                                f"as keys, whole tiles")
         # fewer columns (the queries, the keys padded): the first column tiles of B
         same_view(where, Image.from_json(program.meta["images"]["b"]), lanes,
-                  (self.depth, columns))
+                  (self.depth, columns), program.meta.get("tile_group", 1))
         return self.index, "out", lambda produced: self.matrix(produced)[:, :columns]
 
 
@@ -431,9 +432,15 @@ def _feature_major(rows, depth, columns, lanes, back=False):
         1, 0, 2).reshape(-1, 2 * lanes))
 
 
-def same_view(where, image, lanes, shape):
+def same_view(where, image, lanes, shape, tile_group=1):
     """``image`` (a matrix of ``shape`` in column tiles, no padding) is stored as its
-    view: rows of two rows of a tile, in order (what a row group writes)."""
+    view: rows of two rows of a tile, in order (what a row group writes). ``tile_group``:
+    the product's systolic tiles (its program's ``meta["tile_group"]``): a B laid out in
+    groups of column tiles (``fp_latency`` on) is refused as such."""
+    if tile_group > 1:
+        raise CompileError(f"{where}: with fp_latency on, the product's B is laid out in "
+                           f"groups of {tile_group} column tiles, which a row group does "
+                           f"not write or read yet (--fp-latency off)")
     offsets = image.byte_offsets()
     rows = offsets.shape[0]
     size = 2 if image.format == "bf16" else 4

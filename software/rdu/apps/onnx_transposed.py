@@ -121,7 +121,7 @@ class _Cut:
                                 max_pcus=product_pcus(n_pad, self.rows, self.lanes))
         for image, shape in (("b", (k_pad, self.rows)), (out_name, (n_pad, self.rows))):
             same_view(node.where, Image.from_json(program.meta["images"][image]),
-                      self.lanes, shape)
+                      self.lanes, shape, program.meta.get("tile_group", 1))
         if source.fmt != "bf16" or not source.rows_view:
             raise CompileError(f"{node.where}: a matrix product of an FP32 value after "
                                f"attention; supported: of a row group's BF16 result")
@@ -277,7 +277,7 @@ class _Cut:
         b_image = s_prog.meta["images"]["b"]
         for image in ("b", "out") if rows == depth else ("b",):
             same_view(reduce.where, Image.from_json(s_prog.meta["images"][image]), self.lanes,
-                      (depth, self.rows))
+                      (depth, self.rows), s_prog.meta.get("tile_group", 1))
         q_graph = Graph(self.name("squares"))
         x = q_graph.input("x", shape, source.fmt)
         q_graph.output("out", (x * x).astype("bf16"))
