@@ -1,10 +1,12 @@
 """The pipelined machine side by side with the single-cycle one, in cycles (issue #31).
 
-    .venv/bin/python -m benchmarks.pipelined [--gemm 256,512] [--mlp 8:256:1024,256:256:1024]
-        [--attention 1024] [--cache 1024] [--seed 1] [--sim native|verilator|model] [--json]
+    .venv/bin/python -m benchmarks.pipelined [--gemm 256,512] [--skinny 1024:8:1024]
+        [--mlp 8:256:1024,256:256:1024] [--attention 1024] [--cache 1024] [--seed 1]
+        [--sim native|verilator|model] [--json]
 
 Each point is a registered kernel (``rdu run gemm|mlp|attention``) on its kernel's
-machine (the default 4x4; 5 AGCUs for the MLP, 4 for attention), compiled and run twice:
+machine (the default 4x4; 5 AGCUs for the MLP, 4 for attention and the skinny GEMMs),
+compiled and run twice:
 ``--fp-latency off`` (every FP operator in one cycle) and ``--fp-latency default`` (the
 SIMD stages, the reductions and the systolic PEs on the pipelined operators of
 ``hdl.fp_latency``, ``docs/pcu.md``). For each: whether the run is right (bit-exact
@@ -34,6 +36,8 @@ SETTINGS = ("off", "default")
 
 def _points(args):
     points = [("gemm", {"m": n, "n": n, "k": n}) for n in _ints(args.gemm)]
+    points += [("gemm", dict(zip("mnk", map(int, shape.split(":")), strict=True)),
+                {"agcus": 4}) for shape in args.skinny.split(",") if shape]
     points += [("mlp", dict(zip(("m", "d", "f"), map(int, shape.split(":")), strict=True)))
                for shape in args.mlp.split(",") if shape]
     points += [("attention", {"seq": s, "dim": 64, "heads": 8, "kv_heads": 1,
@@ -50,17 +54,18 @@ def _ints(text):
     return [int(s) for s in text.split(",") if s]
 
 
-def measure(name, params, args):
-    """One point, both settings: a row of the table."""
+def measure(name, params, args, machine=None):
+    """One point, both settings (``machine``: options over the kernel's machine): a row
+    of the table."""
     kernel = get_kernel(name)
     point = f"{name} " + " ".join(f"{k.upper()}={v}" for k, v in params.items()
                                   if k in ("m", "n", "k", "d", "f", "seq", "kv_layout"))
     row = {"kernel": name, "point": point, "ok": True}
     words, chains = {}, {}
     for setting in SETTINGS:
-        machine = Machine(**{**kernel.machine, "fp_latency": setting})
+        on = Machine(**{**kernel.machine, **(machine or {}), "fp_latency": setting})
         try:
-            program = kernel.compile(machine, **params)
+            program = kernel.compile(on, **params)
         except CompileError as error:
             row[setting] = {"refused": str(error)}
             continue
@@ -100,6 +105,9 @@ def _cell(entry):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gemm", default="256,512", help="square GEMM sizes (empty: none)")
+    parser.add_argument("--skinny", default="1024:8:1024",
+                        help="GEMMs M:N:K of one column tile (a decode step's products), "
+                             "on 4 AGCUs, comma separated (empty: none)")
     parser.add_argument("--mlp", default="8:256:1024,256:256:1024",
                         help="MLP blocks M:D:F (Y = SiLU(X W1) W2), comma separated")
     parser.add_argument("--attention", default="1024",
@@ -116,8 +124,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     start = time.perf_counter()
     rows = []
-    for name, params in _points(args):
-        row = measure(name, params, args)
+    for name, params, *machine in _points(args):
+        row = measure(name, params, args, *machine)
         rows.append(row)
         print(json.dumps(row) if args.json else f"{row['point']}: ok={row['ok']} "
               f"ratio={row.get('ratio')}", flush=True)

@@ -240,7 +240,7 @@ def test_gemm_on_model(geometry, shape, seed):
 
 
 @pytest.mark.parametrize("shape, pmu_kib", [((9, 13, 7), 64), ((37, 50, 29), 64),
-                                            ((1, 1, 1), 64), ((12, 30, 700), 4)])
+                                            ((3, 5, 1), 64), ((12, 30, 700), 4)])
 def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
     """A machine with ``fp_latency="default"``: its systolic PCUs take tiles of
     ``systolic_group`` column tiles (``docs/pcu.md``, "Systolic array on the pipelined
@@ -267,6 +267,44 @@ def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
     assert np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, meta["k_pad"]))
     macs = sum(value.get("macs", 0) for value in result.counters.values())
     assert macs == meta["pcus"] * meta["passes"] * meta["col_tiles"] * meta["k_pad"] * 16
+
+
+@pytest.mark.parametrize("shape, agcus", [((100, 8, 300), 4), ((9, 3, 40), 2),
+                                          ((700, 5, 64), 4), ((64, 4, 2000), 3),
+                                          ((1, 1, 1), 2)])
+def test_skinny_gemm_on_model_fp_latency(shape, agcus, seed):
+    """A product with one column tile (N <= lanes) on a machine with ``fp_latency``:
+    instead of padding B to ``group`` column tiles (and taking a beat of A per
+    ``group`` cycles) each PCU takes ``group`` row tiles a pass (``Mode.SYSTOLIC_ROWS``),
+    its A straight from a load of its own, B's column tile as it is (held in a PMU for
+    several passes); the PCUs are as many as the loads allow, padding the fewest row
+    groups. On the functional model the words equal the bit-exact reference and every
+    PCU did its share of MACs."""
+    from rdu.machine import Machine
+    from rdu.runtime import run_program
+
+    from hdl.fp_latency import systolic_group
+    machine = Machine(rows=4, cols=4, lanes=8, agcus=agcus, fp_latency="default")
+    group, lanes = systolic_group(machine.latency_table), machine.lanes
+    m, n, k = shape
+    program = gemm.compile_gemm(m, n, k, machine=machine)
+    meta = program.meta
+    assert meta["row_group"] == group > 1 and meta["tile_group"] == 1
+    assert meta["col_tiles"] == 1 and meta["n_pad"] == lanes
+    assert 1 <= meta["pcus"] <= agcus - 1 and meta["held_b"] == (meta["passes"] > 1)
+    groups = -(-m // (group * lanes))
+    assert meta["m_pad"] == meta["pcus"] * meta["passes"] * group * lanes
+    assert meta["pcus"] * meta["passes"] == min(
+        -(-groups // p) * p for p in range(1, min(agcus - 1, groups) + 1))
+    systolic = [c for c in meta["pcu_programs"].values() if c["mode"] == "systolic"]
+    assert all(c["group"] == group and c["group_rows"] for c in systolic)
+    a, b = gemm.random_inputs(m, n, k, seed)
+    gemm.pack_inputs(program, a, b)
+    result = run_program(program, "model")
+    c = gemm.unpack_output(program, result.outputs["c"])
+    assert np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, meta["k_pad"]))
+    macs = sum(value.get("macs", 0) for value in result.counters.values())
+    assert macs == meta["m_pad"] * meta["k_pad"] * lanes
 
 
 def test_grouped_attention_cache_refusals():

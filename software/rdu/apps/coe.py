@@ -155,7 +155,9 @@ def analytic_costs(scenario):
 
     meta = scenario.program.meta
     load = 4 * len(scenario.program.bitstream) / beat + hbm.miss_latency
-    execute = (meta["k_pad"] * meta["col_tiles"] * meta["passes"] + 2 * hbm.miss_latency
+    # a systolic tile's k steps: one a column tile (row-grouped: one a row tile)
+    steps = meta["k_pad"] * meta["col_tiles"] * meta.get("row_group", 1) * meta["passes"]
+    execute = (steps + 2 * hbm.miss_latency
                + meta["m_pad"] * meta["n_pad"] * 4 / beat)
     return Costs(copy(ddr), copy(host), load + execute, "analytic")
 

@@ -50,6 +50,15 @@ Lowering, the IR on ``P`` systolic PCUs::
 With held B: ``load_a_p -> a_panel_p`` (the row block of ``matmul_p``) and ``load_b ->
 b_held (PMU) --multicast--> matmul_0..P-1.vector_in1``.
 
+*Row groups* (``fp_latency`` on and one column tile, ``N <= lanes``: a decode step's
+``y^T = W^T x^T``): a systolic tile of ``group`` column tiles would pad B's one to
+``group`` and take a beat of A per ``group`` cycles, so each PCU takes ``group`` row
+tiles a pass instead (``Mode.SYSTOLIC_ROWS``, ``row_group``), ``load_a_p ->
+matmul_p.vector_in0`` with A laid out by row group, K-major, block by block (no panel),
+B's column tile as it is (held in a PMU for several passes), the results merged
+``group * lanes`` rows at a turn; the PCUs as many as the loads allow, padding the
+fewest row groups (:func:`_row_grouped`).
+
 The A panel's write pattern is the A stream's order, its read pattern the columns of
 each tile. When no placement routes, the driver tiles again with one systolic PCU fewer
 (:meth:`MatmulFamily.fewer_pcus`).
@@ -69,7 +78,7 @@ from ...units.pmu import READ_REPEAT_LIMIT
 from ..core import CompileError
 from ..group import Group, Lowered
 from ..lower import BF16, COUNT_LIMIT, WORD, ceil_div, check_layout, f32_word, place_images
-from .base import Family, is_bf16_input, moved_work, tensor_shape, unsupported
+from .base import Family, is_bf16_input, moved_work, pcu_programs, tensor_shape, unsupported
 
 __all__ = ["MatmulGroup", "MatmulTiling", "MatmulFamily", "MATMUL", "tile_matmul", "hbm_loads",
            "matmul_images", "lower_matmul", "matmul_group", "epilogue_step",
@@ -204,6 +213,8 @@ class MatmulTiling:
     group: int = 1          # column tiles per systolic tile (hdl.fp_latency.systolic_group)
     held_b: bool = False    # B kept in a PMU for every pass, A on a load per PCU
     split: int = 1          # PCUs sharing one row block's panel, each its column groups
+    row_group: int = 1      # row tiles per systolic tile (Mode.SYSTOLIC_ROWS: one column
+                            # tile of B held, A streamed on a load per PCU, no panel)
 
     @property
     def pcu_groups(self):
@@ -226,7 +237,12 @@ class MatmulTiling:
 
     @property
     def rows_per_pass(self):
-        return self.pcus // self.split * self.lanes
+        return self.pcus // self.split * self.lanes * self.row_group
+
+    @property
+    def block_rows(self):
+        """Rows of the output each PCU drains a pass (a systolic tile's, row-grouped)."""
+        return self.lanes * self.row_group
 
     @property
     def m_pad(self):
@@ -247,6 +263,13 @@ class MatmulTiling:
     def describe(self):
         split = (f", K in {self.chunks} chunks of {self.chunk} re-read per column tile"
                  if self.chunks > 1 else "")
+        if self.row_group > 1:
+            return (f"matmul {self.m}x{self.n}x{self.k}: {self.pcus} systolic PCUs"
+                    f"{f' + {self.epilogue_pcus} epilogue' if self.epilogue_pcus else ''}, "
+                    f"{self.passes} passes of {self.rows_per_pass} rows in groups of "
+                    f"{self.row_group} row tiles, A on a load per PCU, one column tile of B"
+                    f"{' held in a PMU' if self.held_b else ''}, K padded to {self.k_pad}, "
+                    f"{self.stores} store streams")
         return (f"matmul {self.m}x{self.n}x{self.k}: {self.pcus} systolic PCUs"
                 f"{f' + {self.epilogue_pcus} epilogue' if self.epilogue_pcus else ''}, "
                 f"{self.passes} passes of {self.rows_per_pass} rows, {self.col_tiles} column "
@@ -294,6 +317,10 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
     beat = 2 * lanes                                    # BF16 values per AXI beat
     step = math.lcm(beat, k_multiple)
     k_pad = ceil_div(k_total, step) * step
+    if tile_group > 1 and own_loads and ceil_div(n, lanes) == 1:
+        loads = agcus if hbm_loads is None else min(agcus, hbm_loads + 1)
+        return _row_grouped(group, lanes, k_pad, tile_group, min(pcus, free_pcus),
+                            capacity, pmu_words, loads, stores if epilogue else 0, stores)
     k_pitch = max(lanes, _pow2_at_least(k_pad))
     if lanes * k_pitch <= pmu_words:
         chunks, chunk = 1, k_pad
@@ -341,6 +368,36 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
                         held_b, split)
 
 
+def _row_grouped(group, lanes, k_pad, row_group, pcus, capacity, pmu_words, loads,
+                 epilogue_pcus, stores):
+    """The tiling of a product with one column tile (``N <= lanes``) on systolic tiles
+    of ``row_group`` blocks (``fp_latency`` on): each PCU takes ``row_group`` row tiles a
+    pass (``Mode.SYSTOLIC_ROWS``), its A straight from a load of its own (A laid out by
+    row group, K-major, block by block: a vector beat per cycle, no panel), B's one
+    column tile held beside it, from a PMU when it fits and there is more than one
+    pass. So a skinny product (a decode step's ``y^T = W^T x^T``) streams its A at a
+    load's rate, as held B does with the parameter off, instead of ``1 / row_group`` of
+    it with ``row_group`` column tiles of which one is B's. ``loads``: the operand loads
+    worth running at once (B's and one per PCU); of the PCU counts that allows, the one
+    padding the fewest row groups (the padding is streamed), then the most."""
+    m, n, k = group.m, group.n, group.k
+    k_total = k + (1 if group.bias is not None else 0)
+    tile_rows = lanes * row_group
+    groups = ceil_div(m, tile_rows)
+    most = max(1, min(pcus, loads - 1, groups))
+    pcus = min(range(1, most + 1), key=lambda p: (ceil_div(groups, p) * p, -p))
+    passes = ceil_div(groups, pcus)
+    held_b = passes > 1 and k_pad * lanes <= pmu_words and capacity["pmu"] >= 1 and \
+        passes <= READ_REPEAT_LIMIT
+    for what, value in (("padded K", k_pad), ("passes", passes),
+                        ("A beats per pass and PCU", tile_rows * k_pad // (2 * lanes))):
+        if value > COUNT_LIMIT:
+            raise CompileError(f"matmul {m}x{n}x{k}: {what} = {value} exceeds the "
+                               f"16-bit loop counters by {value - COUNT_LIMIT}")
+    return MatmulTiling(m, n, k, k_total, lanes, pcus, epilogue_pcus, min(stores, pcus), 1,
+                        k_pad, lanes, 1, passes, 1, 1, held_b, 1, row_group)
+
+
 def _column_split(m, lanes, col_groups, chunks, most):
     """PCUs (``split``, 1: none) sharing one row block's A panel (``m <= lanes``, K in
     one panel), each computing an equal share of the column groups from a load of B of
@@ -374,6 +431,9 @@ def matmul_images(group, t):
         b_pieces.append(Piece(group.bias.name, (t.k, 0), (1, t.n)))
     if t.chunks > 1:
         a_split = ((t.passes, t.rows_per_pass, t.chunks, t.chunk), (0, 2, 1, 3))
+    elif t.row_group > 1:
+        # by row group, K-major, block by block: a systolic tile's k step of A in a row
+        a_split = ((t.m_pad // t.block_rows, t.row_group, t.lanes, t.k_pad), (0, 3, 1, 2))
     else:
         a_split = (None, None)
     return {
@@ -420,6 +480,10 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
     lanes, pcus = t.lanes, t.pcus
     images = matmul_images(group, t)
     a_transposed = _a_transposed(name, group, t, plan)
+    if a_transposed and t.row_group > 1:
+        raise CompileError(f"{name}: A given transposed on systolic tiles of "
+                           f"{t.row_group} row tiles (fp_latency on); supported: A as "
+                           f"this lowering lays it out")
     if a_transposed:
         a_image = images[group.a.name]
         images[group.a.name] = Image(a_image.shape, a_image.pieces, (t.m_pad // lanes, lanes,
@@ -445,8 +509,12 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
                                       a_transposed)
     b_streams, launch = _b_side(kernel, tensors[b_name], addresses[b_name], t)
     results, panels = [], []
+    grouped = ({"group": t.row_group, "group_rows": True} if t.row_group > 1 else
+               {"group": t.group} if t.group > 1 else {})
     for p in range(pcus):
-        if p < len(a_streams):      # a panel per row block (one, read by all, if split)
+        if t.row_group > 1:         # A straight from its load
+            panels.append(a_streams[p])
+        elif p < len(a_streams):    # a panel per row block (one, read by all, if split)
             panels.append(kernel.buffer(f"a_panel{p}", t.panel_words, [a_streams[p]],
                                         buffers=t.buffers, block_of=f"matmul{p}",
                                         config=panel_config))
@@ -454,17 +522,18 @@ def lower_matmul(name, group, t, hbm_size, plan=None):
                                                          b_streams[p % len(b_streams)]],
                                 config={"mode": "systolic",
                                         "trips": (t.k_pad, t.pcu_groups, t.passes),
-                                        **({"group": t.group} if t.group > 1 else {})})
+                                        **grouped})
         kernel.connect(launch, kernel.nodes[f"matmul{p}"], "control_in")
         results.append(result)
     kernel.row_groups = []
     for g in range(t.stores):
         members = results[g::t.stores]
         stream = members[0] if len(members) == 1 else kernel.merge(
-            f"c_rows{g}", members, [lanes] * len(members))
+            f"c_rows{g}", members, [t.block_rows] * len(members))
         if t.epilogue_pcus:
             stream = kernel.compute(f"epilogue{g}", "map", [stream], config={
-                "mode": "simd", "trips": (len(members) * lanes, t.pcu_tiles, t.passes),
+                "mode": "simd", "trips": (len(members) * t.block_rows, t.pcu_tiles,
+                                          t.passes),
                 "stages": list(group.epilogue), "emit_every": True, "vector_out": True})
             kernel.connect(launch, kernel.nodes[f"epilogue{g}"], "control_in")
         kernel.store(stream, tensors[c_name], _store_pattern(t, addresses[c_name], len(members),
@@ -484,14 +553,15 @@ def _store_pattern(t, address, members, out_dtype, row_major):
     # C by column tile: a row of a tile is a vector beat (FP32) or half a beat (BF16, the
     # AGCU packs two rows into one AXI beat)
     row = lanes * (BF16 if out_dtype == "bf16" else WORD)
+    block = t.block_rows                # rows a PCU drains per column tile and pass
     if row_major:
         # a tile's row is one beat of C's row: rows t.n_pad * 4 bytes apart
         pitch = t.n_pad * WORD
-        step = t.pcu_tiles * beat if t.split > 1 else lanes * pitch
-        return AccessPattern(BlockOffset(address, step), (members * lanes, t.pcu_tiles,
+        step = t.pcu_tiles * beat if t.split > 1 else block * pitch
+        return AccessPattern(BlockOffset(address, step), (members * block, t.pcu_tiles,
                                                           t.passes), (pitch, beat, rows * pitch))
-    step = t.pcu_tiles * t.m_pad * row if t.split > 1 else lanes * row
-    return AccessPattern(BlockOffset(address, step), (members * lanes * row // beat,
+    step = t.pcu_tiles * t.m_pad * row if t.split > 1 else block * row
+    return AccessPattern(BlockOffset(address, step), (members * block * row // beat,
                                                       t.pcu_tiles, t.passes),
                          (beat, t.m_pad * row, rows * row))
 
@@ -504,6 +574,13 @@ def _a_side(kernel, tensor, address, t, transposed):
     its panel's predicate)."""
     lanes, rows = t.lanes, t.rows_per_pass
     beat, row_bytes = lanes * WORD, t.k_pad * BF16
+    if t.row_group > 1:
+        # each PCU's row group a pass, laid out as its A stream (matmul_images)
+        group_bytes = t.block_rows * row_bytes
+        pattern = AccessPattern(BlockOffset(address, group_bytes),
+                                (group_bytes // beat, t.passes, 1), (beat, rows * row_bytes, 0))
+        return [kernel.load(tensor, pattern, name=f"load_a{p}", config={"bf16": True},
+                            block_of=f"matmul{p}") for p in range(t.pcus)], None
     blocks = 1 if t.held_b else t.pcus // t.split        # row blocks a load carries
     own = blocks * lanes
     start = BlockOffset(address, lanes * row_bytes) if t.held_b else address
@@ -608,9 +685,11 @@ class MatmulFamily(Family):
             "n_pad": t.n_pad, "k_pitch": t.k_pitch, "chunks": t.chunks, "chunk": t.chunk,
             "passes": t.passes, "col_tiles": t.col_tiles, "buffers": t.buffers,
             "tile_group": t.group, "held_b": t.held_b, "split": t.split,
+            "row_group": t.row_group,
             "operands": [group.a.name, group.b.name],
             "bias": group.bias.name if group.bias is not None else None,
-            "epilogue": [list(step) for step in group.epilogue], "macs": t.macs}
+            "epilogue": [list(step) for step in group.epilogue], "macs": t.macs,
+            "pcu_programs": pcu_programs(kernel)}
 
     def exact(self, program, graph):
         return reference.exact_matmul(program, graph)
