@@ -207,3 +207,5 @@ def test_a_token_off_onnxruntime_within_budget_is_a_tie():
     assert verdict([0.985, 0.995, -1.0], ref, 0.1, generated=False)[2] is None
     what, error, tie = verdict([1.0, 0.98, -1.0], ref, 0.1)
     assert what is None and tie is None and error == pytest.approx(0.01)
+    # a NaN logit is wrong, not a tie (a NaN error is within no budget)
+    assert verdict([np.nan, 0.99, -1.0], ref, 0.1)[0] == "logits"

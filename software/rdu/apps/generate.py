@@ -168,7 +168,7 @@ def verdict(logits, reference, budget, generated=True):
     got = np.asarray(logits, np.float64)
     ref = np.asarray(reference, np.float64)
     error = float(np.abs(got - ref).max())
-    if error > budget:
+    if not error <= budget:                 # NaN logits are wrong too
         return "logits", error, None
     ours, theirs = int(np.argmax(got)), int(np.argmax(ref))
     if not generated or ours == theirs:
