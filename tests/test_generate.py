@@ -209,3 +209,18 @@ def test_a_token_off_onnxruntime_within_budget_is_a_tie():
     assert what is None and tie is None and error == pytest.approx(0.01)
     # a NaN logit is wrong, not a tie (a NaN error is within no budget)
     assert verdict([np.nan, 0.99, -1.0], ref, 0.1)[0] == "logits"
+
+
+def test_decode_step_on_the_pipelined_datapath_is_refused(tmp_path):
+    """A decode step with ``fp_latency`` on is refused in one line at compile time
+    (its products, norms, rotary and attention tail are laid out for tiles of one
+    block), not run to wrong logits."""
+    from rdu.apps.decode_step import compile_decode_step
+    from rdu.machine import Machine
+    from rdu.onnx.importer import OnnxImportError
+    from rdu.onnx.tiny_llama import tiny_llama
+    model = tiny_llama(hidden=64, heads=4, kv_heads=2, ffn=128, vocab=64, kv_cache=True,
+                       embedding="gather")
+    with pytest.raises(OnnxImportError, match="a decode step with fp_latency default is "
+                                              r"not supported yet \(--fp-latency off\)"):
+        compile_decode_step(model, Machine(agcus=4, fp_latency="default"), 16)

@@ -175,6 +175,11 @@ def compile_decode_step(source, machine, capacity, dims=None):
     if capacity % rows or capacity < rows:
         raise OnnxImportError(f"{label}: a cache of {capacity} keys; supported: a multiple "
                               f"of the {rows} lanes")
+    if machine.latency_table is not None:
+        # its products, norms, rotary and attention tail are laid out for tiles of one
+        # block (the products group rows or columns on the pipelined datapath)
+        raise OnnxImportError(f"{label}: a decode step with fp_latency {machine.fp_latency} "
+                              f"is not supported yet (--fp-latency off)")
     kernel = onnx_kernel(source, dims, {"input_ids": (1, rows)})
     kernel, logits = _logits_only(kernel)
     long = import_model(model, dims, {"input_ids": (1, capacity)})
