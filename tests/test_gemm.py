@@ -239,6 +239,20 @@ def test_gemm_on_model(geometry, shape, seed):
         meta["lanes"] ** 2        # every PCU did its share, padding included
 
 
+def _exact_on_model(program, seed):
+    """Run ``program`` (a GEMM) on the functional model with random operands: its C
+    bit-exact against the reference; returns the MACs its PCUs counted."""
+    from rdu.runtime import run_program
+    m, n, k = (program.meta[key] for key in ("m", "n", "k"))
+    a, b = gemm.random_inputs(m, n, k, seed)
+    gemm.pack_inputs(program, a, b)
+    result = run_program(program, "model")
+    c = gemm.unpack_output(program, result.outputs["c"])
+    assert np.array_equal(c.view(np.uint32),
+                          gemm.exact_reference(a, b, program.meta["k_pad"]))
+    return sum(value.get("macs", 0) for value in result.counters.values())
+
+
 @pytest.mark.parametrize("shape, pmu_kib", [((9, 13, 7), 64), ((37, 50, 29), 64),
                                             ((3, 5, 1), 64), ((12, 30, 700), 4)])
 def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
@@ -249,7 +263,6 @@ def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
     words equal the bit-exact reference (K in chunks with 4 KiB PMUs too), and every
     PCU did its share of MACs."""
     from rdu.machine import Machine
-    from rdu.runtime import run_program
 
     from hdl.fp_latency import systolic_group
     machine = Machine(rows=2, cols=2, lanes=4, pmu_bytes=pmu_kib * 1024,
@@ -260,12 +273,7 @@ def test_gemm_on_model_fp_latency(shape, pmu_kib, seed):
     meta = program.meta
     assert meta["tile_group"] == group > 1 and meta["col_tiles"] % group == 0
     assert (meta["chunks"] > 1) == (pmu_kib == 4)
-    a, b = gemm.random_inputs(m, n, k, seed)
-    gemm.pack_inputs(program, a, b)
-    result = run_program(program, "model")
-    c = gemm.unpack_output(program, result.outputs["c"])
-    assert np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, meta["k_pad"]))
-    macs = sum(value.get("macs", 0) for value in result.counters.values())
+    macs = _exact_on_model(program, seed)
     assert macs == meta["pcus"] * meta["passes"] * meta["col_tiles"] * meta["k_pad"] * 16
 
 
@@ -281,7 +289,6 @@ def test_skinny_gemm_on_model_fp_latency(shape, agcus, seed):
     groups. On the functional model the words equal the bit-exact reference and every
     PCU did its share of MACs."""
     from rdu.machine import Machine
-    from rdu.runtime import run_program
 
     from hdl.fp_latency import systolic_group
     machine = Machine(rows=4, cols=4, lanes=8, agcus=agcus, fp_latency="default")
@@ -298,12 +305,7 @@ def test_skinny_gemm_on_model_fp_latency(shape, agcus, seed):
         -(-groups // p) * p for p in range(1, min(agcus - 1, groups) + 1))
     systolic = [c for c in meta["pcu_programs"].values() if c["mode"] == "systolic"]
     assert all(c["group"] == group and c["group_rows"] for c in systolic)
-    a, b = gemm.random_inputs(m, n, k, seed)
-    gemm.pack_inputs(program, a, b)
-    result = run_program(program, "model")
-    c = gemm.unpack_output(program, result.outputs["c"])
-    assert np.array_equal(c.view(np.uint32), gemm.exact_reference(a, b, meta["k_pad"]))
-    macs = sum(value.get("macs", 0) for value in result.counters.values())
+    macs = _exact_on_model(program, seed)
     assert macs == meta["m_pad"] * meta["k_pad"] * lanes
 
 

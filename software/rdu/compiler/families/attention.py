@@ -3,7 +3,10 @@
 output).
 
 Tiling: chunks of :data:`ATTENTION_CHUNK` keys (fewer for a short sequence), whole AXI
-beats of BF16 keys (:func:`tile_attention`). Lowering: the streaming chain below.
+beats of BF16 keys (:func:`tile_attention`); with ``fp_latency`` on, whole systolic tiles
+of row blocks (``AttentionShape.tile_group``: ``docs/attention.md``, "On the pipelined
+datapath"; ``lsum`` then reads its probabilities from a chunk buffer of its own,
+``p_sum``). Lowering: the streaming chain below.
 
 Eight PCUs and seven PMUs, one configuration; nothing but ``O`` leaves the array. Per
 *pass* (a key/value head and up to ``lanes`` queries, one per lane) and per chunk of
