@@ -498,15 +498,18 @@ def test_transpose_program_verilator(sim_dir, seed):
                       program_dir=str(sim_dir / "bad"), timeout=5000)
 
 
-@pytest.mark.parametrize("m, n, k, fp_latency", [(12, 20, 8, "default")])
+@pytest.mark.parametrize("m, n, k, fp_latency", [(12, 20, 8, "default"),
+                                                 (40, 4, 24, "default")])
 def test_compiled_gemm_amaranth(m, n, k, fp_latency, sim_dir, seed):
     """The GEMM compiler's program (rdu.frontend.gemm: placement, routes, PCU/PMU/AGCU
     records, bitstream) on a 2x2 system with PCUs, at the AGCU positions its mapper
     assumed (rdu.runtime.system_params): C checked against numpy within the FP32 budget,
     and its words against the functional model's. With ``fp_latency`` the PCUs' systolic
     arrays are on the pipelined PEs (tiles of ``systolic_group`` column tiles, docs/pcu.md)
-    and the words are also the bit-exact reference's. (Without it, the same RTL's
-    compiled GEMMs run under Verilator: tests/test_compiler.py, tests/test_gemm.py.)"""
+    and the words are also the bit-exact reference's; a product of one column tile (N =
+    4) groups row tiles instead (``Mode.SYSTOLIC_ROWS``, A straight from its loads).
+    (Without it, the same RTL's compiled GEMMs run under Verilator:
+    tests/test_compiler.py, tests/test_gemm.py.)"""
     from rdu.frontend.gemm import (
         check_result,
         compile_gemm,
@@ -536,7 +539,8 @@ def test_compiled_gemm_amaranth(m, n, k, fp_latency, sim_dir, seed):
     ok, error = check_result(c, a, b)
     assert ok, f"C differs from numpy by {error}"
     if fp_latency != "off":
-        assert program.meta["tile_group"] > 1
+        grouped = "row_group" if n <= machine.lanes else "tile_group"
+        assert program.meta[grouped] > 1
         assert np.array_equal(c.view(np.uint32), exact_reference(a, b, program.meta["k_pad"]))
     assert result["memory_errors"] == [] and result["unit_error"] == 0
     print(f"GEMM {m}x{n}x{k} on 2x2 (lanes 4, fp_latency {fp_latency}): load "

@@ -195,7 +195,7 @@ class PCUModel(Unit):
             self.a_beats, self.b_beats = [], []
             self.slot = 0                  # the block of the grouped stream's next beat
             # Mode.SYSTOLIC_ROWS: vector_in0 grouped (row blocks of A), vector_in1 held
-            self.group_rows = cfg["mode"] == Mode.SYSTOLIC_ROWS and self.group > 1
+            self.group_rows = cfg["mode"] == Mode.SYSTOLIC_ROWS
             self.owed = deque()
         else:
             self.state = "simd"

@@ -261,18 +261,16 @@ class MatmulTiling:
         return self.m * self.n * self.k
 
     def describe(self):
+        head = (f"matmul {self.m}x{self.n}x{self.k}: {self.pcus} systolic PCUs"
+                f"{f' + {self.epilogue_pcus} epilogue' if self.epilogue_pcus else ''}, "
+                f"{self.passes} passes of {self.rows_per_pass} rows")
+        if self.row_group > 1:
+            return (f"{head} in groups of {self.row_group} row tiles, A on a load per PCU, "
+                    f"one column tile of B{' held in a PMU' if self.held_b else ''}, K "
+                    f"padded to {self.k_pad}, {self.stores} store streams")
         split = (f", K in {self.chunks} chunks of {self.chunk} re-read per column tile"
                  if self.chunks > 1 else "")
-        if self.row_group > 1:
-            return (f"matmul {self.m}x{self.n}x{self.k}: {self.pcus} systolic PCUs"
-                    f"{f' + {self.epilogue_pcus} epilogue' if self.epilogue_pcus else ''}, "
-                    f"{self.passes} passes of {self.rows_per_pass} rows in groups of "
-                    f"{self.row_group} row tiles, A on a load per PCU, one column tile of B"
-                    f"{' held in a PMU' if self.held_b else ''}, K padded to {self.k_pad}, "
-                    f"{self.stores} store streams")
-        return (f"matmul {self.m}x{self.n}x{self.k}: {self.pcus} systolic PCUs"
-                f"{f' + {self.epilogue_pcus} epilogue' if self.epilogue_pcus else ''}, "
-                f"{self.passes} passes of {self.rows_per_pass} rows, {self.col_tiles} column "
+        return (f"{head}, {self.col_tiles} column "
                 f"tiles{f' in groups of {self.group}' if self.group > 1 else ''}, K padded "
                 f"to {self.k_pad} (pitch {self.k_pitch}, {self.buffers} "
                 f"buffers{split}), {self.stores} store streams"
@@ -317,9 +315,9 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
     beat = 2 * lanes                                    # BF16 values per AXI beat
     step = math.lcm(beat, k_multiple)
     k_pad = ceil_div(k_total, step) * step
+    loads = agcus if hbm_loads is None else min(agcus, hbm_loads + 1)
     if tile_group > 1 and own_loads and ceil_div(n, lanes) == 1:
-        loads = agcus if hbm_loads is None else min(agcus, hbm_loads + 1)
-        return _row_grouped(group, lanes, k_pad, tile_group, min(pcus, free_pcus),
+        return _row_grouped(group, lanes, k_total, k_pad, tile_group, min(pcus, free_pcus),
                             capacity, pmu_words, loads, stores if epilogue else 0, stores)
     k_pitch = max(lanes, _pow2_at_least(k_pad))
     if lanes * k_pitch <= pmu_words:
@@ -341,7 +339,6 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
         # when K is long
         rows_limit = COUNT_LIMIT * beat // k_pad
         pcus = max(1, min(pcus, rows_limit // lanes))
-    loads = agcus if hbm_loads is None else min(agcus, hbm_loads + 1)
     held = own_loads and _held_b_pcus(m, k_pad, col_tiles, tile_group, chunks, pcus,
                                       capacity, pmu_words, loads, lanes)
     held_b = bool(held)
@@ -354,11 +351,8 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
         min(free_pcus, max_pcus or free_pcus, loads - 1, store_slots))
     if split > 1:
         pcus = stores = split
-    for what, value in (("padded K", k_pad), ("column tiles", col_tiles),
-                        ("passes", passes), ("B beats per tile", k_pad * tile_group // 2)):
-        if value > COUNT_LIMIT:
-            raise CompileError(f"matmul {m}x{n}x{k}: {what} = {value} exceeds the "
-                               f"16-bit loop counters by {value - COUNT_LIMIT}")
+    _check_counts(group, (("padded K", k_pad), ("column tiles", col_tiles),
+                          ("passes", passes), ("B beats per tile", k_pad * tile_group // 2)))
     col_groups = col_tiles // tile_group
     if chunks > 1 and passes * col_groups * chunks > COUNT_LIMIT:
         raise CompileError(f"matmul {m}x{n}x{k}: {passes * col_groups * chunks} PMU buffer "
@@ -368,7 +362,16 @@ def tile_matmul(group, geometry, max_pcus=None, agcus=defaults.AGCUS, tile_group
                         held_b, split)
 
 
-def _row_grouped(group, lanes, k_pad, row_group, pcus, capacity, pmu_words, loads,
+def _check_counts(group, counts):
+    """A one-line error when one of ``counts`` (``(what, value)``) passes the units'
+    16-bit loop counters."""
+    for what, value in counts:
+        if value > COUNT_LIMIT:
+            raise CompileError(f"matmul {group.m}x{group.n}x{group.k}: {what} = {value} "
+                               f"exceeds the 16-bit loop counters by {value - COUNT_LIMIT}")
+
+
+def _row_grouped(group, lanes, k_total, k_pad, row_group, pcus, capacity, pmu_words, loads,
                  epilogue_pcus, stores):
     """The tiling of a product with one column tile (``N <= lanes``) on systolic tiles
     of ``row_group`` blocks (``fp_latency`` on): each PCU takes ``row_group`` row tiles a
@@ -380,22 +383,18 @@ def _row_grouped(group, lanes, k_pad, row_group, pcus, capacity, pmu_words, load
     it with ``row_group`` column tiles of which one is B's. ``loads``: the operand loads
     worth running at once (B's and one per PCU); of the PCU counts that allows, the one
     padding the fewest row groups (the padding is streamed), then the most."""
-    m, n, k = group.m, group.n, group.k
-    k_total = k + (1 if group.bias is not None else 0)
     tile_rows = lanes * row_group
-    groups = ceil_div(m, tile_rows)
+    groups = ceil_div(group.m, tile_rows)
     most = max(1, min(pcus, loads - 1, groups))
     pcus = min(range(1, most + 1), key=lambda p: (ceil_div(groups, p) * p, -p))
     passes = ceil_div(groups, pcus)
     held_b = passes > 1 and k_pad * lanes <= pmu_words and capacity["pmu"] >= 1 and \
         passes <= READ_REPEAT_LIMIT
-    for what, value in (("padded K", k_pad), ("passes", passes),
-                        ("A beats per pass and PCU", tile_rows * k_pad // (2 * lanes))):
-        if value > COUNT_LIMIT:
-            raise CompileError(f"matmul {m}x{n}x{k}: {what} = {value} exceeds the "
-                               f"16-bit loop counters by {value - COUNT_LIMIT}")
-    return MatmulTiling(m, n, k, k_total, lanes, pcus, epilogue_pcus, min(stores, pcus), 1,
-                        k_pad, lanes, 1, passes, 1, 1, held_b, 1, row_group)
+    _check_counts(group, (("padded K", k_pad), ("passes", passes),
+                          ("A beats per pass and PCU", tile_rows * k_pad // (2 * lanes))))
+    return MatmulTiling(group.m, group.n, group.k, k_total, lanes, pcus, epilogue_pcus,
+                        min(stores, pcus), chunks=1, chunk=k_pad, k_pitch=lanes, col_tiles=1,
+                        passes=passes, buffers=1, held_b=held_b, row_group=row_group)
 
 
 def _column_split(m, lanes, col_groups, chunks, most):
